@@ -1,0 +1,306 @@
+//! `GpuJob`: a multi-pod job that starts all together or not at all.
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How long all pods of an admitted gang may take to become Ready when the job does not say.
+pub const DEFAULT_PODS_READY_TIMEOUT_SECONDS: i64 = 600;
+/// How many gang restarts a job gets when it does not say.
+pub const DEFAULT_BACKOFF_LIMIT: i32 = 3;
+/// The most pod sets one job may have.
+pub const MAX_POD_SETS: usize = 8;
+
+/// A gang-scheduled job: pod sets that Muster admits, places and releases together.
+#[expect(
+    clippy::duplicated_attributes,
+    reason = "printer columns repeat `type_` by design"
+)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "muster.dev",
+    version = "v1alpha1",
+    kind = "GpuJob",
+    plural = "gpujobs",
+    shortname = "gj",
+    category = "muster",
+    namespaced,
+    status = "GpuJobStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "A multi-pod GPU or TPU job that Muster holds in a queue until quota and one block of capacity in the right topology exist, then releases all of its pods together.",
+    printcolumn(name = "Queue", type_ = "string", json_path = ".spec.queueName"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Position",
+        type_ = "integer",
+        json_path = ".status.queuePosition"
+    ),
+    printcolumn(
+        name = "ClusterQueue",
+        type_ = "string",
+        json_path = ".status.admission.clusterQueue"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuJobSpec {
+    /// The LocalQueue, in this job's namespace, to submit to.
+    pub queue_name: String,
+    /// Priority: higher runs first and may preempt lower. Set this or `priorityClassName`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    /// A scheduling.k8s.io PriorityClass whose value is this job's priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// The expected run time in seconds. Optional; backfill and start-time estimates use it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub expected_runtime_seconds: Option<i64>,
+    /// All pods must be Ready within this many seconds of admission, else the whole gang is
+    /// evicted and requeued. Default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub pods_ready_timeout_seconds: Option<i64>,
+    /// How many times the gang is restarted after a failure before the job is Failed. Default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub backoff_limit: Option<i32>,
+    /// Held by its owner: not queued; an admitted job that is suspended is evicted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+    /// The groups of identical pods that make up the gang (at most 8).
+    #[schemars(length(min = 1, max = 8))]
+    pub pod_sets: Vec<PodSet>,
+}
+
+/// A group of identical pods.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSet {
+    /// Unique within the job; a DNS label.
+    pub name: String,
+    /// How many pods.
+    #[schemars(range(min = 1))]
+    pub count: i32,
+    /// Where the pods must (or should) land. None: anywhere the flavor allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologyRequest>,
+    /// The pod template; Muster adds placement, gates and environment when it creates the pods.
+    pub template: PodTemplateSpec,
+}
+
+/// At most one topology constraint for a pod set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyRequest {
+    /// All pods in one domain of this level (a node label key from the flavor's topology levels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required: Option<String>,
+    /// The tightest domain possible, starting at this level and climbing when it must.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred: Option<String>,
+    /// Whole TPU slices: one pod per host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpu: Option<TpuSliceRequest>,
+}
+
+/// A request for whole TPU slices.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TpuSliceRequest {
+    /// The GKE accelerator label value, e.g. `tpu-v5p-slice`.
+    pub accelerator: String,
+    /// The slice shape, e.g. `2x2x4`.
+    pub topology: String,
+    /// How many slices (each a distinct node pool). Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub slices: Option<i32>,
+    /// Accept a rotation of a 3D shape (`4x2x2` for `2x2x4`). 2D shapes never rotate.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_rotation: bool,
+}
+
+/// Where a job is in its life.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum GpuJobPhase {
+    /// Not yet looked at, invalid, or suspended.
+    #[default]
+    Pending,
+    /// Waiting in its queue for quota and capacity.
+    Queued,
+    /// Quota reserved; capacity is being bought from the cluster autoscaler.
+    Provisioning,
+    /// Quota and placement granted; pods are being created and released.
+    Admitted,
+    /// All pods are running.
+    Running,
+    /// Every pod succeeded.
+    Succeeded,
+    /// The job failed for good.
+    Failed,
+}
+
+/// What Muster knows about a job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuJobStatus {
+    /// The phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<GpuJobPhase>,
+    /// Valid, QuotaReserved, Provisioned, Admitted, PodsReady, Evicted, Finished.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The admission: cluster queue, flavors and placement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Admission>,
+    /// 1-based position in the cluster queue while queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<i32>,
+    /// Why the job is not running yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_reason: Option<PendingReason>,
+    /// How many times the gang was evicted and requeued.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub requeue_count: i32,
+    /// When the pods were released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the job succeeded or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// The name of the current ProvisioningRequest, while capacity is being bought.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning_request: Option<String>,
+}
+
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
+fn is_zero(v: &i32) -> bool {
+    *v == 0
+}
+
+/// Where and how a job was admitted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Admission {
+    /// The ClusterQueue whose quota the job uses.
+    pub cluster_queue: String,
+    /// One entry per pod set, in the order of `spec.podSets`.
+    pub pod_sets: Vec<PodSetAssignment>,
+}
+
+/// The flavor and placement of one pod set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSetAssignment {
+    /// The pod set's name.
+    pub name: String,
+    /// The ResourceFlavor.
+    pub flavor: String,
+    /// The topology levels (node label keys, widest first) that `domains` give values for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub levels: Vec<String>,
+    /// The domains, in pod-index order: the first `count` pods go to the first domain, and so on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub domains: Vec<DomainAssignment>,
+}
+
+/// A run of consecutive pods placed in one domain.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainAssignment {
+    /// One label value per level.
+    pub values: Vec<String>,
+    /// How many pods.
+    pub count: i32,
+}
+
+/// Why a job waits, for machines (`kind`) and for people (`message`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingReason {
+    /// The kind of reason.
+    pub kind: PendingReasonKind,
+    /// What is short, by how much, and what would help.
+    pub message: String,
+    /// The estimated start, when runtimes are known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta: Option<Time>,
+}
+
+/// The kinds of reasons a job waits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum PendingReasonKind {
+    /// The job has not been looked at yet.
+    #[default]
+    NotYetScheduled,
+    /// The job's spec is invalid; see the Valid condition.
+    InvalidJob,
+    /// The LocalQueue or its ClusterQueue does not exist, or does not admit this namespace.
+    UnknownQueue,
+    /// The ClusterQueue is stopped.
+    QueueStopped,
+    /// The job is suspended by its owner.
+    Suspended,
+    /// Not enough quota of some flavor and resource, even with borrowing.
+    QuotaShort,
+    /// Quota is available but no domain can hold the whole gang.
+    NoTopologyFit,
+    /// A StrictFIFO queue's head job is waiting, and everything behind it waits too.
+    BlockedByQueueHead,
+    /// The capacity the job needs is reserved for a higher-priority job.
+    CapacityReserved,
+    /// Waiting for the cluster autoscaler to provision capacity.
+    Provisioning,
+    /// Requeued after an eviction; waiting out its backoff.
+    Backoff,
+}
+
+/// Condition types set on a GpuJob.
+pub mod conditions {
+    /// The spec passed validation.
+    pub const VALID: &str = "Valid";
+    /// Quota is reserved in a ClusterQueue.
+    pub const QUOTA_RESERVED: &str = "QuotaReserved";
+    /// The ProvisioningRequest for the job's capacity succeeded.
+    pub const PROVISIONED: &str = "Provisioned";
+    /// Admitted: quota and placement granted.
+    pub const ADMITTED: &str = "Admitted";
+    /// Every pod of the gang is Ready.
+    pub const PODS_READY: &str = "PodsReady";
+    /// The gang was evicted (preempted, timed out, restarted).
+    pub const EVICTED: &str = "Evicted";
+    /// The job succeeded or failed.
+    pub const FINISHED: &str = "Finished";
+}
+
+impl GpuJobSpec {
+    /// The pods-ready timeout, with its default.
+    pub fn pods_ready_timeout(&self) -> i64 {
+        self.pods_ready_timeout_seconds
+            .unwrap_or(DEFAULT_PODS_READY_TIMEOUT_SECONDS)
+    }
+
+    /// The backoff limit, with its default.
+    pub fn backoff_limit(&self) -> i32 {
+        self.backoff_limit.unwrap_or(DEFAULT_BACKOFF_LIMIT)
+    }
+}
+
+impl TpuSliceRequest {
+    /// The number of slices, with its default of one.
+    pub fn slices(&self) -> i32 {
+        self.slices.unwrap_or(1)
+    }
+}

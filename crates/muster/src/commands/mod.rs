@@ -1,0 +1,4 @@
+//! The subcommands.
+
+pub mod crds;
+pub mod validate;

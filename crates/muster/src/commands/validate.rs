@@ -1,0 +1,157 @@
+//! `muster validate`: check Muster objects in YAML files without a cluster.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use muster_api::Validate;
+use muster_api::document::MusterObject;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Arguments of `muster validate`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Files or directories (searched recursively for .yaml and .yml files).
+    #[arg(short = 'f', long = "filename", value_name = "PATH", required = true, num_args = 1..)]
+    paths: Vec<PathBuf>,
+}
+
+/// One problem found, located by file and document.
+struct Finding {
+    file: String,
+    doc: String,
+    field: String,
+    message: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}: {}: {}",
+            self.file, self.doc, self.field, self.message
+        )
+    }
+}
+
+/// What was looked at.
+#[derive(Default)]
+struct Tally {
+    files: usize,
+    objects: usize,
+    skipped: usize,
+    findings: Vec<Finding>,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let mut files = Vec::new();
+    for path in &args.paths {
+        collect(path, &mut files).with_context(|| format!("reading {}", path.display()))?;
+    }
+    let mut tally = Tally::default();
+    for file in &files {
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        tally.files += 1;
+        check_file(&file.display().to_string(), &text, &mut tally);
+    }
+    for finding in &tally.findings {
+        println!("{finding}");
+    }
+    let skipped = if tally.skipped > 0 {
+        format!(", {} other object(s) skipped", tally.skipped)
+    } else {
+        String::new()
+    };
+    if tally.findings.is_empty() {
+        eprintln!(
+            "{} Muster object(s) in {} file(s): all valid{skipped}",
+            tally.objects, tally.files
+        );
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "{} error(s) in {} Muster object(s) in {} file(s){skipped}",
+            tally.findings.len(),
+            tally.objects,
+            tally.files
+        );
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// Adds `path`, or the YAML files under it in name order, to `out`.
+fn collect(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    if path.is_dir() {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()?;
+        entries.sort();
+        for entry in entries {
+            let yaml = entry.extension().is_some_and(|e| e == "yaml" || e == "yml");
+            if entry.is_dir() || yaml {
+                collect(&entry, out)?;
+            }
+        }
+    } else {
+        // Surface a missing file as an error rather than silently checking nothing.
+        std::fs::metadata(path)?;
+        out.push(path.to_path_buf());
+    }
+    Ok(())
+}
+
+/// Checks every document of one file.
+fn check_file(file: &str, text: &str, tally: &mut Tally) {
+    for (i, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let doc = (i + 1).to_string();
+        match Value::deserialize(document) {
+            Ok(Value::Null) => {}
+            Ok(value) => check_value(file, &doc, value, tally),
+            Err(err) => {
+                tally.findings.push(Finding {
+                    file: file.to_owned(),
+                    doc,
+                    field: "(yaml)".into(),
+                    message: err.to_string(),
+                });
+                // After a syntax error the rest of the stream cannot be trusted.
+                return;
+            }
+        }
+    }
+}
+
+/// Checks one object, or each item of a `kind: List`.
+fn check_value(file: &str, doc: &str, value: Value, tally: &mut Tally) {
+    if value.get("kind").and_then(Value::as_str) == Some("List") {
+        if let Some(Value::Array(items)) = value.get("items") {
+            for (i, item) in items.iter().enumerate() {
+                check_value(file, &format!("{doc}:items[{i}]"), item.clone(), tally);
+            }
+        }
+        return;
+    }
+    let api_version = value
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let ours = api_version.split('/').next() == Some(muster_api::GROUP);
+    if !ours && !api_version.is_empty() {
+        tally.skipped += 1;
+        return;
+    }
+    tally.objects += 1;
+    let errors = match MusterObject::from_value(value) {
+        Ok(object) => object.validate(),
+        Err(errors) => errors,
+    };
+    tally.findings.extend(errors.into_iter().map(|e| Finding {
+        file: file.to_owned(),
+        doc: doc.to_owned(),
+        field: e.path,
+        message: e.message,
+    }));
+}

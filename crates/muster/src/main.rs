@@ -1,0 +1,38 @@
+//! `muster`: the one binary. Each job is a subcommand.
+
+mod commands;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Muster: a gang-scheduling job queue for GPU and TPU workloads on Kubernetes.
+#[derive(Debug, Parser)]
+#[command(name = "muster", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print every Muster CRD as YAML (or write one file per CRD with --out).
+    Crds(commands::crds::Args),
+    /// Check Muster YAML files offline: every error, with file, document and field.
+    Validate(commands::validate::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Crds(args) => commands::crds::run(&args),
+        Command::Validate(args) => commands::validate::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -47,11 +47,7 @@ impl Resources {
     pub fn from_quantities(list: &BTreeMap<String, Quantity>) -> Result<Resources, ResourceError> {
         let mut out = Resources::new();
         for (name, q) in list {
-            let amount = Amount::try_from(q).map_err(|source| ResourceError {
-                resource: name.clone(),
-                source,
-            })?;
-            out.add(name, amount);
+            out.add(name, read_amount(name, q)?);
         }
         Ok(out)
     }
@@ -188,15 +184,19 @@ pub fn container_requests(
                 .as_ref()
                 .is_some_and(|req| req.contains_key(name))
             {
-                let amount = Amount::try_from(q).map_err(|source| ResourceError {
-                    resource: name.clone(),
-                    source,
-                })?;
-                out.add(name, amount);
+                out.add(name, read_amount(name, q)?);
             }
         }
     }
     Ok(out)
+}
+
+/// Reads one resource's quantity, naming the resource in the error.
+fn read_amount(resource: &str, q: &Quantity) -> Result<Amount, ResourceError> {
+    Amount::try_from(q).map_err(|source| ResourceError {
+        resource: resource.to_owned(),
+        source,
+    })
 }
 
 /// What a pod with this spec needs on its node, computed as the kube-scheduler does: the larger

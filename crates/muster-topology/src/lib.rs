@@ -1,0 +1,24 @@
+//! Muster's topology fitter: *can this gang be placed, all of it, right now — and where?*
+//!
+//! - [`NodeInfo`] and [`pod_usage`] read nodes and pods as the API returns them.
+//! - [`Topology`] arranges one flavor's nodes in a tree of domains by topology levels, keeps free
+//!   capacity per node and per domain, and journals every change so a cycle can roll back.
+//! - [`PodSetRequest`] is what one pod set needs: count, per-pod requests, where it may go, and a
+//!   [`Constraint`] (required level, preferred level, TPU slices, or none).
+//! - [`place`] puts a whole gang down or explains, as a [`NoFit`], why it cannot.
+//! - [`Policy`] chooses among domains: [`BestFit`] (default) or [`Spread`].
+//!
+//! Pure and synchronous: no I/O, no clock.
+
+mod node;
+mod place;
+mod policy;
+mod request;
+mod tpu;
+mod tree;
+
+pub use node::{InputError, NodeInfo, pod_usage};
+pub use place::{Fit, NoFit, NoFitKind, PodSetFit, place};
+pub use policy::{BestFit, POLICY_NAMES, Policy, Spread, Unit, by_name};
+pub use request::{Constraint, Mismatch, PodSetRequest, RequestError, tolerated};
+pub use tree::{Domain, DomainId, Mark, NodeId, NodeState, Topology};

@@ -1,0 +1,101 @@
+//! Nodes as the fitter sees them, and the usage of the pods bound to them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use muster_api::Resources;
+use muster_api::resources::{ResourceError, names, pod_requests};
+
+/// What the fitter needs to know about one node.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeInfo {
+    /// The node's name.
+    pub name: String,
+    /// Its labels (topology levels, flavor labels, TPU pool and shape).
+    pub labels: BTreeMap<String, String>,
+    /// Its taints.
+    pub taints: Vec<Taint>,
+    /// What pods may use in all.
+    pub allocatable: Resources,
+    /// Ready and not cordoned: new pods may land here.
+    pub schedulable: bool,
+}
+
+/// A node or pod object the fitter cannot read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    /// A node has no name.
+    #[error("a node has no metadata.name")]
+    UnnamedNode,
+    /// A node's allocatable amount is not a quantity.
+    #[error("node {node}: status.allocatable.{source}")]
+    Allocatable {
+        /// The node.
+        node: String,
+        /// The bad quantity.
+        source: ResourceError,
+    },
+    /// A pod's requests are not quantities.
+    #[error("pod {pod}: {source}")]
+    PodRequests {
+        /// `namespace/name`.
+        pod: String,
+        /// The bad quantity.
+        source: ResourceError,
+    },
+}
+
+impl NodeInfo {
+    /// Reads a Kubernetes Node as `kubectl get nodes -o yaml` returns it.
+    pub fn from_node(node: &Node) -> Result<NodeInfo, InputError> {
+        let name = node.metadata.name.clone().ok_or(InputError::UnnamedNode)?;
+        let status = node.status.as_ref();
+        let allocatable = match status.and_then(|s| s.allocatable.as_ref()) {
+            Some(list) => {
+                Resources::from_quantities(list).map_err(|source| InputError::Allocatable {
+                    node: name.clone(),
+                    source,
+                })?
+            }
+            None => Resources::new(),
+        };
+        let ready = status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .is_some_and(|c| c.status == "True");
+        let spec = node.spec.as_ref();
+        let cordoned = spec.and_then(|s| s.unschedulable).unwrap_or(false);
+        Ok(NodeInfo {
+            name,
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
+            allocatable,
+            schedulable: ready && !cordoned,
+        })
+    }
+}
+
+/// The node a pod is bound to and what it uses there, or `None` for a pod that holds nothing:
+/// not yet bound, or finished.
+pub fn pod_usage(pod: &Pod) -> Result<Option<(String, Resources)>, InputError> {
+    let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+        return Ok(None);
+    };
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Succeeded" | "Failed")) {
+        return Ok(None);
+    }
+    let Some(spec) = &pod.spec else {
+        return Ok(None);
+    };
+    let mut usage = pod_requests(spec).map_err(|source| InputError::PodRequests {
+        pod: format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or("?")
+        ),
+        source,
+    })?;
+    usage.add(names::PODS, muster_api::Amount::from_units(1));
+    Ok(Some((node, usage)))
+}

@@ -1,0 +1,407 @@
+//! Placing a whole gang: every pod of every pod set, or nothing.
+
+use std::fmt::Write as _;
+
+use muster_api::Resources;
+use muster_api::resources::names;
+
+use crate::policy::{Policy, Unit};
+use crate::request::{Constraint, Mismatch, PodSetRequest};
+use crate::tpu;
+use crate::tree::{DomainId, NodeId, Topology};
+
+/// Where every pod of a gang goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fit {
+    /// One entry per pod set, in the gang's order.
+    pub pod_sets: Vec<PodSetFit>,
+}
+
+/// Where one pod set goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodSetFit {
+    /// The pod set.
+    pub name: String,
+    /// The chosen domain as (level, value) pairs, widest first; empty for the whole flavor.
+    pub domain: Vec<(String, String)>,
+    /// The node of each pod, by pod index.
+    pub nodes: Vec<String>,
+}
+
+/// Why a gang cannot be placed now, in terms a person can act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NoFit {
+    /// The pod set that could not be placed.
+    pub pod_set: String,
+    /// The kind of failure.
+    pub kind: NoFitKind,
+    /// The whole explanation.
+    pub message: String,
+    /// Pods needed.
+    pub needed: u32,
+    /// The best candidate domain (or slice) and how many pods it could hold.
+    pub best: Option<(String, u32)>,
+    /// How many pods the flavor's nodes could hold in all, ignoring the constraint.
+    pub total_capacity: u32,
+    /// Enough capacity exists in all, but not in one place: fragmentation.
+    pub fragmented: bool,
+}
+
+/// Kinds of [`NoFit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NoFitKind {
+    /// No node passes the pod set's selectors, affinity, taints and readiness.
+    NoEligibleNodes,
+    /// The constraint names a level that is not one of the flavor's topology levels.
+    UnknownLevel,
+    /// Capacity exists in all, but no domain of the required level holds the whole set.
+    NoDomainFits,
+    /// The flavor's nodes lack the capacity, constraint or not.
+    NotEnoughCapacity,
+    /// Not enough whole, free TPU slices of the shape.
+    NoFreeSlices,
+}
+
+impl NoFitKind {
+    /// A stable, machine-readable name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoFitKind::NoEligibleNodes => "NoEligibleNodes",
+            NoFitKind::UnknownLevel => "UnknownLevel",
+            NoFitKind::NoDomainFits => "NoDomainFits",
+            NoFitKind::NotEnoughCapacity => "NotEnoughCapacity",
+            NoFitKind::NoFreeSlices => "NoFreeSlices",
+        }
+    }
+}
+
+/// Places every pod set of `gang`, in order, each seeing the ones placed before it. On success
+/// the pods' usage is applied to `topo` (journaled: roll back to a mark taken before the call
+/// to undo it); on failure `topo` is unchanged.
+pub fn place(
+    topo: &mut Topology,
+    gang: &[PodSetRequest],
+    policy: &dyn Policy,
+) -> Result<Fit, NoFit> {
+    let mark = topo.mark();
+    let mut pod_sets = Vec::with_capacity(gang.len());
+    for req in gang {
+        let placed = match &req.constraint {
+            Constraint::Tpu { .. } => tpu::place_slices(topo, req),
+            _ => place_in_domain(topo, req, policy),
+        };
+        match placed {
+            Ok((domain, nodes)) => {
+                for node in &nodes {
+                    topo.add_usage(*node, &req.requests);
+                }
+                pod_sets.push(PodSetFit {
+                    name: req.name.clone(),
+                    domain,
+                    nodes: nodes
+                        .iter()
+                        .map(|n| topo.nodes()[*n].info.name.clone())
+                        .collect(),
+                });
+            }
+            Err(no_fit) => {
+                topo.rollback(mark);
+                return Err(no_fit);
+            }
+        }
+    }
+    Ok(Fit { pod_sets })
+}
+
+/// How many pods needing `req` fit in `free`, at most `cap`.
+pub(crate) fn pods_fitting(free: &Resources, req: &Resources, cap: u32) -> u32 {
+    let mut n = u64::from(cap);
+    for (name, amount) in req.iter() {
+        n = n.min(free.get(name).milli() / amount.milli().max(1));
+    }
+    u32::try_from(n).unwrap_or(cap)
+}
+
+/// Per-node and per-domain capacity (in pods of this set) for one pod set.
+pub(crate) struct Capacity {
+    pub(crate) node: Vec<u32>,
+    pub(crate) domain: Vec<u32>,
+    /// How many nodes were excluded, and the most common reason.
+    pub(crate) mismatches: Vec<Mismatch>,
+}
+
+pub(crate) fn capacity(topo: &Topology, req: &PodSetRequest) -> Capacity {
+    let mut mismatches = Vec::new();
+    let node: Vec<u32> = topo
+        .nodes()
+        .iter()
+        .map(|n| match req.node_mismatch(&n.info) {
+            Some(m) => {
+                mismatches.push(m);
+                0
+            }
+            None => pods_fitting(&n.free(), &req.requests, req.count),
+        })
+        .collect();
+    let mut domain = vec![0u32; topo.domains().len()];
+    for (id, n) in topo.nodes().iter().enumerate() {
+        domain[n.domain] = domain[n.domain].saturating_add(node[id]);
+    }
+    // Children come after parents in the arena: one reverse pass sums bottom-up.
+    for id in (1..domain.len()).rev() {
+        if let Some(parent) = topo.domains()[id].parent {
+            domain[parent] = domain[parent].saturating_add(domain[id]);
+        }
+    }
+    Capacity {
+        node,
+        domain,
+        mismatches,
+    }
+}
+
+/// A pod set's chosen domain as (level, value) pairs, and the node of each pod.
+pub(crate) type Placed = (Vec<(String, String)>, Vec<NodeId>);
+
+fn place_in_domain(
+    topo: &Topology,
+    req: &PodSetRequest,
+    policy: &dyn Policy,
+) -> Result<Placed, NoFit> {
+    let cap = capacity(topo, req);
+    let total = cap.domain[0];
+    let no_fit = |kind, best: Option<(String, u32)>, message: String| NoFit {
+        pod_set: req.name.clone(),
+        kind,
+        message,
+        needed: req.count,
+        best,
+        total_capacity: total,
+        fragmented: kind == NoFitKind::NoDomainFits,
+    };
+    if cap.mismatches.len() == topo.nodes().len() {
+        return Err(no_fit(
+            NoFitKind::NoEligibleNodes,
+            None,
+            no_nodes_message(topo, req, &cap.mismatches),
+        ));
+    }
+    let level_depth = |level: &str| topo.levels().iter().position(|l| l == level).map(|i| i + 1);
+    let chosen: DomainId = match &req.constraint {
+        Constraint::Required(level) | Constraint::Preferred(level) => {
+            let Some(depth) = level_depth(level) else {
+                return Err(no_fit(
+                    NoFitKind::UnknownLevel,
+                    None,
+                    format!(
+                        "pod set {} asks for {level:?}, which is not a topology level of the flavor (levels: {})",
+                        req.name,
+                        topo.levels().join(", ")
+                    ),
+                ));
+            };
+            let preferred = matches!(req.constraint, Constraint::Preferred(_));
+            let mut found = None;
+            // Required: only this level. Preferred: this level, then each wider one, then all.
+            let depths: Vec<usize> = if preferred {
+                (0..=depth).rev().collect()
+            } else {
+                vec![depth]
+            };
+            for d in depths {
+                let units = domains_at(topo, &cap, d);
+                if let Some(i) = policy.choose_single(&units, req.count) {
+                    found = Some(units[i].id);
+                    break;
+                }
+            }
+            match found {
+                Some(id) => id,
+                None => {
+                    let units = domains_at(topo, &cap, depth);
+                    let best = units
+                        .iter()
+                        .max_by_key(|u| (u.capacity, std::cmp::Reverse(u.id)))
+                        .copied();
+                    let best = best.map(|u| (topo.domains()[u.id].value.clone(), u.capacity));
+                    let kind = if total >= req.count {
+                        NoFitKind::NoDomainFits
+                    } else {
+                        NoFitKind::NotEnoughCapacity
+                    };
+                    return Err(no_fit(
+                        kind,
+                        best.clone(),
+                        domain_message(req, level, best.as_ref(), total),
+                    ));
+                }
+            }
+        }
+        _ => {
+            if total < req.count {
+                return Err(no_fit(
+                    NoFitKind::NotEnoughCapacity,
+                    None,
+                    format!(
+                        "needs {} pods with {}; the flavor's nodes have room for {total}",
+                        req.count,
+                        describe(&req.requests)
+                    ),
+                ));
+            }
+            0
+        }
+    };
+    let mut runs = Vec::new();
+    distribute(topo, &cap, policy, chosen, req.count, &mut runs);
+    let nodes = runs
+        .iter()
+        .flat_map(|(node, n)| std::iter::repeat_n(*node, *n as usize))
+        .collect();
+    let path = topo.path(chosen);
+    let domain = topo.levels().iter().cloned().zip(path).collect();
+    Ok((domain, nodes))
+}
+
+/// The labelled domains at `depth` with room for at least one pod.
+fn domains_at(topo: &Topology, cap: &Capacity, depth: usize) -> Vec<Unit> {
+    topo.domains()
+        .iter()
+        .enumerate()
+        .filter(|(id, d)| {
+            d.depth == depth && (depth == 0 || !d.value.is_empty()) && cap.domain[*id] > 0
+        })
+        .map(|(id, _)| Unit {
+            id,
+            capacity: cap.domain[id],
+        })
+        .collect()
+}
+
+/// Splits `need` pods over the children (or nodes) of `domain`, appending (node, pods) runs in
+/// pod-index order.
+fn distribute(
+    topo: &Topology,
+    cap: &Capacity,
+    policy: &dyn Policy,
+    domain: DomainId,
+    need: u32,
+    out: &mut Vec<(NodeId, u32)>,
+) {
+    let d = &topo.domains()[domain];
+    let leaf = d.children.is_empty();
+    let mut units: Vec<Unit> = if leaf {
+        d.nodes
+            .iter()
+            .map(|&id| Unit {
+                id,
+                capacity: cap.node[id],
+            })
+            .collect()
+    } else {
+        d.children
+            .iter()
+            .map(|&id| Unit {
+                id,
+                capacity: cap.domain[id],
+            })
+            .collect()
+    };
+    units.retain(|u| u.capacity > 0);
+    let mut left = need;
+    let mut picked: Vec<(usize, u32)> = Vec::new();
+    while left > 0 {
+        let (i, take) = match policy.choose_single(&units, left) {
+            Some(i) => (i, left),
+            None => match policy.fill_next(&units, left) {
+                Some(i) => (i, units[i].capacity.min(left)),
+                None => break, // unreachable when the domain's capacity covers `need`
+            },
+        };
+        picked.push((units[i].id, take));
+        left -= take;
+        units.remove(i);
+    }
+    // Keep runs in label/name order so consecutive pod indices are neighbours.
+    picked.sort_unstable();
+    for (id, take) in picked {
+        if leaf {
+            out.push((id, take));
+        } else {
+            distribute(topo, cap, policy, id, take, out);
+        }
+    }
+}
+
+/// Shows a pod's requests, leaving out the pod slot itself.
+pub(crate) fn describe(requests: &Resources) -> String {
+    let mut shown = Resources::new();
+    for (name, amount) in requests.iter().filter(|(n, _)| *n != names::PODS) {
+        shown.set(name, amount);
+    }
+    format!("{shown} each")
+}
+
+fn domain_message(
+    req: &PodSetRequest,
+    level: &str,
+    best: Option<&(String, u32)>,
+    total: u32,
+) -> String {
+    let mut m = format!(
+        "needs {} pods with {} in one {level}",
+        req.count,
+        describe(&req.requests)
+    );
+    match best {
+        Some((value, n)) => {
+            let _ = write!(m, "; the best, {value}, has room for {n}");
+        }
+        None => m.push_str("; no domain of that level has room for even one"),
+    }
+    if total >= req.count {
+        let _ = write!(
+            m,
+            "; the flavor as a whole has room for {total}: free capacity is fragmented across domains"
+        );
+    } else {
+        let _ = write!(m, "; the flavor as a whole has room for only {total}");
+    }
+    m
+}
+
+fn no_nodes_message(topo: &Topology, req: &PodSetRequest, mismatches: &[Mismatch]) -> String {
+    if topo.nodes().is_empty() {
+        return format!("pod set {}: the flavor has no nodes", req.name);
+    }
+    let count = |f: &dyn Fn(&Mismatch) -> bool| mismatches.iter().filter(|m| f(m)).count();
+    let mut parts = Vec::new();
+    for (n, what) in [
+        (
+            count(&|m| *m == Mismatch::NotSchedulable),
+            "not ready or cordoned",
+        ),
+        (
+            count(&|m| *m == Mismatch::Selector),
+            "missing a required label",
+        ),
+        (
+            count(&|m| *m == Mismatch::Affinity),
+            "outside the required node affinity",
+        ),
+        (
+            count(&|m| matches!(m, Mismatch::Taint(_))),
+            "tainted with a taint the pods do not tolerate",
+        ),
+    ] {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    }
+    format!(
+        "no node can take pods of {}: of {} nodes, {}",
+        req.name,
+        topo.nodes().len(),
+        parts.join(", ")
+    )
+}

@@ -1,0 +1,243 @@
+//! What a gang asks for: per pod set, a count, per-pod requests, where its pods may go, and one
+//! topology constraint.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
+use muster_api::resources::{ResourceError, names, pod_requests};
+use muster_api::tpu::Shape;
+use muster_api::{Amount, PodSet, ResourceFlavorSpec, Resources};
+
+use crate::node::NodeInfo;
+
+/// The topology constraint of one pod set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Constraint {
+    /// Anywhere the flavor allows.
+    None,
+    /// All pods in one domain of this level.
+    Required(String),
+    /// The tightest domain possible, starting at this level and climbing.
+    Preferred(String),
+    /// Whole TPU slices, one pod per host.
+    Tpu {
+        /// The accelerator label value.
+        accelerator: String,
+        /// The slice shape.
+        shape: Shape,
+        /// How many slices.
+        slices: u32,
+        /// Whether a permutation of a 3D shape is acceptable.
+        allow_rotation: bool,
+    },
+}
+
+/// One pod set of a gang, ready to place.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodSetRequest {
+    /// The pod set's name.
+    pub name: String,
+    /// How many pods.
+    pub count: u32,
+    /// What each pod needs on its node, including one of `pods`.
+    pub requests: Resources,
+    /// Node labels every pod requires (the template's nodeSelector plus the flavor's labels).
+    pub node_selector: BTreeMap<String, String>,
+    /// Required node affinity: a node must match at least one term (when there are any).
+    pub affinity: Vec<NodeSelectorTerm>,
+    /// Tolerations (the template's plus the flavor's).
+    pub tolerations: Vec<Toleration>,
+    /// The topology constraint.
+    pub constraint: Constraint,
+}
+
+/// A pod set that cannot be turned into a request.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// The template has no pod spec.
+    #[error("pod set {0}: the template has no spec")]
+    NoPodSpec(String),
+    /// A request is not a quantity.
+    #[error("pod set {pod_set}: {source}")]
+    Resources {
+        /// The pod set.
+        pod_set: String,
+        /// The bad quantity.
+        source: ResourceError,
+    },
+    /// The count is below one.
+    #[error("pod set {0}: count must be at least 1")]
+    Count(String),
+    /// The TPU request is not a known shape (validation says why).
+    #[error("pod set {0}: the TPU request is not a valid slice; run `muster validate` on the job")]
+    Tpu(String),
+}
+
+impl PodSetRequest {
+    /// Builds the request of one GpuJob pod set under a flavor.
+    pub fn from_pod_set(
+        set: &PodSet,
+        flavor: Option<&ResourceFlavorSpec>,
+    ) -> Result<Self, RequestError> {
+        let spec = set
+            .template
+            .spec
+            .as_ref()
+            .ok_or_else(|| RequestError::NoPodSpec(set.name.clone()))?;
+        let mut requests = pod_requests(spec).map_err(|source| RequestError::Resources {
+            pod_set: set.name.clone(),
+            source,
+        })?;
+        requests.add(names::PODS, Amount::from_units(1));
+        let count = u32::try_from(set.count)
+            .ok()
+            .filter(|c| *c > 0)
+            .ok_or_else(|| RequestError::Count(set.name.clone()))?;
+        let mut node_selector = spec.node_selector.clone().unwrap_or_default();
+        let mut tolerations = spec.tolerations.clone().unwrap_or_default();
+        if let Some(flavor) = flavor {
+            node_selector.extend(flavor.node_labels.clone());
+            tolerations.extend(flavor.tolerations.iter().cloned());
+        }
+        let affinity = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|n| {
+                n.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .map(|s| s.node_selector_terms.clone())
+            .unwrap_or_default();
+        let topology = set.topology.as_ref();
+        let constraint = match topology {
+            Some(t) if t.tpu.is_some() => {
+                let tpu = t
+                    .tpu
+                    .as_ref()
+                    .ok_or_else(|| RequestError::Tpu(set.name.clone()))?;
+                let accelerator = muster_api::tpu::accelerator(&tpu.accelerator)
+                    .ok_or_else(|| RequestError::Tpu(set.name.clone()))?;
+                let shape = accelerator
+                    .shape(&tpu.topology)
+                    .map_err(|_| RequestError::Tpu(set.name.clone()))?;
+                Constraint::Tpu {
+                    accelerator: tpu.accelerator.clone(),
+                    shape,
+                    slices: u32::try_from(tpu.slices()).unwrap_or(1).max(1),
+                    allow_rotation: tpu.allow_rotation,
+                }
+            }
+            Some(t) if t.required.is_some() => {
+                Constraint::Required(t.required.clone().unwrap_or_default())
+            }
+            Some(t) if t.preferred.is_some() => {
+                Constraint::Preferred(t.preferred.clone().unwrap_or_default())
+            }
+            _ => Constraint::None,
+        };
+        Ok(PodSetRequest {
+            name: set.name.clone(),
+            count,
+            requests,
+            node_selector,
+            affinity,
+            tolerations,
+            constraint,
+        })
+    }
+
+    /// Why a node cannot take any pod of this set, or `None` when it can (capacity aside).
+    pub fn node_mismatch(&self, node: &NodeInfo) -> Option<Mismatch> {
+        if !node.schedulable {
+            return Some(Mismatch::NotSchedulable);
+        }
+        if self
+            .node_selector
+            .iter()
+            .any(|(k, v)| node.labels.get(k) != Some(v))
+        {
+            return Some(Mismatch::Selector);
+        }
+        if !self.affinity.is_empty() && !self.affinity.iter().any(|t| term_matches(t, &node.labels))
+        {
+            return Some(Mismatch::Affinity);
+        }
+        if let Some(taint) = node
+            .taints
+            .iter()
+            .find(|t| !tolerated(t, &self.tolerations))
+        {
+            return Some(Mismatch::Taint(taint.key.clone()));
+        }
+        None
+    }
+}
+
+/// Why a node is not a candidate.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mismatch {
+    /// Not Ready, or cordoned.
+    NotSchedulable,
+    /// Lacks a required label (node selector or flavor label).
+    Selector,
+    /// Matches no required node-affinity term.
+    Affinity,
+    /// Has a taint (key given) the pods do not tolerate.
+    Taint(String),
+}
+
+fn term_matches(term: &NodeSelectorTerm, labels: &BTreeMap<String, String>) -> bool {
+    let exprs = term.match_expressions.as_deref().unwrap_or_default();
+    // A term with no expressions matches nothing, as in Kubernetes.
+    !exprs.is_empty() && exprs.iter().all(|e| requirement_matches(e, labels))
+}
+
+fn requirement_matches(req: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
+    let value = labels.get(&req.key);
+    let values = req.values.as_deref().unwrap_or_default();
+    match req.operator.as_str() {
+        "In" => value.is_some_and(|v| values.contains(v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(v), Some(bound)) = (
+                value.and_then(|v| v.parse::<i64>().ok()),
+                values.first().and_then(|b| b.parse::<i64>().ok()),
+            ) else {
+                return false;
+            };
+            if req.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
+        }
+        _ => false,
+    }
+}
+
+/// Whether `tolerations` tolerate `taint`. PreferNoSchedule taints never block.
+pub fn tolerated(taint: &Taint, tolerations: &[Toleration]) -> bool {
+    if taint.effect == "PreferNoSchedule" {
+        return true;
+    }
+    tolerations.iter().any(|t| {
+        let effect_ok = t
+            .effect
+            .as_deref()
+            .is_none_or(|e| e.is_empty() || e == taint.effect);
+        let key = t.key.as_deref().unwrap_or_default();
+        let key_ok = key.is_empty() || key == taint.key;
+        let value_ok = match t.operator.as_deref().unwrap_or("Equal") {
+            "Exists" => true,
+            _ => {
+                !key.is_empty()
+                    && t.value.as_deref().unwrap_or_default()
+                        == taint.value.as_deref().unwrap_or_default()
+            }
+        };
+        effect_ok && key_ok && value_ok
+    })
+}

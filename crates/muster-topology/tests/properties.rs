@@ -1,0 +1,156 @@
+//! Invariants of the fitter on random fleets, usage and gangs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use muster_api::{Amount, Resources};
+use muster_topology::{BestFit, Constraint, NodeInfo, PodSetRequest, Spread, Topology, place};
+use proptest::prelude::*;
+
+const LEVELS: [&str; 3] = ["block", "subblock", "kubernetes.io/hostname"];
+
+fn gpus(n: u64) -> Resources {
+    [
+        ("nvidia.com/gpu".to_owned(), Amount::from_units(n)),
+        ("pods".to_owned(), Amount::from_units(1)),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// A fleet of (block, subblock, gpus, used gpus) nodes.
+fn fleet() -> impl Strategy<Value = Vec<(u8, u8, u64, u64)>> {
+    proptest::collection::vec(
+        (
+            0u8..4,
+            0u8..3,
+            prop_oneof![Just(8u64), Just(4), 1u64..9],
+            0u64..9,
+        ),
+        1..60,
+    )
+}
+
+fn build(fleet: &[(u8, u8, u64, u64)]) -> Topology {
+    let nodes: Vec<NodeInfo> = fleet
+        .iter()
+        .enumerate()
+        .map(|(i, (b, s, g, _))| NodeInfo {
+            name: format!("n{i:03}"),
+            labels: BTreeMap::from([
+                ("block".to_owned(), format!("b{b}")),
+                ("subblock".to_owned(), format!("b{b}s{s}")),
+                ("kubernetes.io/hostname".to_owned(), format!("n{i:03}")),
+            ]),
+            taints: Vec::new(),
+            allocatable: {
+                let mut r = gpus(*g);
+                r.set("pods", Amount::from_units(110));
+                r
+            },
+            schedulable: true,
+        })
+        .collect();
+    let mut topo = Topology::new(LEVELS.map(str::to_owned).to_vec(), nodes);
+    for (i, (_, _, g, used)) in fleet.iter().enumerate() {
+        let id = topo.node_id(&format!("n{i:03}")).unwrap_or_default();
+        topo.add_usage(id, &gpus(*used.min(g)));
+    }
+    topo.commit();
+    topo
+}
+
+fn constraint() -> impl Strategy<Value = Constraint> {
+    prop_oneof![
+        Just(Constraint::None),
+        Just(Constraint::Required("block".into())),
+        Just(Constraint::Required("subblock".into())),
+        Just(Constraint::Preferred("subblock".into())),
+    ]
+}
+
+fn gang() -> impl Strategy<Value = Vec<PodSetRequest>> {
+    proptest::collection::vec((1u32..20, 1u64..9, constraint()), 1..3).prop_map(|sets| {
+        sets.into_iter()
+            .enumerate()
+            .map(|(i, (count, g, constraint))| PodSetRequest {
+                name: format!("set{i}"),
+                count,
+                requests: gpus(g),
+                node_selector: BTreeMap::new(),
+                affinity: Vec::new(),
+                tolerations: Vec::new(),
+                constraint,
+            })
+            .collect()
+    })
+}
+
+/// Every node's usage and every domain's free capacity.
+fn snapshot(topo: &Topology) -> (Vec<Resources>, Vec<Resources>) {
+    (
+        topo.nodes().iter().map(|n| n.used.clone()).collect(),
+        topo.domains().iter().map(|d| d.free.clone()).collect(),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn placements_never_overcommit_and_honour_required_levels(f in fleet(), g in gang(), spread in any::<bool>()) {
+        let mut topo = build(&f);
+        let used_before: Vec<u64> = topo.nodes().iter().map(|n| n.used.get("nvidia.com/gpu").milli()).collect();
+        let fit = if spread { place(&mut topo, &g, &Spread) } else { place(&mut topo, &g, &BestFit) };
+        let Ok(fit) = fit else { return Ok(()) };
+        for (i, n) in topo.nodes().iter().enumerate() {
+            // Pre-existing usage may exceed allocatable; what Muster adds never may.
+            let added = n.used.get("nvidia.com/gpu").milli() - used_before[i];
+            let room = n.info.allocatable.get("nvidia.com/gpu").milli().saturating_sub(used_before[i]);
+            prop_assert!(added <= room, "node {} over-committed", n.info.name);
+        }
+        for (set, req) in fit.pod_sets.iter().zip(&g) {
+            prop_assert_eq!(set.nodes.len(), req.count as usize);
+            if let Constraint::Required(level) = &req.constraint {
+                let values: BTreeSet<String> = set.nodes.iter()
+                    .map(|n| topo.nodes()[topo.node_id(n).unwrap_or_default()].info.labels[level].clone())
+                    .collect();
+                prop_assert_eq!(values.len(), 1);
+            }
+        }
+    }
+
+    #[test]
+    fn rollback_restores_the_exact_state(f in fleet(), g in gang()) {
+        let mut topo = build(&f);
+        let before = snapshot(&topo);
+        let mark = topo.mark();
+        let _ = place(&mut topo, &g, &BestFit);
+        let _ = place(&mut topo, &g, &BestFit);
+        topo.rollback(mark);
+        prop_assert_eq!(snapshot(&topo), before);
+    }
+
+    #[test]
+    fn domain_free_is_the_sum_of_node_free(f in fleet(), g in gang()) {
+        let mut topo = build(&f);
+        let _ = place(&mut topo, &g, &BestFit);
+        let mut sums = vec![Resources::new(); topo.domains().len()];
+        for n in topo.nodes() {
+            let mut at = Some(n.domain);
+            while let Some(id) = at {
+                sums[id].add_all(&n.free());
+                at = topo.domains()[id].parent;
+            }
+        }
+        for (id, d) in topo.domains().iter().enumerate() {
+            prop_assert_eq!(&d.free, &sums[id]);
+        }
+    }
+
+    #[test]
+    fn same_input_same_output(f in fleet(), g in gang()) {
+        let mut a = build(&f);
+        let mut b = build(&f);
+        prop_assert_eq!(place(&mut a, &g, &BestFit), place(&mut b, &g, &BestFit));
+    }
+}

@@ -132,6 +132,22 @@ pub fn read<T: DeserializeOwned>(value: Value) -> Result<T, Vec<FieldError>> {
     }
 }
 
+/// Deserializes `value` as `T`, reporting the path of a type error but ignoring unknown fields:
+/// for objects of other APIs (nodes, pods) that a newer server may extend.
+pub fn read_lenient<T: DeserializeOwned>(value: Value) -> Result<T, FieldError> {
+    serde_path_to_error::deserialize(value).map_err(|err| {
+        let path = err.path().to_string();
+        FieldError {
+            path: if path == "." {
+                "(root)".into()
+            } else {
+                js_path(&path)
+            },
+            message: plain_words(&err.into_inner().to_string()),
+        }
+    })
+}
+
 /// serde names Rust types in its messages; users write YAML.
 fn plain_words(message: &str) -> String {
     message

@@ -18,6 +18,8 @@ struct Cli {
 enum Command {
     /// Print every Muster CRD as YAML (or write one file per CRD with --out).
     Crds(commands::crds::Args),
+    /// Would a GpuJob fit on these nodes now, and where? Exit 0: fits; 1: does not; 2: bad input.
+    Fit(commands::fit::Args),
     /// Check Muster YAML files offline: every error, with file, document and field.
     Validate(commands::validate::Args),
 }
@@ -26,6 +28,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Crds(args) => commands::crds::run(&args),
+        Command::Fit(args) => commands::fit::run(&args),
         Command::Validate(args) => commands::validate::run(&args),
     };
     match result {

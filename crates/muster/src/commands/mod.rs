@@ -1,4 +1,5 @@
 //! The subcommands.
 
 pub mod crds;
+pub mod fit;
 pub mod validate;

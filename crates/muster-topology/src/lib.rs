@@ -21,4 +21,4 @@ pub use node::{InputError, NodeInfo, pod_usage};
 pub use place::{Fit, NoFit, NoFitKind, PodSetFit, place};
 pub use policy::{BestFit, POLICY_NAMES, Policy, Spread, Unit, by_name};
 pub use request::{Constraint, Mismatch, PodSetRequest, RequestError, tolerated};
-pub use tree::{Domain, DomainId, Mark, NodeId, NodeState, Topology};
+pub use tree::{DenseRequest, Domain, DomainId, Mark, NodeId, NodeState, Topology};

@@ -113,34 +113,27 @@ pub fn place(
     Ok(Fit { pod_sets })
 }
 
-/// How many pods needing `req` fit in `free`, at most `cap`.
-pub(crate) fn pods_fitting(free: &Resources, req: &Resources, cap: u32) -> u32 {
-    let mut n = u64::from(cap);
-    for (name, amount) in req.iter() {
-        n = n.min(free.get(name).milli() / amount.milli().max(1));
-    }
-    u32::try_from(n).unwrap_or(cap)
-}
-
 /// Per-node and per-domain capacity (in pods of this set) for one pod set.
 pub(crate) struct Capacity {
     pub(crate) node: Vec<u32>,
     pub(crate) domain: Vec<u32>,
-    /// How many nodes were excluded, and the most common reason.
-    pub(crate) mismatches: Vec<Mismatch>,
 }
 
+/// How many pods of `req` each node and each domain can take now. Eligibility (selectors,
+/// affinity, taints) is checked only on nodes with room, which on a busy fleet skips most.
 pub(crate) fn capacity(topo: &Topology, req: &PodSetRequest) -> Capacity {
-    let mut mismatches = Vec::new();
+    let dense = topo.dense(&req.requests);
     let node: Vec<u32> = topo
         .nodes()
         .iter()
-        .map(|n| match req.node_mismatch(&n.info) {
-            Some(m) => {
-                mismatches.push(m);
+        .enumerate()
+        .map(|(id, n)| {
+            let fits = topo.pods_fitting(id, &dense, req.count);
+            if fits > 0 && req.node_mismatch(&n.info).is_some() {
                 0
+            } else {
+                fits
             }
-            None => pods_fitting(&n.free(), &req.requests, req.count),
         })
         .collect();
     let mut domain = vec![0u32; topo.domains().len()];
@@ -153,11 +146,15 @@ pub(crate) fn capacity(topo: &Topology, req: &PodSetRequest) -> Capacity {
             domain[parent] = domain[parent].saturating_add(domain[id]);
         }
     }
-    Capacity {
-        node,
-        domain,
-        mismatches,
-    }
+    Capacity { node, domain }
+}
+
+/// Why each ineligible node is ineligible (a full pass, for explanations only).
+fn mismatches(topo: &Topology, req: &PodSetRequest) -> Vec<Mismatch> {
+    topo.nodes()
+        .iter()
+        .filter_map(|n| req.node_mismatch(&n.info))
+        .collect()
 }
 
 /// A pod set's chosen domain as (level, value) pairs, and the node of each pod.
@@ -179,12 +176,12 @@ fn place_in_domain(
         total_capacity: total,
         fragmented: kind == NoFitKind::NoDomainFits,
     };
-    if cap.mismatches.len() == topo.nodes().len() {
-        return Err(no_fit(
-            NoFitKind::NoEligibleNodes,
-            None,
-            no_nodes_message(topo, req, &cap.mismatches),
-        ));
+    if total == 0 {
+        let mismatches = mismatches(topo, req);
+        if mismatches.len() == topo.nodes().len() {
+            let message = no_nodes_message(topo, req, &mismatches);
+            return Err(no_fit(NoFitKind::NoEligibleNodes, None, message));
+        }
     }
     let level_depth = |level: &str| topo.levels().iter().position(|l| l == level).map(|i| i + 1);
     let chosen: DomainId = match &req.constraint {

@@ -64,9 +64,9 @@ pub(crate) fn place_slices(topo: &Topology, req: &PodSetRequest) -> Result<Place
         .filter(|(_, (nodes, _))| {
             // Whole: exactly the hosts of the shape, each able to take one pod, none in use.
             u32::try_from(nodes.len()).ok() == Some(hosts)
-                && nodes.iter().all(|n| {
-                    cap.node[*n] >= 1 && topo.nodes()[*n].used.get(names::GOOGLE_TPU).is_zero()
-                })
+                && nodes
+                    .iter()
+                    .all(|n| cap.node[*n] >= 1 && topo.used(*n).get(names::GOOGLE_TPU).is_zero())
         })
         .map(|(name, (nodes, exact))| Slice { name, nodes, exact })
         .collect();

@@ -30,29 +30,33 @@ pub struct Domain {
     pub children: Vec<DomainId>,
     /// Nodes directly in this domain (only in domains of the last level), in name order.
     pub nodes: Vec<NodeId>,
-    /// Free capacity: the sum of each node's free capacity under this domain.
-    pub free: Resources,
+    /// Free capacity, milli-units per resource of the topology's registry: the sum of each
+    /// node's free capacity under this domain.
+    free: Vec<u64>,
 }
 
-/// A node with its usage.
+/// A node with its usage. Amounts are kept dense, in milli-units per resource of the topology's
+/// registry, so that capacity checks are array arithmetic rather than map lookups.
 #[derive(Clone, Debug)]
 pub struct NodeState {
     /// What the node is.
     pub info: NodeInfo,
-    /// What bound pods use on it (may exceed allocatable: pods Muster did not place).
-    pub used: Resources,
     /// Its domain at the last level.
     pub domain: DomainId,
+    alloc: Vec<u64>,
+    /// What bound pods use (may exceed allocatable: pods Muster did not place).
+    used: Vec<u64>,
 }
 
 impl NodeState {
-    /// Allocatable minus used, never below zero.
-    pub fn free(&self) -> Resources {
-        let mut free = self.info.allocatable.clone();
-        free.saturating_sub_all(&self.used);
-        free
+    fn free_of(&self, k: usize) -> u64 {
+        self.alloc[k].saturating_sub(self.used[k])
     }
 }
+
+/// A pod's requests against a topology's resource registry: (resource index, milli-units).
+/// `None` when it asks for a resource no node has.
+pub type DenseRequest = Option<Vec<(usize, u64)>>;
 
 /// A point in the journal to roll back to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,15 +64,19 @@ pub struct Mark(usize);
 
 #[derive(Clone, Debug)]
 enum Change {
-    Added(NodeId, Resources),
-    Removed(NodeId, Resources),
+    Added(NodeId, Vec<(usize, u64)>),
+    Removed(NodeId, Vec<(usize, u64)>),
 }
 
 /// The nodes of one flavor arranged by topology levels.
 #[derive(Clone, Debug)]
 pub struct Topology {
     levels: Vec<String>,
+    /// Every resource any node has allocatable, by name; the index of the dense vectors.
+    resources: Vec<String>,
     domains: Vec<Domain>,
+    /// Domain ids by depth.
+    by_depth: Vec<Vec<DomainId>>,
     nodes: Vec<NodeState>,
     by_name: BTreeMap<String, NodeId>,
     journal: Vec<Change>,
@@ -92,16 +100,26 @@ impl Topology {
             paths.entry(path).or_default().push(info);
         }
 
+        let mut resources: Vec<String> = paths
+            .values()
+            .flatten()
+            .flat_map(|n| n.allocatable.iter().map(|(name, _)| name.to_owned()))
+            .collect();
+        resources.sort();
+        resources.dedup();
+        let width = resources.len();
         let root = Domain {
             depth: 0,
             value: String::new(),
             parent: None,
             children: Vec::new(),
             nodes: Vec::new(),
-            free: Resources::new(),
+            free: vec![0; width],
         };
         let mut topo = Topology {
+            by_depth: vec![Vec::new(); levels.len() + 1],
             levels,
+            resources,
             domains: vec![root],
             nodes: Vec::new(),
             by_name: BTreeMap::new(),
@@ -122,7 +140,7 @@ impl Topology {
                             parent: Some(at),
                             children: Vec::new(),
                             nodes: Vec::new(),
-                            free: Resources::new(),
+                            free: vec![0; width],
                         });
                         topo.domains[at].children.push(id);
                         index.insert((at, value), id);
@@ -134,18 +152,90 @@ impl Topology {
                 let id = topo.nodes.len();
                 topo.by_name.insert(info.name.clone(), id);
                 topo.domains[at].nodes.push(id);
+                let alloc = topo
+                    .resources
+                    .iter()
+                    .map(|r| info.allocatable.get(r).milli())
+                    .collect();
                 topo.nodes.push(NodeState {
                     info,
-                    used: Resources::new(),
                     domain: at,
+                    alloc,
+                    used: vec![0; width],
                 });
             }
         }
+        for id in 0..topo.domains.len() {
+            let depth = topo.domains[id].depth;
+            topo.by_depth[depth].push(id);
+        }
         for id in 0..topo.nodes.len() {
-            let free = topo.nodes[id].free();
-            topo.for_ancestors(id, |d| d.free.add_all(&free));
+            let alloc = topo.nodes[id].alloc.clone();
+            topo.for_ancestors(id, |d| {
+                for (f, a) in d.free.iter_mut().zip(&alloc) {
+                    *f = f.saturating_add(*a);
+                }
+            });
         }
         topo
+    }
+
+    /// The domains at `depth` (0: the root; `i + 1`: level `i`).
+    pub fn domains_at_depth(&self, depth: usize) -> &[DomainId] {
+        self.by_depth.get(depth).map_or(&[], Vec::as_slice)
+    }
+
+    /// `requests` against this topology's resource registry.
+    pub fn dense(&self, requests: &Resources) -> DenseRequest {
+        requests
+            .iter()
+            .map(|(name, amount)| {
+                let k = self
+                    .resources
+                    .binary_search_by(|r| r.as_str().cmp(name))
+                    .ok()?;
+                Some((k, amount.milli()))
+            })
+            .collect()
+    }
+
+    /// How many pods needing `request` fit on `node` now, at most `cap`.
+    pub fn pods_fitting(&self, node: NodeId, request: &DenseRequest, cap: u32) -> u32 {
+        let Some(request) = request else { return 0 };
+        let n = &self.nodes[node];
+        let mut fit = u64::from(cap);
+        for (k, milli) in request {
+            fit = fit.min(n.free_of(*k) / (*milli).max(1));
+        }
+        u32::try_from(fit).unwrap_or(cap)
+    }
+
+    /// What bound pods use on `node`.
+    pub fn used(&self, node: NodeId) -> Resources {
+        self.to_resources(&self.nodes[node].used)
+    }
+
+    /// Allocatable minus used on `node`, never below zero.
+    pub fn free(&self, node: NodeId) -> Resources {
+        let n = &self.nodes[node];
+        self.to_resources(
+            &(0..self.resources.len())
+                .map(|k| n.free_of(k))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// The free capacity under `domain`: the sum of its nodes' free capacity.
+    pub fn domain_free(&self, domain: DomainId) -> Resources {
+        self.to_resources(&self.domains[domain].free)
+    }
+
+    fn to_resources(&self, dense: &[u64]) -> Resources {
+        self.resources
+            .iter()
+            .zip(dense)
+            .map(|(name, milli)| (name.clone(), muster_api::Amount::from_milli(*milli)))
+            .collect()
     }
 
     /// The topology levels, widest first.
@@ -182,16 +272,32 @@ impl Topology {
         values
     }
 
-    /// Records that a pod using `usage` now runs on `node`.
+    /// Records that a pod using `usage` now runs on `node`. Resources no node has are ignored:
+    /// they can never be free, so they never change a placement.
     pub fn add_usage(&mut self, node: NodeId, usage: &Resources) {
-        self.change(node, usage, true);
-        self.journal.push(Change::Added(node, usage.clone()));
+        let usage = self.known(usage);
+        self.change(node, &usage, true);
+        self.journal.push(Change::Added(node, usage));
     }
 
     /// Records that a pod using `usage` left `node`.
     pub fn remove_usage(&mut self, node: NodeId, usage: &Resources) {
-        self.change(node, usage, false);
-        self.journal.push(Change::Removed(node, usage.clone()));
+        let usage = self.known(usage);
+        self.change(node, &usage, false);
+        self.journal.push(Change::Removed(node, usage));
+    }
+
+    fn known(&self, usage: &Resources) -> Vec<(usize, u64)> {
+        usage
+            .iter()
+            .filter_map(|(name, amount)| {
+                let k = self
+                    .resources
+                    .binary_search_by(|r| r.as_str().cmp(name))
+                    .ok()?;
+                Some((k, amount.milli()))
+            })
+            .collect()
     }
 
     /// The current point in the journal.
@@ -215,20 +321,20 @@ impl Topology {
         self.journal.clear();
     }
 
-    fn change(&mut self, node: NodeId, usage: &Resources, add: bool) {
-        let before = self.nodes[node].free();
-        if add {
-            self.nodes[node].used.add_all(usage);
-        } else {
-            self.nodes[node].used.saturating_sub_all(usage);
+    fn change(&mut self, node: NodeId, usage: &[(usize, u64)], add: bool) {
+        for &(k, milli) in usage {
+            let n = &mut self.nodes[node];
+            let before = n.free_of(k);
+            n.used[k] = if add {
+                n.used[k].saturating_add(milli)
+            } else {
+                n.used[k].saturating_sub(milli)
+            };
+            let after = n.free_of(k);
+            // Each domain's free is a sum that includes this node's old free exactly, so the
+            // subtraction never saturates and the update is exact.
+            self.for_ancestors(node, |d| d.free[k] = d.free[k] - before + after);
         }
-        let after = self.nodes[node].free();
-        // Each domain's free is a sum that includes this node's old free exactly, so the
-        // subtraction below never saturates and the update is exact.
-        self.for_ancestors(node, |d| {
-            d.free.saturating_sub_all(&before);
-            d.free.add_all(&after);
-        });
     }
 
     fn for_ancestors(&mut self, node: NodeId, mut f: impl FnMut(&mut Domain)) {

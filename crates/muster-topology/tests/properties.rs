@@ -88,8 +88,10 @@ fn gang() -> impl Strategy<Value = Vec<PodSetRequest>> {
 /// Every node's usage and every domain's free capacity.
 fn snapshot(topo: &Topology) -> (Vec<Resources>, Vec<Resources>) {
     (
-        topo.nodes().iter().map(|n| n.used.clone()).collect(),
-        topo.domains().iter().map(|d| d.free.clone()).collect(),
+        (0..topo.nodes().len()).map(|id| topo.used(id)).collect(),
+        (0..topo.domains().len())
+            .map(|id| topo.domain_free(id))
+            .collect(),
     )
 }
 
@@ -99,12 +101,12 @@ proptest! {
     #[test]
     fn placements_never_overcommit_and_honour_required_levels(f in fleet(), g in gang(), spread in any::<bool>()) {
         let mut topo = build(&f);
-        let used_before: Vec<u64> = topo.nodes().iter().map(|n| n.used.get("nvidia.com/gpu").milli()).collect();
+        let used_before: Vec<u64> = (0..topo.nodes().len()).map(|id| topo.used(id).get("nvidia.com/gpu").milli()).collect();
         let fit = if spread { place(&mut topo, &g, &Spread) } else { place(&mut topo, &g, &BestFit) };
         let Ok(fit) = fit else { return Ok(()) };
         for (i, n) in topo.nodes().iter().enumerate() {
             // Pre-existing usage may exceed allocatable; what Muster adds never may.
-            let added = n.used.get("nvidia.com/gpu").milli() - used_before[i];
+            let added = topo.used(i).get("nvidia.com/gpu").milli() - used_before[i];
             let room = n.info.allocatable.get("nvidia.com/gpu").milli().saturating_sub(used_before[i]);
             prop_assert!(added <= room, "node {} over-committed", n.info.name);
         }
@@ -135,15 +137,15 @@ proptest! {
         let mut topo = build(&f);
         let _ = place(&mut topo, &g, &BestFit);
         let mut sums = vec![Resources::new(); topo.domains().len()];
-        for n in topo.nodes() {
+        for (node, n) in topo.nodes().iter().enumerate() {
             let mut at = Some(n.domain);
             while let Some(id) = at {
-                sums[id].add_all(&n.free());
+                sums[id].add_all(&topo.free(node));
                 at = topo.domains()[id].parent;
             }
         }
         for (id, d) in topo.domains().iter().enumerate() {
-            prop_assert_eq!(&d.free, &sums[id]);
+            prop_assert_eq!(&topo.domain_free(id), &sums[id], "domain {}", d.value);
         }
     }
 

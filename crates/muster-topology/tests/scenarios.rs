@@ -479,13 +479,13 @@ fn single_host_tpu_shapes_fit_on_one_node() {
 #[test]
 fn later_pod_sets_see_earlier_ones_and_failure_changes_nothing() {
     let mut topo = Topology::new(gke_levels(), a3_fleet(1));
-    let before: Vec<Resources> = topo.nodes().iter().map(|n| n.used.clone()).collect();
+    let before: Vec<Resources> = (0..topo.nodes().len()).map(|id| topo.used(id)).collect();
     let mut launcher = gpu_set(60, 8, Constraint::Required(BLOCK.into()));
     launcher.name = "launcher".into();
     let workers = gpu_set(8, 8, Constraint::Required(BLOCK.into()));
     let err = place(&mut topo, &[launcher, workers], &BestFit).err();
     assert_eq!(err.map(|e| e.pod_set), Some("workers".to_owned()));
-    let after: Vec<Resources> = topo.nodes().iter().map(|n| n.used.clone()).collect();
+    let after: Vec<Resources> = (0..topo.nodes().len()).map(|id| topo.used(id)).collect();
     assert_eq!(before, after);
 }
 

@@ -1,0 +1,115 @@
+//! Fitter benchmarks: a 64-pod gang that must fit in one block of a 10,000-node fleet with four
+//! topology levels and realistic partial usage; one pod's apply and rollback.
+//!
+//! Run: `cargo bench -p muster-topology --bench fit`
+
+use std::collections::BTreeMap;
+
+use muster_api::{Amount, Resources};
+use muster_topology::{BestFit, Constraint, NodeInfo, PodSetRequest, Topology, place};
+
+fn main() {
+    divan::main();
+}
+
+const LEVELS: [&str; 4] = [
+    "cloud.google.com/gce-topology-block",
+    "cloud.google.com/gce-topology-subblock",
+    "cloud.google.com/gce-topology-host",
+    "kubernetes.io/hostname",
+];
+
+fn gpus(n: u64) -> Resources {
+    [
+        ("nvidia.com/gpu".to_owned(), Amount::from_units(n)),
+        ("pods".to_owned(), Amount::from_units(1)),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// 10 blocks × 10 sub-blocks × 10 racks × 10 hosts of 8 GPUs. About 60% of GPUs are in use,
+/// spread unevenly (a fixed pseudo-random sequence, so every run measures the same state).
+fn fleet() -> Topology {
+    let mut nodes = Vec::with_capacity(10_000);
+    for i in 0..10_000u32 {
+        let (b, s, r) = (i / 1000, i / 100 % 10, i / 10 % 10);
+        let name = format!("gpu-{i:05}");
+        let labels = BTreeMap::from([
+            (LEVELS[0].to_owned(), format!("b{b}")),
+            (LEVELS[1].to_owned(), format!("b{b}-s{s}")),
+            (LEVELS[2].to_owned(), format!("b{b}-s{s}-r{r}")),
+            (LEVELS[3].to_owned(), name.clone()),
+            (
+                "cloud.google.com/gke-accelerator".to_owned(),
+                "nvidia-h100-80gb".to_owned(),
+            ),
+        ]);
+        let mut allocatable = gpus(8);
+        allocatable.set("pods", Amount::from_units(110));
+        allocatable.set("cpu", Amount::from_units(208));
+        nodes.push(NodeInfo {
+            name,
+            labels,
+            taints: Vec::new(),
+            allocatable,
+            schedulable: true,
+        });
+    }
+    let mut topo = Topology::new(LEVELS.map(str::to_owned).to_vec(), nodes);
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    for id in 0..10_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // Most nodes full or empty, some partly used, as on a busy training fleet.
+        let used = match x % 10 {
+            0..=4 => 8,
+            5..=6 => 0,
+            _ => x % 8,
+        };
+        topo.add_usage(id, &gpus(used));
+    }
+    topo.commit();
+    topo
+}
+
+fn gang(count: u32) -> Vec<PodSetRequest> {
+    vec![PodSetRequest {
+        name: "workers".into(),
+        count,
+        requests: gpus(8),
+        node_selector: BTreeMap::from([(
+            "cloud.google.com/gke-accelerator".to_owned(),
+            "nvidia-h100-80gb".to_owned(),
+        )]),
+        affinity: Vec::new(),
+        tolerations: Vec::new(),
+        constraint: Constraint::Required(LEVELS[0].to_owned()),
+    }]
+}
+
+/// Place a 64 × 8-GPU gang in one block, then roll it back.
+#[divan::bench]
+fn gang_64_in_one_block_of_10k_nodes(bencher: divan::Bencher) {
+    let mut topo = fleet();
+    let job = gang(64);
+    bencher.bench_local(|| {
+        let mark = topo.mark();
+        let fit = place(&mut topo, &job, &BestFit);
+        assert!(fit.is_ok(), "the fleet must hold the gang");
+        topo.rollback(mark);
+    });
+}
+
+/// Apply one pod's usage to a node and roll it back.
+#[divan::bench]
+fn apply_and_rollback_one_pod(bencher: divan::Bencher) {
+    let mut topo = fleet();
+    let usage = gpus(1);
+    bencher.bench_local(|| {
+        let mark = topo.mark();
+        topo.add_usage(4242, &usage);
+        topo.rollback(mark);
+    });
+}

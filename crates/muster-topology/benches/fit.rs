@@ -8,6 +8,10 @@ use std::collections::BTreeMap;
 use muster_api::{Amount, Resources};
 use muster_topology::{BestFit, Constraint, NodeInfo, PodSetRequest, Topology, place};
 
+// Counts allocations, so the index's memory per node can be read off the build benchmark.
+#[global_allocator]
+static ALLOC: divan::AllocProfiler = divan::AllocProfiler::system();
+
 fn main() {
     divan::main();
 }
@@ -28,34 +32,49 @@ fn gpus(n: u64) -> Resources {
     .collect()
 }
 
+/// The nodes of [`fleet`], as the index receives them.
+fn fleet_nodes() -> Vec<NodeInfo> {
+    (0..10_000u32)
+        .map(|i| {
+            let (b, s, r) = (i / 1000, i / 100 % 10, i / 10 % 10);
+            let name = format!("gpu-{i:05}");
+            let labels = BTreeMap::from([
+                (LEVELS[0].to_owned(), format!("b{b}")),
+                (LEVELS[1].to_owned(), format!("b{b}-s{s}")),
+                (LEVELS[2].to_owned(), format!("b{b}-s{s}-r{r}")),
+                (LEVELS[3].to_owned(), name.clone()),
+                (
+                    "cloud.google.com/gke-accelerator".to_owned(),
+                    "nvidia-h100-80gb".to_owned(),
+                ),
+            ]);
+            let mut allocatable = gpus(8);
+            allocatable.set("pods", Amount::from_units(110));
+            allocatable.set("cpu", Amount::from_units(208));
+            NodeInfo {
+                name,
+                labels,
+                taints: Vec::new(),
+                allocatable,
+                schedulable: true,
+            }
+        })
+        .collect()
+}
+
+/// Build the index of 10,000 nodes; divan's allocation counts give the bytes per node
+/// (everything the build allocates, divided by 10,000, bounds what it keeps).
+#[divan::bench]
+fn build_index_of_10k_nodes(bencher: divan::Bencher) {
+    bencher
+        .with_inputs(fleet_nodes)
+        .bench_local_values(|nodes| Topology::new(LEVELS.map(str::to_owned).to_vec(), nodes));
+}
+
 /// 10 blocks × 10 sub-blocks × 10 racks × 10 hosts of 8 GPUs. About 60% of GPUs are in use,
 /// spread unevenly (a fixed pseudo-random sequence, so every run measures the same state).
 fn fleet() -> Topology {
-    let mut nodes = Vec::with_capacity(10_000);
-    for i in 0..10_000u32 {
-        let (b, s, r) = (i / 1000, i / 100 % 10, i / 10 % 10);
-        let name = format!("gpu-{i:05}");
-        let labels = BTreeMap::from([
-            (LEVELS[0].to_owned(), format!("b{b}")),
-            (LEVELS[1].to_owned(), format!("b{b}-s{s}")),
-            (LEVELS[2].to_owned(), format!("b{b}-s{s}-r{r}")),
-            (LEVELS[3].to_owned(), name.clone()),
-            (
-                "cloud.google.com/gke-accelerator".to_owned(),
-                "nvidia-h100-80gb".to_owned(),
-            ),
-        ]);
-        let mut allocatable = gpus(8);
-        allocatable.set("pods", Amount::from_units(110));
-        allocatable.set("cpu", Amount::from_units(208));
-        nodes.push(NodeInfo {
-            name,
-            labels,
-            taints: Vec::new(),
-            allocatable,
-            schedulable: true,
-        });
-    }
+    let nodes = fleet_nodes();
     let mut topo = Topology::new(LEVELS.map(str::to_owned).to_vec(), nodes);
     let mut x: u64 = 0x2545_F491_4F6C_DD1D;
     for id in 0..10_000 {

@@ -6,7 +6,8 @@
 //! - [`PodSetRequest`] is what one pod set needs: count, per-pod requests, where it may go, and a
 //!   [`Constraint`] (required level, preferred level, TPU slices, or none).
 //! - [`place`] puts a whole gang down or explains, as a [`NoFit`], why it cannot.
-//! - [`Policy`] chooses among domains: [`BestFit`] (default) or [`Spread`].
+//! - [`Policy`] chooses among domains: [`BestFit`] (default), [`Spread`] or
+//!   [`FragmentationAware`].
 //!
 //! Pure and synchronous: no I/O, no clock.
 
@@ -19,6 +20,6 @@ mod tree;
 
 pub use node::{InputError, NodeInfo, pod_usage};
 pub use place::{Fit, NoFit, NoFitKind, PodSetFit, place};
-pub use policy::{BestFit, POLICY_NAMES, Policy, Spread, Unit, by_name};
+pub use policy::{BestFit, FragmentationAware, POLICY_NAMES, Policy, Spread, Unit, by_name};
 pub use request::{Constraint, Mismatch, PodSetRequest, RequestError, tolerated};
 pub use tree::{DenseRequest, Domain, DomainId, Mark, NodeId, NodeState, Topology};

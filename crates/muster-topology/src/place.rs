@@ -117,11 +117,14 @@ pub fn place(
 pub(crate) struct Capacity {
     pub(crate) node: Vec<u32>,
     pub(crate) domain: Vec<u32>,
+    /// The same if every node were empty; only for policies that use it, else a copy.
+    pub(crate) empty_node: Vec<u32>,
+    pub(crate) empty_domain: Vec<u32>,
 }
 
 /// How many pods of `req` each node and each domain can take now. Eligibility (selectors,
 /// affinity, taints) is checked only on nodes with room, which on a busy fleet skips most.
-pub(crate) fn capacity(topo: &Topology, req: &PodSetRequest) -> Capacity {
+pub(crate) fn capacity(topo: &Topology, req: &PodSetRequest, with_empty: bool) -> Capacity {
     let dense = topo.dense(&req.requests);
     let node: Vec<u32> = topo
         .nodes()
@@ -136,6 +139,38 @@ pub(crate) fn capacity(topo: &Topology, req: &PodSetRequest) -> Capacity {
             }
         })
         .collect();
+    let empty_node: Vec<u32> = if with_empty {
+        topo.nodes()
+            .iter()
+            .enumerate()
+            .map(|(id, n)| {
+                let fits = topo.pods_fitting_empty(id, &dense, req.count);
+                if fits > 0 && req.node_mismatch(&n.info).is_some() {
+                    0
+                } else {
+                    fits
+                }
+            })
+            .collect()
+    } else {
+        node.clone()
+    };
+    let domain = per_domain(topo, &node);
+    let empty_domain = if with_empty {
+        per_domain(topo, &empty_node)
+    } else {
+        domain.clone()
+    };
+    Capacity {
+        node,
+        domain,
+        empty_node,
+        empty_domain,
+    }
+}
+
+/// Sums per-node pod counts into every domain.
+fn per_domain(topo: &Topology, node: &[u32]) -> Vec<u32> {
     let mut domain = vec![0u32; topo.domains().len()];
     for (id, n) in topo.nodes().iter().enumerate() {
         domain[n.domain] = domain[n.domain].saturating_add(node[id]);
@@ -146,7 +181,7 @@ pub(crate) fn capacity(topo: &Topology, req: &PodSetRequest) -> Capacity {
             domain[parent] = domain[parent].saturating_add(domain[id]);
         }
     }
-    Capacity { node, domain }
+    domain
 }
 
 /// Why each ineligible node is ineligible (a full pass, for explanations only).
@@ -165,7 +200,7 @@ fn place_in_domain(
     req: &PodSetRequest,
     policy: &dyn Policy,
 ) -> Result<Placed, NoFit> {
-    let cap = capacity(topo, req);
+    let cap = capacity(topo, req, policy.uses_empty_capacity());
     let total = cap.domain[0];
     let no_fit = |kind, best: Option<(String, u32)>, message: String| NoFit {
         pod_set: req.name.clone(),
@@ -262,15 +297,13 @@ fn place_in_domain(
 
 /// The labelled domains at `depth` with room for at least one pod.
 fn domains_at(topo: &Topology, cap: &Capacity, depth: usize) -> Vec<Unit> {
-    topo.domains()
+    topo.domains_at_depth(depth)
         .iter()
-        .enumerate()
-        .filter(|(id, d)| {
-            d.depth == depth && (depth == 0 || !d.value.is_empty()) && cap.domain[*id] > 0
-        })
-        .map(|(id, _)| Unit {
+        .filter(|&&id| (depth == 0 || !topo.domains()[id].value.is_empty()) && cap.domain[id] > 0)
+        .map(|&id| Unit {
             id,
             capacity: cap.domain[id],
+            empty_capacity: cap.empty_domain[id],
         })
         .collect()
 }
@@ -293,6 +326,7 @@ fn distribute(
             .map(|&id| Unit {
                 id,
                 capacity: cap.node[id],
+                empty_capacity: cap.empty_node[id],
             })
             .collect()
     } else {
@@ -301,6 +335,7 @@ fn distribute(
             .map(|&id| Unit {
                 id,
                 capacity: cap.domain[id],
+                empty_capacity: cap.empty_domain[id],
             })
             .collect()
     };

@@ -11,6 +11,9 @@ pub struct Unit {
     pub id: usize,
     /// Pods of the set it can hold now.
     pub capacity: u32,
+    /// Pods of the set it could hold if it were empty; filled in only for policies whose
+    /// [`Policy::uses_empty_capacity`] is true (otherwise equal to `capacity`).
+    pub empty_capacity: u32,
 }
 
 /// A way to choose among units. Ties are broken by the units' order (label value, then name),
@@ -24,6 +27,11 @@ pub trait Policy {
 
     /// When no single unit can hold `need` pods: the unit to fill next.
     fn fill_next(&self, units: &[Unit], need: u32) -> Option<usize>;
+
+    /// Whether the policy reads [`Unit::empty_capacity`] (computing it costs a second pass).
+    fn uses_empty_capacity(&self) -> bool {
+        false
+    }
 }
 
 /// Default: the tightest unit that holds the pods, so large holes survive for the next big gang;
@@ -66,17 +74,55 @@ impl Policy for Spread {
     }
 }
 
+/// Fragmentation-aware: keep untouched units whole for the next large gang. Among units that
+/// hold the pods, prefer ones already partly in use (whose room is a hole left by earlier work),
+/// then the tightest; when none holds them, fill partly used units first, largest first.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FragmentationAware;
+
+impl Policy for FragmentationAware {
+    fn name(&self) -> &'static str {
+        "fragmentation-aware"
+    }
+
+    fn choose_single(&self, units: &[Unit], need: u32) -> Option<usize> {
+        position_min_by_key(units, |u| {
+            (u.capacity >= need)
+                .then_some(untouched(u) * (u32::MAX / 2) + u.capacity.min(u32::MAX / 2 - 1))
+        })
+    }
+
+    fn fill_next(&self, units: &[Unit], _need: u32) -> Option<usize> {
+        position_min_by_key(units, |u| {
+            (u.capacity > 0).then_some(
+                untouched(u) * (u32::MAX / 2)
+                    + (u32::MAX / 2 - 1 - u.capacity.min(u32::MAX / 2 - 1)),
+            )
+        })
+    }
+
+    fn uses_empty_capacity(&self) -> bool {
+        true
+    }
+}
+
+/// 1 when nothing of the unit is in use, else 0.
+fn untouched(u: &Unit) -> u32 {
+    u32::from(u.capacity >= u.empty_capacity)
+}
+
 /// The policies by name, for `--policy`.
 pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
     match name {
         "best-fit" => Some(Box::new(BestFit)),
         "spread" => Some(Box::new(Spread)),
+        "fragmentation-aware" => Some(Box::new(FragmentationAware)),
         _ => None,
     }
 }
 
 /// The names `by_name` knows.
-pub const POLICY_NAMES: &[&str] = &["best-fit", "spread"];
+pub const POLICY_NAMES: &[&str] = &["best-fit", "spread", "fragmentation-aware"];
 
 fn largest(units: &[Unit]) -> Option<usize> {
     position_min_by_key(units, |u| (u.capacity > 0).then_some(u32::MAX - u.capacity))
@@ -102,7 +148,11 @@ mod tests {
     fn units(caps: &[u32]) -> Vec<Unit> {
         caps.iter()
             .enumerate()
-            .map(|(id, c)| Unit { id, capacity: *c })
+            .map(|(id, c)| Unit {
+                id,
+                capacity: *c,
+                empty_capacity: *c,
+            })
             .collect()
     }
 
@@ -111,6 +161,19 @@ mod tests {
         assert_eq!(BestFit.choose_single(&units(&[16, 9, 12, 8]), 9), Some(1));
         assert_eq!(BestFit.choose_single(&units(&[4, 5]), 9), None);
         assert_eq!(BestFit.fill_next(&units(&[4, 5, 5]), 9), Some(1));
+    }
+
+    #[test]
+    fn fragmentation_aware_fills_holes_before_breaking_whole_units() {
+        let mut u = units(&[4, 6, 12]);
+        u[1].empty_capacity = 16; // partly used
+        assert_eq!(
+            BestFit.choose_single(&u, 4),
+            Some(0),
+            "best fit breaks the small whole unit"
+        );
+        assert_eq!(FragmentationAware.choose_single(&u, 4), Some(1));
+        assert_eq!(FragmentationAware.fill_next(&u, 20), Some(1));
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub(crate) fn place_slices(topo: &Topology, req: &PodSetRequest) -> Result<Place
         return Ok((Vec::new(), Vec::new()));
     };
     let hosts = req.count / slices.max(&1);
-    let cap = capacity(topo, req);
+    let cap = capacity(topo, req, false);
     let matches_shape = |labels: &BTreeMap<String, String>| -> Option<bool> {
         if labels.get(ACCELERATOR_LABEL) != Some(accelerator) {
             return None;

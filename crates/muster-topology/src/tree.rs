@@ -210,6 +210,17 @@ impl Topology {
         u32::try_from(fit).unwrap_or(cap)
     }
 
+    /// How many pods needing `request` would fit on `node` if it were empty, at most `cap`.
+    pub fn pods_fitting_empty(&self, node: NodeId, request: &DenseRequest, cap: u32) -> u32 {
+        let Some(request) = request else { return 0 };
+        let n = &self.nodes[node];
+        let mut fit = u64::from(cap);
+        for (k, milli) in request {
+            fit = fit.min(n.alloc[*k] / (*milli).max(1));
+        }
+        u32::try_from(fit).unwrap_or(cap)
+    }
+
     /// What bound pods use on `node`.
     pub fn used(&self, node: NodeId) -> Resources {
         self.to_resources(&self.nodes[node].used)

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use muster_api::{Amount, Resources};
-use muster_topology::{BestFit, Constraint, NodeInfo, PodSetRequest, Spread, Topology, place};
+use muster_topology::{BestFit, Constraint, NodeInfo, PodSetRequest, Topology, place};
 use proptest::prelude::*;
 
 const LEVELS: [&str; 3] = ["block", "subblock", "kubernetes.io/hostname"];
@@ -99,10 +99,11 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn placements_never_overcommit_and_honour_required_levels(f in fleet(), g in gang(), spread in any::<bool>()) {
+    fn placements_never_overcommit_and_honour_required_levels(f in fleet(), g in gang(), policy in 0usize..3) {
         let mut topo = build(&f);
         let used_before: Vec<u64> = (0..topo.nodes().len()).map(|id| topo.used(id).get("nvidia.com/gpu").milli()).collect();
-        let fit = if spread { place(&mut topo, &g, &Spread) } else { place(&mut topo, &g, &BestFit) };
+        let policy = muster_topology::by_name(muster_topology::POLICY_NAMES[policy]).unwrap_or_else(|| Box::new(BestFit));
+        let fit = place(&mut topo, &g, policy.as_ref());
         let Ok(fit) = fit else { return Ok(()) };
         for (i, n) in topo.nodes().iter().enumerate() {
             // Pre-existing usage may exceed allocatable; what Muster adds never may.

@@ -6,7 +6,8 @@ use k8s_openapi::api::core::v1::{Taint, Toleration};
 use muster_api::tpu::Shape;
 use muster_api::{Amount, Resources};
 use muster_topology::{
-    BestFit, Constraint, NoFitKind, NodeInfo, PodSetRequest, Spread, Topology, place,
+    BestFit, Constraint, FragmentationAware, NoFitKind, NodeInfo, PodSetRequest, Spread, Topology,
+    place,
 };
 
 const BLOCK: &str = "cloud.google.com/gce-topology-block";
@@ -501,4 +502,29 @@ fn same_nodes_in_any_order_give_the_same_placement() {
         place(&mut t1, &job, &BestFit),
         place(&mut t2, &job, &BestFit)
     );
+}
+
+#[test]
+fn fragmentation_aware_keeps_whole_subblocks_whole() {
+    // Sub-block s0 has 16 hosts, 4 busy: 12 free, partly used. Sub-block s1 has only 10 hosts,
+    // all free: whole. For an 8-pod gang best fit takes the tightest (s1, breaking a whole
+    // sub-block); fragmentation-aware fills the hole in s0; spread takes the roomiest (s2).
+    let nodes = a3_fleet(1)
+        .into_iter()
+        .filter(|n| !(n.name.starts_with("gpu-b0-s1-h") && n.name.as_str() >= "gpu-b0-s1-h10"));
+    let mut topo = Topology::new(gke_levels(), nodes);
+    for h in 0..4 {
+        let id = topo
+            .node_id(&format!("gpu-b0-s0-h{h:02}"))
+            .unwrap_or_default();
+        topo.add_usage(id, &res(&[("nvidia.com/gpu", 8), ("pods", 1)]));
+    }
+    let job = [gpu_set(8, 8, Constraint::Required(SUBBLOCK.into()))];
+    let chosen = |policy: &dyn muster_topology::Policy| {
+        let mut t = topo.clone();
+        place(&mut t, &job, policy).map(|f| f.pod_sets[0].domain[1].1.clone())
+    };
+    assert_eq!(chosen(&BestFit), Ok("b-00-s1".to_owned()));
+    assert_eq!(chosen(&FragmentationAware), Ok("b-00-s0".to_owned()));
+    assert_eq!(chosen(&Spread), Ok("b-00-s2".to_owned()));
 }

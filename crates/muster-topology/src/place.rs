@@ -117,9 +117,18 @@ pub fn place(
 pub(crate) struct Capacity {
     pub(crate) node: Vec<u32>,
     pub(crate) domain: Vec<u32>,
-    /// The same if every node were empty; only for policies that use it, else a copy.
-    pub(crate) empty_node: Vec<u32>,
-    pub(crate) empty_domain: Vec<u32>,
+    /// The same if every node were empty: only for policies that use it.
+    empty: Option<(Vec<u32>, Vec<u32>)>,
+}
+
+impl Capacity {
+    fn empty_node(&self, id: NodeId) -> u32 {
+        self.empty.as_ref().map_or(self.node[id], |(n, _)| n[id])
+    }
+
+    fn empty_domain(&self, id: DomainId) -> u32 {
+        self.empty.as_ref().map_or(self.domain[id], |(_, d)| d[id])
+    }
 }
 
 /// How many pods of `req` each node and each domain can take now. Eligibility (selectors,
@@ -139,8 +148,10 @@ pub(crate) fn capacity(topo: &Topology, req: &PodSetRequest, with_empty: bool) -
             }
         })
         .collect();
-    let empty_node: Vec<u32> = if with_empty {
-        topo.nodes()
+    let domain = per_domain(topo, &node);
+    let empty = with_empty.then(|| {
+        let empty_node: Vec<u32> = topo
+            .nodes()
             .iter()
             .enumerate()
             .map(|(id, n)| {
@@ -151,21 +162,14 @@ pub(crate) fn capacity(topo: &Topology, req: &PodSetRequest, with_empty: bool) -
                     fits
                 }
             })
-            .collect()
-    } else {
-        node.clone()
-    };
-    let domain = per_domain(topo, &node);
-    let empty_domain = if with_empty {
-        per_domain(topo, &empty_node)
-    } else {
-        domain.clone()
-    };
+            .collect();
+        let empty_domain = per_domain(topo, &empty_node);
+        (empty_node, empty_domain)
+    });
     Capacity {
         node,
         domain,
-        empty_node,
-        empty_domain,
+        empty,
     }
 }
 
@@ -303,7 +307,7 @@ fn domains_at(topo: &Topology, cap: &Capacity, depth: usize) -> Vec<Unit> {
         .map(|&id| Unit {
             id,
             capacity: cap.domain[id],
-            empty_capacity: cap.empty_domain[id],
+            empty_capacity: cap.empty_domain(id),
         })
         .collect()
 }
@@ -326,7 +330,7 @@ fn distribute(
             .map(|&id| Unit {
                 id,
                 capacity: cap.node[id],
-                empty_capacity: cap.empty_node[id],
+                empty_capacity: cap.empty_node(id),
             })
             .collect()
     } else {
@@ -335,7 +339,7 @@ fn distribute(
             .map(|&id| Unit {
                 id,
                 capacity: cap.domain[id],
-                empty_capacity: cap.empty_domain[id],
+                empty_capacity: cap.empty_domain(id),
             })
             .collect()
     };

@@ -115,18 +115,7 @@ pub fn read<T: DeserializeOwned>(value: Value) -> Result<T, Vec<FieldError>> {
         Ok(object) if errors.is_empty() => Ok(object),
         Ok(_) => Err(errors),
         Err(err) => {
-            let path = err.path().to_string();
-            errors.insert(
-                0,
-                FieldError {
-                    path: if path == "." {
-                        "(root)".into()
-                    } else {
-                        js_path(&path)
-                    },
-                    message: plain_words(&err.into_inner().to_string()),
-                },
-            );
+            errors.insert(0, type_error(err));
             Err(errors)
         }
     }
@@ -135,17 +124,20 @@ pub fn read<T: DeserializeOwned>(value: Value) -> Result<T, Vec<FieldError>> {
 /// Deserializes `value` as `T`, reporting the path of a type error but ignoring unknown fields:
 /// for objects of other APIs (nodes, pods) that a newer server may extend.
 pub fn read_lenient<T: DeserializeOwned>(value: Value) -> Result<T, FieldError> {
-    serde_path_to_error::deserialize(value).map_err(|err| {
-        let path = err.path().to_string();
-        FieldError {
-            path: if path == "." {
-                "(root)".into()
-            } else {
-                js_path(&path)
-            },
-            message: plain_words(&err.into_inner().to_string()),
-        }
-    })
+    serde_path_to_error::deserialize(value).map_err(type_error)
+}
+
+/// A deserialization error as a field error at the path where it happened.
+fn type_error(err: serde_path_to_error::Error<serde_json::Error>) -> FieldError {
+    let path = err.path().to_string();
+    FieldError {
+        path: if path == "." {
+            "(root)".into()
+        } else {
+            js_path(&path)
+        },
+        message: plain_words(&err.into_inner().to_string()),
+    }
 }
 
 /// serde names Rust types in its messages; users write YAML.

@@ -135,34 +135,12 @@ impl Capacity {
 /// affinity, taints) is checked only on nodes with room, which on a busy fleet skips most.
 pub(crate) fn capacity(topo: &Topology, req: &PodSetRequest, with_empty: bool) -> Capacity {
     let dense = topo.dense(&req.requests);
-    let node: Vec<u32> = topo
-        .nodes()
-        .iter()
-        .enumerate()
-        .map(|(id, n)| {
-            let fits = topo.pods_fitting(id, &dense, req.count);
-            if fits > 0 && req.node_mismatch(&n.info).is_some() {
-                0
-            } else {
-                fits
-            }
-        })
-        .collect();
+    let node = per_node(topo, req, |id| topo.pods_fitting(id, &dense, req.count));
     let domain = per_domain(topo, &node);
     let empty = with_empty.then(|| {
-        let empty_node: Vec<u32> = topo
-            .nodes()
-            .iter()
-            .enumerate()
-            .map(|(id, n)| {
-                let fits = topo.pods_fitting_empty(id, &dense, req.count);
-                if fits > 0 && req.node_mismatch(&n.info).is_some() {
-                    0
-                } else {
-                    fits
-                }
-            })
-            .collect();
+        let empty_node = per_node(topo, req, |id| {
+            topo.pods_fitting_empty(id, &dense, req.count)
+        });
         let empty_domain = per_domain(topo, &empty_node);
         (empty_node, empty_domain)
     });
@@ -171,6 +149,22 @@ pub(crate) fn capacity(topo: &Topology, req: &PodSetRequest, with_empty: bool) -
         domain,
         empty,
     }
+}
+
+/// `fits(node)` for every node the pod set may use, zero for the others.
+fn per_node(topo: &Topology, req: &PodSetRequest, fits: impl Fn(NodeId) -> u32) -> Vec<u32> {
+    topo.nodes()
+        .iter()
+        .enumerate()
+        .map(|(id, n)| {
+            let room = fits(id);
+            if room > 0 && req.node_mismatch(&n.info).is_some() {
+                0
+            } else {
+                room
+            }
+        })
+        .collect()
 }
 
 /// Sums per-node pod counts into every domain.

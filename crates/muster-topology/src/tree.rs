@@ -189,14 +189,14 @@ impl Topology {
     pub fn dense(&self, requests: &Resources) -> DenseRequest {
         requests
             .iter()
-            .map(|(name, amount)| {
-                let k = self
-                    .resources
-                    .binary_search_by(|r| r.as_str().cmp(name))
-                    .ok()?;
-                Some((k, amount.milli()))
-            })
+            .map(|(name, amount)| Some((self.resource_index(name)?, amount.milli())))
             .collect()
+    }
+
+    fn resource_index(&self, name: &str) -> Option<usize> {
+        self.resources
+            .binary_search_by(|r| r.as_str().cmp(name))
+            .ok()
     }
 
     /// How many pods needing `request` fit on `node` now, at most `cap`.
@@ -301,13 +301,7 @@ impl Topology {
     fn known(&self, usage: &Resources) -> Vec<(usize, u64)> {
         usage
             .iter()
-            .filter_map(|(name, amount)| {
-                let k = self
-                    .resources
-                    .binary_search_by(|r| r.as_str().cmp(name))
-                    .ok()?;
-                Some((k, amount.milli()))
-            })
+            .filter_map(|(name, amount)| Some((self.resource_index(name)?, amount.milli())))
             .collect()
     }
 

@@ -23,6 +23,18 @@ fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The names of the files in `dir`, sorted.
+fn file_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| unreachable!("{}: {e}", path.display()))
 }
@@ -33,20 +45,8 @@ fn checked_in_crds_match_the_types() {
     let out_dir = dir.path().to_string_lossy().into_owned();
     let out = muster(&["crds", "--out", &out_dir]);
     assert!(out.status.success());
-    let mut generated: Vec<String> = std::fs::read_dir(dir.path())
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    generated.sort();
-    let mut checked_in: Vec<String> = std::fs::read_dir(repo().join("crds"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    checked_in.sort();
+    let generated = file_names(dir.path());
+    let checked_in = file_names(&repo().join("crds"));
     assert_eq!(
         generated, checked_in,
         "crds/ has other files than `muster crds --out` writes"
@@ -150,13 +150,7 @@ const INVALID: &[(&str, &[&str])] = &[
 
 #[test]
 fn invalid_examples_are_rejected_with_paths_and_fixes() {
-    let mut on_disk: Vec<String> = std::fs::read_dir(repo().join("deploy/examples/invalid"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    on_disk.sort();
+    let on_disk = file_names(&repo().join("deploy/examples/invalid"));
     let expected: Vec<&str> = INVALID.iter().map(|(f, _)| *f).collect();
     assert_eq!(
         on_disk, expected,

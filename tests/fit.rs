@@ -12,6 +12,21 @@ fn muster(dir: &Path, args: &[&str]) -> Output {
         .unwrap_or_else(|e| unreachable!("cannot run muster: {e}"))
 }
 
+/// `muster fit` on the fixture's nodes, pods and job, with `extra` arguments.
+fn fit_with_pods(dir: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "fit",
+        "--nodes",
+        "nodes.yaml",
+        "--pods",
+        "pods.yaml",
+        "--job",
+        "job.yaml",
+    ];
+    args.extend_from_slice(extra);
+    muster(dir, &args)
+}
+
 /// 2 blocks × 2 sub-blocks × 4 hosts × 8 GPUs, as `kubectl get nodes -o yaml` prints a List.
 fn nodes_yaml() -> String {
     let mut y = String::from("apiVersion: v1\nkind: List\nitems:\n");
@@ -76,20 +91,7 @@ fn json(out: &Output) -> serde_json::Value {
 #[test]
 fn a_gang_that_fits_goes_to_the_block_with_room() {
     let dir = setup(6);
-    let out = muster(
-        dir.path(),
-        &[
-            "fit",
-            "--nodes",
-            "nodes.yaml",
-            "--pods",
-            "pods.yaml",
-            "--job",
-            "job.yaml",
-            "-o",
-            "json",
-        ],
-    );
+    let out = fit_with_pods(dir.path(), &["-o", "json"]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -113,20 +115,7 @@ fn a_gang_that_fits_goes_to_the_block_with_room() {
 #[test]
 fn a_gang_that_does_not_fit_gets_the_reason() {
     let dir = setup(10);
-    let out = muster(
-        dir.path(),
-        &[
-            "fit",
-            "--nodes",
-            "nodes.yaml",
-            "--pods",
-            "pods.yaml",
-            "--job",
-            "job.yaml",
-            "-o",
-            "json",
-        ],
-    );
+    let out = fit_with_pods(dir.path(), &["-o", "json"]);
     assert_eq!(out.status.code(), Some(1));
     let v = json(&out);
     assert_eq!(v["fit"], false);
@@ -136,18 +125,7 @@ fn a_gang_that_does_not_fit_gets_the_reason() {
         message.contains("the best, b-1, has room for 8") && message.contains("room for 13"),
         "{message}"
     );
-    let text = muster(
-        dir.path(),
-        &[
-            "fit",
-            "--nodes",
-            "nodes.yaml",
-            "--pods",
-            "pods.yaml",
-            "--job",
-            "job.yaml",
-        ],
-    );
+    let text = fit_with_pods(dir.path(), &[]);
     assert!(String::from_utf8_lossy(&text.stdout).starts_with("does not fit: needs 10 pods"));
 }
 

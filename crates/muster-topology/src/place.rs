@@ -122,12 +122,24 @@ pub(crate) struct Capacity {
 }
 
 impl Capacity {
-    fn empty_node(&self, id: NodeId) -> u32 {
-        self.empty.as_ref().map_or(self.node[id], |(n, _)| n[id])
+    /// A node as a unit a policy can choose.
+    fn node_unit(&self, id: NodeId) -> Unit {
+        let empty_capacity = self.empty.as_ref().map_or(self.node[id], |(n, _)| n[id]);
+        Unit {
+            id,
+            capacity: self.node[id],
+            empty_capacity,
+        }
     }
 
-    fn empty_domain(&self, id: DomainId) -> u32 {
-        self.empty.as_ref().map_or(self.domain[id], |(_, d)| d[id])
+    /// A domain as a unit a policy can choose.
+    fn domain_unit(&self, id: DomainId) -> Unit {
+        let empty_capacity = self.empty.as_ref().map_or(self.domain[id], |(_, d)| d[id]);
+        Unit {
+            id,
+            capacity: self.domain[id],
+            empty_capacity,
+        }
     }
 }
 
@@ -152,7 +164,11 @@ pub(crate) fn capacity(topo: &Topology, req: &PodSetRequest, with_empty: bool) -
 }
 
 /// `fits(node)` for every node the pod set may use, zero for the others.
-fn per_node(topo: &Topology, req: &PodSetRequest, fits: impl Fn(NodeId) -> u32) -> Vec<u32> {
+pub(crate) fn per_node(
+    topo: &Topology,
+    req: &PodSetRequest,
+    fits: impl Fn(NodeId) -> u32,
+) -> Vec<u32> {
     topo.nodes()
         .iter()
         .enumerate()
@@ -298,11 +314,7 @@ fn domains_at(topo: &Topology, cap: &Capacity, depth: usize) -> Vec<Unit> {
     topo.domains_at_depth(depth)
         .iter()
         .filter(|&&id| (depth == 0 || !topo.domains()[id].value.is_empty()) && cap.domain[id] > 0)
-        .map(|&id| Unit {
-            id,
-            capacity: cap.domain[id],
-            empty_capacity: cap.empty_domain(id),
-        })
+        .map(|&id| cap.domain_unit(id))
         .collect()
 }
 
@@ -319,23 +331,9 @@ fn distribute(
     let d = &topo.domains()[domain];
     let leaf = d.children.is_empty();
     let mut units: Vec<Unit> = if leaf {
-        d.nodes
-            .iter()
-            .map(|&id| Unit {
-                id,
-                capacity: cap.node[id],
-                empty_capacity: cap.empty_node(id),
-            })
-            .collect()
+        d.nodes.iter().map(|&id| cap.node_unit(id)).collect()
     } else {
-        d.children
-            .iter()
-            .map(|&id| Unit {
-                id,
-                capacity: cap.domain[id],
-                empty_capacity: cap.empty_domain(id),
-            })
-            .collect()
+        d.children.iter().map(|&id| cap.domain_unit(id)).collect()
     };
     units.retain(|u| u.capacity > 0);
     let mut left = need;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
 use muster_api::resources::{ResourceError, names, pod_requests};
 use muster_api::tpu::Shape;
-use muster_api::{Amount, PodSet, ResourceFlavorSpec, Resources};
+use muster_api::{Amount, PodSet, ResourceFlavorSpec, Resources, TpuSliceRequest};
 
 use crate::node::NodeInfo;
 
@@ -109,32 +109,14 @@ impl PodSetRequest {
             })
             .map(|s| s.node_selector_terms.clone())
             .unwrap_or_default();
-        let topology = set.topology.as_ref();
-        let constraint = match topology {
-            Some(t) if t.tpu.is_some() => {
-                let tpu = t
-                    .tpu
-                    .as_ref()
-                    .ok_or_else(|| RequestError::Tpu(set.name.clone()))?;
-                let accelerator = muster_api::tpu::accelerator(&tpu.accelerator)
-                    .ok_or_else(|| RequestError::Tpu(set.name.clone()))?;
-                let shape = accelerator
-                    .shape(&tpu.topology)
-                    .map_err(|_| RequestError::Tpu(set.name.clone()))?;
-                Constraint::Tpu {
-                    accelerator: tpu.accelerator.clone(),
-                    shape,
-                    slices: u32::try_from(tpu.slices()).unwrap_or(1).max(1),
-                    allow_rotation: tpu.allow_rotation,
-                }
-            }
-            Some(t) if t.required.is_some() => {
-                Constraint::Required(t.required.clone().unwrap_or_default())
-            }
-            Some(t) if t.preferred.is_some() => {
-                Constraint::Preferred(t.preferred.clone().unwrap_or_default())
-            }
-            _ => Constraint::None,
+        let constraint = match set.topology.as_ref() {
+            Some(t) => match (&t.tpu, &t.required, &t.preferred) {
+                (Some(tpu), _, _) => tpu_constraint(&set.name, tpu, count)?,
+                (None, Some(level), _) => Constraint::Required(level.clone()),
+                (None, None, Some(level)) => Constraint::Preferred(level.clone()),
+                (None, None, None) => Constraint::None,
+            },
+            None => Constraint::None,
         };
         Ok(PodSetRequest {
             name: set.name.clone(),
@@ -172,6 +154,28 @@ impl PodSetRequest {
         }
         None
     }
+}
+
+/// A TPU slice constraint, checked as far as placement depends on it: a known accelerator and
+/// shape, and a pod count that splits evenly over the slices (one pod per host).
+fn tpu_constraint(
+    name: &str,
+    tpu: &TpuSliceRequest,
+    count: u32,
+) -> Result<Constraint, RequestError> {
+    let invalid = || RequestError::Tpu(name.to_owned());
+    let accelerator = muster_api::tpu::accelerator(&tpu.accelerator).ok_or_else(invalid)?;
+    let shape = accelerator.shape(&tpu.topology).map_err(|_| invalid())?;
+    let slices = u32::try_from(tpu.slices())
+        .ok()
+        .filter(|s| *s > 0 && count.is_multiple_of(*s))
+        .ok_or_else(invalid)?;
+    Ok(Constraint::Tpu {
+        accelerator: tpu.accelerator.clone(),
+        shape,
+        slices,
+        allow_rotation: tpu.allow_rotation,
+    })
 }
 
 /// Why a node is not a candidate.

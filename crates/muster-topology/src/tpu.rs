@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use muster_api::resources::names;
 use muster_api::tpu::{ACCELERATOR_LABEL, NODE_POOL_LABEL, Shape, TOPOLOGY_LABEL};
 
-use crate::place::{NoFit, NoFitKind, Placed, capacity, describe};
+use crate::place::{NoFit, NoFitKind, Placed, describe, per_node};
 use crate::request::{Constraint, PodSetRequest};
 use crate::tree::{NodeId, Topology};
 
@@ -29,8 +29,11 @@ pub(crate) fn place_slices(topo: &Topology, req: &PodSetRequest) -> Result<Place
     else {
         return Ok((Vec::new(), Vec::new()));
     };
+    // Requests are built with a slice count that divides the pod count.
     let hosts = req.count / slices.max(&1);
-    let cap = capacity(topo, req, false);
+    // Only per-node room matters here: a slice is whole hosts, never a sum over a domain.
+    let dense = topo.dense(&req.requests);
+    let room = per_node(topo, req, |id| topo.pods_fitting(id, &dense, 1));
     let matches_shape = |labels: &BTreeMap<String, String>| -> Option<bool> {
         if labels.get(ACCELERATOR_LABEL) != Some(accelerator) {
             return None;
@@ -66,7 +69,7 @@ pub(crate) fn place_slices(topo: &Topology, req: &PodSetRequest) -> Result<Place
             u32::try_from(nodes.len()).ok() == Some(hosts)
                 && nodes
                     .iter()
-                    .all(|n| cap.node[*n] >= 1 && topo.used(*n).get(names::GOOGLE_TPU).is_zero())
+                    .all(|n| room[*n] >= 1 && topo.used(*n).get(names::GOOGLE_TPU).is_zero())
         })
         .map(|(name, (nodes, exact))| Slice { name, nodes, exact })
         .collect();

@@ -9,8 +9,9 @@ use muster_api::document::{read, read_lenient};
 use muster_api::resource_flavor::{AWS_TOPOLOGY_LEVELS, GKE_TOPOLOGY_LEVELS, HOSTNAME_LABEL};
 use muster_api::{GpuJob, ResourceFlavor, ResourceFlavorSpec, Validate};
 use muster_topology::{Fit, NodeInfo, PodSetRequest, Topology, place, pod_usage};
-use serde::Deserialize;
 use serde_json::{Value, json};
+
+use super::yaml;
 
 /// Arguments of `muster fit`.
 #[derive(Debug, clap::Args)]
@@ -57,10 +58,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
 
     let mut nodes = Vec::new();
-    for (i, value) in documents(&args.nodes)?.into_iter().enumerate() {
-        let node: Node = read_lenient(value).map_err(|e| located(&args.nodes, i, &[e]))?;
+    for object in documents(&args.nodes)? {
+        let node: Node =
+            read_lenient(object.value).map_err(|e| located(&args.nodes, &object.label, &[e]))?;
         let info = NodeInfo::from_node(&node)
-            .with_context(|| format!("{}: node {}", args.nodes.display(), i + 1))?;
+            .with_context(|| format!("{}:{}", args.nodes.display(), object.label))?;
         let selected = flavor.as_ref().is_none_or(|f| {
             f.node_labels
                 .iter()
@@ -72,10 +74,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     let mut topo = Topology::new(levels, nodes);
     if let Some(path) = &args.pods {
-        for (i, value) in documents(path)?.into_iter().enumerate() {
-            let pod: Pod = read_lenient(value).map_err(|e| located(path, i, &[e]))?;
+        for object in documents(path)? {
+            let pod: Pod =
+                read_lenient(object.value).map_err(|e| located(path, &object.label, &[e]))?;
             if let Some((node, usage)) =
-                pod_usage(&pod).with_context(|| format!("{}", path.display()))?
+                pod_usage(&pod).with_context(|| format!("{}:{}", path.display(), object.label))?
                 && let Some(id) = topo.node_id(&node)
             {
                 topo.add_usage(id, &usage);
@@ -169,24 +172,14 @@ fn levels_named_by(job: &GpuJob) -> Vec<String> {
     named
 }
 
-/// Every object in a YAML file, with `kind: List` items flattened.
-fn documents(path: &Path) -> anyhow::Result<Vec<Value>> {
+/// Every object in a YAML file, lists flattened; a syntax error is an error.
+fn documents(path: &Path) -> anyhow::Result<Vec<yaml::Located>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut out = Vec::new();
-    for document in serde_yaml_ng::Deserializer::from_str(&text) {
-        let value = Value::deserialize(document).with_context(|| format!("{}", path.display()))?;
-        match value {
-            Value::Null => {}
-            Value::Object(ref obj) if obj.get("kind").and_then(Value::as_str) == Some("List") => {
-                if let Some(Value::Array(items)) = obj.get("items") {
-                    out.extend(items.iter().cloned());
-                }
-            }
-            other => out.push(other),
-        }
+    match yaml::objects(&text) {
+        (objects, None) => Ok(objects),
+        (_, Some(err)) => bail!("{}:{}: {}", path.display(), err.label, err.message),
     }
-    Ok(out)
 }
 
 /// The one object in a file.
@@ -199,15 +192,11 @@ fn one_object<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> 
             docs.len()
         );
     }
-    read(docs.remove(0)).map_err(|e| located(path, 0, &e))
+    let object = docs.remove(0);
+    read(object.value).map_err(|e| located(path, &object.label, &e))
 }
 
-fn located(path: &Path, index: usize, errors: &[muster_api::FieldError]) -> anyhow::Error {
+fn located(path: &Path, label: &str, errors: &[muster_api::FieldError]) -> anyhow::Error {
     let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
-    anyhow::anyhow!(
-        "{}: object {}: {}",
-        path.display(),
-        index + 1,
-        list.join("; ")
-    )
+    anyhow::anyhow!("{}:{label}: {}", path.display(), list.join("; "))
 }

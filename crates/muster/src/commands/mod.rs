@@ -3,3 +3,4 @@
 pub mod crds;
 pub mod fit;
 pub mod validate;
+mod yaml;

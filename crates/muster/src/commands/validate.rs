@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use muster_api::Validate;
 use muster_api::document::MusterObject;
-use serde::Deserialize;
+
+use super::yaml;
 use serde_json::Value;
 
 /// Arguments of `muster validate`.
@@ -103,37 +104,24 @@ fn collect(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Checks every document of one file.
+/// Checks every object of one file.
 fn check_file(file: &str, text: &str, tally: &mut Tally) {
-    for (i, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let doc = (i + 1).to_string();
-        match Value::deserialize(document) {
-            Ok(Value::Null) => {}
-            Ok(value) => check_value(file, &doc, value, tally),
-            Err(err) => {
-                tally.findings.push(Finding {
-                    file: file.to_owned(),
-                    doc,
-                    field: "(yaml)".into(),
-                    message: err.to_string(),
-                });
-                // After a syntax error the rest of the stream cannot be trusted.
-                return;
-            }
-        }
+    let (objects, syntax) = yaml::objects(text);
+    for object in objects {
+        check_value(file, &object.label, object.value, tally);
+    }
+    if let Some(err) = syntax {
+        tally.findings.push(Finding {
+            file: file.to_owned(),
+            doc: err.label,
+            field: "(yaml)".into(),
+            message: err.message,
+        });
     }
 }
 
-/// Checks one object, or each item of a `kind: List`.
+/// Checks one object; objects of other APIs are counted and skipped.
 fn check_value(file: &str, doc: &str, value: Value, tally: &mut Tally) {
-    if value.get("kind").and_then(Value::as_str) == Some("List") {
-        if let Some(Value::Array(items)) = value.get("items") {
-            for (i, item) in items.iter().enumerate() {
-                check_value(file, &format!("{doc}:items[{i}]"), item.clone(), tally);
-            }
-        }
-        return;
-    }
     let api_version = value
         .get("apiVersion")
         .and_then(Value::as_str)

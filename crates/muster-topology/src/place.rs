@@ -86,9 +86,10 @@ pub fn place(
     let mark = topo.mark();
     let mut pod_sets = Vec::with_capacity(gang.len());
     for req in gang {
+        let eligible = topo.eligibility(req);
         let placed = match &req.constraint {
-            Constraint::Tpu { .. } => tpu::place_slices(topo, req),
-            _ => place_in_domain(topo, req, policy),
+            Constraint::Tpu { .. } => tpu::place_slices(topo, req, &eligible),
+            _ => place_in_domain(topo, req, &eligible, policy),
         };
         match placed {
             Ok((domain, nodes)) => {
@@ -145,12 +146,17 @@ impl Capacity {
 
 /// How many pods of `req` each node and each domain can take now. Eligibility (selectors,
 /// affinity, taints) is checked only on nodes with room, which on a busy fleet skips most.
-pub(crate) fn capacity(topo: &Topology, req: &PodSetRequest, with_empty: bool) -> Capacity {
+pub(crate) fn capacity(
+    topo: &Topology,
+    req: &PodSetRequest,
+    eligible: &[bool],
+    with_empty: bool,
+) -> Capacity {
     let dense = topo.dense(&req.requests);
-    let node = per_node(topo, req, |id| topo.pods_fitting(id, &dense, req.count));
+    let node = per_node(eligible, |id| topo.pods_fitting(id, &dense, req.count));
     let domain = per_domain(topo, &node);
     let empty = with_empty.then(|| {
-        let empty_node = per_node(topo, req, |id| {
+        let empty_node = per_node(eligible, |id| {
             topo.pods_fitting_empty(id, &dense, req.count)
         });
         let empty_domain = per_domain(topo, &empty_node);
@@ -163,23 +169,12 @@ pub(crate) fn capacity(topo: &Topology, req: &PodSetRequest, with_empty: bool) -
     }
 }
 
-/// `fits(node)` for every node the pod set may use, zero for the others.
-pub(crate) fn per_node(
-    topo: &Topology,
-    req: &PodSetRequest,
-    fits: impl Fn(NodeId) -> u32,
-) -> Vec<u32> {
-    topo.nodes()
+/// `fits(node)` for every node the pod set may use (`eligible`, by node id), zero for the others.
+pub(crate) fn per_node(eligible: &[bool], fits: impl Fn(NodeId) -> u32) -> Vec<u32> {
+    eligible
         .iter()
         .enumerate()
-        .map(|(id, n)| {
-            let room = fits(id);
-            if room > 0 && req.node_mismatch(&n.info).is_some() {
-                0
-            } else {
-                room
-            }
-        })
+        .map(|(id, ok)| if *ok { fits(id) } else { 0 })
         .collect()
 }
 
@@ -212,9 +207,10 @@ pub(crate) type Placed = (Vec<(String, String)>, Vec<NodeId>);
 fn place_in_domain(
     topo: &Topology,
     req: &PodSetRequest,
+    eligible: &[bool],
     policy: &dyn Policy,
 ) -> Result<Placed, NoFit> {
-    let cap = capacity(topo, req, policy.uses_empty_capacity());
+    let cap = capacity(topo, req, eligible, policy.uses_empty_capacity());
     let total = cap.domain[0];
     let no_fit = |kind, best: Option<(String, u32)>, message: String| NoFit {
         pod_set: req.name.clone(),

@@ -129,6 +129,22 @@ impl PodSetRequest {
         })
     }
 
+    /// Two requests with the same key accept exactly the same nodes: the selector, affinity
+    /// and tolerations, spelled out.
+    pub fn eligibility_key(&self) -> String {
+        format!(
+            "{:?}|{:?}|{:?}",
+            self.node_selector, self.affinity, self.tolerations
+        )
+    }
+
+    /// Whether `node` passes the required node affinity and has only taints the pods tolerate
+    /// (the checks after readiness and the selector).
+    pub(crate) fn accepts_affinity_and_taints(&self, node: &NodeInfo) -> bool {
+        (self.affinity.is_empty() || self.affinity.iter().any(|t| term_matches(t, &node.labels)))
+            && node.taints.iter().all(|t| tolerated(t, &self.tolerations))
+    }
+
     /// Why a node cannot take any pod of this set, or `None` when it can (capacity aside).
     pub fn node_mismatch(&self, node: &NodeInfo) -> Option<Mismatch> {
         if !node.schedulable {

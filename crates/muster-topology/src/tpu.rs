@@ -19,7 +19,11 @@ struct Slice {
 }
 
 /// Places a TPU pod set on whole free slices; returns the slice pools as the domain.
-pub(crate) fn place_slices(topo: &Topology, req: &PodSetRequest) -> Result<Placed, NoFit> {
+pub(crate) fn place_slices(
+    topo: &Topology,
+    req: &PodSetRequest,
+    eligible: &[bool],
+) -> Result<Placed, NoFit> {
     let Constraint::Tpu {
         accelerator,
         shape,
@@ -33,7 +37,7 @@ pub(crate) fn place_slices(topo: &Topology, req: &PodSetRequest) -> Result<Place
     let hosts = req.count / slices.max(&1);
     // Only per-node room matters here: a slice is whole hosts, never a sum over a domain.
     let dense = topo.dense(&req.requests);
-    let room = per_node(topo, req, |id| topo.pods_fitting(id, &dense, 1));
+    let room = per_node(eligible, |id| topo.pods_fitting(id, &dense, 1));
     let matches_shape = |labels: &BTreeMap<String, String>| -> Option<bool> {
         if labels.get(ACCELERATOR_LABEL) != Some(accelerator) {
             return None;

@@ -7,10 +7,13 @@
 //! place tentatively and roll back to any earlier mark exactly.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use muster_api::Resources;
 
+use crate::labels::LabelIndex;
 use crate::node::NodeInfo;
+use crate::request::PodSetRequest;
 
 /// Index of a domain in the arena.
 pub type DomainId = usize;
@@ -35,23 +38,13 @@ pub struct Domain {
     free: Vec<u64>,
 }
 
-/// A node with its usage. Amounts are kept dense, in milli-units per resource of the topology's
-/// registry, so that capacity checks are array arithmetic rather than map lookups.
+/// A node in the tree.
 #[derive(Clone, Debug)]
 pub struct NodeState {
     /// What the node is.
     pub info: NodeInfo,
     /// Its domain at the last level.
     pub domain: DomainId,
-    alloc: Vec<u64>,
-    /// What bound pods use (may exceed allocatable: pods Muster did not place).
-    used: Vec<u64>,
-}
-
-impl NodeState {
-    fn free_of(&self, k: usize) -> u64 {
-        self.alloc[k].saturating_sub(self.used[k])
-    }
 }
 
 /// A pod's requests against a topology's resource registry: (resource index, milli-units).
@@ -78,8 +71,41 @@ pub struct Topology {
     /// Domain ids by depth.
     by_depth: Vec<Vec<DomainId>>,
     nodes: Vec<NodeState>,
+    /// Allocatable, `width` milli-unit amounts per node (registry order), node after node.
+    /// Amounts live in two flat arrays rather than in each node so that the capacity pass over
+    /// every node reads memory in order.
+    alloc: Vec<u64>,
+    /// What bound pods use (may exceed allocatable: pods Muster did not place), laid out as
+    /// `alloc`.
+    used: Vec<u64>,
+    width: usize,
     by_name: BTreeMap<String, NodeId>,
     journal: Vec<Change>,
+    labels: LabelIndex,
+    /// Node eligibility by [`PodSetRequest::eligibility_key`].
+    eligible: BTreeMap<String, Arc<[bool]>>,
+}
+
+/// How many distinct eligibility vectors a topology keeps before it starts over (each costs one
+/// byte per node).
+const ELIGIBILITY_CACHE_LIMIT: usize = 256;
+
+/// How many pods fit when each takes `request` and `free(k)` is left of resource `k`, at most
+/// `cap`. Divides only when a resource is short of `cap` pods' worth: most nodes are either
+/// full or roomy, and the division dominated the per-node pass.
+fn pods_within(request: &DenseRequest, cap: u32, free: impl Fn(usize) -> u64) -> u32 {
+    let Some(request) = request else { return 0 };
+    let mut fit = u64::from(cap);
+    for &(k, milli) in request {
+        let left = free(k);
+        if left < milli.saturating_mul(fit) {
+            fit = left / milli;
+            if fit == 0 {
+                return 0;
+            }
+        }
+    }
+    u32::try_from(fit).unwrap_or(cap)
 }
 
 impl Topology {
@@ -108,6 +134,7 @@ impl Topology {
         resources.sort();
         resources.dedup();
         let width = resources.len();
+        let node_count = paths.values().map(Vec::len).sum::<usize>();
         let root = Domain {
             depth: 0,
             value: String::new(),
@@ -121,9 +148,14 @@ impl Topology {
             levels,
             resources,
             domains: vec![root],
-            nodes: Vec::new(),
+            nodes: Vec::with_capacity(node_count),
+            alloc: Vec::with_capacity(node_count * width),
+            used: Vec::new(),
+            width,
             by_name: BTreeMap::new(),
             journal: Vec::new(),
+            labels: LabelIndex::new(),
+            eligible: BTreeMap::new(),
         };
         // Domains by (parent, value), created breadth-first per path so parents come first.
         let mut index: BTreeMap<(DomainId, String), DomainId> = BTreeMap::new();
@@ -151,26 +183,24 @@ impl Topology {
             for info in infos {
                 let id = topo.nodes.len();
                 topo.by_name.insert(info.name.clone(), id);
+                topo.labels.push_node(&info.labels);
                 topo.domains[at].nodes.push(id);
-                let alloc = topo
-                    .resources
-                    .iter()
-                    .map(|r| info.allocatable.get(r).milli())
-                    .collect();
-                topo.nodes.push(NodeState {
-                    info,
-                    domain: at,
-                    alloc,
-                    used: vec![0; width],
-                });
+                topo.alloc.extend(
+                    topo.resources
+                        .iter()
+                        .map(|r| info.allocatable.get(r).milli()),
+                );
+                topo.nodes.push(NodeState { info, domain: at });
             }
         }
+        topo.domains.shrink_to_fit();
         for id in 0..topo.domains.len() {
             let depth = topo.domains[id].depth;
             topo.by_depth[depth].push(id);
         }
+        topo.used = vec![0; topo.alloc.len()];
         for id in 0..topo.nodes.len() {
-            let alloc = topo.nodes[id].alloc.clone();
+            let alloc = topo.alloc[id * width..(id + 1) * width].to_vec();
             topo.for_ancestors(id, |d| {
                 for (f, a) in d.free.iter_mut().zip(&alloc) {
                     *f = f.saturating_add(*a);
@@ -201,37 +231,54 @@ impl Topology {
 
     /// How many pods needing `request` fit on `node` now, at most `cap`.
     pub fn pods_fitting(&self, node: NodeId, request: &DenseRequest, cap: u32) -> u32 {
-        let Some(request) = request else { return 0 };
-        let n = &self.nodes[node];
-        let mut fit = u64::from(cap);
-        for (k, milli) in request {
-            fit = fit.min(n.free_of(*k) / (*milli).max(1));
-        }
-        u32::try_from(fit).unwrap_or(cap)
+        pods_within(request, cap, |k| self.free_of(node, k))
     }
 
     /// How many pods needing `request` would fit on `node` if it were empty, at most `cap`.
     pub fn pods_fitting_empty(&self, node: NodeId, request: &DenseRequest, cap: u32) -> u32 {
-        let Some(request) = request else { return 0 };
-        let n = &self.nodes[node];
-        let mut fit = u64::from(cap);
-        for (k, milli) in request {
-            fit = fit.min(n.alloc[*k] / (*milli).max(1));
+        let alloc = &self.alloc[node * self.width..];
+        pods_within(request, cap, |k| alloc[k])
+    }
+
+    /// Which nodes pods of `req` may use at all (readiness, selectors, affinity, taints), by node
+    /// id. Eligibility does not depend on usage, so it is computed once per distinct selector,
+    /// affinity and tolerations and kept for the topology's lifetime: the many jobs of a queue
+    /// that share a flavor pay for the label checks once.
+    pub fn eligibility(&mut self, req: &PodSetRequest) -> Arc<[bool]> {
+        let key = req.eligibility_key();
+        if let Some(known) = self.eligible.get(&key) {
+            return Arc::clone(known);
         }
-        u32::try_from(fit).unwrap_or(cap)
+        let selector = self.labels.resolve(&req.node_selector);
+        let computed: Arc<[bool]> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(id, n)| {
+                selector.as_ref().is_some_and(|selector| {
+                    n.info.schedulable
+                        && self.labels.has_all(id, selector)
+                        && req.accepts_affinity_and_taints(&n.info)
+                })
+            })
+            .collect();
+        if self.eligible.len() >= ELIGIBILITY_CACHE_LIMIT {
+            self.eligible.clear();
+        }
+        self.eligible.insert(key, Arc::clone(&computed));
+        computed
     }
 
     /// What bound pods use on `node`.
     pub fn used(&self, node: NodeId) -> Resources {
-        self.to_resources(&self.nodes[node].used)
+        self.to_resources(&self.used[node * self.width..(node + 1) * self.width])
     }
 
     /// Allocatable minus used on `node`, never below zero.
     pub fn free(&self, node: NodeId) -> Resources {
-        let n = &self.nodes[node];
         self.to_resources(
-            &(0..self.resources.len())
-                .map(|k| n.free_of(k))
+            &(0..self.width)
+                .map(|k| self.free_of(node, k))
                 .collect::<Vec<_>>(),
         )
     }
@@ -328,18 +375,23 @@ impl Topology {
 
     fn change(&mut self, node: NodeId, usage: &[(usize, u64)], add: bool) {
         for &(k, milli) in usage {
-            let n = &mut self.nodes[node];
-            let before = n.free_of(k);
-            n.used[k] = if add {
-                n.used[k].saturating_add(milli)
+            let before = self.free_of(node, k);
+            let used = &mut self.used[node * self.width + k];
+            *used = if add {
+                used.saturating_add(milli)
             } else {
-                n.used[k].saturating_sub(milli)
+                used.saturating_sub(milli)
             };
-            let after = n.free_of(k);
+            let after = self.free_of(node, k);
             // Each domain's free is a sum that includes this node's old free exactly, so the
             // subtraction never saturates and the update is exact.
             self.for_ancestors(node, |d| d.free[k] = d.free[k] - before + after);
         }
+    }
+
+    fn free_of(&self, node: NodeId, k: usize) -> u64 {
+        let at = node * self.width + k;
+        self.alloc[at].saturating_sub(self.used[at])
     }
 
     fn for_ancestors(&mut self, node: NodeId, mut f: impl FnMut(&mut Domain)) {

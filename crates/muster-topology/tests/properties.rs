@@ -157,3 +157,35 @@ proptest! {
         prop_assert_eq!(place(&mut a, &g, &BestFit), place(&mut b, &g, &BestFit));
     }
 }
+
+proptest! {
+    /// The topology's eligibility (interned labels, cached per selector) says exactly what the
+    /// plain check on each node's label strings says, asked once or twice.
+    #[test]
+    fn eligibility_agrees_with_the_label_check(
+        fleet in fleet(),
+        selector in proptest::collection::btree_map(
+            prop_oneof![Just("block".to_owned()), Just("subblock".to_owned()), Just("absent".to_owned())],
+            prop_oneof![Just("b0".to_owned()), Just("b1".to_owned()), Just("b1s2".to_owned())],
+            0..3,
+        ),
+    ) {
+        let mut topo = build(&fleet);
+        let req = PodSetRequest {
+            name: "set".into(),
+            count: 1,
+            requests: gpus(1),
+            node_selector: selector,
+            affinity: Vec::new(),
+            tolerations: Vec::new(),
+            constraint: Constraint::None,
+        };
+        let direct: Vec<bool> = topo
+            .nodes()
+            .iter()
+            .map(|n| req.node_mismatch(&n.info).is_none())
+            .collect();
+        prop_assert_eq!(&topo.eligibility(&req)[..], &direct[..]);
+        prop_assert_eq!(&topo.eligibility(&req)[..], &direct[..]);
+    }
+}

@@ -528,3 +528,93 @@ fn fragmentation_aware_keeps_whole_subblocks_whole() {
     assert_eq!(chosen(&FragmentationAware), Ok("b-00-s0".to_owned()));
     assert_eq!(chosen(&Spread), Ok("b-00-s2".to_owned()));
 }
+
+/// Constraints on an empty two-block A3 fleet (128 hosts of 8 GPUs): how wide the chosen domain
+/// is (entries in its label path), or why nothing fits.
+#[rstest::rstest]
+#[case::one_subblock_holds_16_hosts(16, 8, Constraint::Required(SUBBLOCK.into()), Ok(2))]
+#[case::seventeen_hosts_never_fit_a_subblock(17, 8, Constraint::Required(SUBBLOCK.into()), Err(NoFitKind::NoDomainFits))]
+#[case::one_block_holds_64_hosts(64, 8, Constraint::Required(BLOCK.into()), Ok(1))]
+#[case::sixty_five_hosts_never_fit_a_block(65, 8, Constraint::Required(BLOCK.into()), Err(NoFitKind::NoDomainFits))]
+#[case::preferred_climbs_one_level(17, 8, Constraint::Preferred(SUBBLOCK.into()), Ok(1))]
+#[case::preferred_climbs_to_the_whole_flavor(65, 8, Constraint::Preferred(SUBBLOCK.into()), Ok(0))]
+#[case::half_host_pods_pack_two_per_host(32, 4, Constraint::Required(SUBBLOCK.into()), Ok(2))]
+#[case::unconstrained_takes_the_whole_flavor(128, 8, Constraint::None, Ok(0))]
+#[case::more_than_the_fleet(129, 8, Constraint::None, Err(NoFitKind::NotEnoughCapacity))]
+#[case::more_than_a_host(1, 9, Constraint::None, Err(NoFitKind::NotEnoughCapacity))]
+#[case::unknown_level(1, 8, Constraint::Required("rack".into()), Err(NoFitKind::UnknownLevel))]
+fn gpu_constraints_on_an_a3_fleet(
+    #[case] count: u32,
+    #[case] gpus: u64,
+    #[case] constraint: Constraint,
+    #[case] expected: Result<usize, NoFitKind>,
+) {
+    let mut topo = Topology::new(gke_levels(), a3_fleet(2));
+    let got = place(&mut topo, &[gpu_set(count, gpus, constraint)], &BestFit)
+        .map(|f| f.pod_sets[0].domain.len())
+        .map_err(|e| e.kind);
+    assert_eq!(got, expected);
+}
+
+/// TPU slices of four-chip hosts: which pool (if any) a one-slice request takes.
+#[rstest::rstest]
+#[case::v5p_exact_shape(V5P, "2x2x4", 4, V5P, "2x2x4", false, Ok("pool"))]
+#[case::v5p_rotated_pool_without_rotation(
+    V5P,
+    "4x2x2",
+    4,
+    V5P,
+    "2x2x4",
+    false,
+    Err(NoFitKind::NoFreeSlices)
+)]
+#[case::v5p_rotated_pool_with_rotation(V5P, "4x2x2", 4, V5P, "2x2x4", true, Ok("pool"))]
+#[case::v5e_4x4(V5E, "4x4", 4, V5E, "4x4", false, Ok("pool"))]
+#[case::two_d_shapes_never_rotate(V5E, "2x4", 2, V5E, "4x2", true, Err(NoFitKind::NoFreeSlices))]
+#[case::other_accelerator(
+    V5P,
+    "2x2x4",
+    4,
+    "tpu-v6e-slice",
+    "2x2x4",
+    false,
+    Err(NoFitKind::NoFreeSlices)
+)]
+#[case::incomplete_pool(V5P, "2x2x4", 3, V5P, "2x2x4", false, Err(NoFitKind::NoFreeSlices))]
+fn tpu_slice_matching(
+    #[case] pool_accelerator: &str,
+    #[case] pool_shape: &str,
+    #[case] pool_hosts: usize,
+    #[case] job_accelerator: &str,
+    #[case] job_shape: &str,
+    #[case] rotate: bool,
+    #[case] expected: Result<&str, NoFitKind>,
+) {
+    const CHIPS: u32 = 4;
+    let hosts = Shape::parse(job_shape).map_or(0, |s| s.chips()) / CHIPS;
+    let mut topo = Topology::new(
+        vec!["cloud.google.com/gke-nodepool".into()],
+        tpu_pool(
+            "pool",
+            pool_shape,
+            pool_accelerator,
+            pool_hosts,
+            u64::from(CHIPS),
+        ),
+    );
+    let job = [tpu_set(
+        hosts,
+        u64::from(CHIPS),
+        job_accelerator,
+        job_shape,
+        1,
+        rotate,
+    )];
+    let got = place(&mut topo, &job, &BestFit)
+        .map(|f| f.pod_sets[0].domain[0].1.clone())
+        .map_err(|e| e.kind);
+    assert_eq!(got, expected.map(str::to_owned));
+}
+
+const V5P: &str = "tpu-v5p-slice";
+const V5E: &str = "tpu-v5-lite-podslice";

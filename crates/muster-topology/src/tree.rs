@@ -316,6 +316,28 @@ impl Topology {
         self.by_name.get(name).copied()
     }
 
+    /// Every node under `domain`, in arena order.
+    pub fn nodes_under(&self, domain: DomainId) -> Vec<NodeId> {
+        let mut out = Vec::new();
+        let mut stack = vec![domain];
+        while let Some(id) = stack.pop() {
+            let Some(d) = self.domains.get(id) else {
+                continue;
+            };
+            out.extend(&d.nodes);
+            stack.extend(d.children.iter().rev());
+        }
+        out
+    }
+
+    /// The domain at `depth` whose label value is `value`, if any.
+    pub fn domain_by_value(&self, depth: usize, value: &str) -> Option<DomainId> {
+        self.domains_at_depth(depth)
+            .iter()
+            .copied()
+            .find(|&id| self.domains[id].value == value)
+    }
+
     /// The label values from the root down to `domain`.
     pub fn path(&self, domain: DomainId) -> Vec<String> {
         let mut values = Vec::new();

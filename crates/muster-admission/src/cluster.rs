@@ -1,0 +1,157 @@
+//! The cluster's nodes, arranged once per ResourceFlavor, with every change journaled so a
+//! cycle can try, keep or roll back.
+//!
+//! A node may carry the labels of more than one flavor. Each flavor has its own
+//! [`Topology`], so a pod placed through one flavor is booked in every flavor that holds its
+//! node: no GPU is promised twice, whichever flavor promised it first.
+
+use std::collections::BTreeMap;
+
+use muster_api::resource_flavor::HOSTNAME_LABEL;
+use muster_api::{ResourceFlavorSpec, Resources};
+use muster_topology::{Fit, Mark, NoFit, NodeInfo, PodSetRequest, Policy, Topology, place};
+
+/// One flavor: its definition and its nodes.
+#[derive(Clone, Debug)]
+struct FlavorNodes {
+    spec: ResourceFlavorSpec,
+    topology: Topology,
+}
+
+/// Every flavor's nodes.
+#[derive(Clone, Debug, Default)]
+pub struct Cluster {
+    flavors: BTreeMap<String, FlavorNodes>,
+}
+
+/// A point every flavor's journal can roll back to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterMark(Vec<Mark>);
+
+impl Cluster {
+    /// Arranges `nodes` under each flavor: a flavor holds the nodes that carry all its
+    /// `nodeLabels`, under its topology levels (or just the hostname when it names none).
+    pub fn new(
+        flavors: impl IntoIterator<Item = (String, ResourceFlavorSpec)>,
+        nodes: &[NodeInfo],
+    ) -> Cluster {
+        let flavors = flavors
+            .into_iter()
+            .map(|(name, spec)| {
+                let levels = if spec.topology_levels.is_empty() {
+                    vec![HOSTNAME_LABEL.to_owned()]
+                } else {
+                    spec.topology_levels.clone()
+                };
+                let members = nodes
+                    .iter()
+                    .filter(|n| {
+                        spec.node_labels
+                            .iter()
+                            .all(|(k, v)| n.labels.get(k) == Some(v))
+                    })
+                    .cloned();
+                let topology = Topology::new(levels, members);
+                (name, FlavorNodes { spec, topology })
+            })
+            .collect();
+        Cluster { flavors }
+    }
+
+    /// The flavor's definition.
+    pub fn flavor(&self, name: &str) -> Option<&ResourceFlavorSpec> {
+        self.flavors.get(name).map(|f| &f.spec)
+    }
+
+    /// The flavor's nodes.
+    pub fn topology(&self, name: &str) -> Option<&Topology> {
+        self.flavors.get(name).map(|f| &f.topology)
+    }
+
+    /// Books a pod's usage on `node` in every flavor that holds it. Unknown nodes are ignored
+    /// (a pod on a node no flavor selects uses nothing Muster hands out).
+    pub fn add_usage(&mut self, node: &str, usage: &Resources) {
+        for f in self.flavors.values_mut() {
+            if let Some(id) = f.topology.node_id(node) {
+                f.topology.add_usage(id, usage);
+            }
+        }
+    }
+
+    /// Releases a pod's usage on `node` in every flavor that holds it.
+    pub fn remove_usage(&mut self, node: &str, usage: &Resources) {
+        for f in self.flavors.values_mut() {
+            if let Some(id) = f.topology.node_id(node) {
+                f.topology.remove_usage(id, usage);
+            }
+        }
+    }
+
+    /// Takes everything still free on `nodes` (by name, in flavor `flavor`'s topology), in
+    /// every flavor: used to keep capacity reserved for another job out of a placement.
+    pub fn fill(&mut self, flavor: &str, nodes: &[String]) {
+        for node in nodes {
+            let free = self
+                .flavors
+                .get(flavor)
+                .and_then(|f| Some(f.topology.free(f.topology.node_id(node)?)));
+            if let Some(free) = free {
+                self.add_usage(node, &free);
+            }
+        }
+    }
+
+    /// Places one pod set in `flavor` (the request already carries the flavor's labels and
+    /// tolerations) and books its pods in every flavor.
+    pub fn place(
+        &mut self,
+        flavor: &str,
+        req: &PodSetRequest,
+        policy: &dyn Policy,
+    ) -> Option<Result<Fit, NoFit>> {
+        let f = self.flavors.get_mut(flavor)?;
+        let result = place(&mut f.topology, std::slice::from_ref(req), policy);
+        if let Ok(fit) = &result {
+            // The flavor that placed booked its own nodes; book the others that share them.
+            for (name, other) in &mut self.flavors {
+                if name == flavor {
+                    continue;
+                }
+                for node in fit.pod_sets.iter().flat_map(|p| &p.nodes) {
+                    if let Some(id) = other.topology.node_id(node) {
+                        other.topology.add_usage(id, &req.requests);
+                    }
+                }
+            }
+        }
+        Some(result)
+    }
+
+    /// The current point of every journal.
+    pub fn mark(&self) -> ClusterMark {
+        ClusterMark(self.flavors.values().map(|f| f.topology.mark()).collect())
+    }
+
+    /// Undoes every change since `mark`.
+    pub fn rollback(&mut self, mark: &ClusterMark) {
+        for (f, m) in self.flavors.values_mut().zip(&mark.0) {
+            f.topology.rollback(*m);
+        }
+    }
+
+    /// Forgets the journals (the changes stay).
+    pub fn commit(&mut self) {
+        for f in self.flavors.values_mut() {
+            f.topology.commit();
+        }
+    }
+}
+
+/// A flavor-independent pod set under `flavor`: its node labels join the selector and its
+/// tolerations join the pod's.
+pub fn with_flavor(req: &PodSetRequest, flavor: &ResourceFlavorSpec) -> PodSetRequest {
+    let mut req = req.clone();
+    req.node_selector.extend(flavor.node_labels.clone());
+    req.tolerations.extend(flavor.tolerations.iter().cloned());
+    req
+}

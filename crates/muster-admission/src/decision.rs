@@ -1,0 +1,207 @@
+//! What one cycle decides, and why a job waits, in terms a person can act on.
+
+use std::fmt::Write as _;
+
+use muster_api::gpujob::PendingReasonKind;
+use muster_topology::NoFit;
+
+use crate::job::JobId;
+use crate::quota::Shortfall;
+
+/// One decision of a cycle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Start the job now: its quota is booked and every pod has a node.
+    Admit(Admitted),
+    /// Quota is booked but no existing capacity holds the job: buy it.
+    Provision {
+        /// The job.
+        job: JobId,
+        /// The ClusterQueue whose quota it holds.
+        cluster_queue: String,
+        /// (pod set, flavor), in the job's order.
+        flavors: Vec<(String, String)>,
+    },
+    /// Evict these whole jobs so that `for_job` can run.
+    Preempt {
+        /// The jobs to evict, in the order chosen.
+        victims: Vec<JobId>,
+        /// The job that needs their room.
+        for_job: JobId,
+    },
+    /// Evict an admitted job for a reason other than preemption.
+    Evict {
+        /// The job.
+        job: JobId,
+        /// Why.
+        reason: String,
+    },
+    /// The job keeps waiting.
+    Pending {
+        /// The job.
+        job: JobId,
+        /// 1-based position among its ClusterQueue's waiting jobs (0: not in a queue).
+        position: u32,
+        /// Why it waits.
+        reason: PendingReason,
+        /// When it is expected to start, seconds, when the reservation timeline knows.
+        eta: Option<i64>,
+    },
+}
+
+impl Decision {
+    /// The job the decision is about (for Preempt, the preemptor).
+    pub fn job(&self) -> &str {
+        match self {
+            Decision::Admit(a) => &a.job,
+            Decision::Provision { job, .. }
+            | Decision::Evict { job, .. }
+            | Decision::Pending { job, .. } => job,
+            Decision::Preempt { for_job, .. } => for_job,
+        }
+    }
+}
+
+/// An admission: where every pod goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    /// The job.
+    pub job: JobId,
+    /// The ClusterQueue whose quota it uses.
+    pub cluster_queue: String,
+    /// One entry per pod set, in the job's order.
+    pub pod_sets: Vec<PodSetPlacement>,
+    /// Whether any of its quota is borrowed from the cohort.
+    pub borrowing: bool,
+}
+
+/// Where one pod set goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodSetPlacement {
+    /// The pod set.
+    pub name: String,
+    /// Its flavor.
+    pub flavor: String,
+    /// The chosen domain as (level, value) pairs, widest first.
+    pub domain: Vec<(String, String)>,
+    /// The node of each pod, by pod index (empty while provisioning).
+    pub nodes: Vec<String>,
+}
+
+/// Why a job waits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PendingReason {
+    /// The job cannot be admitted as written.
+    InvalidJob(String),
+    /// `spec.suspend` is set.
+    Suspended,
+    /// Its LocalQueue or ClusterQueue does not exist or is invalid.
+    UnknownQueue(String),
+    /// The ClusterQueue's stopPolicy holds admissions.
+    QueueStopped {
+        /// The queue.
+        cluster_queue: String,
+    },
+    /// No resource group of the ClusterQueue covers everything a pod set requests.
+    NotCovered {
+        /// The queue.
+        cluster_queue: String,
+        /// The pod set.
+        pod_set: String,
+        /// The requested resources no single group covers.
+        resources: Vec<String>,
+    },
+    /// Not enough quota in any flavor; the first flavor's shortfall.
+    QuotaShort(Shortfall),
+    /// Quota fits, but no placement exists in any flavor with quota.
+    NoTopologyFit(Box<NoFit>),
+    /// The StrictFIFO head waits, and so does everything behind it.
+    BlockedByQueueHead {
+        /// The head.
+        head: JobId,
+    },
+    /// It would fit, but only on capacity or quota reserved for an earlier blocked job, and it
+    /// would not finish before that job's reservation.
+    CapacityReserved {
+        /// The job holding the reservation.
+        for_job: JobId,
+        /// When the reservation starts, if the timeline knows.
+        until: Option<i64>,
+    },
+    /// Lower-priority jobs are being evicted to make room for it.
+    Preempting {
+        /// The jobs being evicted.
+        victims: Vec<JobId>,
+    },
+}
+
+impl PendingReason {
+    /// The API's kind for this reason.
+    pub fn kind(&self) -> PendingReasonKind {
+        match self {
+            PendingReason::InvalidJob(_) => PendingReasonKind::InvalidJob,
+            PendingReason::Suspended => PendingReasonKind::Suspended,
+            PendingReason::UnknownQueue(_) => PendingReasonKind::UnknownQueue,
+            PendingReason::QueueStopped { .. } => PendingReasonKind::QueueStopped,
+            PendingReason::NotCovered { .. } | PendingReason::QuotaShort(_) => {
+                PendingReasonKind::QuotaShort
+            }
+            PendingReason::NoTopologyFit(_) => PendingReasonKind::NoTopologyFit,
+            PendingReason::BlockedByQueueHead { .. } => PendingReasonKind::BlockedByQueueHead,
+            PendingReason::CapacityReserved { .. } => PendingReasonKind::CapacityReserved,
+            PendingReason::Preempting { .. } => PendingReasonKind::NotYetScheduled,
+        }
+    }
+
+    /// The whole explanation.
+    pub fn message(&self) -> String {
+        match self {
+            PendingReason::InvalidJob(why) => format!("the job is invalid: {why}"),
+            PendingReason::Suspended => {
+                "spec.suspend is true; set it to false to queue the job".into()
+            }
+            PendingReason::UnknownQueue(why) => why.clone(),
+            PendingReason::QueueStopped { cluster_queue } => {
+                format!("ClusterQueue {cluster_queue} has a stopPolicy that holds admissions")
+            }
+            PendingReason::NotCovered {
+                cluster_queue,
+                pod_set,
+                resources,
+            } => format!(
+                "pod set {pod_set} requests {}, which no single resource group of ClusterQueue {cluster_queue} covers; add them to a group's coveredResources",
+                resources.join(", ")
+            ),
+            PendingReason::QuotaShort(s) => {
+                let mut m = format!(
+                    "not enough quota for {} in flavor {}: the job needs {}",
+                    s.resource,
+                    s.flavor,
+                    s.needed.format_for(&s.resource)
+                );
+                let _ = write!(
+                    m,
+                    "; the ClusterQueue has {} of its own left and can borrow {}",
+                    s.free.format_for(&s.resource),
+                    s.borrowable.format_for(&s.resource)
+                );
+                m
+            }
+            PendingReason::NoTopologyFit(no_fit) => no_fit.message.clone(),
+            PendingReason::BlockedByQueueHead { head } => {
+                format!("the ClusterQueue is StrictFIFO and its head, {head}, cannot start yet")
+            }
+            PendingReason::CapacityReserved { for_job, until } => match until {
+                Some(t) => format!(
+                    "it would use capacity reserved for {for_job} from t={t}s and would not finish by then"
+                ),
+                None => format!(
+                    "it would use capacity reserved for {for_job}, which waits for that capacity to drain"
+                ),
+            },
+            PendingReason::Preempting { victims } => {
+                format!("evicting {} to make room", victims.join(", "))
+            }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Jobs as admission sees them: who they are, where they queue, in what order, and what each
+//! pod set needs.
+
+use std::cmp::Reverse;
+
+use muster_api::resources::names;
+use muster_api::{GpuJob, Resources, Validate};
+use muster_topology::PodSetRequest;
+
+/// A job's identity: `namespace/name`.
+pub type JobId = String;
+
+/// One job, pending or admitted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Job {
+    /// `namespace/name`.
+    pub id: JobId,
+    /// The object's UID: the last tie-breaker of queue order.
+    pub uid: String,
+    /// The LocalQueue it was submitted to, as `namespace/name`.
+    pub local_queue: String,
+    /// Higher runs first.
+    pub priority: i32,
+    /// Creation time, seconds.
+    pub created: i64,
+    /// How long it runs once started, when the submitter said so; used for backfill.
+    pub expected_runtime: Option<i64>,
+    /// Its pod sets, without any flavor's labels or tolerations.
+    pub pod_sets: Vec<PodSetRequest>,
+    /// Why the job cannot be admitted as written, when it cannot.
+    pub invalid: Option<String>,
+    /// `spec.suspend`: held back on purpose.
+    pub suspended: bool,
+}
+
+impl Job {
+    /// Reads a GpuJob. `priority_class` resolves `spec.priorityClassName` to a value (None:
+    /// no such class, which makes the job invalid). A job that fails validation is still
+    /// returned, with `invalid` naming the field and the fix, so that it can be reported.
+    pub fn from_gpujob(job: &GpuJob, priority_class: impl Fn(&str) -> Option<i32>) -> Job {
+        let meta = &job.metadata;
+        let namespace = meta.namespace.clone().unwrap_or_default();
+        let name = meta.name.clone().unwrap_or_default();
+        let spec = &job.spec;
+        let mut invalid = job
+            .validate()
+            .first()
+            .map(|e| format!("{}: {}", e.path, e.message));
+        let priority = match (&spec.priority_class_name, spec.priority) {
+            (_, Some(p)) => p,
+            (Some(class), None) => priority_class(class).unwrap_or_else(|| {
+                invalid.get_or_insert_with(|| {
+                    format!(
+                        "spec.priorityClassName: no PriorityClass {class:?} exists; create it or name another"
+                    )
+                });
+                0
+            }),
+            (None, None) => 0,
+        };
+        let mut pod_sets = Vec::with_capacity(spec.pod_sets.len());
+        for set in &spec.pod_sets {
+            match PodSetRequest::from_pod_set(set, None) {
+                Ok(req) => pod_sets.push(req),
+                Err(e) => {
+                    invalid.get_or_insert_with(|| e.to_string());
+                }
+            }
+        }
+        Job {
+            id: format!("{namespace}/{name}"),
+            uid: meta.uid.clone().unwrap_or_default(),
+            local_queue: format!("{namespace}/{}", spec.queue_name),
+            priority,
+            created: meta
+                .creation_timestamp
+                .as_ref()
+                .map_or(0, |t| t.0.as_second()),
+            expected_runtime: spec.expected_runtime_seconds,
+            pod_sets,
+            invalid,
+            suspended: spec.suspend,
+        }
+    }
+
+    /// The queue order: higher priority first, then older, then by UID (and id, so that two
+    /// jobs never compare equal).
+    pub fn order_key(&self) -> (Reverse<i32>, i64, &str, &str) {
+        (Reverse(self.priority), self.created, &self.uid, &self.id)
+    }
+
+    /// What the job's pods need in all, for quota: every pod set's requests times its count,
+    /// without the pod slot.
+    pub fn total_requests(&self) -> Resources {
+        let mut total = Resources::new();
+        for set in &self.pod_sets {
+            total.add_all(&quota_usage(set));
+        }
+        total
+    }
+
+    /// The number of GPUs (`nvidia.com/gpu`) or TPU chips the job asks for in all.
+    pub fn accelerators(&self) -> u64 {
+        let total = self.total_requests();
+        (total.get(names::NVIDIA_GPU).milli() + total.get(names::GOOGLE_TPU).milli()) / 1000
+    }
+}
+
+/// One pod set's quota usage: per-pod requests times the count, without the pod slot (pods are
+/// not a quota resource).
+pub fn quota_usage(set: &PodSetRequest) -> Resources {
+    let mut usage = set.requests.times(u64::from(set.count));
+    usage.set(names::PODS, muster_api::Amount::ZERO);
+    usage
+}

@@ -1,0 +1,24 @@
+//! Muster's admission: quotas, cohorts, ordering, backfill and preemption for whole gangs.
+//!
+//! - [`Job`] is a GpuJob as admission sees it: queue, priority, age, pod sets.
+//! - [`Cluster`] holds every ResourceFlavor's nodes as a [`muster_topology::Topology`].
+//! - [`QuotaBook`] keeps quota and usage per ClusterQueue, flavor and resource, and what
+//!   cohorts lend and borrow, in exact integer arithmetic.
+//! - [`Scheduler`] keeps jobs between cycles; [`Scheduler::cycle`] returns a [`Decision`] for
+//!   every waiting job: admit (with flavors and nodes), provision, preempt, or pending with a
+//!   [`PendingReason`] and, where the timeline knows, an ETA.
+//!
+//! Pure and synchronous: the time is an argument, nothing is read or written outside.
+
+mod cluster;
+mod decision;
+mod job;
+mod quota;
+mod reservation;
+mod scheduler;
+
+pub use cluster::{Cluster, ClusterMark, with_flavor};
+pub use decision::{Admitted, Decision, PendingReason, PodSetPlacement};
+pub use job::{Job, JobId, quota_usage};
+pub use quota::{QuotaBook, QuotaCheck, Shortfall};
+pub use scheduler::{Holding, JobState, Scheduler};

@@ -1,0 +1,81 @@
+//! Backfill reservations: the highest-priority blocked job of a BestEffortFIFO queue holds the
+//! nodes and quota it will need at the earliest time they free up, and later jobs may start
+//! only if they end before then or leave that capacity alone (as in Slurm's backfill).
+
+use std::collections::BTreeMap;
+
+use muster_api::Resources;
+
+use crate::job::JobId;
+use crate::quota::QuotaBook;
+
+/// Capacity held for a blocked job within one cycle.
+#[derive(Clone, Debug)]
+pub(crate) struct Reservation {
+    /// The job it is held for.
+    pub(crate) job: JobId,
+    /// The job's ClusterQueue.
+    pub(crate) cluster_queue: String,
+    /// That queue's cohort.
+    pub(crate) cohort: Option<String>,
+    /// When the capacity frees up; `None` when only jobs without a known runtime would free it.
+    pub(crate) until: Option<i64>,
+    /// (flavor, node names) it will take.
+    pub(crate) nodes: Vec<(String, Vec<String>)>,
+    /// (flavor, quota usage) it will take.
+    pub(crate) need: Vec<(String, Resources)>,
+    /// The quota book as it will be at `until`: today's, minus what ends by then, plus what
+    /// is admitted later in this cycle and still runs then.
+    pub(crate) book_at: QuotaBook,
+}
+
+impl Reservation {
+    /// Whether a job ending at `ends` is done before the reservation starts.
+    pub(crate) fn ends_before(&self, ends: Option<i64>) -> bool {
+        matches!((ends, self.until), (Some(e), Some(t)) if e <= t)
+    }
+
+    fn shares_quota(&self, quota: &QuotaBook, cluster_queue: &str) -> bool {
+        cluster_queue == self.cluster_queue
+            || (self.cohort.is_some() && quota.cohort(cluster_queue) == self.cohort.as_deref())
+    }
+
+    /// Whether booking `usage` (per flavor) to `cluster_queue` would leave the reserved job
+    /// shorter of quota at its start than it is without it.
+    pub(crate) fn would_delay(
+        &self,
+        quota: &QuotaBook,
+        cluster_queue: &str,
+        usage: &BTreeMap<String, Resources>,
+    ) -> bool {
+        if !self.shares_quota(quota, cluster_queue) {
+            return false;
+        }
+        let mut with = self.book_at.clone();
+        for (flavor, u) in usage {
+            with.add(cluster_queue, flavor, u);
+        }
+        self.need.iter().any(|(flavor, need)| {
+            let before = self.book_at.shortfalls(&self.cluster_queue, flavor, need);
+            let after = with.shortfalls(&self.cluster_queue, flavor, need);
+            after.iter().zip(&before).any(|(a, b)| a > b)
+        })
+    }
+
+    /// A job was admitted later in the cycle: if it still runs when the reservation starts,
+    /// its quota counts then.
+    pub(crate) fn admitted(
+        &mut self,
+        quota: &QuotaBook,
+        cluster_queue: &str,
+        usage: &BTreeMap<String, Resources>,
+        ends: Option<i64>,
+    ) {
+        if self.ends_before(ends) || !self.shares_quota(quota, cluster_queue) {
+            return;
+        }
+        for (flavor, u) in usage {
+            self.book_at.add(cluster_queue, flavor, u);
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! Flavor assignment: quota first, then nodes, for every pod set of a job.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use muster_api::Resources;
+use muster_api::cluster_queue::ResourceGroup;
+use muster_topology::{NoFit, PodSetRequest};
+
+use super::{Assignment, Blocked, Options, Scheduler};
+use crate::cluster::with_flavor;
+use crate::decision::PodSetPlacement;
+use crate::job::{Job, quota_usage};
+use crate::quota::{QuotaCheck, Shortfall};
+use crate::reservation::Reservation;
+
+impl Scheduler {
+    /// Finds flavors (and, with `opts.place`, nodes) for every pod set of `job` in `cq`. On
+    /// success with placement, the pods' node usage stays applied to the cluster (journaled);
+    /// quota is not booked. On failure nothing changes.
+    pub(super) fn try_assign(
+        &mut self,
+        cq: &str,
+        job: &Job,
+        opts: Options,
+        reservations: &[Reservation],
+        now: i64,
+    ) -> Result<Assignment, Blocked> {
+        let start = self.cluster.mark();
+        let ends = job.expected_runtime.map(|r| now.saturating_add(r));
+        let binding: Vec<&Reservation> = reservations
+            .iter()
+            .filter(|r| !r.ends_before(ends))
+            .collect();
+        if opts.place {
+            for r in &binding {
+                for (flavor, nodes) in &r.nodes {
+                    self.cluster.fill(flavor, nodes);
+                }
+            }
+        }
+        let result = self.assign_pod_sets(cq, job, opts);
+        let result = result.and_then(|a| {
+            match binding
+                .iter()
+                .find(|r| r.would_delay(&self.quota, cq, &a.usage))
+            {
+                Some(r) => Err(Blocked::Reserved {
+                    for_job: r.job.clone(),
+                    until: r.until,
+                }),
+                None => Ok(a),
+            }
+        });
+        match result {
+            Ok(a) => {
+                if opts.place && !binding.is_empty() {
+                    // Drop the reserved-capacity filler, keep the pods.
+                    self.cluster.rollback(&start);
+                    for (set, placement) in job.pod_sets.iter().zip(&a.pod_sets) {
+                        for node in &placement.nodes {
+                            self.cluster.add_usage(node, &set.requests);
+                        }
+                    }
+                }
+                Ok(a)
+            }
+            Err(blocked) => {
+                self.cluster.rollback(&start);
+                Err(blocked)
+            }
+        }
+    }
+
+    pub(super) fn assign_pod_sets(
+        &mut self,
+        cq: &str,
+        job: &Job,
+        opts: Options,
+    ) -> Result<Assignment, Blocked> {
+        let Some(spec) = self.queues.get(cq).map(|q| q.spec.clone()) else {
+            return Err(Blocked::NotCovered {
+                pod_set: String::new(),
+                resources: Vec::new(),
+            });
+        };
+        let mut usage_by_flavor: BTreeMap<String, Resources> = BTreeMap::new();
+        let mut pod_sets = Vec::with_capacity(job.pod_sets.len());
+        let mut borrowing = false;
+        for set in &job.pod_sets {
+            let usage = quota_usage(set);
+            let Some(group) = spec.resource_groups.iter().find(|g| {
+                usage
+                    .iter()
+                    .all(|(r, _)| g.covered_resources.iter().any(|c| c == r))
+            }) else {
+                let covered: BTreeSet<&String> = spec
+                    .resource_groups
+                    .iter()
+                    .flat_map(|g| &g.covered_resources)
+                    .collect();
+                let mut resources: Vec<String> = usage.iter().map(|(r, _)| r.to_owned()).collect();
+                // Name the uncovered ones when there are any; else the mix is the problem.
+                if resources.iter().any(|r| !covered.contains(r)) {
+                    resources.retain(|r| !covered.contains(r));
+                }
+                return Err(Blocked::NotCovered {
+                    pod_set: set.name.clone(),
+                    resources,
+                });
+            };
+            let chosen = self.assign_one(cq, set, &usage, group, &usage_by_flavor, opts);
+            let (placement, borrowed) = chosen?;
+            borrowing |= borrowed;
+            usage_by_flavor
+                .entry(placement.flavor.clone())
+                .or_default()
+                .add_all(&usage);
+            pod_sets.push(placement);
+        }
+        Ok(Assignment {
+            pod_sets,
+            borrowing,
+            usage: usage_by_flavor,
+        })
+    }
+
+    /// Chooses the flavor (and nodes) of one pod set: the first of the group's flavors that
+    /// fits without borrowing, else the first that fits by borrowing. Placed pods stay booked
+    /// in the cluster.
+    pub(super) fn assign_one(
+        &mut self,
+        cq: &str,
+        set: &PodSetRequest,
+        usage: &Resources,
+        group: &ResourceGroup,
+        usage_by_flavor: &BTreeMap<String, Resources>,
+        opts: Options,
+    ) -> Result<(PodSetPlacement, bool), Blocked> {
+        let mut first_short: Option<Shortfall> = None;
+        let mut first_no_fit: Option<(NoFit, String)> = None;
+        let mut chosen: Option<(String, PodSetPlacement, bool)> = None;
+        'passes: for borrow_pass in [false, true] {
+            if borrow_pass && opts.no_borrow {
+                break;
+            }
+            for flavor in &group.flavors {
+                let mut total = usage_by_flavor
+                    .get(&flavor.name)
+                    .cloned()
+                    .unwrap_or_default();
+                total.add_all(usage);
+                match (self.quota.check(cq, &flavor.name, &total), borrow_pass) {
+                    (QuotaCheck::Fits, false) | (QuotaCheck::Borrows, true) => {}
+                    (QuotaCheck::Short(s), false) => {
+                        first_short.get_or_insert(s);
+                        continue;
+                    }
+                    (QuotaCheck::Borrows, false) if opts.no_borrow => {
+                        first_short.get_or_insert(Shortfall {
+                            flavor: flavor.name.clone(),
+                            resource: String::new(),
+                            needed: muster_api::Amount::ZERO,
+                            free: muster_api::Amount::ZERO,
+                            borrowable: muster_api::Amount::ZERO,
+                        });
+                        continue;
+                    }
+                    _ => continue,
+                }
+                let mut placement = PodSetPlacement {
+                    name: set.name.clone(),
+                    flavor: flavor.name.clone(),
+                    domain: Vec::new(),
+                    nodes: Vec::new(),
+                };
+                if opts.place {
+                    let Some(flavor_spec) = self.cluster.flavor(&flavor.name) else {
+                        continue;
+                    };
+                    let req = with_flavor(set, flavor_spec);
+                    match self.cluster.place(&flavor.name, &req, self.policy.as_ref()) {
+                        Some(Ok(mut fit)) => {
+                            if let Some(p) = fit.pod_sets.pop() {
+                                placement.domain = p.domain;
+                                placement.nodes = p.nodes;
+                            }
+                        }
+                        Some(Err(no_fit)) => {
+                            first_no_fit.get_or_insert((no_fit, flavor.name.clone()));
+                            continue;
+                        }
+                        None => continue,
+                    }
+                }
+                chosen = Some((flavor.name.clone(), placement, borrow_pass));
+                break 'passes;
+            }
+        }
+        match (chosen, first_no_fit, first_short) {
+            (Some((_, placement, borrowed)), _, _) => Ok((placement, borrowed)),
+            (None, Some((no_fit, flavor)), _) => Err(Blocked::Topology {
+                no_fit: Box::new(no_fit),
+                flavor,
+            }),
+            (None, None, Some(short)) => Err(Blocked::Quota(short)),
+            (None, None, None) => Err(Blocked::NotCovered {
+                pod_set: set.name.clone(),
+                resources: Vec::new(),
+            }),
+        }
+    }
+}

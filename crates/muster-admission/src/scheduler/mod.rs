@@ -1,0 +1,674 @@
+//! The scheduler: the state admission keeps between cycles (queues, quota usage, node usage,
+//! jobs), and the cycle that turns it into decisions.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use muster_api::cluster_queue::{QueueingStrategy, StopPolicy};
+use muster_api::{ClusterQueue, ClusterQueueSpec, Resources, Validate};
+use muster_topology::{BestFit, NoFit, Policy};
+
+use crate::cluster::Cluster;
+use crate::decision::{Admitted, Decision, PendingReason, PodSetPlacement};
+use crate::job::{Job, JobId, quota_usage};
+use crate::quota::{QuotaBook, Shortfall};
+use crate::reservation::Reservation;
+
+mod assign;
+mod preempt;
+mod reserve;
+
+/// Where a job stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobState {
+    /// Waiting for admission.
+    Pending,
+    /// Admitted: holds quota and nodes.
+    Admitted(Holding),
+    /// Holds quota while capacity is bought for it.
+    Provisioning(Holding),
+    /// Told to leave (preempted or drained); holds quota and nodes until it is gone.
+    Evicting(Holding),
+}
+
+/// What an admitted (or provisioning) job holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holding {
+    /// The ClusterQueue whose quota it uses.
+    pub cluster_queue: String,
+    /// When it was admitted, seconds.
+    pub since: i64,
+    /// Per pod set: flavor, domain and nodes (no nodes while provisioning).
+    pub pod_sets: Vec<PodSetPlacement>,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    job: Arc<Job>,
+    /// Jobs with the same shape in the same queue fare the same within one cycle.
+    shape: String,
+    state: JobState,
+}
+
+#[derive(Clone, Debug)]
+struct QueueConfig {
+    spec: ClusterQueueSpec,
+    invalid: Option<String>,
+}
+
+/// What kept a job from an assignment.
+#[derive(Clone, Debug)]
+enum Blocked {
+    NotCovered {
+        pod_set: String,
+        resources: Vec<String>,
+    },
+    Quota(Shortfall),
+    /// Quota fits in `flavor`, but the pod set does not fit its nodes.
+    Topology {
+        no_fit: Box<NoFit>,
+        flavor: String,
+    },
+    Reserved {
+        for_job: JobId,
+        until: Option<i64>,
+    },
+}
+
+/// What one cycle remembers while it serves jobs.
+#[derive(Default)]
+struct CycleState {
+    /// StrictFIFO queues whose head could not start: everything behind it waits.
+    strict_head: BTreeMap<String, JobId>,
+    /// Queues whose first blocked job already tried for a reservation.
+    reserved_by: BTreeSet<String>,
+    reservations: Vec<Reservation>,
+    /// (queue, shape, reservations, which bind) → the reason such a job waits: capacity and
+    /// quota only shrink within a cycle, so an identical job fares no better.
+    memo: BTreeMap<MemoKey, PendingReason>,
+}
+
+/// (queue, job shape, number of reservations, which of them bind the job).
+type MemoKey = (String, String, usize, u64);
+
+/// Flavors and placements for a whole job.
+#[derive(Clone, Debug)]
+struct Assignment {
+    pod_sets: Vec<PodSetPlacement>,
+    borrowing: bool,
+    /// Quota usage per flavor.
+    usage: BTreeMap<String, Resources>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Options {
+    /// Find nodes too (not only quota).
+    place: bool,
+    /// Accept only flavors that fit without borrowing.
+    no_borrow: bool,
+}
+
+/// Admission's state and its scheduling cycle. Pure: every input comes through its methods
+/// (including the time), every output is a [`Decision`].
+pub struct Scheduler {
+    cluster: Cluster,
+    quota: QuotaBook,
+    queues: BTreeMap<String, QueueConfig>,
+    local_queues: BTreeMap<String, String>,
+    jobs: BTreeMap<JobId, Entry>,
+    policy: Box<dyn Policy>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("queues", &self.queues.len())
+            .field("jobs", &self.jobs.len())
+            .field("policy", &self.policy.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scheduler {
+    /// A scheduler over `cluster` with these ClusterQueues (name, spec) and LocalQueues
+    /// (`namespace/name`, ClusterQueue), placing with best fit.
+    pub fn new(
+        cluster: Cluster,
+        cluster_queues: impl IntoIterator<Item = (String, ClusterQueueSpec)>,
+        local_queues: impl IntoIterator<Item = (String, String)>,
+    ) -> Scheduler {
+        let queues: BTreeMap<String, QueueConfig> = cluster_queues
+            .into_iter()
+            .map(|(name, spec)| {
+                let errors = ClusterQueue::new(&name, spec.clone()).validate();
+                let invalid = errors
+                    .first()
+                    .map(|e| format!("ClusterQueue {name} is invalid: {}: {}", e.path, e.message));
+                (name, QueueConfig { spec, invalid })
+            })
+            .collect();
+        let quota = QuotaBook::new(
+            queues
+                .iter()
+                .filter(|(_, q)| q.invalid.is_none())
+                .map(|(n, q)| (n.as_str(), &q.spec)),
+        );
+        Scheduler {
+            cluster,
+            quota,
+            queues,
+            local_queues: local_queues.into_iter().collect(),
+            jobs: BTreeMap::new(),
+            policy: Box::new(BestFit),
+        }
+    }
+
+    /// Places with `policy` instead of best fit.
+    #[must_use]
+    pub fn with_policy(mut self, policy: Box<dyn Policy>) -> Scheduler {
+        self.policy = policy;
+        self
+    }
+
+    /// Adds a pending job, or replaces a pending job of the same id. A job that holds
+    /// capacity keeps its state; only its definition is updated.
+    pub fn submit(&mut self, job: Job) {
+        let shape = format!("{}|{}|{:?}", job.local_queue, job.priority, job.pod_sets);
+        let state = match self.jobs.remove(&job.id) {
+            Some(old) => old.state,
+            None => JobState::Pending,
+        };
+        self.jobs.insert(
+            job.id.clone(),
+            Entry {
+                job: Arc::new(job),
+                shape,
+                state,
+            },
+        );
+    }
+
+    /// Records a job admitted before this scheduler existed (a restart): books its quota and
+    /// nodes. Node usage given to the [`Cluster`] must not already count its pods.
+    pub fn restore(&mut self, job: Job, holding: Holding, provisioning: bool) {
+        let id = job.id.clone();
+        self.submit(job);
+        self.hold(&id, &holding);
+        if let Some(entry) = self.jobs.get_mut(&id) {
+            entry.state = if provisioning {
+                JobState::Provisioning(holding)
+            } else {
+                JobState::Admitted(holding)
+            };
+        }
+    }
+
+    /// The job finished or was deleted: releases what it held and forgets it.
+    pub fn finish(&mut self, id: &str) {
+        self.release_all(id);
+        self.jobs.remove(id);
+    }
+
+    /// The job was evicted (or its provisioning failed): releases what it held and queues it
+    /// again.
+    pub fn requeue(&mut self, id: &str) {
+        self.release_all(id);
+        if let Some(entry) = self.jobs.get_mut(id) {
+            entry.state = JobState::Pending;
+        }
+    }
+
+    /// Capacity bought for a provisioning job arrived: it is admitted onto `pod_sets`.
+    pub fn provisioned(&mut self, id: &str, pod_sets: Vec<PodSetPlacement>) {
+        let Some(JobState::Provisioning(holding)) = self.jobs.get(id).map(|e| e.state.clone())
+        else {
+            return;
+        };
+        let Some(job) = self.jobs.get(id).map(|e| Arc::clone(&e.job)) else {
+            return;
+        };
+        for (set, placement) in job.pod_sets.iter().zip(&pod_sets) {
+            for node in &placement.nodes {
+                self.cluster.add_usage(node, &set.requests);
+            }
+        }
+        if let Some(entry) = self.jobs.get_mut(id) {
+            entry.state = JobState::Admitted(Holding {
+                pod_sets,
+                ..holding
+            });
+        }
+    }
+
+    /// A job's state.
+    pub fn state(&self, id: &str) -> Option<&JobState> {
+        self.jobs.get(id).map(|e| &e.state)
+    }
+
+    /// The job, as submitted.
+    pub fn job(&self, id: &str) -> Option<&Job> {
+        self.jobs.get(id).map(|e| e.job.as_ref())
+    }
+
+    /// The quota book (usage per queue, flavor and resource).
+    pub fn quota(&self) -> &QuotaBook {
+        &self.quota
+    }
+
+    /// The nodes of every flavor, with usage.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// The nodes, for changes from outside (pods Muster does not manage starting or ending).
+    pub fn cluster_mut(&mut self) -> &mut Cluster {
+        &mut self.cluster
+    }
+
+    /// Every job id with its state, in id order.
+    pub fn jobs(&self) -> impl Iterator<Item = (&str, &JobState)> {
+        self.jobs.iter().map(|(id, e)| (id.as_str(), &e.state))
+    }
+
+    fn hold(&mut self, id: &str, holding: &Holding) {
+        let Some(job) = self.jobs.get(id).map(|e| Arc::clone(&e.job)) else {
+            return;
+        };
+        for (set, placement) in job.pod_sets.iter().zip(&holding.pod_sets) {
+            self.quota
+                .add(&holding.cluster_queue, &placement.flavor, &quota_usage(set));
+            for node in &placement.nodes {
+                self.cluster.add_usage(node, &set.requests);
+            }
+        }
+    }
+
+    fn release(&mut self, job: &Job, holding: &Holding) {
+        for (set, placement) in job.pod_sets.iter().zip(&holding.pod_sets) {
+            self.quota
+                .remove(&holding.cluster_queue, &placement.flavor, &quota_usage(set));
+            for node in &placement.nodes {
+                self.cluster.remove_usage(node, &set.requests);
+            }
+        }
+    }
+
+    fn release_all(&mut self, id: &str) {
+        let Some(entry) = self.jobs.get(id) else {
+            return;
+        };
+        let job = Arc::clone(&entry.job);
+        if let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
+            entry.state.clone()
+        {
+            self.release(&job, &h);
+        }
+    }
+
+    /// The ClusterQueue a job's LocalQueue submits to, or why there is none.
+    fn cluster_queue_of(&self, job: &Job) -> Result<String, String> {
+        let Some(cq) = self.local_queues.get(&job.local_queue) else {
+            return Err(format!(
+                "LocalQueue {} does not exist; create it or set spec.queueName to an existing one",
+                job.local_queue
+            ));
+        };
+        match self.queues.get(cq) {
+            None => Err(format!(
+                "LocalQueue {} points at ClusterQueue {cq}, which does not exist",
+                job.local_queue
+            )),
+            Some(q) => match &q.invalid {
+                Some(why) => Err(why.clone()),
+                None => Ok(cq.clone()),
+            },
+        }
+    }
+
+    /// One scheduling cycle at time `now` (seconds): every pending job gets a decision, and
+    /// admissions, provisioning and evictions are applied to the scheduler's state before it
+    /// returns (so the next cycle, or a cycle that runs while the caller is still carrying
+    /// them out, cannot promise the same quota or nodes twice).
+    pub fn cycle(&mut self, now: i64) -> Vec<Decision> {
+        let mut out = Vec::new();
+        self.drain_stopped(&mut out);
+
+        // Waiting jobs per ClusterQueue, in queue order; the rest are answered at once.
+        let mut lists: BTreeMap<String, Vec<Arc<Job>>> = BTreeMap::new();
+        for entry in self.jobs.values() {
+            if entry.state != JobState::Pending {
+                continue;
+            }
+            let job = &entry.job;
+            let early = if let Some(why) = &job.invalid {
+                Some(PendingReason::InvalidJob(why.clone()))
+            } else if job.suspended {
+                Some(PendingReason::Suspended)
+            } else {
+                match self.cluster_queue_of(job) {
+                    Ok(cq) => {
+                        lists.entry(cq).or_default().push(Arc::clone(job));
+                        None
+                    }
+                    Err(why) => Some(PendingReason::UnknownQueue(why)),
+                }
+            };
+            if let Some(reason) = early {
+                out.push(Decision::Pending {
+                    job: job.id.clone(),
+                    position: 0,
+                    reason,
+                    eta: None,
+                });
+            }
+        }
+        for list in lists.values_mut() {
+            list.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+        }
+
+        let mut cursor: BTreeMap<String, usize> = lists.keys().map(|q| (q.clone(), 0)).collect();
+        let mut positions: BTreeMap<String, u32> = BTreeMap::new();
+        let mut state = CycleState::default();
+        while let Some(cq) = self.next_queue(&lists, &cursor) {
+            let Some(at) = cursor.get_mut(&cq) else { break };
+            let job = Arc::clone(&lists[&cq][*at]);
+            *at += 1;
+            let position = positions.entry(cq.clone()).or_insert(0);
+            *position += 1;
+            let position = *position;
+            self.serve(&cq, &job, position, now, &mut state, &mut out);
+        }
+        self.cluster.commit();
+        out
+    }
+
+    /// Decides for one job, the next in the cycle's order.
+    fn serve(
+        &mut self,
+        cq: &str,
+        job: &Arc<Job>,
+        position: u32,
+        now: i64,
+        state: &mut CycleState,
+        out: &mut Vec<Decision>,
+    ) {
+        let pending = |reason: PendingReason, eta: Option<i64>| Decision::Pending {
+            job: job.id.clone(),
+            position,
+            reason,
+            eta,
+        };
+        let Some(spec) = self.queues.get(cq).map(|q| &q.spec) else {
+            return;
+        };
+        if spec.stop_policy != StopPolicy::None {
+            out.push(pending(
+                PendingReason::QueueStopped {
+                    cluster_queue: cq.to_owned(),
+                },
+                None,
+            ));
+            return;
+        }
+        if let Some(head) = state.strict_head.get(cq) {
+            out.push(pending(
+                PendingReason::BlockedByQueueHead { head: head.clone() },
+                None,
+            ));
+            return;
+        }
+        let strict = spec.queueing_strategy == QueueingStrategy::StrictFIFO;
+        let ends = job.expected_runtime.map(|r| now.saturating_add(r));
+        let respected = state
+            .reservations
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.ends_before(ends))
+            .fold(0u64, |mask, (i, _)| mask | (1u64 << (i % 64)));
+        let shape = self
+            .jobs
+            .get(&job.id)
+            .map(|e| e.shape.clone())
+            .unwrap_or_default();
+        let key = (cq.to_owned(), shape, state.reservations.len(), respected);
+        if let Some(reason) = state.memo.get(&key) {
+            if strict {
+                state.strict_head.insert(cq.to_owned(), job.id.clone());
+            }
+            out.push(pending(reason.clone(), None));
+            return;
+        }
+        let opts = Options {
+            place: true,
+            no_borrow: false,
+        };
+        let blocked = match self.try_assign(cq, job, opts, &state.reservations, now) {
+            Ok(assignment) => {
+                for r in &mut state.reservations {
+                    r.admitted(&self.quota, cq, &assignment.usage, ends);
+                }
+                self.admit(cq, job, assignment, now, out);
+                return;
+            }
+            Err(blocked) => blocked,
+        };
+        if strict {
+            state.strict_head.insert(cq.to_owned(), job.id.clone());
+        }
+        self.on_blocked(cq, job, position, now, blocked, key, state, out);
+    }
+
+    /// A job that cannot start as things are: provision, preempt, or wait (taking the
+    /// queue's reservation when it is the first to be blocked).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the cycle's context, passed down once"
+    )]
+    fn on_blocked(
+        &mut self,
+        cq: &str,
+        job: &Arc<Job>,
+        position: u32,
+        now: i64,
+        blocked: Blocked,
+        key: MemoKey,
+        state: &mut CycleState,
+        out: &mut Vec<Decision>,
+    ) {
+        let pending = |reason: PendingReason, eta: Option<i64>| Decision::Pending {
+            job: job.id.clone(),
+            position,
+            reason,
+            eta,
+        };
+        if let Blocked::Topology { .. } = &blocked
+            && let Some(d) = self.provision(cq, job, now)
+        {
+            out.push(d);
+            state.strict_head.remove(cq);
+            return;
+        }
+        if let Some((victims, leaving)) = self.preempt(cq, job) {
+            let fresh: Vec<JobId> = victims
+                .iter()
+                .filter(|v| !leaving.contains(*v))
+                .cloned()
+                .collect();
+            for v in &fresh {
+                if let Some(entry) = self.jobs.get_mut(v)
+                    && let JobState::Admitted(h) = entry.state.clone()
+                {
+                    entry.state = JobState::Evicting(h);
+                }
+            }
+            if !fresh.is_empty() {
+                out.push(Decision::Preempt {
+                    victims: fresh,
+                    for_job: job.id.clone(),
+                });
+            }
+            out.push(pending(PendingReason::Preempting { victims }, None));
+            return;
+        }
+        let reservable = matches!(blocked, Blocked::Quota(_) | Blocked::Topology { .. });
+        let reservation =
+            if reservable && !state.reserved_by.contains(cq) && state.reservations.len() < 64 {
+                state.reserved_by.insert(cq.to_owned());
+                Some(self.reserve(cq, job, &blocked, now))
+            } else {
+                None
+            };
+        let reason = blocked_reason(cq, blocked);
+        let mut eta = None;
+        match reservation {
+            Some(Some(r)) => {
+                eta = r.until;
+                state.reservations.push(r);
+            }
+            // The first blocked job of its queue, with nothing to reserve: a later identical
+            // job may still make the reservation, so it is not remembered.
+            Some(None) => {}
+            None => {
+                state.memo.insert(key, reason.clone());
+            }
+        }
+        out.push(pending(reason, eta));
+    }
+
+    /// The queue whose next job is served next: lowest dominant share first where the cohort
+    /// uses fair sharing, then by priority, creation time and UID of the queue's next job.
+    fn next_queue(
+        &self,
+        lists: &BTreeMap<String, Vec<Arc<Job>>>,
+        cursor: &BTreeMap<String, usize>,
+    ) -> Option<String> {
+        lists
+            .iter()
+            .filter_map(|(cq, list)| {
+                let job = list.get(*cursor.get(cq)?)?;
+                let share = if self.quota.fair_sharing(cq) {
+                    self.quota.dominant_share(cq)
+                } else {
+                    0
+                };
+                Some(((share, job.order_key()), cq))
+            })
+            .min_by(|a, b| a.0.cmp(&b.0))
+            .map(|(_, cq)| cq.clone())
+    }
+
+    /// HoldAndDrain: every job holding a stopped queue's quota is evicted.
+    fn drain_stopped(&mut self, out: &mut Vec<Decision>) {
+        let draining: Vec<String> = self
+            .queues
+            .iter()
+            .filter(|(_, q)| q.spec.stop_policy == StopPolicy::HoldAndDrain)
+            .map(|(n, _)| n.clone())
+            .collect();
+        if draining.is_empty() {
+            return;
+        }
+        for (id, entry) in &mut self.jobs {
+            if let JobState::Admitted(h) | JobState::Provisioning(h) = entry.state.clone()
+                && draining.contains(&h.cluster_queue)
+            {
+                out.push(Decision::Evict {
+                    job: id.clone(),
+                    reason: format!(
+                        "ClusterQueue {} has stopPolicy HoldAndDrain",
+                        h.cluster_queue
+                    ),
+                });
+                entry.state = JobState::Evicting(h);
+            }
+        }
+    }
+
+    fn admit(
+        &mut self,
+        cq: &str,
+        job: &Job,
+        assignment: Assignment,
+        now: i64,
+        out: &mut Vec<Decision>,
+    ) {
+        for (flavor, usage) in &assignment.usage {
+            self.quota.add(cq, flavor, usage);
+        }
+        let holding = Holding {
+            cluster_queue: cq.to_owned(),
+            since: now,
+            pod_sets: assignment.pod_sets.clone(),
+        };
+        if let Some(entry) = self.jobs.get_mut(&job.id) {
+            entry.state = JobState::Admitted(holding);
+        }
+        out.push(Decision::Admit(Admitted {
+            job: job.id.clone(),
+            cluster_queue: cq.to_owned(),
+            pod_sets: assignment.pod_sets,
+            borrowing: assignment.borrowing,
+        }));
+    }
+
+    /// Quota fits but no nodes do: when the queue provisions for this job, book its quota and
+    /// decide to buy capacity.
+    fn provision(&mut self, cq: &str, job: &Job, now: i64) -> Option<Decision> {
+        let policy = self.queues.get(cq)?.spec.provisioning.clone()?;
+        if !policy.managed_resources.is_empty() {
+            let total = job.total_requests();
+            if !policy
+                .managed_resources
+                .iter()
+                .any(|r| !total.get(r).is_zero())
+            {
+                return None;
+            }
+        }
+        let assignment = self
+            .try_assign(
+                cq,
+                job,
+                Options {
+                    place: false,
+                    no_borrow: false,
+                },
+                &[],
+                now,
+            )
+            .ok()?;
+        for (flavor, usage) in &assignment.usage {
+            self.quota.add(cq, flavor, usage);
+        }
+        let flavors = assignment
+            .pod_sets
+            .iter()
+            .map(|p| (p.name.clone(), p.flavor.clone()))
+            .collect();
+        if let Some(entry) = self.jobs.get_mut(&job.id) {
+            entry.state = JobState::Provisioning(Holding {
+                cluster_queue: cq.to_owned(),
+                since: now,
+                pod_sets: assignment.pod_sets,
+            });
+        }
+        Some(Decision::Provision {
+            job: job.id.clone(),
+            cluster_queue: cq.to_owned(),
+            flavors,
+        })
+    }
+}
+
+fn blocked_reason(cq: &str, blocked: Blocked) -> PendingReason {
+    match blocked {
+        Blocked::NotCovered { pod_set, resources } => PendingReason::NotCovered {
+            cluster_queue: cq.to_owned(),
+            pod_set,
+            resources,
+        },
+        Blocked::Quota(s) => PendingReason::QuotaShort(s),
+        Blocked::Topology { no_fit, .. } => PendingReason::NoTopologyFit(no_fit),
+        Blocked::Reserved { for_job, until } => PendingReason::CapacityReserved { for_job, until },
+    }
+}

@@ -1,0 +1,107 @@
+//! Preemption of whole gangs: the smallest set of victims whose departure makes a feasible
+//! placement for the preemptor.
+
+use std::collections::BTreeSet;
+
+use muster_api::cluster_queue::{ReclaimWithinCohort, WithinClusterQueue};
+
+use super::{JobState, Options, Scheduler};
+use crate::job::{Job, JobId};
+
+impl Scheduler {
+    /// The smallest set of whole jobs whose eviction lets `job` be placed — quota and nodes —
+    /// under the queue's preemption policy, with the jobs of that set already leaving (from
+    /// an earlier preemption or a drain). `None` when no such set exists. Jobs already leaving
+    /// are counted first, so a preemptor waits for them rather than evicting more.
+    pub(super) fn preempt(&mut self, cq: &str, job: &Job) -> Option<(Vec<JobId>, BTreeSet<JobId>)> {
+        let policy = self.queues.get(cq)?.spec.preemption.clone()?;
+        let cohort = self.quota.cohort(cq).map(str::to_owned);
+        // (already leaving first, other queues' borrowers first, lowest priority, newest).
+        let mut candidates: Vec<(bool, bool, i32, std::cmp::Reverse<i64>, JobId)> = Vec::new();
+        for (id, e) in &self.jobs {
+            let (h, leaving) = match &e.state {
+                JobState::Admitted(h) => (h, false),
+                JobState::Evicting(h) => (h, true),
+                _ => continue,
+            };
+            let same_queue = h.cluster_queue == cq;
+            let lower = e.job.priority < job.priority;
+            let eligible = if same_queue {
+                policy.within_cluster_queue == WithinClusterQueue::LowerPriority && lower
+            } else {
+                cohort.is_some()
+                    && self.quota.cohort(&h.cluster_queue) == cohort.as_deref()
+                    && match policy.reclaim_within_cohort {
+                        ReclaimWithinCohort::Never => false,
+                        ReclaimWithinCohort::LowerPriority => lower,
+                        ReclaimWithinCohort::Any => true,
+                    }
+                    && (leaving
+                        || h.pod_sets
+                            .iter()
+                            .any(|p| self.quota.is_borrowing(&h.cluster_queue, &p.flavor)))
+            };
+            if eligible || leaving {
+                candidates.push((
+                    !leaving,
+                    same_queue,
+                    e.job.priority,
+                    std::cmp::Reverse(h.since),
+                    id.clone(),
+                ));
+            }
+        }
+        if candidates.iter().all(|c| !c.0) {
+            return None;
+        }
+        candidates.sort();
+        let leaving: BTreeSet<JobId> = candidates
+            .iter()
+            .filter(|c| !c.0)
+            .map(|c| c.4.clone())
+            .collect();
+        let other_queue: BTreeSet<JobId> = candidates
+            .iter()
+            .filter(|c| c.0 && !c.1)
+            .map(|c| c.4.clone())
+            .collect();
+        // Reclaiming from other queues is only for quota the preemptor owns: no borrowing.
+        let opts_for = |victims: &[JobId]| Options {
+            place: true,
+            no_borrow: victims.iter().any(|v| other_queue.contains(v)),
+        };
+        let mut victims: Vec<JobId> = Vec::new();
+        let mut found = false;
+        for c in &candidates {
+            victims.push(c.4.clone());
+            if self
+                .fits_without(cq, job, &victims, opts_for(&victims), 0)
+                .is_some()
+            {
+                found = true;
+                break;
+            }
+        }
+        if !found {
+            return None;
+        }
+        // Keep out every victim the preemptor can do without, the last chosen excepted (it
+        // made the difference), newest choices first.
+        let mut i = victims.len().saturating_sub(1);
+        while i > 0 {
+            i -= 1;
+            if leaving.contains(&victims[i]) {
+                continue;
+            }
+            let mut fewer = victims.clone();
+            fewer.remove(i);
+            if self
+                .fits_without(cq, job, &fewer, opts_for(&fewer), 0)
+                .is_some()
+            {
+                victims = fewer;
+            }
+        }
+        Some((victims, leaving))
+    }
+}

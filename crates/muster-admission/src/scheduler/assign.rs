@@ -64,6 +64,19 @@ impl Scheduler {
                 }
                 Ok(a)
             }
+            Err(Blocked::Topology { no_fit, flavor }) if opts.place && !binding.is_empty() => {
+                // Say so when only reserved capacity stands in the way.
+                self.cluster.rollback(&start);
+                let free = self.assign_pod_sets(cq, job, opts).is_ok();
+                self.cluster.rollback(&start);
+                match binding.first() {
+                    Some(r) if free => Err(Blocked::Reserved {
+                        for_job: r.job.clone(),
+                        until: r.until,
+                    }),
+                    _ => Err(Blocked::Topology { no_fit, flavor }),
+                }
+            }
             Err(blocked) => {
                 self.cluster.rollback(&start);
                 Err(blocked)

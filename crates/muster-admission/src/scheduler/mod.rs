@@ -11,7 +11,7 @@ use muster_topology::{BestFit, NoFit, Policy};
 use crate::cluster::Cluster;
 use crate::decision::{Admitted, Decision, PendingReason, PodSetPlacement};
 use crate::job::{Job, JobId, quota_usage};
-use crate::quota::{QuotaBook, Shortfall};
+use crate::quota::{QuotaBook, QuotaCheck, Shortfall};
 use crate::reservation::Reservation;
 
 mod assign;
@@ -87,6 +87,10 @@ struct CycleState {
     /// quota only shrink within a cycle, so an identical job fares no better.
     memo: BTreeMap<MemoKey, PendingReason>,
 }
+
+/// A queue head's place in the cycle's order: (borrows, dominant share, priority, creation,
+/// UID, id).
+type HeadKey = (bool, u64, std::cmp::Reverse<i32>, i64, String, String);
 
 /// (queue, job shape, number of reservations, which of them bind the job).
 type MemoKey = (String, String, usize, u64);
@@ -369,14 +373,24 @@ impl Scheduler {
         let mut cursor: BTreeMap<String, usize> = lists.keys().map(|q| (q.clone(), 0)).collect();
         let mut positions: BTreeMap<String, u32> = BTreeMap::new();
         let mut state = CycleState::default();
-        while let Some(cq) = self.next_queue(&lists, &cursor) {
+        let mut heads: BTreeMap<String, HeadKey> = BTreeMap::new();
+        while let Some(cq) = self.next_queue(&lists, &cursor, &mut heads) {
             let Some(at) = cursor.get_mut(&cq) else { break };
             let job = Arc::clone(&lists[&cq][*at]);
             *at += 1;
             let position = positions.entry(cq.clone()).or_insert(0);
             *position += 1;
             let position = *position;
+            let before = out.len();
             self.serve(&cq, &job, position, now, &mut state, &mut out);
+            heads.remove(&cq);
+            if out[before..]
+                .iter()
+                .any(|d| matches!(d, Decision::Admit(_) | Decision::Provision { .. }))
+            {
+                // Usage changed: shares and borrowing may have too.
+                heads.clear();
+            }
         }
         self.cluster.commit();
         out
@@ -535,26 +549,73 @@ impl Scheduler {
         out.push(pending(reason, eta));
     }
 
-    /// The queue whose next job is served next: lowest dominant share first where the cohort
-    /// uses fair sharing, then by priority, creation time and UID of the queue's next job.
+    /// The queue whose next job is served next. Jobs that fit without borrowing go before
+    /// jobs that would borrow (so a queue gets its own quota back before a borrower takes it
+    /// again, which is what keeps reclaim from ping-ponging); then the lowest dominant share
+    /// where the cohort uses fair sharing; then priority, creation time and UID. Keys are
+    /// cached per queue head and dropped whenever usage changes.
     fn next_queue(
         &self,
         lists: &BTreeMap<String, Vec<Arc<Job>>>,
         cursor: &BTreeMap<String, usize>,
+        heads: &mut BTreeMap<String, HeadKey>,
     ) -> Option<String> {
-        lists
-            .iter()
-            .filter_map(|(cq, list)| {
-                let job = list.get(*cursor.get(cq)?)?;
+        let mut best: Option<(&HeadKey, &String)> = None;
+        for (cq, list) in lists {
+            let Some(job) = cursor.get(cq).and_then(|at| list.get(*at)) else {
+                continue;
+            };
+            if !heads.contains_key(cq) {
                 let share = if self.quota.fair_sharing(cq) {
                     self.quota.dominant_share(cq)
                 } else {
                     0
                 };
-                Some(((share, job.order_key()), cq))
-            })
-            .min_by(|a, b| a.0.cmp(&b.0))
-            .map(|(_, cq)| cq.clone())
+                let (priority, created, uid, id) = job.order_key();
+                let key = (
+                    self.needs_borrowing(cq, job),
+                    share,
+                    priority,
+                    created,
+                    uid.to_owned(),
+                    id.to_owned(),
+                );
+                heads.insert(cq.clone(), key);
+            }
+        }
+        for (cq, key) in heads.iter() {
+            if best.is_none_or(|(b, _)| key < b) {
+                best = Some((key, cq));
+            }
+        }
+        best.map(|(_, cq)| cq.clone())
+    }
+
+    /// Whether `job` could start in `cq` only by borrowing: some pod set has no flavor with
+    /// room within the queue's nominal quota, but one with room in the cohort.
+    fn needs_borrowing(&self, cq: &str, job: &Job) -> bool {
+        let Some(spec) = self.queues.get(cq).map(|q| &q.spec) else {
+            return false;
+        };
+        let mut borrows = false;
+        for set in &job.pod_sets {
+            let usage = quota_usage(set);
+            let checks: Vec<QuotaCheck> = spec
+                .resource_groups
+                .iter()
+                .flat_map(|g| &g.flavors)
+                .map(|f| self.quota.check(cq, &f.name, &usage))
+                .collect();
+            if checks.contains(&QuotaCheck::Fits) {
+                continue;
+            }
+            if checks.contains(&QuotaCheck::Borrows) {
+                borrows = true;
+            } else {
+                return false;
+            }
+        }
+        borrows
     }
 
     /// HoldAndDrain: every job holding a stopped queue's quota is evicted.

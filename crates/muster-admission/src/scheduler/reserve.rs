@@ -137,7 +137,25 @@ impl Scheduler {
                     .collect(),
                 a.usage.into_iter().collect(),
             ),
-            None => self.fallback_reservation(job, blocked),
+            None => {
+                let (nodes, mut need) = self.fallback_reservation(job, blocked);
+                // Without a time, only quota the queue owns is held: quota the job would
+                // borrow belongs to queues that may want it back at any moment.
+                let nominal = Options {
+                    place: false,
+                    no_borrow: true,
+                };
+                if self
+                    .fits_without(cq, job, &everyone, nominal, now)
+                    .is_none()
+                {
+                    need.clear();
+                }
+                if nodes.is_empty() && need.is_empty() {
+                    return None;
+                }
+                (nodes, need)
+            }
         };
         Some(Reservation {
             job: job.id.clone(),

@@ -154,3 +154,20 @@ fn apply_and_rollback_one_pod(bencher: divan::Bencher) {
         topo.rollback(mark);
     });
 }
+
+/// Apply one pod's usage and roll it back while the topology keeps the capacity index of one
+/// request shape (each change also updates it).
+#[divan::bench]
+fn apply_and_rollback_one_pod_with_one_kept_shape(bencher: divan::Bencher) {
+    let mut topo = fleet();
+    let mark = topo.mark();
+    assert!(place(&mut topo, &gang(64), &BestFit).is_ok(), "the fleet must hold the gang");
+    topo.rollback(mark);
+    topo.commit();
+    let usage = gpus(1);
+    bencher.bench_local(|| {
+        let mark = topo.mark();
+        topo.add_usage(4242, &usage);
+        topo.rollback(mark);
+    });
+}

@@ -11,6 +11,7 @@
 //!
 //! Pure and synchronous: no I/O, no clock.
 
+mod capacity;
 mod labels;
 mod node;
 mod place;

@@ -89,7 +89,10 @@ pub fn place(
         let eligible = topo.eligibility(req);
         let placed = match &req.constraint {
             Constraint::Tpu { .. } => tpu::place_slices(topo, req, &eligible),
-            _ => place_in_domain(topo, req, &eligible, policy),
+            _ => {
+                let index = topo.capacity_index(req, &eligible);
+                place_in_domain(topo, req, index, &eligible, policy)
+            }
         };
         match placed {
             Ok((domain, nodes)) => {
@@ -115,14 +118,14 @@ pub fn place(
 }
 
 /// Per-node and per-domain capacity (in pods of this set) for one pod set.
-pub(crate) struct Capacity {
-    pub(crate) node: Vec<u32>,
-    pub(crate) domain: Vec<u32>,
+pub(crate) struct Capacity<'a> {
+    pub(crate) node: &'a [u32],
+    pub(crate) domain: &'a [u32],
     /// The same if every node were empty: only for policies that use it.
     empty: Option<(Vec<u32>, Vec<u32>)>,
 }
 
-impl Capacity {
+impl Capacity<'_> {
     /// A node as a unit a policy can choose.
     fn node_unit(&self, id: NodeId) -> Unit {
         let empty_capacity = self.empty.as_ref().map_or(self.node[id], |(n, _)| n[id]);
@@ -144,22 +147,22 @@ impl Capacity {
     }
 }
 
-/// How many pods of `req` each node and each domain can take now. Eligibility (selectors,
-/// affinity, taints) is checked only on nodes with room, which on a busy fleet skips most.
-pub(crate) fn capacity(
-    topo: &Topology,
+/// How many pods of `req` each node and each domain can take now (from the topology's kept
+/// index `index`), and if every node were empty when `with_empty`.
+fn capacity<'a>(
+    topo: &'a Topology,
     req: &PodSetRequest,
+    index: usize,
     eligible: &[bool],
     with_empty: bool,
-) -> Capacity {
-    let dense = topo.dense(&req.requests);
-    let node = per_node(eligible, |id| topo.pods_fitting(id, &dense, req.count));
-    let domain = per_domain(topo, &node);
+) -> Capacity<'a> {
+    let (node, domain) = topo.capacity(index);
     let empty = with_empty.then(|| {
+        let dense = topo.dense(&req.requests);
         let empty_node = per_node(eligible, |id| {
             topo.pods_fitting_empty(id, &dense, req.count)
         });
-        let empty_domain = per_domain(topo, &empty_node);
+        let empty_domain = topo.sum_domains(&empty_node);
         (empty_node, empty_domain)
     });
     Capacity {
@@ -178,21 +181,6 @@ pub(crate) fn per_node(eligible: &[bool], fits: impl Fn(NodeId) -> u32) -> Vec<u
         .collect()
 }
 
-/// Sums per-node pod counts into every domain.
-fn per_domain(topo: &Topology, node: &[u32]) -> Vec<u32> {
-    let mut domain = vec![0u32; topo.domains().len()];
-    for (id, n) in topo.nodes().iter().enumerate() {
-        domain[n.domain] = domain[n.domain].saturating_add(node[id]);
-    }
-    // Children come after parents in the arena: one reverse pass sums bottom-up.
-    for id in (1..domain.len()).rev() {
-        if let Some(parent) = topo.domains()[id].parent {
-            domain[parent] = domain[parent].saturating_add(domain[id]);
-        }
-    }
-    domain
-}
-
 /// Why each ineligible node is ineligible (a full pass, for explanations only).
 fn mismatches(topo: &Topology, req: &PodSetRequest) -> Vec<Mismatch> {
     topo.nodes()
@@ -207,10 +195,11 @@ pub(crate) type Placed = (Vec<(String, String)>, Vec<NodeId>);
 fn place_in_domain(
     topo: &Topology,
     req: &PodSetRequest,
+    index: usize,
     eligible: &[bool],
     policy: &dyn Policy,
 ) -> Result<Placed, NoFit> {
-    let cap = capacity(topo, req, eligible, policy.uses_empty_capacity());
+    let cap = capacity(topo, req, index, eligible, policy.uses_empty_capacity());
     let total = cap.domain[0];
     let no_fit = |kind, best: Option<(String, u32)>, message: String| NoFit {
         pod_set: req.name.clone(),

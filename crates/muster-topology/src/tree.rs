@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use muster_api::Resources;
 
+use crate::capacity::{CAPACITY_INDEX_LIMIT, CapacityIndex};
 use crate::labels::LabelIndex;
 use crate::node::NodeInfo;
 use crate::request::PodSetRequest;
@@ -82,6 +83,8 @@ pub struct Topology {
     by_name: BTreeMap<String, NodeId>,
     journal: Vec<Change>,
     labels: LabelIndex,
+    /// Pod capacity of the request shapes placed most recently, kept current.
+    capacities: Vec<CapacityIndex>,
     /// Node eligibility by [`PodSetRequest::eligibility_key`].
     eligible: BTreeMap<String, Arc<[bool]>>,
 }
@@ -155,6 +158,7 @@ impl Topology {
             by_name: BTreeMap::new(),
             journal: Vec::new(),
             labels: LabelIndex::new(),
+            capacities: Vec::new(),
             eligible: BTreeMap::new(),
         };
         // Domains by (parent, value), created breadth-first per path so parents come first.
@@ -267,6 +271,60 @@ impl Topology {
         }
         self.eligible.insert(key, Arc::clone(&computed));
         computed
+    }
+
+    /// The index of `req`'s capacity per node and per domain (`eligible` as from
+    /// [`Topology::eligibility`]), built on first use and kept current on every change.
+    pub(crate) fn capacity_index(&mut self, req: &PodSetRequest, eligible: &Arc<[bool]>) -> usize {
+        let request = self.dense(&req.requests);
+        let key = format!("{}|{:?}|{}", req.eligibility_key(), request, req.count);
+        if let Some(i) = self.capacities.iter().position(|c| c.key == key) {
+            return i;
+        }
+        let node: Vec<u32> = (0..self.nodes.len())
+            .map(|id| {
+                if eligible.get(id).copied().unwrap_or(false) {
+                    self.pods_fitting(id, &request, req.count)
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let domain = self.sum_domains(&node);
+        if self.capacities.len() >= CAPACITY_INDEX_LIMIT {
+            self.capacities.remove(0);
+        }
+        self.capacities.push(CapacityIndex {
+            key,
+            eligible: Arc::clone(eligible),
+            request,
+            cap: req.count,
+            node,
+            domain,
+        });
+        self.capacities.len() - 1
+    }
+
+    /// A capacity index by the number [`Topology::capacity_index`] gave.
+    pub(crate) fn capacity(&self, index: usize) -> (&[u32], &[u32]) {
+        self.capacities
+            .get(index)
+            .map_or((&[], &[]), |c| (c.node.as_slice(), c.domain.as_slice()))
+    }
+
+    /// Sums per-node pod counts into every domain.
+    pub(crate) fn sum_domains(&self, node: &[u32]) -> Vec<u32> {
+        let mut domain = vec![0u32; self.domains.len()];
+        for (id, n) in self.nodes.iter().enumerate() {
+            domain[n.domain] = domain[n.domain].saturating_add(node[id]);
+        }
+        // Children come after parents in the arena: one reverse pass sums bottom-up.
+        for id in (1..domain.len()).rev() {
+            if let Some(parent) = self.domains[id].parent {
+                domain[parent] = domain[parent].saturating_add(domain[id]);
+            }
+        }
+        domain
     }
 
     /// What bound pods use on `node`.
@@ -408,6 +466,22 @@ impl Topology {
             // Each domain's free is a sum that includes this node's old free exactly, so the
             // subtraction never saturates and the update is exact.
             self.for_ancestors(node, |d| d.free[k] = d.free[k] - before + after);
+        }
+        if !self.capacities.is_empty() {
+            let mut ancestors = Vec::with_capacity(self.levels.len() + 1);
+            let mut at = Some(self.nodes[node].domain);
+            while let Some(id) = at {
+                ancestors.push(id);
+                at = self.domains[id].parent;
+            }
+            let mut capacities = std::mem::take(&mut self.capacities);
+            for c in &mut capacities {
+                if c.eligible.get(node).copied().unwrap_or(false) {
+                    let pods = self.pods_fitting(node, &c.request, c.cap);
+                    c.set(node, pods, &ancestors);
+                }
+            }
+            self.capacities = capacities;
         }
     }
 

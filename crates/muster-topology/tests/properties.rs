@@ -189,3 +189,30 @@ proptest! {
         prop_assert_eq!(&topo.eligibility(&req)[..], &direct[..]);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// A topology that has placed, rolled back and placed again (its kept capacity indexes
+    /// updated by every change) places the next gang exactly as a fresh topology with the same
+    /// usage does.
+    #[test]
+    fn a_warm_topology_places_like_a_fresh_one(f in fleet(), g1 in gang(), g2 in gang(), g3 in gang()) {
+        let mut warm = build(&f);
+        let mark = warm.mark();
+        let _ = place(&mut warm, &g1, &BestFit);
+        let _ = place(&mut warm, &g3, &BestFit);
+        warm.rollback(mark);
+        let first = place(&mut warm, &g2, &BestFit);
+        let mut fresh = build(&f);
+        if let Ok(fit) = &first {
+            for (set, req) in fit.pod_sets.iter().zip(&g2) {
+                for n in &set.nodes {
+                    let id = fresh.node_id(n).unwrap_or_default();
+                    fresh.add_usage(id, &req.requests);
+                }
+            }
+        }
+        prop_assert_eq!(place(&mut warm, &g1, &BestFit), place(&mut fresh, &g1, &BestFit));
+    }
+}

@@ -83,17 +83,19 @@ struct CycleState {
     /// Queues whose first blocked job already tried for a reservation.
     reserved_by: BTreeSet<String>,
     reservations: Vec<Reservation>,
-    /// (queue, shape, reservations, which bind) → the reason such a job waits: capacity and
-    /// quota only shrink within a cycle, so an identical job fares no better.
-    memo: BTreeMap<MemoKey, PendingReason>,
+    /// (queue, shape) → the reservations that bound a job of that shape which could not
+    /// start, and why. Capacity and quota only shrink within a cycle and reservations only
+    /// add constraints, so an identical job bound by at least those reservations fares no
+    /// better.
+    memo: BTreeMap<MemoKey, Vec<(u64, PendingReason)>>,
 }
 
 /// A queue head's place in the cycle's order: (borrows, dominant share, priority, creation,
 /// UID, id).
 type HeadKey = (bool, u64, std::cmp::Reverse<i32>, i64, String, String);
 
-/// (queue, job shape, number of reservations, which of them bind the job).
-type MemoKey = (String, String, usize, u64);
+/// (queue, job shape).
+type MemoKey = (String, String);
 
 /// Flavors and placements for a whole job.
 #[derive(Clone, Debug)]
@@ -444,8 +446,13 @@ impl Scheduler {
             .get(&job.id)
             .map(|e| e.shape.clone())
             .unwrap_or_default();
-        let key = (cq.to_owned(), shape, state.reservations.len(), respected);
-        if let Some(reason) = state.memo.get(&key) {
+        let key = (cq.to_owned(), shape);
+        let known = state.memo.get(&key).and_then(|seen| {
+            seen.iter()
+                .find(|(mask, _)| mask & !respected == 0)
+                .map(|(_, reason)| reason)
+        });
+        if let Some(reason) = known {
             if strict {
                 state.strict_head.insert(cq.to_owned(), job.id.clone());
             }
@@ -469,7 +476,16 @@ impl Scheduler {
         if strict {
             state.strict_head.insert(cq.to_owned(), job.id.clone());
         }
-        self.on_blocked(cq, job, position, now, blocked, key, state, out);
+        self.on_blocked(
+            cq,
+            job,
+            position,
+            now,
+            blocked,
+            (key, respected),
+            state,
+            out,
+        );
     }
 
     /// A job that cannot start as things are: provision, preempt, or wait (taking the
@@ -485,7 +501,7 @@ impl Scheduler {
         position: u32,
         now: i64,
         blocked: Blocked,
-        key: MemoKey,
+        key: (MemoKey, u64),
         state: &mut CycleState,
         out: &mut Vec<Decision>,
     ) {
@@ -543,7 +559,12 @@ impl Scheduler {
             // job may still make the reservation, so it is not remembered.
             Some(None) => {}
             None => {
-                state.memo.insert(key, reason.clone());
+                let (key, respected) = key;
+                state
+                    .memo
+                    .entry(key)
+                    .or_default()
+                    .push((respected, reason.clone()));
             }
         }
         out.push(pending(reason, eta));

@@ -6,7 +6,9 @@ use muster_api::Resources;
 use muster_topology::Constraint;
 
 use super::{Assignment, Blocked, Holding, JobState, Options, Scheduler};
+use crate::cluster::ClusterMark;
 use crate::job::{Job, JobId, quota_usage};
+use crate::quota::QuotaBook;
 use crate::reservation::Reservation;
 
 impl Scheduler {
@@ -67,10 +69,13 @@ impl Scheduler {
     }
 
     /// The reservation of a blocked job: the earliest point on the release timeline at which
-    /// it fits (found by bisection: releasing more never hurts), the nodes and quota it would
-    /// take then. When it fits only once jobs without a known runtime end, it reserves the
-    /// most promising domain (or its quota) with no time. When it would not fit even on an
-    /// empty cluster, there is nothing to reserve.
+    /// it fits, the nodes and quota it would take then. Jobs are released in timeline order
+    /// (jobs without a known runtime last) and the job is tried after 1, 2, 4, … releases, then
+    /// by bisection between the last failure and the first success: releasing more never
+    /// hurts, and each release is paid for once, however many tries follow. When it fits only
+    /// once jobs without a known runtime end, it reserves the most promising domain (or the
+    /// quota it owns) with no time. When it would not fit even with everything released,
+    /// there is nothing to reserve.
     pub(super) fn reserve(
         &mut self,
         cq: &str,
@@ -78,43 +83,23 @@ impl Scheduler {
         blocked: &Blocked,
         now: i64,
     ) -> Option<Reservation> {
-        let opts = Options {
-            place: true,
-            no_borrow: false,
-        };
-        let everyone: Vec<JobId> = self
+        let timeline = self.release_timeline(now);
+        let mut order: Vec<JobId> = timeline.iter().map(|(_, id)| id.clone()).collect();
+        let known = order.len();
+        let on_timeline: std::collections::BTreeSet<&JobId> = order.iter().collect();
+        let rest: Vec<JobId> = self
             .jobs
             .iter()
-            .filter(|(_, e)| e.state != JobState::Pending)
+            .filter(|(id, e)| e.state != JobState::Pending && !on_timeline.contains(id))
             .map(|(id, _)| id.clone())
             .collect();
-        self.fits_without(cq, job, &everyone, opts, now)?;
-        let timeline = self.release_timeline(now);
-        let ids: Vec<JobId> = timeline.iter().map(|(_, id)| id.clone()).collect();
-        let known = self.fits_without(cq, job, &ids, opts, now);
-        let (until, assignment) = match known {
-            Some(_) => {
-                // Smallest k such that releasing the first k jobs makes room.
-                let (mut lo, mut hi) = (0usize, ids.len());
-                let mut best = None;
-                while lo < hi {
-                    let mid = lo + (hi - lo) / 2;
-                    match self.fits_without(cq, job, &ids[..mid], opts, now) {
-                        Some(a) => {
-                            best = Some(a);
-                            hi = mid;
-                        }
-                        None => lo = mid + 1,
-                    }
-                }
-                let assignment = match best {
-                    Some(a) if lo > 0 || ids.is_empty() => a,
-                    _ => self.fits_without(cq, job, &ids[..lo], opts, now)?,
-                };
-                let until = if lo == 0 { now } else { timeline[lo - 1].0 };
-                (Some(until), Some(assignment))
-            }
-            None => (None, None),
+        order.extend(rest);
+        let (k, assignment) = self.first_fitting_prefix(cq, job, &order, now)?;
+        let (until, assignment) = if k <= known {
+            let until = if k == 0 { now } else { timeline[k - 1].0 };
+            (Some(until), Some(assignment))
+        } else {
+            (None, None)
         };
         let mut book_at = self.quota.clone();
         if let Some(t) = until {
@@ -145,10 +130,7 @@ impl Scheduler {
                     place: false,
                     no_borrow: true,
                 };
-                if self
-                    .fits_without(cq, job, &everyone, nominal, now)
-                    .is_none()
-                {
+                if self.fits_without(cq, job, &order, nominal, now).is_none() {
                     need.clear();
                 }
                 if nodes.is_empty() && need.is_empty() {
@@ -166,6 +148,66 @@ impl Scheduler {
             need,
             book_at,
         })
+    }
+
+    /// The smallest `k` such that `job` fits once the first `k` jobs of `order` are gone, with
+    /// its assignment then; `None` when it fits not even with all of them gone. Changes
+    /// nothing.
+    fn first_fitting_prefix(
+        &mut self,
+        cq: &str,
+        job: &Job,
+        order: &[JobId],
+        now: i64,
+    ) -> Option<(usize, Assignment)> {
+        let opts = Options {
+            place: true,
+            no_borrow: false,
+        };
+        let start = (self.cluster.mark(), self.quota.clone());
+        // The last prefix known not to fit, with the state after releasing it.
+        let mut lo: (usize, ClusterMark, QuotaBook) = (0, start.0.clone(), start.1.clone());
+        let mut released = 0;
+        let mut found: Option<(usize, Assignment)> = None;
+        let mut step = 1;
+        // Gallop: release up to 1, 2, 4, … jobs until the job fits.
+        while found.is_none() && released < order.len() {
+            let target = (released + step).min(order.len());
+            step *= 2;
+            self.release_tentatively(&order[released..target]);
+            released = target;
+            match self.try_in_place(cq, job, opts, now) {
+                Some(a) => found = Some((target, a)),
+                None => lo = (target, self.cluster.mark(), self.quota.clone()),
+            }
+        }
+        let Some(mut hi) = found else {
+            self.cluster.rollback(&start.0);
+            self.quota = start.1;
+            return None;
+        };
+        // Bisect between the last failure and the first success.
+        while hi.0 > lo.0 + 1 {
+            self.cluster.rollback(&lo.1);
+            self.quota = lo.2.clone();
+            let mid = lo.0 + (hi.0 - lo.0) / 2;
+            self.release_tentatively(&order[lo.0..mid]);
+            match self.try_in_place(cq, job, opts, now) {
+                Some(a) => hi = (mid, a),
+                None => lo = (mid, self.cluster.mark(), self.quota.clone()),
+            }
+        }
+        self.cluster.rollback(&start.0);
+        self.quota = start.1;
+        Some(hi)
+    }
+
+    /// `try_assign` without leaving the placement behind.
+    fn try_in_place(&mut self, cq: &str, job: &Job, opts: Options, now: i64) -> Option<Assignment> {
+        let mark = self.cluster.mark();
+        let result = self.try_assign(cq, job, opts, &[], now).ok();
+        self.cluster.rollback(&mark);
+        result
     }
 
     /// Without a known time, reserve the best candidate domain of the failing pod set (so it

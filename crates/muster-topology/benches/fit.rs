@@ -161,7 +161,10 @@ fn apply_and_rollback_one_pod(bencher: divan::Bencher) {
 fn apply_and_rollback_one_pod_with_one_kept_shape(bencher: divan::Bencher) {
     let mut topo = fleet();
     let mark = topo.mark();
-    assert!(place(&mut topo, &gang(64), &BestFit).is_ok(), "the fleet must hold the gang");
+    assert!(
+        place(&mut topo, &gang(64), &BestFit).is_ok(),
+        "the fleet must hold the gang"
+    );
     topo.rollback(mark);
     topo.commit();
     let usage = gpus(1);

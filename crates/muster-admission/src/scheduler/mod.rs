@@ -45,8 +45,9 @@ pub struct Holding {
 #[derive(Clone, Debug)]
 struct Entry {
     job: Arc<Job>,
-    /// Jobs with the same shape in the same queue fare the same within one cycle.
-    shape: String,
+    /// Jobs with the same shape (queue, priority, pod sets) fare the same within one cycle;
+    /// an index into the scheduler's shape table.
+    shape: usize,
     state: JobState,
 }
 
@@ -83,7 +84,9 @@ struct CycleState {
     /// Queues whose first blocked job already tried for a reservation.
     reserved_by: BTreeSet<String>,
     reservations: Vec<Reservation>,
-    /// (queue, shape) → the reservations that bound a job of that shape which could not
+    /// The release timeline and order for reservations, until the next admission.
+    release: Option<ReleaseOrder>,
+    /// Shape → the reservations that bound a job of that shape which could not
     /// start, and why. Capacity and quota only shrink within a cycle and reservations only
     /// add constraints, so an identical job bound by at least those reservations fares no
     /// better.
@@ -94,8 +97,11 @@ struct CycleState {
 /// UID, id).
 type HeadKey = (bool, u64, std::cmp::Reverse<i32>, i64, String, String);
 
-/// (queue, job shape).
-type MemoKey = (String, String);
+/// The release timeline (expected end, job), and every holder in release order.
+type ReleaseOrder = (Vec<(i64, JobId)>, Vec<JobId>);
+
+/// A job shape (which includes its queue).
+type MemoKey = usize;
 
 /// Flavors and placements for a whole job.
 #[derive(Clone, Debug)]
@@ -122,6 +128,8 @@ pub struct Scheduler {
     queues: BTreeMap<String, QueueConfig>,
     local_queues: BTreeMap<String, String>,
     jobs: BTreeMap<JobId, Entry>,
+    /// Every job shape seen, spelled out, with its index.
+    shapes: BTreeMap<String, usize>,
     policy: Box<dyn Policy>,
 }
 
@@ -165,6 +173,7 @@ impl Scheduler {
             queues,
             local_queues: local_queues.into_iter().collect(),
             jobs: BTreeMap::new(),
+            shapes: BTreeMap::new(),
             policy: Box::new(BestFit),
         }
     }
@@ -179,7 +188,9 @@ impl Scheduler {
     /// Adds a pending job, or replaces a pending job of the same id. A job that holds
     /// capacity keeps its state; only its definition is updated.
     pub fn submit(&mut self, job: Job) {
-        let shape = format!("{}|{}|{:?}", job.local_queue, job.priority, job.pod_sets);
+        let spelled = format!("{}|{}|{:?}", job.local_queue, job.priority, job.pod_sets);
+        let next = self.shapes.len();
+        let shape = *self.shapes.entry(spelled).or_insert(next);
         let state = match self.jobs.remove(&job.id) {
             Some(old) => old.state,
             None => JobState::Pending,
@@ -290,13 +301,7 @@ impl Scheduler {
     }
 
     fn release(&mut self, job: &Job, holding: &Holding) {
-        for (set, placement) in job.pod_sets.iter().zip(&holding.pod_sets) {
-            self.quota
-                .remove(&holding.cluster_queue, &placement.flavor, &quota_usage(set));
-            for node in &placement.nodes {
-                self.cluster.remove_usage(node, &set.requests);
-            }
-        }
+        release(&mut self.quota, &mut self.cluster, job, holding);
     }
 
     fn release_all(&mut self, id: &str) {
@@ -390,8 +395,9 @@ impl Scheduler {
                 .iter()
                 .any(|d| matches!(d, Decision::Admit(_) | Decision::Provision { .. }))
             {
-                // Usage changed: shares and borrowing may have too.
+                // Usage changed: shares, borrowing and the release timeline may have too.
                 heads.clear();
+                state.release = None;
             }
         }
         self.cluster.commit();
@@ -441,12 +447,7 @@ impl Scheduler {
             .enumerate()
             .filter(|(_, r)| !r.ends_before(ends))
             .fold(0u64, |mask, (i, _)| mask | (1u64 << (i % 64)));
-        let shape = self
-            .jobs
-            .get(&job.id)
-            .map(|e| e.shape.clone())
-            .unwrap_or_default();
-        let key = (cq.to_owned(), shape);
+        let key = self.jobs.get(&job.id).map_or(usize::MAX, |e| e.shape);
         let known = state.memo.get(&key).and_then(|seen| {
             seen.iter()
                 .find(|(mask, _)| mask & !respected == 0)
@@ -544,7 +545,11 @@ impl Scheduler {
         let reservation =
             if reservable && !state.reserved_by.contains(cq) && state.reservations.len() < 64 {
                 state.reserved_by.insert(cq.to_owned());
-                Some(self.reserve(cq, job, &blocked, now))
+                let release = state
+                    .release
+                    .get_or_insert_with(|| self.release_order(now))
+                    .clone();
+                Some(self.reserve(cq, job, &blocked, now, (&release.0, &release.1)))
             } else {
                 None
             };
@@ -739,6 +744,16 @@ impl Scheduler {
             cluster_queue: cq.to_owned(),
             flavors,
         })
+    }
+}
+
+/// Returns a holding's quota and node usage.
+fn release(quota: &mut QuotaBook, cluster: &mut Cluster, job: &Job, holding: &Holding) {
+    for (set, placement) in job.pod_sets.iter().zip(&holding.pod_sets) {
+        quota.remove(&holding.cluster_queue, &placement.flavor, &quota_usage(set));
+        for node in &placement.nodes {
+            cluster.remove_usage(node, &set.requests);
+        }
     }
 }
 

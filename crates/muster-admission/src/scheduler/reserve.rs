@@ -31,6 +31,22 @@ impl Scheduler {
         timeline
     }
 
+    /// The release timeline, then every other job that holds capacity (no known end): the
+    /// order in which a reservation search releases jobs.
+    pub(super) fn release_order(&self, now: i64) -> (Vec<(i64, JobId)>, Vec<JobId>) {
+        let timeline = self.release_timeline(now);
+        let mut order: Vec<JobId> = timeline.iter().map(|(_, id)| id.clone()).collect();
+        let on_timeline: std::collections::BTreeSet<&JobId> = order.iter().collect();
+        let rest: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(id, e)| e.state != JobState::Pending && !on_timeline.contains(id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        order.extend(rest);
+        (timeline, order)
+    }
+
     pub(super) fn holding_of(&self, id: &str) -> Option<(Arc<Job>, Holding)> {
         let e = self.jobs.get(id)?;
         match &e.state {
@@ -44,8 +60,11 @@ impl Scheduler {
     /// Releases `ids` tentatively (the caller restores the cluster mark and the quota book).
     pub(super) fn release_tentatively(&mut self, ids: &[JobId]) {
         for id in ids {
-            if let Some((job, h)) = self.holding_of(id) {
-                self.release(&job, &h);
+            if let Some(e) = self.jobs.get(id)
+                && let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
+                    &e.state
+            {
+                super::release(&mut self.quota, &mut self.cluster, &e.job, h);
             }
         }
     }
@@ -82,19 +101,11 @@ impl Scheduler {
         job: &Job,
         blocked: &Blocked,
         now: i64,
+        release: (&[(i64, JobId)], &[JobId]),
     ) -> Option<Reservation> {
-        let timeline = self.release_timeline(now);
-        let mut order: Vec<JobId> = timeline.iter().map(|(_, id)| id.clone()).collect();
-        let known = order.len();
-        let on_timeline: std::collections::BTreeSet<&JobId> = order.iter().collect();
-        let rest: Vec<JobId> = self
-            .jobs
-            .iter()
-            .filter(|(id, e)| e.state != JobState::Pending && !on_timeline.contains(id))
-            .map(|(id, _)| id.clone())
-            .collect();
-        order.extend(rest);
-        let (k, assignment) = self.first_fitting_prefix(cq, job, &order, now)?;
+        let (timeline, order) = release;
+        let known = timeline.len();
+        let (k, assignment) = self.first_fitting_prefix(cq, job, order, now)?;
         let (until, assignment) = if k <= known {
             let until = if k == 0 { now } else { timeline[k - 1].0 };
             (Some(until), Some(assignment))
@@ -103,7 +114,7 @@ impl Scheduler {
         };
         let mut book_at = self.quota.clone();
         if let Some(t) = until {
-            for (end, id) in &timeline {
+            for (end, id) in timeline {
                 if *end > t {
                     break;
                 }
@@ -130,7 +141,7 @@ impl Scheduler {
                     place: false,
                     no_borrow: true,
                 };
-                if self.fits_without(cq, job, &order, nominal, now).is_none() {
+                if self.fits_without(cq, job, order, nominal, now).is_none() {
                     need.clear();
                 }
                 if nodes.is_empty() && need.is_empty() {

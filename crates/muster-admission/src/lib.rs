@@ -13,6 +13,7 @@
 mod cluster;
 mod decision;
 mod job;
+mod namespaces;
 mod quota;
 mod reservation;
 mod scheduler;
@@ -20,5 +21,6 @@ mod scheduler;
 pub use cluster::{Cluster, ClusterMark, with_flavor};
 pub use decision::{Admitted, Decision, PendingReason, PodSetPlacement};
 pub use job::{Job, JobId, quota_usage};
+pub use namespaces::selects;
 pub use quota::{QuotaBook, QuotaCheck, Shortfall};
 pub use scheduler::{Holding, JobState, Scheduler};

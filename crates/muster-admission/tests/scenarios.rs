@@ -444,3 +444,26 @@ fn every_waiting_job_says_why() {
         Some("LocalQueue ns/nowhere does not exist; create it or set spec.queueName to an existing one".into())
     );
 }
+
+#[test]
+fn a_queue_admits_only_namespaces_its_selector_selects() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    let mut spec = gpu_queue(8);
+    spec.namespace_selector = Some(LabelSelector {
+        match_labels: Some([("team".to_owned(), "a".to_owned())].into()),
+        ..LabelSelector::default()
+    });
+    let mut s = scheduler(
+        &fleet("h100", 1, 1),
+        vec![flavor("h100")],
+        vec![("q", spec)],
+    );
+    s.submit(job("outsider", "q", 0, 0, 1, 1));
+    let d = s.cycle(0);
+    assert_eq!(
+        reason_of(&d, "outsider").map(PendingReason::message),
+        Some("ClusterQueue q's namespaceSelector does not admit namespace ns; ask an admin to include it".into())
+    );
+    s.set_namespace("ns", [("team".to_owned(), "a".to_owned())].into());
+    assert_eq!(admitted(&s.cycle(1)), vec!["outsider"]);
+}

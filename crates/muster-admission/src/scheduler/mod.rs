@@ -11,6 +11,7 @@ use muster_topology::{BestFit, NoFit, Policy};
 use crate::cluster::Cluster;
 use crate::decision::{Admitted, Decision, PendingReason, PodSetPlacement};
 use crate::job::{Job, JobId, quota_usage};
+use crate::namespaces::selects;
 use crate::quota::{QuotaBook, QuotaCheck, Shortfall};
 use crate::reservation::Reservation;
 
@@ -128,6 +129,8 @@ pub struct Scheduler {
     queues: BTreeMap<String, QueueConfig>,
     local_queues: BTreeMap<String, String>,
     jobs: BTreeMap<JobId, Entry>,
+    /// Namespace labels, for ClusterQueues' namespace selectors (unknown: no labels).
+    namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// Every job shape seen, spelled out, with its index.
     shapes: BTreeMap<String, usize>,
     policy: Box<dyn Policy>,
@@ -173,6 +176,7 @@ impl Scheduler {
             queues,
             local_queues: local_queues.into_iter().collect(),
             jobs: BTreeMap::new(),
+            namespaces: BTreeMap::new(),
             shapes: BTreeMap::new(),
             policy: Box::new(BestFit),
         }
@@ -183,6 +187,12 @@ impl Scheduler {
     pub fn with_policy(mut self, policy: Box<dyn Policy>) -> Scheduler {
         self.policy = policy;
         self
+    }
+
+    /// Sets the labels of a namespace (ClusterQueues admit LocalQueues by their namespace's
+    /// labels; a namespace never set has none).
+    pub fn set_namespace(&mut self, name: &str, labels: BTreeMap<String, String>) {
+        self.namespaces.insert(name.to_owned(), labels);
     }
 
     /// Adds a pending job, or replaces a pending job of the same id. A job that holds
@@ -331,7 +341,18 @@ impl Scheduler {
             )),
             Some(q) => match &q.invalid {
                 Some(why) => Err(why.clone()),
-                None => Ok(cq.clone()),
+                None => {
+                    let namespace = job.local_queue.split('/').next().unwrap_or_default();
+                    let empty = BTreeMap::new();
+                    let labels = self.namespaces.get(namespace).unwrap_or(&empty);
+                    if selects(q.spec.namespace_selector.as_ref(), labels) {
+                        Ok(cq.clone())
+                    } else {
+                        Err(format!(
+                            "ClusterQueue {cq}'s namespaceSelector does not admit namespace {namespace}; ask an admin to include it"
+                        ))
+                    }
+                }
             },
         }
     }

@@ -20,6 +20,8 @@ enum Command {
     Crds(commands::crds::Args),
     /// Would a GpuJob fit on these nodes now, and where? Exit 0: fits; 1: does not; 2: bad input.
     Fit(commands::fit::Args),
+    /// Replay a scenario's workload through Muster's admission and placement in virtual time.
+    Sim(commands::sim::Args),
     /// Check Muster YAML files offline: every error, with file, document and field.
     Validate(commands::validate::Args),
 }
@@ -29,6 +31,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Crds(args) => commands::crds::run(&args),
         Command::Fit(args) => commands::fit::run(&args),
+        Command::Sim(args) => commands::sim::run(&args),
         Command::Validate(args) => commands::validate::run(&args),
     };
     match result {

@@ -2,5 +2,6 @@
 
 pub mod crds;
 pub mod fit;
+pub mod sim;
 pub mod validate;
 mod yaml;

@@ -1,0 +1,317 @@
+//! The discrete-event engine: arrivals and completions in virtual time, and after every batch
+//! of events at one instant, `muster-admission`'s cycle, unchanged.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::time::{Duration, Instant};
+
+use muster_admission::{Cluster, Decision, Job, Scheduler};
+use muster_api::{Amount, Resources};
+use muster_topology::{Constraint, PodSetRequest};
+
+use crate::scenario::Loaded;
+use crate::trace::TraceJob;
+
+/// What happened to one job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRecord {
+    /// The job.
+    pub id: String,
+    /// Its LocalQueue.
+    pub queue: String,
+    /// GPUs it asked for.
+    pub gpus: u64,
+    /// When it was submitted.
+    pub submit: i64,
+    /// When it was first admitted.
+    pub admit: Option<i64>,
+    /// When its last (completed) run started.
+    pub start: Option<i64>,
+    /// When it finished.
+    pub end: Option<i64>,
+    /// The domain of its first pod set in its last admission, as `level=value` pairs.
+    pub domain: String,
+    /// How often it was preempted or evicted.
+    pub preemptions: u32,
+    /// How often it was restarted after a failure (no failure model yet: always 0).
+    pub restarts: u32,
+}
+
+/// One point of the allocation timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    /// Virtual time.
+    pub time: i64,
+    /// GPUs held by admitted jobs from then on.
+    pub allocated: u64,
+    /// Jobs waiting from then on.
+    pub pending: u64,
+}
+
+/// The outcome of one run.
+#[derive(Clone, Debug)]
+pub struct Run {
+    /// The placement policy.
+    pub policy: String,
+    /// Per job, in submission order.
+    pub records: Vec<JobRecord>,
+    /// Allocation and queue length after every instant with events.
+    pub timeline: Vec<Sample>,
+    /// GPUs of the whole fleet.
+    pub total_gpus: u64,
+    /// Arrivals, completions and evictions processed.
+    pub events: u64,
+    /// Admission cycles run.
+    pub cycles: u64,
+    /// Wall time of the run (not part of any deterministic output).
+    pub wall: Duration,
+}
+
+/// Converts a trace job to an admission job in `namespace`.
+pub fn admission_job(job: &TraceJob, namespace: &str) -> Job {
+    let constraint = if let Some(level) = job.topology.strip_prefix("required:") {
+        Constraint::Required(level.to_owned())
+    } else if let Some(level) = job.topology.strip_prefix("preferred:") {
+        Constraint::Preferred(level.to_owned())
+    } else {
+        Constraint::None
+    };
+    Job {
+        id: format!("{namespace}/{}", job.id),
+        uid: job.id.clone(),
+        local_queue: format!("{namespace}/{}", job.queue),
+        priority: job.priority,
+        created: job.submit,
+        expected_runtime: job.expected_runtime,
+        pod_sets: job
+            .pod_sets
+            .iter()
+            .map(|(name, count, requests)| {
+                let mut r: Resources = requests.iter().map(|(k, v)| (k.clone(), *v)).collect();
+                r.set("pods", Amount::from_units(1));
+                PodSetRequest {
+                    name: name.clone(),
+                    count: *count,
+                    requests: r,
+                    node_selector: BTreeMap::new(),
+                    affinity: Vec::new(),
+                    tolerations: Vec::new(),
+                    constraint: constraint.clone(),
+                }
+            })
+            .collect(),
+        invalid: None,
+        suspended: false,
+    }
+}
+
+/// A fresh scheduler for the scenario, placing with `policy`.
+pub fn scheduler(loaded: &Loaded, policy: &str) -> Result<Scheduler, String> {
+    let policy = muster_topology::by_name(policy).ok_or_else(|| {
+        format!(
+            "unknown policy {policy:?}; use one of {}",
+            muster_topology::POLICY_NAMES.join(", ")
+        )
+    })?;
+    let cluster = Cluster::new(loaded.flavors.clone(), &loaded.nodes);
+    let mut s = Scheduler::new(
+        cluster,
+        loaded.cluster_queues.clone(),
+        loaded.local_queues.clone(),
+    )
+    .with_policy(policy);
+    s.set_namespace(&loaded.scenario.namespace, BTreeMap::new());
+    Ok(s)
+}
+
+/// The run's bookkeeping between events.
+struct Books {
+    namespace: String,
+    index: BTreeMap<String, usize>,
+    records: Vec<JobRecord>,
+    durations: Vec<i64>,
+    /// (end, job index, attempt): an eviction bumps the attempt, so a stale end is ignored.
+    ends: BinaryHeap<Reverse<(i64, usize, u32)>>,
+    attempt: Vec<u32>,
+    running: Vec<bool>,
+    allocated: u64,
+    pending: u64,
+    finished: usize,
+    events: u64,
+}
+
+impl Books {
+    fn new(loaded: &Loaded) -> Books {
+        let namespace = loaded.scenario.namespace.clone();
+        Books {
+            index: loaded
+                .jobs
+                .iter()
+                .enumerate()
+                .map(|(i, j)| (format!("{namespace}/{}", j.id), i))
+                .collect(),
+            records: loaded
+                .jobs
+                .iter()
+                .map(|j| JobRecord {
+                    id: j.id.clone(),
+                    queue: j.queue.clone(),
+                    gpus: j.gpus(),
+                    submit: j.submit,
+                    admit: None,
+                    start: None,
+                    end: None,
+                    domain: String::new(),
+                    preemptions: 0,
+                    restarts: 0,
+                })
+                .collect(),
+            durations: loaded.jobs.iter().map(|j| j.duration).collect(),
+            ends: BinaryHeap::new(),
+            attempt: vec![0; loaded.jobs.len()],
+            running: vec![false; loaded.jobs.len()],
+            allocated: 0,
+            pending: 0,
+            finished: 0,
+            events: 0,
+            namespace,
+        }
+    }
+
+    /// Completes every job whose current run ends at `now`.
+    fn complete(&mut self, s: &mut Scheduler, now: i64) {
+        while let Some(Reverse((t, i, a))) = self.ends.peek().copied()
+            && t == now
+        {
+            self.ends.pop();
+            if a == self.attempt[i] && self.running[i] {
+                self.running[i] = false;
+                self.allocated -= self.records[i].gpus;
+                self.records[i].end = Some(now);
+                self.finished += 1;
+                s.finish(&format!("{}/{}", self.namespace, self.records[i].id));
+                self.events += 1;
+            }
+        }
+    }
+
+    fn admitted(&mut self, a: &muster_admission::Admitted, now: i64) {
+        let Some(&i) = self.index.get(&a.job) else {
+            return;
+        };
+        self.running[i] = true;
+        self.allocated += self.records[i].gpus;
+        self.pending -= 1;
+        let r = &mut self.records[i];
+        r.admit.get_or_insert(now);
+        r.start = Some(now);
+        r.domain = a.pod_sets.first().map_or_else(String::new, |p| {
+            p.domain
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        });
+        self.ends
+            .push(Reverse((now + self.durations[i], i, self.attempt[i])));
+    }
+
+    /// The job's pods are gone: back to the queue.
+    fn evicted(&mut self, s: &mut Scheduler, id: &str) {
+        let Some(&i) = self.index.get(id) else { return };
+        s.requeue(id);
+        if self.running[i] {
+            self.running[i] = false;
+            self.allocated -= self.records[i].gpus;
+            self.pending += 1;
+        }
+        self.attempt[i] += 1;
+        self.records[i].preemptions += 1;
+        self.records[i].start = None;
+        self.events += 1;
+    }
+}
+
+/// Replays the scenario's jobs with `policy`. `progress(done, total)` is called now and then.
+pub fn run(
+    loaded: &Loaded,
+    policy: &str,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Run, String> {
+    if let Some((name, _)) = loaded
+        .cluster_queues
+        .iter()
+        .find(|(_, q)| q.provisioning.is_some())
+    {
+        return Err(format!(
+            "ClusterQueue {name} provisions capacity, which the simulator does not model yet; remove spec.provisioning to simulate existing nodes"
+        ));
+    }
+    let started = Instant::now();
+    let mut s = scheduler(loaded, policy)?;
+    let mut books = Books::new(loaded);
+    let mut timeline = Vec::new();
+    let mut cycles = 0u64;
+    let mut next = 0;
+    let total = loaded.jobs.len();
+    loop {
+        let next_end = books.ends.peek().map(|Reverse((t, _, _))| *t);
+        let next_arrival = loaded.jobs.get(next).map(|j| j.submit);
+        let Some(now) = [next_end, next_arrival].into_iter().flatten().min() else {
+            break;
+        };
+        books.complete(&mut s, now);
+        while next < total && loaded.jobs[next].submit == now {
+            s.submit(admission_job(&loaded.jobs[next], &books.namespace));
+            books.pending += 1;
+            books.events += 1;
+            next += 1;
+        }
+        // Evictions free capacity at once; cycle again until the instant is quiet.
+        for _ in 0..4 {
+            cycles += 1;
+            let mut evicted = false;
+            for d in s.cycle(now) {
+                match d {
+                    Decision::Admit(a) => books.admitted(&a, now),
+                    Decision::Preempt { victims, .. } => {
+                        for v in victims {
+                            books.evicted(&mut s, &v);
+                            evicted = true;
+                        }
+                    }
+                    Decision::Evict { job, .. } => {
+                        books.evicted(&mut s, &job);
+                        evicted = true;
+                    }
+                    _ => {}
+                }
+            }
+            if !evicted {
+                break;
+            }
+        }
+        timeline.push(Sample {
+            time: now,
+            allocated: books.allocated,
+            pending: books.pending,
+        });
+        progress(books.finished, total);
+    }
+    let total_gpus = loaded
+        .scenario
+        .cluster
+        .pools
+        .iter()
+        .map(|p| u64::from(p.blocks) * u64::from(p.hosts_per_block) * u64::from(p.gpus_per_host))
+        .sum();
+    Ok(Run {
+        policy: policy.to_owned(),
+        records: books.records,
+        timeline,
+        total_gpus,
+        events: books.events,
+        cycles,
+        wall: started.elapsed(),
+    })
+}

@@ -1,0 +1,12 @@
+//! Muster's simulator: replays a workload through exactly the admission and placement code the
+//! controller runs, in virtual time.
+//!
+//! - [`scenario`]: scenario files — the cluster, the queue objects, the workload, the policies.
+//! - [`trace`]: workload adapters (Muster CSV, Philly) and a synthetic generator.
+//! - [`engine`]: the discrete-event loop around `muster_admission::Scheduler::cycle`.
+//! - [`report`]: `jobs.csv`, `summary.json`, policy comparisons and the text summary.
+
+pub mod engine;
+pub mod report;
+pub mod scenario;
+pub mod trace;

@@ -1,0 +1,184 @@
+//! What a run produces: `jobs.csv`, `summary.json`, a comparison of policies, and a one-screen
+//! text summary. Everything but the wall time and events per second is deterministic.
+
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+
+use crate::engine::Run;
+
+/// Size classes by GPUs, for per-class statistics.
+const SIZE_CLASSES: &[(&str, u64, u64)] = &[
+    ("1", 1, 1),
+    ("2-8", 2, 8),
+    ("9-32", 9, 32),
+    ("33+", 33, u64::MAX),
+];
+
+/// `jobs.csv`: one line per job.
+pub fn jobs_csv(run: &Run) -> String {
+    let mut out =
+        String::from("id,queue,gpus,submit,admit,start,end,wait,domain,preemptions,restarts\n");
+    let opt = |v: Option<i64>| v.map_or_else(String::new, |v| v.to_string());
+    for r in &run.records {
+        let wait = r.start.map(|s| s - r.submit);
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{},{},{},{}",
+            r.id,
+            r.queue,
+            r.gpus,
+            r.submit,
+            opt(r.admit),
+            opt(r.start),
+            opt(r.end),
+            opt(wait),
+            r.domain,
+            r.preemptions,
+            r.restarts
+        );
+    }
+    out
+}
+
+/// Mean and nearest-rank percentiles of `values` (seconds).
+fn stats(values: &mut [i64]) -> Value {
+    if values.is_empty() {
+        return json!({"count": 0});
+    }
+    values.sort_unstable();
+    let n = values.len();
+    let pct = |p: usize| values[(n * p).div_ceil(100).clamp(1, n) - 1];
+    let sum: i128 = values.iter().map(|v| i128::from(*v)).sum();
+    #[expect(clippy::cast_precision_loss, reason = "a mean for people to read")]
+    let mean = (sum as f64 / n as f64 * 10.0).round() / 10.0;
+    json!({"count": n, "mean": mean, "p50": pct(50), "p95": pct(95), "p99": pct(99)})
+}
+
+/// `summary.json` of a run (`with_timing`: include wall time and events per second, which
+/// differ from run to run).
+pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
+    let finished: Vec<_> = run.records.iter().filter(|r| r.end.is_some()).collect();
+    let first_submit = run.records.iter().map(|r| r.submit).min().unwrap_or(0);
+    let last_end = finished
+        .iter()
+        .filter_map(|r| r.end)
+        .max()
+        .unwrap_or(first_submit);
+    let makespan = last_end - first_submit;
+    let mut waits: Vec<i64> = finished
+        .iter()
+        .filter_map(|r| Some(r.start? - r.submit))
+        .collect();
+    let mut jcts: Vec<i64> = finished
+        .iter()
+        .filter_map(|r| Some(r.end? - r.submit))
+        .collect();
+    let mut by_size = serde_json::Map::new();
+    for (name, lo, hi) in SIZE_CLASSES {
+        let mut w: Vec<i64> = finished
+            .iter()
+            .filter(|r| (*lo..=*hi).contains(&r.gpus))
+            .filter_map(|r| Some(r.start? - r.submit))
+            .collect();
+        by_size.insert((*name).to_owned(), stats(&mut w));
+    }
+    // GPU-seconds allocated: the allocation after each instant holds until the next one.
+    let mut gpu_seconds: u128 = 0;
+    for pair in run.timeline.windows(2) {
+        let dt = u128::try_from(pair[1].time - pair[0].time).unwrap_or(0);
+        gpu_seconds += u128::from(pair[0].allocated) * dt;
+    }
+    let capacity = u128::from(run.total_gpus) * u128::try_from(makespan.max(0)).unwrap_or(0);
+    #[expect(clippy::cast_precision_loss, reason = "a fraction for people to read")]
+    let allocation = if capacity == 0 {
+        0.0
+    } else {
+        (gpu_seconds as f64 / capacity as f64 * 1000.0).round() / 1000.0
+    };
+    let mut summary = json!({
+        "scenario": scenario,
+        "policy": run.policy,
+        "jobs": run.records.len(),
+        "finished": finished.len(),
+        "neverStarted": run.records.iter().filter(|r| r.admit.is_none()).count(),
+        "makespanSeconds": makespan,
+        "waitSeconds": stats(&mut waits),
+        "jctSeconds": stats(&mut jcts),
+        "waitSecondsBySize": by_size,
+        "gpus": run.total_gpus,
+        "gpuSecondsAllocated": u64::try_from(gpu_seconds).unwrap_or(u64::MAX),
+        "gpuAllocationMean": allocation,
+        "preemptions": run.records.iter().map(|r| u64::from(r.preemptions)).sum::<u64>(),
+        "events": run.events,
+        "cycles": run.cycles,
+    });
+    if with_timing && let Value::Object(m) = &mut summary {
+        let wall = run.wall.as_secs_f64();
+        m.insert(
+            "wallSeconds".into(),
+            json!((wall * 1000.0).round() / 1000.0),
+        );
+        #[expect(clippy::cast_precision_loss, reason = "a rate for people to read")]
+        let rate = if wall > 0.0 {
+            (run.events as f64 / wall).round()
+        } else {
+            0.0
+        };
+        m.insert("eventsPerSecond".into(), json!(rate));
+    }
+    summary
+}
+
+/// A Markdown table comparing policies side by side.
+pub fn comparison_markdown(summaries: &[Value]) -> String {
+    let mut out = String::from(
+        "| policy | finished | never started | makespan s | wait mean s | wait p95 s | wait p99 s | GPU allocation | preemptions |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for s in summaries {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            s["policy"].as_str().unwrap_or_default(),
+            s["finished"],
+            s["neverStarted"],
+            s["makespanSeconds"],
+            s["waitSeconds"]["mean"],
+            s["waitSeconds"]["p95"],
+            s["waitSeconds"]["p99"],
+            s["gpuAllocationMean"],
+            s["preemptions"]
+        );
+    }
+    out
+}
+
+/// The one-screen text summary of a run.
+pub fn text(summary: &Value) -> String {
+    let w = &summary["waitSeconds"];
+    let j = &summary["jctSeconds"];
+    let mut out = format!(
+        "{} — policy {}\n  jobs {} (finished {}, never started {}), makespan {} s\n  wait  mean {} s, p50 {} s, p95 {} s, p99 {} s\n  JCT   mean {} s, p50 {} s, p95 {} s, p99 {} s\n  GPUs {}: mean allocation {}, preemptions {}\n",
+        summary["scenario"].as_str().unwrap_or_default(),
+        summary["policy"].as_str().unwrap_or_default(),
+        summary["jobs"],
+        summary["finished"],
+        summary["neverStarted"],
+        summary["makespanSeconds"],
+        w["mean"],
+        w["p50"],
+        w["p95"],
+        w["p99"],
+        j["mean"],
+        j["p50"],
+        j["p95"],
+        j["p99"],
+        summary["gpus"],
+        summary["gpuAllocationMean"],
+        summary["preemptions"],
+    );
+    if let (Some(wall), Some(rate)) = (summary.get("wallSeconds"), summary.get("eventsPerSecond")) {
+        let _ = writeln!(out, "  ran in {wall} s ({rate} events/s)");
+    }
+    out
+}

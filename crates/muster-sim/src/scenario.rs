@@ -1,0 +1,467 @@
+//! Scenario files: the cluster to simulate, the queue objects an admin would apply, the
+//! workload, and the placement policies to compare.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use muster_api::document::MusterObject;
+use muster_api::resource_flavor::HOSTNAME_LABEL;
+use muster_api::{Amount, ClusterQueueSpec, ResourceFlavorSpec, Resources};
+use muster_topology::NodeInfo;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::trace::{self, Rng, TraceJob};
+
+/// A scenario as written in YAML.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scenario {
+    /// A name for reports.
+    pub name: String,
+    /// The nodes.
+    pub cluster: ClusterSpec,
+    /// ResourceFlavor, ClusterQueue and LocalQueue documents: a path (relative to the scenario
+    /// file) or the objects inline.
+    pub queues: Queues,
+    /// The namespace of every LocalQueue jobs are submitted to. Default `default`.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// The jobs.
+    pub workload: Workload,
+    /// Placement policies to compare (names as `muster fit --policy` takes). Default best-fit.
+    #[serde(default)]
+    pub policies: Vec<String>,
+}
+
+fn default_namespace() -> String {
+    "default".into()
+}
+
+/// The simulated nodes.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterSpec {
+    /// Node pools.
+    pub pools: Vec<PoolSpec>,
+}
+
+/// A pool of identical GPU hosts in blocks.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PoolSpec {
+    /// Node names start with it.
+    pub name: String,
+    /// Labels every node carries (a flavor's `nodeLabels` select them).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Number of blocks.
+    pub blocks: u32,
+    /// Hosts per block.
+    pub hosts_per_block: u32,
+    /// Accelerators per host.
+    pub gpus_per_host: u32,
+    /// The accelerator resource. Default `nvidia.com/gpu`.
+    #[serde(default = "default_resource")]
+    pub resource: String,
+    /// The label naming each node's block. Default `cloud.google.com/gce-topology-block`.
+    #[serde(default = "default_block_label")]
+    pub block_label: String,
+    /// Other allocatable resources per host (e.g. `cpu: "208"`).
+    #[serde(default)]
+    pub allocatable: BTreeMap<String, String>,
+}
+
+fn default_resource() -> String {
+    "nvidia.com/gpu".into()
+}
+
+fn default_block_label() -> String {
+    "cloud.google.com/gce-topology-block".into()
+}
+
+/// Where the queue objects are.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Queues {
+    /// A YAML file of objects, relative to the scenario.
+    File(String),
+    /// The objects themselves.
+    Inline(Vec<Value>),
+}
+
+/// The jobs to replay: exactly one of a trace file or a synthetic generator.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Workload {
+    /// A trace file.
+    #[serde(default)]
+    pub trace: Option<TraceSpec>,
+    /// Generated jobs.
+    #[serde(default)]
+    pub synthetic: Option<SyntheticSpec>,
+}
+
+/// A trace file and its format.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TraceSpec {
+    /// `muster` or `philly`.
+    pub format: String,
+    /// Relative to the scenario file.
+    pub path: String,
+    /// For `philly`: the topology of multi-pod jobs. Default `required:` the pools' block label.
+    #[serde(default)]
+    pub gang_topology: Option<String>,
+    /// Use only the first this many jobs (in file order).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// A generated workload: Poisson arrivals, a weighted mix of sizes, exponential durations.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SyntheticSpec {
+    /// How many jobs.
+    pub jobs: u32,
+    /// Mean arrivals per hour.
+    pub arrivals_per_hour: f64,
+    /// Mean duration, seconds.
+    pub mean_duration_seconds: f64,
+    /// LocalQueues, chosen uniformly.
+    pub queues: Vec<String>,
+    /// (GPUs, weight) pairs.
+    pub sizes: Vec<SizeWeight>,
+    /// Priorities, chosen uniformly. Default `[0]`.
+    #[serde(default)]
+    pub priorities: Vec<i32>,
+    /// Announce each job's true duration as its expected runtime (perfect estimates).
+    #[serde(default)]
+    pub announce_runtime: bool,
+    /// Topology of multi-pod jobs, as in the Muster CSV. Default `required:` the block label.
+    #[serde(default)]
+    pub gang_topology: Option<String>,
+    /// The random seed (overridden by `--seed`). Default 1.
+    #[serde(default)]
+    pub seed: Option<u64>,
+}
+
+/// One entry of a size mix.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SizeWeight {
+    /// GPUs of the job.
+    pub gpus: u64,
+    /// Relative weight.
+    pub weight: u32,
+}
+
+/// What a scenario cannot be run with.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    /// A file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The scenario or queue file is not valid.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A trace row is malformed.
+    #[error(transparent)]
+    Trace(#[from] trace::TraceError),
+}
+
+/// A scenario ready to run: nodes, queue objects, jobs.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// Every node.
+    pub nodes: Vec<NodeInfo>,
+    /// ResourceFlavors by name.
+    pub flavors: Vec<(String, ResourceFlavorSpec)>,
+    /// ClusterQueues by name.
+    pub cluster_queues: Vec<(String, ClusterQueueSpec)>,
+    /// LocalQueues: (`namespace/name`, ClusterQueue).
+    pub local_queues: Vec<(String, String)>,
+    /// The jobs, by submission time then id.
+    pub jobs: Vec<TraceJob>,
+}
+
+fn read(path: &Path) -> Result<String, ScenarioError> {
+    std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+impl Loaded {
+    /// Reads `path` and everything it names. `seed` overrides a synthetic workload's seed.
+    pub fn from_file(path: &Path, seed: Option<u64>) -> Result<Loaded, ScenarioError> {
+        let text = read(path)?;
+        let invalid = |message: String| ScenarioError::Invalid {
+            path: path.display().to_string(),
+            message,
+        };
+        let scenario: Scenario =
+            serde_yaml_ng::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let dir: PathBuf = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let (objects, objects_path) = match &scenario.queues {
+            Queues::Inline(values) => (values.clone(), path.to_path_buf()),
+            Queues::File(file) => {
+                let file = dir.join(file);
+                let text = read(&file)?;
+                let mut values = Vec::new();
+                for document in serde_yaml_ng::Deserializer::from_str(&text) {
+                    let value =
+                        Value::deserialize(document).map_err(|e| ScenarioError::Invalid {
+                            path: file.display().to_string(),
+                            message: e.to_string(),
+                        })?;
+                    if !value.is_null() {
+                        values.push(value);
+                    }
+                }
+                (values, file)
+            }
+        };
+        let mut loaded = Loaded {
+            nodes: nodes(&scenario.cluster).map_err(&invalid)?,
+            flavors: Vec::new(),
+            cluster_queues: Vec::new(),
+            local_queues: Vec::new(),
+            jobs: Vec::new(),
+            scenario,
+        };
+        loaded
+            .read_objects(objects)
+            .map_err(|message| ScenarioError::Invalid {
+                path: objects_path.display().to_string(),
+                message,
+            })?;
+        loaded.jobs = loaded.workload(&dir, seed)?;
+        loaded
+            .jobs
+            .sort_by(|a, b| (a.submit, &a.id).cmp(&(b.submit, &b.id)));
+        Ok(loaded)
+    }
+
+    fn read_objects(&mut self, objects: Vec<Value>) -> Result<(), String> {
+        for (i, value) in objects.into_iter().enumerate() {
+            let object = MusterObject::from_value(value).map_err(|errors| {
+                let first = errors
+                    .first()
+                    .map(|e| format!("{}: {}", e.path, e.message))
+                    .unwrap_or_default();
+                format!("object {}: {first}", i + 1)
+            })?;
+            match object {
+                MusterObject::ResourceFlavor(f) => {
+                    self.flavors
+                        .push((f.metadata.name.clone().unwrap_or_default(), f.spec));
+                }
+                MusterObject::ClusterQueue(q) => self
+                    .cluster_queues
+                    .push((q.metadata.name.clone().unwrap_or_default(), q.spec)),
+                MusterObject::LocalQueue(q) => {
+                    let namespace = q
+                        .metadata
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| self.scenario.namespace.clone());
+                    self.local_queues.push((
+                        format!(
+                            "{namespace}/{}",
+                            q.metadata.name.clone().unwrap_or_default()
+                        ),
+                        q.spec.cluster_queue,
+                    ));
+                }
+                MusterObject::GpuJob(_) => {
+                    return Err(format!(
+                        "object {}: GpuJobs do not belong in the queue objects; put jobs in the workload",
+                        i + 1
+                    ));
+                }
+            }
+        }
+        if self.cluster_queues.is_empty() {
+            return Err("no ClusterQueue: the queue objects must define at least one".into());
+        }
+        Ok(())
+    }
+
+    fn workload(&self, dir: &Path, seed: Option<u64>) -> Result<Vec<TraceJob>, ScenarioError> {
+        let block = self
+            .scenario
+            .cluster
+            .pools
+            .first()
+            .map_or_else(default_block_label, |p| p.block_label.clone());
+        match (&self.scenario.workload.trace, &self.scenario.workload.synthetic) {
+            (Some(t), None) => {
+                let path = dir.join(&t.path);
+                let text = read(&path)?;
+                let file = path.display().to_string();
+                let mut jobs = match t.format.as_str() {
+                    "muster" => trace::read_muster(&file, &text)?,
+                    "philly" => {
+                        let topology = t
+                            .gang_topology
+                            .clone()
+                            .unwrap_or_else(|| format!("required:{block}"));
+                        trace::read_philly(&file, &text, &topology)?
+                    }
+                    other => {
+                        return Err(ScenarioError::Invalid {
+                            path: file,
+                            message: format!(
+                                "unknown trace format {other:?}; use muster or philly"
+                            ),
+                        });
+                    }
+                };
+                if let Some(limit) = t.limit {
+                    jobs.truncate(limit);
+                }
+                Ok(jobs)
+            }
+            (None, Some(s)) => {
+                if s.queues.is_empty()
+                    || s.sizes.is_empty()
+                    || s.sizes.iter().all(|w| w.weight == 0)
+                {
+                    return Err(ScenarioError::Invalid {
+                        path: dir.display().to_string(),
+                        message: "workload.synthetic needs at least one queue and one size with a weight above 0".into(),
+                    });
+                }
+                Ok(synthetic(s, seed, &block))
+            }
+            _ => Err(ScenarioError::Invalid {
+                path: dir.display().to_string(),
+                message: "workload needs exactly one of trace or synthetic".into(),
+            }),
+        }
+    }
+}
+
+/// Every node of every pool: `<pool>-b<block>-h<host>`, labelled with the pool's labels, its
+/// block and its host name.
+fn nodes(cluster: &ClusterSpec) -> Result<Vec<NodeInfo>, String> {
+    let mut out = Vec::new();
+    for pool in &cluster.pools {
+        let mut allocatable = Resources::new();
+        for (k, v) in &pool.allocatable {
+            let amount = Amount::parse(v)
+                .map_err(|e| format!("pool {}: allocatable.{k}: {e}", pool.name))?;
+            allocatable.set(k, amount);
+        }
+        allocatable.set(
+            &pool.resource,
+            Amount::from_units(u64::from(pool.gpus_per_host)),
+        );
+        if allocatable.get("pods").is_zero() {
+            allocatable.set("pods", Amount::from_units(110));
+        }
+        for b in 0..pool.blocks {
+            for h in 0..pool.hosts_per_block {
+                let name = format!("{}-b{b:02}-h{h:03}", pool.name);
+                let mut labels = pool.labels.clone();
+                labels.insert(pool.block_label.clone(), format!("{}-b{b:02}", pool.name));
+                labels.insert(HOSTNAME_LABEL.to_owned(), name.clone());
+                out.push(NodeInfo {
+                    name,
+                    labels,
+                    taints: Vec::new(),
+                    allocatable: allocatable.clone(),
+                    schedulable: true,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Generates a synthetic workload.
+fn synthetic(s: &SyntheticSpec, seed: Option<u64>, block: &str) -> Vec<TraceJob> {
+    let mut rng = Rng::new(seed.or(s.seed).unwrap_or(1));
+    let total: u64 = s
+        .sizes
+        .iter()
+        .map(|w| u64::from(w.weight))
+        .sum::<u64>()
+        .max(1);
+    let priorities = if s.priorities.is_empty() {
+        vec![0]
+    } else {
+        s.priorities.clone()
+    };
+    let topology = s
+        .gang_topology
+        .clone()
+        .unwrap_or_else(|| format!("required:{block}"));
+    let mean_gap = 3600.0 / s.arrivals_per_hour.max(1e-9);
+    let mut t = 0.0f64;
+    let mut jobs = Vec::new();
+    for i in 0..s.jobs {
+        t += rng.exponential(mean_gap);
+        let mut pick = rng.next_u64() % total;
+        let gpus = s
+            .sizes
+            .iter()
+            .find(|w| {
+                let hit = pick < u64::from(w.weight);
+                pick = pick.saturating_sub(u64::from(w.weight));
+                hit
+            })
+            .map_or(1, |w| w.gpus);
+        let (pods, per_pod) = trace::gpu_pods(gpus);
+        let queue = pick_one(&mut rng, &s.queues).cloned().unwrap_or_default();
+        let priority = pick_one(&mut rng, &priorities).copied().unwrap_or(0);
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "virtual seconds stay far below 2^63"
+        )]
+        let duration = rng.exponential(s.mean_duration_seconds).ceil().max(60.0) as i64;
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "virtual seconds stay far below 2^63"
+        )]
+        let submit = t.floor() as i64;
+        jobs.push(TraceJob {
+            id: format!("job-{i:06}"),
+            submit,
+            duration,
+            queue,
+            priority,
+            pod_sets: vec![(
+                "workers".to_owned(),
+                pods,
+                BTreeMap::from([("nvidia.com/gpu".to_owned(), Amount::from_units(per_pod))]),
+            )],
+            topology: if pods > 1 {
+                topology.clone()
+            } else {
+                String::new()
+            },
+            expected_runtime: s.announce_runtime.then_some(duration),
+        });
+    }
+    jobs
+}
+
+/// A uniformly chosen element (`None` only when `items` is empty).
+fn pick_one<'a, T>(rng: &mut Rng, items: &'a [T]) -> Option<&'a T> {
+    let n = u64::try_from(items.len()).ok().filter(|n| *n > 0)?;
+    items.get(usize::try_from(rng.next_u64() % n).ok()?)
+}

@@ -1,0 +1,83 @@
+//! `muster sim`: replay a scenario through the real admission and placement code.
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use muster_sim::scenario::Loaded;
+use muster_sim::{engine, report};
+
+/// Arguments of `muster sim`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The scenario file (see docs/researchers.md).
+    scenario: PathBuf,
+    /// Write jobs.csv and summary.json here (one folder per policy when comparing several,
+    /// with comparison.md and comparison.json).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Placement policies to compare, comma-separated (overrides the scenario's).
+    #[arg(long, value_delimiter = ',')]
+    policy: Vec<String>,
+    /// Seed of a synthetic workload (overrides the scenario's).
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let loaded = Loaded::from_file(&args.scenario, args.seed)?;
+    let mut policies = if args.policy.is_empty() {
+        loaded.scenario.policies.clone()
+    } else {
+        args.policy.clone()
+    };
+    if policies.is_empty() {
+        policies.push("best-fit".into());
+    }
+    let name = loaded.scenario.name.clone();
+    let tty = std::io::stderr().is_terminal();
+    let mut summaries = Vec::new();
+    for policy in &policies {
+        let mut last = 0usize;
+        let mut progress = |done: usize, total: usize| {
+            // About every 2% on a terminal: a progress line that rewrites itself.
+            if tty && total > 0 && (done * 50 / total != last * 50 / total || done == total) {
+                last = done;
+                eprint!("\r{policy}: {done}/{total} jobs finished");
+            }
+        };
+        let result = engine::run(&loaded, policy, &mut progress).map_err(anyhow::Error::msg)?;
+        if tty {
+            eprintln!();
+        }
+        let summary = report::summary(&name, &result, true);
+        print!("{}", report::text(&summary));
+        if let Some(out) = &args.out {
+            let dir = if policies.len() > 1 {
+                out.join(policy)
+            } else {
+                out.clone()
+            };
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            std::fs::write(dir.join("jobs.csv"), report::jobs_csv(&result))?;
+            std::fs::write(
+                dir.join("summary.json"),
+                serde_json::to_string_pretty(&summary)? + "\n",
+            )?;
+        }
+        summaries.push(summary);
+    }
+    if policies.len() > 1 {
+        let table = report::comparison_markdown(&summaries);
+        print!("\n{table}");
+        if let Some(out) = &args.out {
+            std::fs::write(out.join("comparison.md"), &table)?;
+            std::fs::write(
+                out.join("comparison.json"),
+                serde_json::to_string_pretty(&summaries)? + "\n",
+            )?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -307,7 +307,10 @@ impl Loaded {
             .pools
             .first()
             .map_or_else(default_block_label, |p| p.block_label.clone());
-        match (&self.scenario.workload.trace, &self.scenario.workload.synthetic) {
+        match (
+            &self.scenario.workload.trace,
+            &self.scenario.workload.synthetic,
+        ) {
             (Some(t), None) => {
                 let path = dir.join(&t.path);
                 let text = read(&path)?;

@@ -540,7 +540,7 @@ impl Scheduler {
             state.strict_head.remove(cq);
             return;
         }
-        if let Some((victims, leaving)) = self.preempt(cq, job) {
+        if let Some((victims, leaving)) = self.preempt(cq, job, &state.reservations, now) {
             let fresh: Vec<JobId> = victims
                 .iter()
                 .filter(|v| !leaving.contains(*v))

@@ -77,11 +77,12 @@ impl Scheduler {
         ids: &[JobId],
         opts: Options,
         now: i64,
+        reservations: &[Reservation],
     ) -> Option<Assignment> {
         let mark = self.cluster.mark();
         let book = self.quota.clone();
         self.release_tentatively(ids);
-        let result = self.try_assign(cq, job, opts, &[], now).ok();
+        let result = self.try_assign(cq, job, opts, reservations, now).ok();
         self.cluster.rollback(&mark);
         self.quota = book;
         result
@@ -141,7 +142,10 @@ impl Scheduler {
                     place: false,
                     no_borrow: true,
                 };
-                if self.fits_without(cq, job, order, nominal, now).is_none() {
+                if self
+                    .fits_without(cq, job, order, nominal, now, &[])
+                    .is_none()
+                {
                     need.clear();
                 }
                 if nodes.is_empty() && need.is_empty() {

@@ -1,0 +1,169 @@
+//! The simulator: stable outputs for the demo, the same decisions as calling the cycle
+//! directly, and trace adapters that say where a row is wrong.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use muster_admission::Decision;
+use muster_sim::scenario::Loaded;
+use muster_sim::{engine, report, trace};
+
+fn manifest() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn load(path: &Path) -> Loaded {
+    match Loaded::from_file(path, None) {
+        Ok(l) => l,
+        Err(e) => unreachable!("{}: {e}", path.display()),
+    }
+}
+
+fn run(loaded: &Loaded, policy: &str) -> engine::Run {
+    match engine::run(loaded, policy, &mut |_, _| {}) {
+        Ok(r) => r,
+        Err(e) => unreachable!("{e}"),
+    }
+}
+
+#[test]
+fn the_demo_scenario_gives_the_same_outputs_every_time() {
+    let loaded = load(&manifest().join("../../simulations/demo.yaml"));
+    let result = run(&loaded, "best-fit");
+    let summary = report::summary("demo", &result, false);
+    insta::assert_snapshot!(
+        "demo_summary",
+        serde_json::to_string_pretty(&summary).unwrap_or_default()
+    );
+    insta::assert_snapshot!("demo_jobs", report::jobs_csv(&result));
+    // And the run is deterministic within one process too.
+    let again = run(&loaded, "best-fit");
+    assert_eq!(result.records, again.records);
+}
+
+#[test]
+fn the_simulator_decides_what_the_cycle_decides() {
+    let loaded = load(&manifest().join("tests/fixtures/small.yaml"));
+    let result = run(&loaded, "best-fit");
+    let simulated: BTreeSet<String> = result
+        .records
+        .iter()
+        .filter(|r| r.admit == Some(0))
+        .map(|r| format!("default/{}", r.id))
+        .collect();
+    let mut direct = match engine::scheduler(&loaded, "best-fit") {
+        Ok(s) => s,
+        Err(e) => unreachable!("{e}"),
+    };
+    for job in loaded.jobs.iter().filter(|j| j.submit == 0) {
+        direct.submit(engine::admission_job(job, "default"));
+    }
+    let admitted: BTreeSet<String> = direct
+        .cycle(0)
+        .into_iter()
+        .filter_map(|d| match d {
+            Decision::Admit(a) => Some(a.job),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(simulated, admitted);
+    assert_eq!(
+        admitted,
+        ["default/a", "default/b", "default/c"]
+            .map(str::to_owned)
+            .into()
+    );
+    // Job d (two whole hosts in one block) waits for a to free its block at t=100.
+    let d = result.records.iter().find(|r| r.id == "d");
+    assert_eq!(d.and_then(|r| r.start), Some(100));
+}
+
+#[test]
+fn a_malformed_row_names_file_line_and_column() {
+    let text = "id,submit,duration,queue,priority,pod_sets,topology,expected_runtime\n\
+                a,0,10,q,0,workers:1:nvidia.com/gpu=1,,\n\
+                b,0,ten,q,0,workers:1:nvidia.com/gpu=1,,\n";
+    let err = trace::read_muster("jobs.csv", text)
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        err.as_deref(),
+        Some("jobs.csv:3:5: duration must be a number of seconds ≥ 0, got \"ten\"")
+    );
+    let text = "id,submit,duration,queue,priority,pod_sets,topology,expected_runtime\n\
+                a,0,10,q,0,workers:0:nvidia.com/gpu=1,,\n";
+    let err = trace::read_muster("jobs.csv", text)
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        err.as_deref(),
+        Some("jobs.csv:2:12: pod set workers: count must be a whole number ≥ 1, got \"0\"")
+    );
+    let text = "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,0,0,vc\n";
+    let err = trace::read_philly("philly.csv", text, "")
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        err.as_deref(),
+        Some("philly.csv:2:26: num_gpus must be ≥ 1, got 0")
+    );
+}
+
+#[test]
+fn philly_jobs_become_even_gangs_relative_to_the_first_submission() {
+    let text = "timestamp,duration,num_gpus,gpu_time,cluster\n\
+                2017-10-09 07:01:55,66.0,12,792.0,vc1\n\
+                2017-10-09 07:00:00,10.5,24,252.0,vc2\n\
+                2017-10-09 07:02:00,5,1,5,vc1\n";
+    let jobs = trace::read_philly("p.csv", text, "required:block").unwrap_or_default();
+    let shape: Vec<(i64, i64, u32, u64, String, String)> = jobs
+        .iter()
+        .map(|j| {
+            let (_, count, r) = &j.pod_sets[0];
+            let per_pod = r.get("nvidia.com/gpu").map_or(0, |a| a.units_ceil());
+            (
+                j.submit,
+                j.duration,
+                *count,
+                per_pod,
+                j.queue.clone(),
+                j.topology.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            (115, 66, 2, 6, "vc1".into(), "required:block".into()),
+            (0, 11, 3, 8, "vc2".into(), "required:block".into()),
+            (120, 5, 1, 1, "vc1".into(), String::new()),
+        ]
+    );
+}
+
+#[test]
+fn the_real_philly_trace_reads_whole() {
+    let path = manifest().join("../../../shared/traces/philly/philly_jobs_pollux.csv");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        eprintln!("skipped: {} is not present", path.display());
+        return;
+    };
+    let jobs = match trace::read_philly(&path.display().to_string(), &text, "required:block") {
+        Ok(j) => j,
+        Err(e) => unreachable!("{e}"),
+    };
+    assert_eq!(jobs.len(), 82_247);
+    assert_eq!(jobs.iter().filter(|j| j.gpus() > 8).count(), 289);
+    // The trace's own gpu_time column against GPUs × duration (durations rounded up).
+    let listed: f64 = text
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').nth(3)?.parse::<f64>().ok())
+        .sum();
+    #[expect(clippy::cast_precision_loss, reason = "a ratio of two large sums")]
+    let ours: f64 = jobs
+        .iter()
+        .map(|j| j.gpus() as f64 * j.duration as f64)
+        .sum();
+    assert!((ours - listed).abs() / listed < 1e-3, "{ours} vs {listed}");
+}

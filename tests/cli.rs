@@ -245,3 +245,60 @@ fn crds_install_and_examples_apply_on_a_real_api_server() {
         kubectl(&["apply", "--server-side", "--dry-run=server", "-f", job]);
     }
 }
+
+#[test]
+fn the_readme_simulation_runs_and_writes_its_reports() {
+    let dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => unreachable!("{e}"),
+    };
+    let out_dir = dir.path().display().to_string();
+    let out = muster(&[
+        "sim",
+        "simulations/demo.yaml",
+        "--out",
+        &out_dir,
+        "--policy",
+        "best-fit,spread",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    assert!(text.contains("demo — policy best-fit"), "{text}");
+    assert!(text.contains("| spread | 400 |"), "{text}");
+    assert_eq!(
+        file_names(dir.path()),
+        vec!["best-fit", "comparison.json", "comparison.md", "spread"]
+    );
+    assert_eq!(
+        file_names(&dir.path().join("spread")),
+        vec!["jobs.csv", "summary.json"]
+    );
+}
+
+#[test]
+fn a_scenario_with_a_bad_trace_row_fails_with_its_position() {
+    let dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => unreachable!("{e}"),
+    };
+    let scenario =
+        std::fs::read_to_string(repo().join("crates/muster-sim/tests/fixtures/small.yaml"))
+            .unwrap_or_default();
+    let _ = std::fs::write(dir.path().join("small.yaml"), scenario);
+    let _ = std::fs::write(
+        dir.path().join("small.csv"),
+        "id,submit,duration,queue,priority,pod_sets,topology,expected_runtime\na,0,10,team-a,high,workers:1:nvidia.com/gpu=1,,\n",
+    );
+    let path = dir.path().join("small.yaml").display().to_string();
+    let out = muster(&["sim", &path]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        err.contains("small.csv:2:15: priority must be a whole number, got \"high\""),
+        "{err}"
+    );
+}

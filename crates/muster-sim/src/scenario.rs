@@ -116,6 +116,14 @@ pub struct TraceSpec {
     /// Use only the first this many jobs (in file order).
     #[serde(default)]
     pub limit: Option<usize>,
+    /// Submit every job to this LocalQueue instead of the trace's (for `philly`: one queue
+    /// for all virtual clusters).
+    #[serde(default)]
+    pub queue: Option<String>,
+    /// Announce each job's true duration as its expected runtime (perfect estimates, for
+    /// backfill).
+    #[serde(default)]
+    pub announce_runtime: bool,
 }
 
 /// A generated workload: Poisson arrivals, a weighted mix of sizes, exponential durations.
@@ -335,6 +343,14 @@ impl Loaded {
                 };
                 if let Some(limit) = t.limit {
                     jobs.truncate(limit);
+                }
+                for job in &mut jobs {
+                    if let Some(queue) = &t.queue {
+                        job.queue.clone_from(queue);
+                    }
+                    if t.announce_runtime {
+                        job.expected_runtime = Some(job.duration);
+                    }
                 }
                 Ok(jobs)
             }

@@ -96,6 +96,32 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
     } else {
         (gpu_seconds as f64 / capacity as f64 * 1000.0).round() / 1000.0
     };
+    // Per LocalQueue: jobs, GPU-seconds of their finished runs, and the share of all of them.
+    let mut queues: std::collections::BTreeMap<&str, (u64, u128)> =
+        std::collections::BTreeMap::new();
+    for r in &run.records {
+        let entry = queues.entry(r.queue.as_str()).or_default();
+        entry.0 += 1;
+        if let (Some(start), Some(end)) = (r.start, r.end) {
+            entry.1 += u128::from(r.gpus) * u128::try_from(end - start).unwrap_or(0);
+        }
+    }
+    let used: u128 = queues.values().map(|q| q.1).sum();
+    let per_queue: serde_json::Map<String, Value> = queues
+        .into_iter()
+        .map(|(name, (jobs, gpu_seconds))| {
+            #[expect(clippy::cast_precision_loss, reason = "a fraction for people to read")]
+            let share = if used == 0 {
+                0.0
+            } else {
+                (gpu_seconds as f64 / used as f64 * 1000.0).round() / 1000.0
+            };
+            (
+                name.to_owned(),
+                json!({"jobs": jobs, "gpuSeconds": u64::try_from(gpu_seconds).unwrap_or(u64::MAX), "share": share}),
+            )
+        })
+        .collect();
     let mut summary = json!({
         "scenario": scenario,
         "policy": run.policy,
@@ -109,6 +135,7 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
         "gpus": run.total_gpus,
         "gpuSecondsAllocated": u64::try_from(gpu_seconds).unwrap_or(u64::MAX),
         "gpuAllocationMean": allocation,
+        "queues": per_queue,
         "preemptions": run.records.iter().map(|r| u64::from(r.preemptions)).sum::<u64>(),
         "events": run.events,
         "cycles": run.cycles,

@@ -275,7 +275,13 @@ fn the_readme_simulation_runs_and_writes_its_reports() {
     );
     assert_eq!(
         file_names(&dir.path().join("spread")),
-        vec!["jobs.csv", "summary.json"]
+        vec![
+            "allocation.svg",
+            "jobs.csv",
+            "queue.svg",
+            "summary.json",
+            "wait-cdf.svg"
+        ]
     );
 }
 

@@ -5,8 +5,10 @@
 //! - [`trace`]: workload adapters (Muster CSV, Philly) and a synthetic generator.
 //! - [`engine`]: the discrete-event loop around `muster_admission::Scheduler::cycle`.
 //! - [`report`]: `jobs.csv`, `summary.json`, policy comparisons and the text summary.
+//! - [`plots`]: SVG plots of allocation, queue length and wait times.
 
 pub mod engine;
+pub mod plots;
 pub mod report;
 pub mod scenario;
 pub mod trace;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use muster_sim::scenario::Loaded;
-use muster_sim::{engine, report};
+use muster_sim::{engine, plots, report};
 
 /// Arguments of `muster sim`.
 #[derive(Debug, clap::Args)]
@@ -65,6 +65,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 dir.join("summary.json"),
                 serde_json::to_string_pretty(&summary)? + "\n",
             )?;
+            std::fs::write(dir.join("allocation.svg"), plots::allocation(&result))?;
+            std::fs::write(dir.join("queue.svg"), plots::queue_length(&result))?;
+            std::fs::write(dir.join("wait-cdf.svg"), plots::wait_cdf(&result))?;
         }
         summaries.push(summary);
     }

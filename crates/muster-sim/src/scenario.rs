@@ -152,16 +152,25 @@ pub struct SyntheticSpec {
     /// The random seed (overridden by `--seed`). Default 1.
     #[serde(default)]
     pub seed: Option<u64>,
+    /// The most GPUs one pod takes; larger jobs are split into equal pods. Default 8.
+    #[serde(default)]
+    pub max_gpus_per_pod: Option<u64>,
 }
 
 /// One entry of a size mix.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SizeWeight {
     /// GPUs of the job.
     pub gpus: u64,
     /// Relative weight.
     pub weight: u32,
+    /// A fixed duration for jobs of this size, seconds (instead of the exponential mean).
+    #[serde(default)]
+    pub duration_seconds: Option<i64>,
+    /// A fixed priority for jobs of this size (instead of one of `priorities`).
+    #[serde(default)]
+    pub priority: Option<i32>,
 }
 
 /// What a scenario cannot be run with.
@@ -435,23 +444,25 @@ fn synthetic(s: &SyntheticSpec, seed: Option<u64>, block: &str) -> Vec<TraceJob>
     for i in 0..s.jobs {
         t += rng.exponential(mean_gap);
         let mut pick = rng.next_u64() % total;
-        let gpus = s
-            .sizes
-            .iter()
-            .find(|w| {
-                let hit = pick < u64::from(w.weight);
-                pick = pick.saturating_sub(u64::from(w.weight));
-                hit
-            })
-            .map_or(1, |w| w.gpus);
-        let (pods, per_pod) = trace::gpu_pods(gpus);
+        let size = s.sizes.iter().find(|w| {
+            let hit = pick < u64::from(w.weight);
+            pick = pick.saturating_sub(u64::from(w.weight));
+            hit
+        });
+        let gpus = size.map_or(1, |w| w.gpus);
+        let (pods, per_pod) = trace::pods_of(gpus, s.max_gpus_per_pod.unwrap_or(8));
         let queue = pick_one(&mut rng, &s.queues).cloned().unwrap_or_default();
-        let priority = pick_one(&mut rng, &priorities).copied().unwrap_or(0);
+        let drawn_priority = pick_one(&mut rng, &priorities).copied().unwrap_or(0);
+        let priority = size.and_then(|w| w.priority).unwrap_or(drawn_priority);
         #[expect(
             clippy::cast_possible_truncation,
             reason = "virtual seconds stay far below 2^63"
         )]
-        let duration = rng.exponential(s.mean_duration_seconds).ceil().max(60.0) as i64;
+        let drawn = rng.exponential(s.mean_duration_seconds).ceil().max(60.0) as i64;
+        let duration = size
+            .and_then(|w| w.duration_seconds)
+            .unwrap_or(drawn)
+            .max(1);
         #[expect(
             clippy::cast_possible_truncation,
             reason = "virtual seconds stay far below 2^63"

@@ -226,7 +226,12 @@ fn pod_sets(row: &Row<'_>, column: usize, text: &str) -> Result<PodSets, TraceEr
 /// as possible (12 → 2 × 6, 24 → 3 × 8). Pods that cannot all be equal are rounded up (10 → 2 ×
 /// 5, 9 → 2 × 5: a gang of equal pods, as training frameworks expect).
 pub fn gpu_pods(gpus: u64) -> (u32, u64) {
-    let pods = gpus.div_ceil(8).max(1);
+    pods_of(gpus, 8)
+}
+
+/// [`gpu_pods`] with at most `per_pod` GPUs in a pod.
+pub fn pods_of(gpus: u64, per_pod: u64) -> (u32, u64) {
+    let pods = gpus.div_ceil(per_pod.max(1)).max(1);
     (u32::try_from(pods).unwrap_or(u32::MAX), gpus.div_ceil(pods))
 }
 

@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::time::{Duration, Instant};
 
-use muster_admission::{Cluster, Decision, Job, Scheduler};
+use muster_admission::{Cluster, Decision, Job, PendingReason, Scheduler};
 use muster_api::{Amount, Resources};
 use muster_topology::{Constraint, PodSetRequest};
 
@@ -46,6 +46,11 @@ pub struct Sample {
     pub allocated: u64,
     /// Jobs waiting from then on.
     pub pending: u64,
+    /// Some ClusterQueue's head job waits for capacity or quota from then on.
+    pub head_waiting: bool,
+    /// Some head waits because no single domain holds it although the flavor as a whole
+    /// has room: fragmentation.
+    pub fragmented: bool,
 }
 
 /// The outcome of one run.
@@ -268,10 +273,13 @@ pub fn run(
             next += 1;
         }
         // Evictions free capacity at once; cycle again until the instant is quiet.
+        let (mut head_waiting, mut fragmented) = (false, false);
         for _ in 0..4 {
             cycles += 1;
             let mut evicted = false;
-            for d in s.cycle(now) {
+            let decisions = s.cycle(now);
+            (head_waiting, fragmented) = heads(&decisions);
+            for d in decisions {
                 match d {
                     Decision::Admit(a) => books.admitted(&a, now),
                     Decision::Preempt { victims, .. } => {
@@ -295,6 +303,8 @@ pub fn run(
             time: now,
             allocated: books.allocated,
             pending: books.pending,
+            head_waiting,
+            fragmented,
         });
         progress(books.finished, total);
     }
@@ -314,4 +324,32 @@ pub fn run(
         cycles,
         wall: started.elapsed(),
     })
+}
+
+/// Whether some queue head waits for capacity or quota, and whether some waits because free
+/// capacity is fragmented.
+fn heads(decisions: &[Decision]) -> (bool, bool) {
+    let mut waiting = false;
+    let mut fragmented = false;
+    for d in decisions {
+        if let Decision::Pending {
+            position: 1,
+            reason,
+            ..
+        } = d
+        {
+            match reason {
+                PendingReason::NoTopologyFit(no_fit) => {
+                    waiting = true;
+                    fragmented |= no_fit.fragmented;
+                }
+                PendingReason::QuotaShort(_)
+                | PendingReason::NotCovered { .. }
+                | PendingReason::CapacityReserved { .. }
+                | PendingReason::Preempting { .. } => waiting = true,
+                _ => {}
+            }
+        }
+    }
+    (waiting, fragmented)
 }

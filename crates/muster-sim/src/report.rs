@@ -84,10 +84,18 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
         by_size.insert((*name).to_owned(), stats(&mut w));
     }
     // GPU-seconds allocated: the allocation after each instant holds until the next one.
-    let mut gpu_seconds: u128 = 0;
+    // Free GPU-seconds while a queue head waits, and while one waits on fragmentation.
+    let (mut gpu_seconds, mut head_blocked, mut fragmented): (u128, u128, u128) = (0, 0, 0);
     for pair in run.timeline.windows(2) {
         let dt = u128::try_from(pair[1].time - pair[0].time).unwrap_or(0);
         gpu_seconds += u128::from(pair[0].allocated) * dt;
+        let free = u128::from(run.total_gpus.saturating_sub(pair[0].allocated)) * dt;
+        if pair[0].head_waiting {
+            head_blocked += free;
+        }
+        if pair[0].fragmented {
+            fragmented += free;
+        }
     }
     let capacity = u128::from(run.total_gpus) * u128::try_from(makespan.max(0)).unwrap_or(0);
     #[expect(clippy::cast_precision_loss, reason = "a fraction for people to read")]
@@ -96,32 +104,7 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
     } else {
         (gpu_seconds as f64 / capacity as f64 * 1000.0).round() / 1000.0
     };
-    // Per LocalQueue: jobs, GPU-seconds of their finished runs, and the share of all of them.
-    let mut queues: std::collections::BTreeMap<&str, (u64, u128)> =
-        std::collections::BTreeMap::new();
-    for r in &run.records {
-        let entry = queues.entry(r.queue.as_str()).or_default();
-        entry.0 += 1;
-        if let (Some(start), Some(end)) = (r.start, r.end) {
-            entry.1 += u128::from(r.gpus) * u128::try_from(end - start).unwrap_or(0);
-        }
-    }
-    let used: u128 = queues.values().map(|q| q.1).sum();
-    let per_queue: serde_json::Map<String, Value> = queues
-        .into_iter()
-        .map(|(name, (jobs, gpu_seconds))| {
-            #[expect(clippy::cast_precision_loss, reason = "a fraction for people to read")]
-            let share = if used == 0 {
-                0.0
-            } else {
-                (gpu_seconds as f64 / used as f64 * 1000.0).round() / 1000.0
-            };
-            (
-                name.to_owned(),
-                json!({"jobs": jobs, "gpuSeconds": u64::try_from(gpu_seconds).unwrap_or(u64::MAX), "share": share}),
-            )
-        })
-        .collect();
+    let per_queue = per_queue(run);
     let mut summary = json!({
         "scenario": scenario,
         "policy": run.policy,
@@ -135,6 +118,8 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
         "gpus": run.total_gpus,
         "gpuSecondsAllocated": u64::try_from(gpu_seconds).unwrap_or(u64::MAX),
         "gpuAllocationMean": allocation,
+        "headBlockedGpuSeconds": u64::try_from(head_blocked).unwrap_or(u64::MAX),
+        "fragmentedGpuSeconds": u64::try_from(fragmented).unwrap_or(u64::MAX),
         "queues": per_queue,
         "preemptions": run.records.iter().map(|r| u64::from(r.preemptions)).sum::<u64>(),
         "events": run.events,
@@ -155,6 +140,35 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
         m.insert("eventsPerSecond".into(), json!(rate));
     }
     summary
+}
+
+/// Per LocalQueue: jobs, GPU-seconds of their finished runs, and the share of all of them.
+fn per_queue(run: &Run) -> serde_json::Map<String, Value> {
+    let mut queues: std::collections::BTreeMap<&str, (u64, u128)> =
+        std::collections::BTreeMap::new();
+    for r in &run.records {
+        let entry = queues.entry(r.queue.as_str()).or_default();
+        entry.0 += 1;
+        if let (Some(start), Some(end)) = (r.start, r.end) {
+            entry.1 += u128::from(r.gpus) * u128::try_from(end - start).unwrap_or(0);
+        }
+    }
+    let used: u128 = queues.values().map(|q| q.1).sum();
+    queues
+        .into_iter()
+        .map(|(name, (jobs, gpu_seconds))| {
+            #[expect(clippy::cast_precision_loss, reason = "a fraction for people to read")]
+            let share = if used == 0 {
+                0.0
+            } else {
+                (gpu_seconds as f64 / used as f64 * 1000.0).round() / 1000.0
+            };
+            (
+                name.to_owned(),
+                json!({"jobs": jobs, "gpuSeconds": u64::try_from(gpu_seconds).unwrap_or(u64::MAX), "share": share}),
+            )
+        })
+        .collect()
 }
 
 /// A Markdown table comparing policies side by side.

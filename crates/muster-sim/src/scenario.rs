@@ -106,7 +106,7 @@ pub struct Workload {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TraceSpec {
-    /// `muster` or `philly`.
+    /// `muster`, `philly` or `openb`.
     pub format: String,
     /// Relative to the scenario file.
     pub path: String,
@@ -334,6 +334,7 @@ impl Loaded {
                 let file = path.display().to_string();
                 let mut jobs = match t.format.as_str() {
                     "muster" => trace::read_muster(&file, &text)?,
+                    "openb" => trace::read_openb(&file, &text)?,
                     "philly" => {
                         let topology = t
                             .gang_topology

@@ -296,6 +296,67 @@ pub fn read_philly(file: &str, text: &str, topology: &str) -> Result<Vec<TraceJo
         .collect())
 }
 
+/// Reads the Alibaba cluster-trace-gpu-v2023 ("openb") pod list
+/// (`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time`).
+/// Each pod is a one-pod job submitted at `creation_time` to the LocalQueue named by its `qos`
+/// (lower case), running `deletion_time − scheduled_time` seconds (`− creation_time` for pods
+/// never scheduled), at least one. A GPU-sharing pod (`gpu_milli` < 1000) asks for one whole
+/// GPU: Muster does not share GPUs between pods. `gpu_spec` (GPU model constraints) is not
+/// used.
+pub fn read_openb(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> {
+    let mut jobs = Vec::new();
+    for (n, line) in text.lines().enumerate().skip(1) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row = Row {
+            file,
+            line: n + 1,
+            fields: fields(line),
+        };
+        let (name_column, name) = row.get(0, "name")?;
+        if name.trim().is_empty() {
+            return Err(row.error(name_column, "name is empty"));
+        }
+        let non_negative = |i: usize, field: &str| -> Result<u64, TraceError> {
+            let v = row.int(i, field)?;
+            u64::try_from(v)
+                .map_err(|_| row.error(row.fields[i].0, format!("{field} must be ≥ 0, got {v}")))
+        };
+        let cpu_milli = non_negative(1, "cpu_milli")?;
+        let memory_mib = non_negative(2, "memory_mib")?;
+        let gpus = non_negative(3, "num_gpu")?;
+        let (_, qos) = row.get(6, "qos")?;
+        let created = row.int(8, "creation_time")?;
+        let deleted = row.int(9, "deletion_time")?;
+        let scheduled = match row.fields.get(10) {
+            Some((_, t)) if !t.trim().is_empty() => row.int(10, "scheduled_time")?,
+            _ => created,
+        };
+        let mut requests = BTreeMap::from([
+            ("cpu".to_owned(), Amount::from_milli(cpu_milli)),
+            (
+                "memory".to_owned(),
+                Amount::from_units(memory_mib.saturating_mul(1 << 20)),
+            ),
+        ]);
+        if gpus > 0 {
+            requests.insert("nvidia.com/gpu".to_owned(), Amount::from_units(gpus));
+        }
+        jobs.push(TraceJob {
+            id: name.trim().to_owned(),
+            submit: created,
+            duration: (deleted - scheduled).max(1),
+            queue: qos.trim().to_lowercase(),
+            priority: 0,
+            pod_sets: vec![("pod".to_owned(), 1, requests)],
+            topology: String::new(),
+            expected_runtime: None,
+        });
+    }
+    Ok(jobs)
+}
+
 /// A deterministic pseudo-random sequence (SplitMix64): the same seed gives the same workload on
 /// every machine.
 #[derive(Clone, Debug)]

@@ -167,3 +167,61 @@ fn the_real_philly_trace_reads_whole() {
         .sum();
     assert!((ours - listed).abs() / listed < 1e-3, "{ours} vs {listed}");
 }
+
+#[test]
+fn openb_pods_become_one_pod_jobs_with_whole_gpus() {
+    let text = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n\
+                p0,12000,16384,1,460,,LS,Running,100,700,200\n\
+                p1,4000,1024,0,0,,BE,Pending,300,900,\n";
+    let jobs = trace::read_openb("pods.csv", text).unwrap_or_default();
+    let shape: Vec<(String, i64, i64, String, u64, u64)> = jobs
+        .iter()
+        .map(|j| {
+            let r = &j.pod_sets[0].2;
+            (
+                j.id.clone(),
+                j.submit,
+                j.duration,
+                j.queue.clone(),
+                r.get("cpu").map_or(0, |a| a.milli()),
+                j.gpus(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            ("p0".into(), 100, 500, "ls".into(), 12_000, 1),
+            ("p1".into(), 300, 600, "be".into(), 4_000, 0),
+        ]
+    );
+    let bad = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n\
+               p0,-5,16384,1,460,,LS,Running,100,700,200\n";
+    assert_eq!(
+        trace::read_openb("pods.csv", bad)
+            .err()
+            .map(|e| e.to_string())
+            .as_deref(),
+        Some("pods.csv:2:4: cpu_milli must be ≥ 0, got -5")
+    );
+}
+
+#[test]
+fn the_real_openb_pod_list_reads_whole() {
+    let path = manifest().join("../../../shared/traces/openb/openb_pod_list_default.csv");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        eprintln!("skipped: {} is not present", path.display());
+        return;
+    };
+    let jobs = match trace::read_openb(&path.display().to_string(), &text) {
+        Ok(j) => j,
+        Err(e) => unreachable!("{e}"),
+    };
+    assert_eq!(jobs.len(), 8_152);
+    // num_gpu: 0 → 1,088 pods, 1 → 6,989, 2 → 16, 4 → 15, 8 → 44 (the trace's README).
+    assert_eq!(jobs.iter().filter(|j| j.gpus() == 0).count(), 1_088);
+    assert_eq!(
+        jobs.iter().map(trace::TraceJob::gpus).sum::<u64>(),
+        6_989 + 32 + 60 + 352
+    );
+}

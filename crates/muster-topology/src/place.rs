@@ -159,9 +159,7 @@ fn capacity<'a>(
     let (node, domain) = topo.capacity(index);
     let empty = with_empty.then(|| {
         let dense = topo.dense(&req.requests);
-        let empty_node = per_node(eligible, |id| {
-            topo.pods_fitting_empty(id, &dense, req.count)
-        });
+        let empty_node = per_node(eligible, |id| topo.pods_fitting_empty(id, &dense, u32::MAX));
         let empty_domain = topo.sum_domains(&empty_node);
         (empty_node, empty_domain)
     });

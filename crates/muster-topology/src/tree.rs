@@ -277,14 +277,17 @@ impl Topology {
     /// [`Topology::eligibility`]), built on first use and kept current on every change.
     pub(crate) fn capacity_index(&mut self, req: &PodSetRequest, eligible: &Arc<[bool]>) -> usize {
         let request = self.dense(&req.requests);
-        let key = format!("{}|{:?}|{}", req.eligibility_key(), request, req.count);
+        // Capacities are not capped at the pod set's count: how much room a node or domain has
+        // beyond the count is what lets best fit find the tightest one (and spread the
+        // emptiest), even for one-pod sets.
+        let key = format!("{}|{:?}", req.eligibility_key(), request);
         if let Some(i) = self.capacities.iter().position(|c| c.key == key) {
             return i;
         }
         let node: Vec<u32> = (0..self.nodes.len())
             .map(|id| {
                 if eligible.get(id).copied().unwrap_or(false) {
-                    self.pods_fitting(id, &request, req.count)
+                    self.pods_fitting(id, &request, u32::MAX)
                 } else {
                     0
                 }
@@ -298,7 +301,7 @@ impl Topology {
             key,
             eligible: Arc::clone(eligible),
             request,
-            cap: req.count,
+            cap: u32::MAX,
             node,
             domain,
         });

@@ -618,3 +618,24 @@ fn tpu_slice_matching(
 
 const V5P: &str = "tpu-v5p-slice";
 const V5E: &str = "tpu-v5-lite-podslice";
+
+#[test]
+fn one_pod_sets_still_see_how_full_each_host_is() {
+    // Host h00 has 6 GPUs in use, h01 2, the rest none: best fit packs a 1-GPU pod onto the
+    // fullest host that has room, spread onto the emptiest.
+    let mut topo = Topology::new(gke_levels(), a3_fleet(1));
+    let busy = |topo: &Topology, name: &str| topo.node_id(name).unwrap_or_default();
+    let (h00, h01) = (busy(&topo, "gpu-b0-s0-h00"), busy(&topo, "gpu-b0-s0-h01"));
+    topo.add_usage(h00, &res(&[("nvidia.com/gpu", 6)]));
+    topo.add_usage(h01, &res(&[("nvidia.com/gpu", 2)]));
+    let job = [gpu_set(1, 1, Constraint::None)];
+    let best = place(&mut topo.clone(), &job, &BestFit).map(|f| f.pod_sets[0].nodes.clone());
+    assert_eq!(best, Ok(vec!["gpu-b0-s0-h00".to_owned()]));
+    let spread = place(&mut topo, &job, &Spread).map(|f| f.pod_sets[0].nodes.clone());
+    assert!(
+        spread
+            .as_ref()
+            .is_ok_and(|n| n[0] != "gpu-b0-s0-h00" && n[0] != "gpu-b0-s0-h01"),
+        "{spread:?}"
+    );
+}

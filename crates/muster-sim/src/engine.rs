@@ -33,7 +33,7 @@ pub struct JobRecord {
     pub domain: String,
     /// How often it was preempted or evicted.
     pub preemptions: u32,
-    /// How often it was restarted after a failure (no failure model yet: always 0).
+    /// How often its node failed under it and it restarted.
     pub restarts: u32,
 }
 
@@ -134,7 +134,11 @@ struct Books {
     namespace: String,
     index: BTreeMap<String, usize>,
     records: Vec<JobRecord>,
-    durations: Vec<i64>,
+    /// Work left per job, seconds (less than its duration after a restart from a checkpoint).
+    remaining: Vec<i64>,
+    /// Nodes of each job's current run.
+    nodes: Vec<Vec<String>>,
+    checkpoint: Option<i64>,
     /// (end, job index, attempt): an eviction bumps the attempt, so a stale end is ignored.
     ends: BinaryHeap<Reverse<(i64, usize, u32)>>,
     attempt: Vec<u32>,
@@ -171,7 +175,9 @@ impl Books {
                     restarts: 0,
                 })
                 .collect(),
-            durations: loaded.jobs.iter().map(|j| j.duration).collect(),
+            remaining: loaded.jobs.iter().map(|j| j.duration).collect(),
+            nodes: vec![Vec::new(); loaded.jobs.len()],
+            checkpoint: loaded.scenario.checkpoint_seconds.filter(|c| *c > 0),
             ends: BinaryHeap::new(),
             attempt: vec![0; loaded.jobs.len()],
             running: vec![false; loaded.jobs.len()],
@@ -217,23 +223,42 @@ impl Books {
                 .collect::<Vec<_>>()
                 .join(" ")
         });
+        self.nodes[i] = a.pod_sets.iter().flat_map(|p| p.nodes.clone()).collect();
         self.ends
-            .push(Reverse((now + self.durations[i], i, self.attempt[i])));
+            .push(Reverse((now + self.remaining[i], i, self.attempt[i])));
     }
 
-    /// The job's pods are gone: back to the queue.
-    fn evicted(&mut self, s: &mut Scheduler, id: &str) {
+    /// The job's pods are gone at `now`: back to the queue, keeping its work up to the last
+    /// checkpoint. `failed`: its node failed (a restart), else it was evicted.
+    fn evicted(&mut self, s: &mut Scheduler, id: &str, now: i64, failed: bool) {
         let Some(&i) = self.index.get(id) else { return };
         s.requeue(id);
         if self.running[i] {
             self.running[i] = false;
             self.allocated -= self.records[i].gpus;
             self.pending += 1;
+            if let (Some(every), Some(start)) = (self.checkpoint, self.records[i].start) {
+                let kept = (now - start) / every * every;
+                self.remaining[i] = (self.remaining[i] - kept).max(1);
+            }
         }
         self.attempt[i] += 1;
-        self.records[i].preemptions += 1;
+        if failed {
+            self.records[i].restarts += 1;
+        } else {
+            self.records[i].preemptions += 1;
+        }
         self.records[i].start = None;
+        self.nodes[i].clear();
         self.events += 1;
+    }
+
+    /// Jobs running on `node`.
+    fn on_node(&self, node: &str) -> Vec<String> {
+        (0..self.records.len())
+            .filter(|&i| self.running[i] && self.nodes[i].iter().any(|n| n == node))
+            .map(|i| format!("{}/{}", self.namespace, self.records[i].id))
+            .collect()
     }
 }
 
@@ -259,13 +284,25 @@ pub fn run(
     let mut cycles = 0u64;
     let mut next = 0;
     let total = loaded.jobs.len();
+    let mut failures = Failures::new(loaded);
     loop {
         let next_end = books.ends.peek().map(|Reverse((t, _, _))| *t);
         let next_arrival = loaded.jobs.get(next).map(|j| j.submit);
-        let Some(now) = [next_end, next_arrival].into_iter().flatten().min() else {
+        // Failures matter while work remains to disturb; repairs while jobs still wait.
+        let work_left = next_end.is_some() || next_arrival.is_some();
+        let next_failure = failures.next_failure().filter(|_| work_left);
+        let next_repair = failures
+            .next_repair()
+            .filter(|_| work_left || books.pending > 0);
+        let Some(now) = [next_end, next_arrival, next_failure, next_repair]
+            .into_iter()
+            .flatten()
+            .min()
+        else {
             break;
         };
         books.complete(&mut s, now);
+        books.events += failures.apply(now, &mut s, &mut books, &loaded.nodes);
         while next < total && loaded.jobs[next].submit == now {
             s.submit(admission_job(&loaded.jobs[next], &books.namespace));
             books.pending += 1;
@@ -284,12 +321,12 @@ pub fn run(
                     Decision::Admit(a) => books.admitted(&a, now),
                     Decision::Preempt { victims, .. } => {
                         for v in victims {
-                            books.evicted(&mut s, &v);
+                            books.evicted(&mut s, &v, now, false);
                             evicted = true;
                         }
                     }
                     Decision::Evict { job, .. } => {
-                        books.evicted(&mut s, &job);
+                        books.evicted(&mut s, &job, now, false);
                         evicted = true;
                     }
                     _ => {}
@@ -352,4 +389,97 @@ fn heads(decisions: &[Decision]) -> (bool, bool) {
         }
     }
     (waiting, fragmented)
+}
+
+/// Node failures and repairs in virtual time.
+struct Failures {
+    rng: crate::trace::Rng,
+    mtbf: f64,
+    repair: i64,
+    /// (time, node index) of coming failures.
+    breakdowns: BinaryHeap<Reverse<(i64, usize)>>,
+    /// (time, node index) of coming repairs.
+    repairs: BinaryHeap<Reverse<(i64, usize)>>,
+}
+
+impl Failures {
+    fn new(loaded: &Loaded) -> Failures {
+        let spec = loaded.scenario.failures.as_ref();
+        let mut f = Failures {
+            rng: crate::trace::Rng::new(loaded.seed.or(spec.and_then(|s| s.seed)).unwrap_or(1)),
+            mtbf: spec.map_or(0.0, |s| s.mtbf_hours * 3600.0),
+            #[expect(
+                clippy::cast_possible_truncation,
+                reason = "hours to seconds, far below 2^63"
+            )]
+            repair: spec
+                .map_or(0, |s| (s.repair_hours * 3600.0).ceil() as i64)
+                .max(1),
+            breakdowns: BinaryHeap::new(),
+            repairs: BinaryHeap::new(),
+        };
+        if f.mtbf > 0.0 {
+            for node in 0..loaded.nodes.len() {
+                let at = f.after(0);
+                f.breakdowns.push(Reverse((at, node)));
+            }
+        }
+        f
+    }
+
+    /// A failure time after `now`.
+    fn after(&mut self, now: i64) -> i64 {
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "virtual seconds stay far below 2^63"
+        )]
+        let gap = self.rng.exponential(self.mtbf).ceil().max(1.0) as i64;
+        now.saturating_add(gap)
+    }
+
+    fn next_failure(&self) -> Option<i64> {
+        self.breakdowns.peek().map(|Reverse((t, _))| *t)
+    }
+
+    fn next_repair(&self) -> Option<i64> {
+        self.repairs.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Fails and repairs the nodes due at `now`. A failed node's jobs restart (whole gangs,
+    /// from their last checkpoint), and the node holds no pods until it is repaired: its
+    /// whole capacity is booked as used. Returns the number of events.
+    fn apply(
+        &mut self,
+        now: i64,
+        s: &mut Scheduler,
+        books: &mut Books,
+        nodes: &[muster_topology::NodeInfo],
+    ) -> u64 {
+        let mut count = 0;
+        // Repairs first: a node repaired and failing at the same instant ends up failed.
+        while let Some(Reverse((t, node))) = self.repairs.peek().copied()
+            && t == now
+        {
+            self.repairs.pop();
+            count += 1;
+            let info = &nodes[node];
+            s.cluster_mut().remove_usage(&info.name, &info.allocatable);
+            let at = self.after(now);
+            self.breakdowns.push(Reverse((at, node)));
+        }
+        while let Some(Reverse((t, node))) = self.breakdowns.peek().copied()
+            && t == now
+        {
+            self.breakdowns.pop();
+            count += 1;
+            let info = &nodes[node];
+            for job in books.on_node(&info.name) {
+                books.evicted(s, &job, now, true);
+            }
+            s.cluster_mut().add_usage(&info.name, &info.allocatable);
+            self.repairs
+                .push(Reverse((now.saturating_add(self.repair), node)));
+        }
+        count
+    }
 }

@@ -32,6 +32,27 @@ pub struct Scenario {
     /// Placement policies to compare (names as `muster fit --policy` takes). Default best-fit.
     #[serde(default)]
     pub policies: Vec<String>,
+    /// Node failures and repairs, and how much work a restarted job keeps.
+    #[serde(default)]
+    pub failures: Option<FailureSpec>,
+    /// How much work a job keeps when it is evicted or restarted: its progress up to the last
+    /// checkpoint, taken every this many seconds. Absent: restarts begin from scratch.
+    #[serde(default)]
+    pub checkpoint_seconds: Option<i64>,
+}
+
+/// Node failures: each node fails after an exponentially distributed time with mean
+/// `mtbfHours`, is repaired `repairHours` later, and fails again later on.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FailureSpec {
+    /// Mean time between failures of one node, hours.
+    pub mtbf_hours: f64,
+    /// Time to repair, hours.
+    pub repair_hours: f64,
+    /// The random seed (overridden by `--seed`). Default 1.
+    #[serde(default)]
+    pub seed: Option<u64>,
 }
 
 fn default_namespace() -> String {
@@ -212,6 +233,8 @@ pub struct Loaded {
     pub local_queues: Vec<(String, String)>,
     /// The jobs, by submission time then id.
     pub jobs: Vec<TraceJob>,
+    /// `--seed`, when given.
+    pub seed: Option<u64>,
 }
 
 fn read(path: &Path) -> Result<String, ScenarioError> {
@@ -252,6 +275,7 @@ impl Loaded {
             }
         };
         let mut loaded = Loaded {
+            seed,
             nodes: nodes(&scenario.cluster).map_err(&invalid)?,
             flavors: Vec::new(),
             cluster_queues: Vec::new(),

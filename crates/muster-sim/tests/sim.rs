@@ -225,3 +225,42 @@ fn the_real_openb_pod_list_reads_whole() {
         6_989 + 32 + 60 + 352
     );
 }
+
+#[test]
+fn failed_nodes_restart_their_gangs_and_checkpoints_keep_work() {
+    let mut loaded = load(&manifest().join("tests/fixtures/small.yaml"));
+    loaded.scenario.failures = Some(muster_sim::scenario::FailureSpec {
+        mtbf_hours: 0.05,
+        repair_hours: 0.01,
+        seed: Some(3),
+    });
+    let without = run(&loaded, "best-fit");
+    assert!(
+        without.records.iter().all(|r| r.end.is_some()),
+        "every job finishes"
+    );
+    let restarts: u32 = without.records.iter().map(|r| r.restarts).sum();
+    assert!(
+        restarts > 0,
+        "failures every few minutes must hit a running job"
+    );
+    assert_eq!(
+        run(&loaded, "best-fit").records,
+        without.records,
+        "deterministic"
+    );
+    loaded.scenario.checkpoint_seconds = Some(10);
+    let with = run(&loaded, "best-fit");
+    let busy = |r: &engine::Run| -> i64 {
+        r.records
+            .iter()
+            .filter_map(|j| Some(j.end? - j.submit))
+            .sum()
+    };
+    assert!(
+        busy(&with) <= busy(&without),
+        "checkpoints never make jobs finish later in total: {} vs {}",
+        busy(&with),
+        busy(&without)
+    );
+}

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fmt::Write as _;
 
 use muster_api::Amount;
 
@@ -186,6 +187,42 @@ pub fn read_muster(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> 
 }
 
 type PodSets = Vec<(String, u32, BTreeMap<String, Amount>)>;
+
+/// Writes jobs in Muster's CSV (what [`read_muster`] reads back): any workload, from any
+/// adapter or the generator, can be exported, edited and replayed.
+pub fn write_muster(jobs: &[TraceJob]) -> String {
+    let mut out =
+        String::from("id,submit,duration,queue,priority,pod_sets,topology,expected_runtime\n");
+    for j in jobs {
+        let sets: Vec<String> = j
+            .pod_sets
+            .iter()
+            .map(|(name, count, requests)| {
+                let resources: Vec<String> = requests
+                    .iter()
+                    .map(|(r, a)| format!("{r}={}", a.format_for(r)))
+                    .collect();
+                format!("{name}:{count}:{}", resources.join("+"))
+            })
+            .collect();
+        let expected = j
+            .expected_runtime
+            .map_or_else(String::new, |e| e.to_string());
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{}",
+            j.id,
+            j.submit,
+            j.duration,
+            j.queue,
+            j.priority,
+            sets.join(";"),
+            j.topology,
+            expected
+        );
+    }
+    out
+}
 
 fn pod_sets(row: &Row<'_>, column: usize, text: &str) -> Result<PodSets, TraceError> {
     let mut out = Vec::new();

@@ -264,3 +264,18 @@ fn failed_nodes_restart_their_gangs_and_checkpoints_keep_work() {
         busy(&without)
     );
 }
+
+#[test]
+fn any_workload_exports_to_muster_csv_and_reads_back_the_same() {
+    let loaded = load(&manifest().join("../../simulations/demo.yaml"));
+    let csv = trace::write_muster(&loaded.jobs);
+    let back = trace::read_muster("export.csv", &csv);
+    assert_eq!(back.as_ref().ok(), Some(&loaded.jobs));
+    let philly =
+        "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,66.0,12,792.0,vc1\n";
+    let jobs = trace::read_philly("p.csv", philly, "required:block").unwrap_or_default();
+    assert_eq!(
+        trace::read_muster("e.csv", &trace::write_muster(&jobs)).ok(),
+        Some(jobs)
+    );
+}

@@ -23,10 +23,20 @@ pub struct Args {
     /// Seed of a synthetic workload (overrides the scenario's).
     #[arg(long)]
     seed: Option<u64>,
+    /// Write the scenario's workload (from any trace format or the generator) as Muster CSV
+    /// to this file, and exit without simulating.
+    #[arg(long, value_name = "FILE")]
+    export_trace: Option<PathBuf>,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let loaded = Loaded::from_file(&args.scenario, args.seed)?;
+    if let Some(path) = &args.export_trace {
+        std::fs::write(path, muster_sim::trace::write_muster(&loaded.jobs))
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {} jobs to {}", loaded.jobs.len(), path.display());
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut policies = if args.policy.is_empty() {
         loaded.scenario.policies.clone()
     } else {

@@ -75,15 +75,23 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
         .filter_map(|r| Some(r.end? - r.submit))
         .collect();
     let mut by_size = serde_json::Map::new();
+    let mut jct_by_size = serde_json::Map::new();
     for (name, lo, hi) in SIZE_CLASSES {
-        let mut w: Vec<i64> = finished
+        let class: Vec<_> = finished
             .iter()
             .filter(|r| (*lo..=*hi).contains(&r.gpus))
+            .collect();
+        let mut w: Vec<i64> = class
+            .iter()
             .filter_map(|r| Some(r.start? - r.submit))
             .collect();
+        let mut c: Vec<i64> = class
+            .iter()
+            .filter_map(|r| Some(r.end? - r.submit))
+            .collect();
         by_size.insert((*name).to_owned(), stats(&mut w));
+        jct_by_size.insert((*name).to_owned(), stats(&mut c));
     }
-    // GPU-seconds allocated: the allocation after each instant holds until the next one.
     // Free GPU-seconds while a queue head waits, and while one waits on fragmentation.
     let (mut gpu_seconds, mut head_blocked, mut fragmented): (u128, u128, u128) = (0, 0, 0);
     for pair in run.timeline.windows(2) {
@@ -115,6 +123,7 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
         "waitSeconds": stats(&mut waits),
         "jctSeconds": stats(&mut jcts),
         "waitSecondsBySize": by_size,
+        "jctSecondsBySize": jct_by_size,
         "gpus": run.total_gpus,
         "gpuSecondsAllocated": u64::try_from(gpu_seconds).unwrap_or(u64::MAX),
         "gpuAllocationMean": allocation,

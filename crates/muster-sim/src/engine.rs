@@ -139,6 +139,9 @@ struct Books {
     /// Nodes of each job's current run.
     nodes: Vec<Vec<String>>,
     checkpoint: Option<i64>,
+    /// Nodes not in the cluster now (not yet added, or removed): they hold no pods and do not
+    /// fail.
+    absent: std::collections::BTreeSet<String>,
     /// (end, job index, attempt): an eviction bumps the attempt, so a stale end is ignored.
     ends: BinaryHeap<Reverse<(i64, usize, u32)>>,
     attempt: Vec<u32>,
@@ -178,6 +181,7 @@ impl Books {
             remaining: loaded.jobs.iter().map(|j| j.duration).collect(),
             nodes: vec![Vec::new(); loaded.jobs.len()],
             checkpoint: loaded.scenario.checkpoint_seconds.filter(|c| *c > 0),
+            absent: std::collections::BTreeSet::new(),
             ends: BinaryHeap::new(),
             attempt: vec![0; loaded.jobs.len()],
             running: vec![false; loaded.jobs.len()],
@@ -285,6 +289,7 @@ pub fn run(
     let mut next = 0;
     let total = loaded.jobs.len();
     let mut failures = Failures::new(loaded);
+    let mut changes = Changes::new(loaded, &mut s, &mut books);
     loop {
         let next_end = books.ends.peek().map(|Reverse((t, _, _))| *t);
         let next_arrival = loaded.jobs.get(next).map(|j| j.submit);
@@ -294,15 +299,22 @@ pub fn run(
         let next_repair = failures
             .next_repair()
             .filter(|_| work_left || books.pending > 0);
-        let Some(now) = [next_end, next_arrival, next_failure, next_repair]
-            .into_iter()
-            .flatten()
-            .min()
-        else {
+        let next_change = changes.next().filter(|_| work_left || books.pending > 0);
+        let Some(now) = [
+            next_end,
+            next_arrival,
+            next_failure,
+            next_repair,
+            next_change,
+        ]
+        .into_iter()
+        .flatten()
+        .min() else {
             break;
         };
         books.complete(&mut s, now);
         books.events += failures.apply(now, &mut s, &mut books, &loaded.nodes);
+        books.events += changes.apply(now, &mut s, &mut books, &loaded.nodes);
         while next < total && loaded.jobs[next].submit == now {
             s.submit(admission_job(&loaded.jobs[next], &books.namespace));
             books.pending += 1;
@@ -473,12 +485,84 @@ impl Failures {
             self.breakdowns.pop();
             count += 1;
             let info = &nodes[node];
+            if books.absent.contains(&info.name) {
+                // Not in the cluster: it cannot fail; it may once it is (back).
+                let at = self.after(now);
+                self.breakdowns.push(Reverse((at, node)));
+                continue;
+            }
             for job in books.on_node(&info.name) {
                 books.evicted(s, &job, now, true);
             }
             s.cluster_mut().add_usage(&info.name, &info.allocatable);
             self.repairs
                 .push(Reverse((now.saturating_add(self.repair), node)));
+        }
+        count
+    }
+}
+
+/// Pools joining or leaving the cluster during the run. Nodes are known from the start; a node
+/// outside the cluster has its whole capacity booked, so nothing is placed on it.
+struct Changes {
+    /// (time, node index, joins).
+    events: BinaryHeap<Reverse<(i64, usize, bool)>>,
+}
+
+impl Changes {
+    fn new(loaded: &Loaded, s: &mut Scheduler, books: &mut Books) -> Changes {
+        let mut events = BinaryHeap::new();
+        let mut at = 0;
+        for pool in &loaded.scenario.cluster.pools {
+            let count = usize::try_from(u64::from(pool.blocks) * u64::from(pool.hosts_per_block))
+                .unwrap_or(0);
+            for node in at..at + count {
+                let Some(info) = loaded.nodes.get(node) else {
+                    continue;
+                };
+                if let Some(t) = pool.added_at.filter(|t| *t > 0) {
+                    s.cluster_mut().add_usage(&info.name, &info.allocatable);
+                    books.absent.insert(info.name.clone());
+                    events.push(Reverse((t, node, true)));
+                }
+                if let Some(t) = pool.removed_at {
+                    events.push(Reverse((t, node, false)));
+                }
+            }
+            at += count;
+        }
+        Changes { events }
+    }
+
+    fn next(&self) -> Option<i64> {
+        self.events.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// Adds and removes the nodes due at `now`; returns the number of events.
+    fn apply(
+        &mut self,
+        now: i64,
+        s: &mut Scheduler,
+        books: &mut Books,
+        nodes: &[muster_topology::NodeInfo],
+    ) -> u64 {
+        let mut count = 0;
+        while let Some(Reverse((t, node, joins))) = self.events.peek().copied()
+            && t == now
+        {
+            self.events.pop();
+            count += 1;
+            let info = &nodes[node];
+            if joins {
+                if books.absent.remove(&info.name) {
+                    s.cluster_mut().remove_usage(&info.name, &info.allocatable);
+                }
+            } else if books.absent.insert(info.name.clone()) {
+                for job in books.on_node(&info.name) {
+                    books.evicted(s, &job, now, false);
+                }
+                s.cluster_mut().add_usage(&info.name, &info.allocatable);
+            }
         }
         count
     }

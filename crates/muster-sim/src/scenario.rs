@@ -91,6 +91,12 @@ pub struct PoolSpec {
     /// Other allocatable resources per host (e.g. `cpu: "208"`).
     #[serde(default)]
     pub allocatable: BTreeMap<String, String>,
+    /// The pool joins the cluster at this time, seconds (a purchase). Default: from the start.
+    #[serde(default)]
+    pub added_at: Option<i64>,
+    /// The pool leaves the cluster at this time, seconds; its jobs are evicted.
+    #[serde(default)]
+    pub removed_at: Option<i64>,
 }
 
 fn default_resource() -> String {

@@ -279,3 +279,23 @@ fn any_workload_exports_to_muster_csv_and_reads_back_the_same() {
         Some(jobs)
     );
 }
+
+#[test]
+fn pools_join_and_leave_during_the_run() {
+    let mut loaded = load(&manifest().join("tests/fixtures/small.yaml"));
+    loaded.scenario.cluster.pools[0].added_at = Some(1000);
+    let joined = run(&loaded, "best-fit");
+    let first = joined.records.iter().filter_map(|r| r.start).min();
+    assert_eq!(first, Some(1000), "nothing starts before the pool joins");
+    assert!(joined.records.iter().all(|r| r.end.is_some()));
+    loaded.scenario.cluster.pools[0].added_at = None;
+    loaded.scenario.cluster.pools[0].removed_at = Some(20);
+    let left = run(&loaded, "best-fit");
+    // Jobs running at t=20 are evicted and never finish; nothing runs after.
+    assert!(
+        left.records.iter().all(|r| r.end.is_none()),
+        "{:?}",
+        left.records
+    );
+    assert!(left.records.iter().filter(|r| r.preemptions > 0).count() >= 3);
+}

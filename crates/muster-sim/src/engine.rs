@@ -74,12 +74,17 @@ pub struct Run {
 
 /// Converts a trace job to an admission job in `namespace`.
 pub fn admission_job(job: &TraceJob, namespace: &str) -> Job {
-    let constraint = if let Some(level) = job.topology.strip_prefix("required:") {
-        Constraint::Required(level.to_owned())
+    let (constraint, invalid) = if let Some(tpu) = job.topology.strip_prefix("tpu:") {
+        match tpu_constraint(tpu) {
+            Ok(c) => (c, None),
+            Err(why) => (Constraint::None, Some(why)),
+        }
+    } else if let Some(level) = job.topology.strip_prefix("required:") {
+        (Constraint::Required(level.to_owned()), None)
     } else if let Some(level) = job.topology.strip_prefix("preferred:") {
-        Constraint::Preferred(level.to_owned())
+        (Constraint::Preferred(level.to_owned()), None)
     } else {
-        Constraint::None
+        (Constraint::None, None)
     };
     Job {
         id: format!("{namespace}/{}", job.id),
@@ -105,9 +110,34 @@ pub fn admission_job(job: &TraceJob, namespace: &str) -> Job {
                 }
             })
             .collect(),
-        invalid: None,
+        invalid,
         suspended: false,
     }
+}
+
+/// `accelerator:shape[:slices][:rotate]` as a TPU slice constraint, or why it is not one.
+fn tpu_constraint(spec: &str) -> Result<Constraint, String> {
+    let mut parts = spec.split(':');
+    let accelerator = parts.next().unwrap_or_default().to_owned();
+    let shape = parts
+        .next()
+        .and_then(muster_api::tpu::Shape::parse)
+        .ok_or_else(|| format!("topology tpu:{spec}: the shape is not AxB or AxBxC"))?;
+    let mut slices = 1;
+    let mut allow_rotation = false;
+    for part in parts {
+        if part == "rotate" {
+            allow_rotation = true;
+        } else if let Ok(n) = part.parse::<u32>() {
+            slices = n.max(1);
+        }
+    }
+    Ok(Constraint::Tpu {
+        accelerator,
+        shape,
+        slices,
+        allow_rotation,
+    })
 }
 
 /// A fresh scheduler for the scenario, placing with `policy`.

@@ -97,6 +97,20 @@ pub struct PoolSpec {
     /// The pool leaves the cluster at this time, seconds; its jobs are evicted.
     #[serde(default)]
     pub removed_at: Option<i64>,
+    /// A TPU pool: each block is one slice (a GKE node pool) of this accelerator and shape;
+    /// the resource becomes `google.com/tpu` and `gpusPerHost` counts chips per host.
+    #[serde(default)]
+    pub tpu: Option<TpuPoolSpec>,
+}
+
+/// The slices of a TPU pool.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TpuPoolSpec {
+    /// `cloud.google.com/gke-tpu-accelerator`, e.g. `tpu-v5p-slice`.
+    pub accelerator: String,
+    /// `cloud.google.com/gke-tpu-topology`, e.g. `2x2x4`.
+    pub topology: String,
 }
 
 fn default_resource() -> String {
@@ -425,10 +439,12 @@ fn nodes(cluster: &ClusterSpec) -> Result<Vec<NodeInfo>, String> {
                 .map_err(|e| format!("pool {}: allocatable.{k}: {e}", pool.name))?;
             allocatable.set(k, amount);
         }
-        allocatable.set(
-            &pool.resource,
-            Amount::from_units(u64::from(pool.gpus_per_host)),
-        );
+        let resource = if pool.tpu.is_some() {
+            muster_api::resources::names::GOOGLE_TPU
+        } else {
+            pool.resource.as_str()
+        };
+        allocatable.set(resource, Amount::from_units(u64::from(pool.gpus_per_host)));
         if allocatable.get("pods").is_zero() {
             allocatable.set("pods", Amount::from_units(110));
         }
@@ -438,6 +454,12 @@ fn nodes(cluster: &ClusterSpec) -> Result<Vec<NodeInfo>, String> {
                 let mut labels = pool.labels.clone();
                 labels.insert(pool.block_label.clone(), format!("{}-b{b:02}", pool.name));
                 labels.insert(HOSTNAME_LABEL.to_owned(), name.clone());
+                if let Some(tpu) = &pool.tpu {
+                    use muster_api::tpu::{ACCELERATOR_LABEL, NODE_POOL_LABEL, TOPOLOGY_LABEL};
+                    labels.insert(NODE_POOL_LABEL.to_owned(), format!("{}-b{b:02}", pool.name));
+                    labels.insert(ACCELERATOR_LABEL.to_owned(), tpu.accelerator.clone());
+                    labels.insert(TOPOLOGY_LABEL.to_owned(), tpu.topology.clone());
+                }
                 out.push(NodeInfo {
                     name,
                     labels,

@@ -159,13 +159,23 @@ pub fn read_muster(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> 
         let pod_sets = pod_sets(&row, sets_column, sets)?;
         let (topology_column, topology) = row.get(6, "topology")?;
         let topology = topology.trim().to_owned();
+        let tpu_ok = topology.strip_prefix("tpu:").is_some_and(|t| {
+            let mut parts = t.split(':');
+            let accelerator = parts.next().and_then(muster_api::tpu::accelerator);
+            let shape = parts
+                .next()
+                .map(|shape| accelerator.is_some_and(|a| a.shape(shape).is_ok()));
+            shape == Some(true)
+                && parts.all(|p| p == "rotate" || p.parse::<u32>().is_ok_and(|n| n > 0))
+        });
         if !(topology.is_empty()
             || topology.starts_with("required:")
-            || topology.starts_with("preferred:"))
+            || topology.starts_with("preferred:")
+            || tpu_ok)
         {
             return Err(row.error(
                 topology_column,
-                format!("topology must be empty, required:<level> or preferred:<level>, got {topology:?}"),
+                format!("topology must be empty, required:<level>, preferred:<level> or tpu:<accelerator>:<shape>[:<slices>][:rotate] with a valid accelerator and shape, got {topology:?}"),
             ));
         }
         let expected_runtime = match row.fields.get(7) {

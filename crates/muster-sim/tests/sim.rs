@@ -299,3 +299,34 @@ fn pools_join_and_leave_during_the_run() {
     );
     assert!(left.records.iter().filter(|r| r.preemptions > 0).count() >= 3);
 }
+
+#[test]
+fn tpu_pools_serve_whole_slices() {
+    let loaded = load(&manifest().join("tests/fixtures/tpu.yaml"));
+    let result = run(&loaded, "best-fit");
+    let starts: Vec<(String, Option<i64>, String)> = result
+        .records
+        .iter()
+        .map(|r| (r.id.clone(), r.start, r.domain.clone()))
+        .collect();
+    assert_eq!(
+        starts,
+        vec![
+            (
+                "t1".into(),
+                Some(0),
+                "cloud.google.com/gke-nodepool=v5p-b00".into()
+            ),
+            (
+                "t2".into(),
+                Some(0),
+                "cloud.google.com/gke-nodepool=v5p-b01".into()
+            ),
+            (
+                "t3".into(),
+                Some(100),
+                "cloud.google.com/gke-nodepool=v5p-b00".into()
+            ),
+        ]
+    );
+}

@@ -88,6 +88,13 @@ pub struct PoolSpec {
     /// The label naming each node's block. Default `cloud.google.com/gce-topology-block`.
     #[serde(default = "default_block_label")]
     pub block_label: String,
+    /// Sub-blocks per block (hosts split evenly among them, in order). Default: none.
+    #[serde(default)]
+    pub sub_blocks_per_block: Option<u32>,
+    /// The label naming each node's sub-block. Default
+    /// `cloud.google.com/gce-topology-subblock`.
+    #[serde(default = "default_sub_block_label")]
+    pub sub_block_label: String,
     /// Other allocatable resources per host (e.g. `cpu: "208"`).
     #[serde(default)]
     pub allocatable: BTreeMap<String, String>,
@@ -115,6 +122,10 @@ pub struct TpuPoolSpec {
 
 fn default_resource() -> String {
     "nvidia.com/gpu".into()
+}
+
+fn default_sub_block_label() -> String {
+    "cloud.google.com/gce-topology-subblock".into()
 }
 
 fn default_block_label() -> String {
@@ -173,13 +184,19 @@ pub struct TraceSpec {
 pub struct SyntheticSpec {
     /// How many jobs.
     pub jobs: u32,
-    /// Mean arrivals per hour.
+    /// Mean arrivals per hour. Default Philly's, 31.5.
+    #[serde(default = "philly_arrivals_per_hour")]
     pub arrivals_per_hour: f64,
-    /// Mean duration, seconds.
+    /// Jobs per arrival: more than one makes bursts (the rate counts bursts). Default 1.
+    #[serde(default)]
+    pub burst: Option<u32>,
+    /// Mean duration, seconds. Default Philly's, 13,136.
+    #[serde(default = "philly_mean_duration")]
     pub mean_duration_seconds: f64,
     /// LocalQueues, chosen uniformly.
     pub queues: Vec<String>,
-    /// (GPUs, weight) pairs.
+    /// (GPUs, weight) pairs. Default Philly's job-size mix.
+    #[serde(default = "philly_sizes")]
     pub sizes: Vec<SizeWeight>,
     /// Priorities, chosen uniformly. Default `[0]`.
     #[serde(default)]
@@ -196,6 +213,41 @@ pub struct SyntheticSpec {
     /// The most GPUs one pod takes; larger jobs are split into equal pods. Default 8.
     #[serde(default)]
     pub max_gpus_per_pod: Option<u64>,
+}
+
+/// Philly's arrival rate: 82,247 jobs between 2017-09-04 10:30 and 2017-12-22 08:02.
+fn philly_arrivals_per_hour() -> f64 {
+    31.5
+}
+
+/// Philly's mean job duration, seconds (the per-job projection's mean).
+fn philly_mean_duration() -> f64 {
+    13_136.0
+}
+
+/// Philly's job sizes, per 100,000 jobs, as measured from the per-job projection (the awk
+/// command is in `simulations/philly-synthetic.yaml`).
+fn philly_sizes() -> Vec<SizeWeight> {
+    [
+        (1, 93_166),
+        (2, 2_210),
+        (4, 2_273),
+        (8, 1_997),
+        (12, 8),
+        (16, 241),
+        (24, 8),
+        (32, 81),
+        (64, 7),
+        (128, 3),
+    ]
+    .into_iter()
+    .map(|(gpus, weight)| SizeWeight {
+        gpus,
+        weight,
+        duration_seconds: None,
+        priority: None,
+    })
+    .collect()
 }
 
 /// One entry of a size mix.
@@ -454,6 +506,13 @@ fn nodes(cluster: &ClusterSpec) -> Result<Vec<NodeInfo>, String> {
                 let mut labels = pool.labels.clone();
                 labels.insert(pool.block_label.clone(), format!("{}-b{b:02}", pool.name));
                 labels.insert(HOSTNAME_LABEL.to_owned(), name.clone());
+                if let Some(subs) = pool.sub_blocks_per_block.filter(|n| *n > 0) {
+                    let per_sub = pool.hosts_per_block.div_ceil(subs).max(1);
+                    labels.insert(
+                        pool.sub_block_label.clone(),
+                        format!("{}-b{b:02}-s{}", pool.name, h / per_sub),
+                    );
+                }
                 if let Some(tpu) = &pool.tpu {
                     use muster_api::tpu::{ACCELERATOR_LABEL, NODE_POOL_LABEL, TOPOLOGY_LABEL};
                     labels.insert(NODE_POOL_LABEL.to_owned(), format!("{}-b{b:02}", pool.name));
@@ -494,8 +553,11 @@ fn synthetic(s: &SyntheticSpec, seed: Option<u64>, block: &str) -> Vec<TraceJob>
     let mean_gap = 3600.0 / s.arrivals_per_hour.max(1e-9);
     let mut t = 0.0f64;
     let mut jobs = Vec::new();
+    let burst = s.burst.unwrap_or(1).max(1);
     for i in 0..s.jobs {
-        t += rng.exponential(mean_gap);
+        if i % burst == 0 {
+            t += rng.exponential(mean_gap);
+        }
         let mut pick = rng.next_u64() % total;
         let size = s.sizes.iter().find(|w| {
             let hit = pick < u64::from(w.weight);

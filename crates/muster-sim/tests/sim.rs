@@ -330,3 +330,38 @@ fn tpu_pools_serve_whole_slices() {
         ]
     );
 }
+
+#[test]
+fn synthetic_defaults_are_philly_s_and_bursts_share_a_time() {
+    let dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => unreachable!("{e}"),
+    };
+    let queues = std::fs::read_to_string(manifest().join("../../simulations/demo-queues.yaml"))
+        .unwrap_or_default();
+    let _ = std::fs::write(dir.path().join("queues.yaml"), queues);
+    let scenario = "name: defaults\n\
+        cluster:\n  pools:\n    - {name: h100, blocks: 2, hostsPerBlock: 8, gpusPerHost: 8, subBlocksPerBlock: 2,\n       labels: {cloud.google.com/gke-accelerator: nvidia-h100-80gb}}\n\
+        queues: queues.yaml\n\
+        workload:\n  synthetic: {jobs: 2000, burst: 4, queues: [team-a]}\n";
+    let path = dir.path().join("s.yaml");
+    let _ = std::fs::write(&path, scenario);
+    let loaded = load(&path);
+    // Bursts: every group of four jobs arrives at one instant.
+    for chunk in loaded.jobs.chunks(4) {
+        assert!(chunk.iter().all(|j| j.submit == chunk[0].submit));
+    }
+    // Philly's mix: about 93% single-GPU jobs.
+    let single = loaded.jobs.iter().filter(|j| j.gpus() == 1).count();
+    assert!((1_800..=1_930).contains(&single), "{single} of 2000");
+    // Sub-blocks: the first and last host of a block of 8 in different halves.
+    let sub = |name: &str| {
+        loaded.nodes.iter().find(|n| n.name == name).and_then(|n| {
+            n.labels
+                .get("cloud.google.com/gce-topology-subblock")
+                .cloned()
+        })
+    };
+    assert_eq!(sub("h100-b00-h000").as_deref(), Some("h100-b00-s0"));
+    assert_eq!(sub("h100-b00-h007").as_deref(), Some("h100-b00-s1"));
+}

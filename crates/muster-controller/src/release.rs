@@ -1,0 +1,264 @@
+//! The objects that release one admitted gang: a headless Service giving every pod a stable
+//! DNS name, and every pod of every pod set, created with the scheduling gate
+//! `muster.dev/admission` so that none can start before all exist. Pure: the same job and
+//! admission always give byte-identical objects.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, Pod, PodSchedulingGate, PodSpec, Service, ServicePort, ServiceSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use muster_admission::Admitted;
+use muster_api::resource_flavor::HOSTNAME_LABEL;
+use muster_api::validation::ADMISSION_GATE;
+use muster_api::{API_VERSION, GpuJob, ResourceFlavorSpec};
+
+/// Label naming the GpuJob a pod or Service belongs to.
+pub const JOB_LABEL: &str = "muster.dev/job-name";
+/// Label naming a pod's pod set.
+pub const POD_SET_LABEL: &str = "muster.dev/pod-set";
+/// Label carrying a pod's index within its pod set.
+pub const POD_INDEX_LABEL: &str = "muster.dev/pod-index";
+
+/// Why a gang's objects cannot be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReleaseError {
+    /// The job has no name, namespace or UID (it was not read from the API).
+    #[error("the GpuJob has no {0}; release objects only for jobs read from the API server")]
+    MissingMetadata(&'static str),
+    /// The admission names a pod set the job does not have.
+    #[error("the admission places pod set {0}, which the GpuJob does not have")]
+    UnknownPodSet(String),
+    /// The admission's node list does not match the pod set's count.
+    #[error("pod set {pod_set}: the admission places {placed} pods, the job asks for {count}")]
+    CountMismatch {
+        /// The pod set.
+        pod_set: String,
+        /// Pods the admission places.
+        placed: usize,
+        /// Pods the job asks for.
+        count: i32,
+    },
+    /// The admission names a flavor that is not known.
+    #[error("pod set {pod_set}: flavor {flavor} is unknown")]
+    UnknownFlavor {
+        /// The pod set.
+        pod_set: String,
+        /// The flavor.
+        flavor: String,
+    },
+    /// The pod set's template has no spec.
+    #[error("pod set {0}: the template has no spec")]
+    NoPodSpec(String),
+}
+
+/// Every object of one released gang.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gang {
+    /// The headless Service (named like the job) that gives each pod a DNS name.
+    pub service: Service,
+    /// Every pod, pod sets in order, indices in order.
+    pub pods: Vec<Pod>,
+}
+
+/// The name of pod `index` of `pod_set` in `job`: also its host name (validation keeps it
+/// within 63 characters).
+pub fn pod_name(job: &str, pod_set: &str, index: usize) -> String {
+    format!("{job}-{pod_set}-{index}")
+}
+
+/// What every object of one gang shares.
+struct Context {
+    name: String,
+    namespace: String,
+    owner: OwnerReference,
+    /// Host names of every pod, in order: the peers every pod is told about.
+    hosts: Vec<String>,
+}
+
+impl Context {
+    fn host(&self, pod_set: &str, index: usize) -> String {
+        format!(
+            "{}.{}.{}.svc",
+            pod_name(&self.name, pod_set, index),
+            self.name,
+            self.namespace
+        )
+    }
+}
+
+/// Builds the Service and pods of `job` as `admitted` places them. `flavors` resolves the
+/// flavors the admission names (their node labels and tolerations join every pod).
+pub fn gang(
+    job: &GpuJob,
+    admitted: &Admitted,
+    flavors: &BTreeMap<String, ResourceFlavorSpec>,
+) -> Result<Gang, ReleaseError> {
+    let meta =
+        |field: Option<&String>, what| field.cloned().ok_or(ReleaseError::MissingMetadata(what));
+    let name = meta(job.metadata.name.as_ref(), "metadata.name")?;
+    let mut ctx = Context {
+        namespace: meta(job.metadata.namespace.as_ref(), "metadata.namespace")?,
+        owner: OwnerReference {
+            api_version: API_VERSION.to_owned(),
+            kind: "GpuJob".to_owned(),
+            name: name.clone(),
+            uid: meta(job.metadata.uid.as_ref(), "metadata.uid")?,
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        },
+        name,
+        hosts: Vec::new(),
+    };
+    ctx.hosts = admitted
+        .pod_sets
+        .iter()
+        .flat_map(|p| (0..p.nodes.len()).map(move |i| (p.name.clone(), i)))
+        .map(|(set, i)| ctx.host(&set, i))
+        .collect();
+    let mut pods = Vec::with_capacity(ctx.hosts.len());
+    for placement in &admitted.pod_sets {
+        let set = job
+            .spec
+            .pod_sets
+            .iter()
+            .find(|s| s.name == placement.name)
+            .ok_or_else(|| ReleaseError::UnknownPodSet(placement.name.clone()))?;
+        if usize::try_from(set.count).ok() != Some(placement.nodes.len()) {
+            return Err(ReleaseError::CountMismatch {
+                pod_set: set.name.clone(),
+                placed: placement.nodes.len(),
+                count: set.count,
+            });
+        }
+        let flavor = flavors
+            .get(&placement.flavor)
+            .ok_or_else(|| ReleaseError::UnknownFlavor {
+                pod_set: set.name.clone(),
+                flavor: placement.flavor.clone(),
+            })?;
+        if set.template.spec.is_none() {
+            return Err(ReleaseError::NoPodSpec(set.name.clone()));
+        }
+        for (index, node) in placement.nodes.iter().enumerate() {
+            pods.push(pod(&ctx, set, placement.nodes.len(), flavor, index, node));
+        }
+    }
+    Ok(Gang {
+        service: service(&ctx),
+        pods,
+    })
+}
+
+/// Pod `index` of `set` (of `placed` pods), pinned to `node`.
+fn pod(
+    ctx: &Context,
+    set: &muster_api::PodSet,
+    placed: usize,
+    flavor: &ResourceFlavorSpec,
+    index: usize,
+    node: &str,
+) -> Pod {
+    let name = pod_name(&ctx.name, &set.name, index);
+    let mut env = vec![
+        env_var("MUSTER_JOB_NAME", &ctx.name),
+        env_var("MUSTER_POD_SET", &set.name),
+        env_var("MUSTER_POD_INDEX", &index.to_string()),
+        env_var("MUSTER_WORLD_SIZE", &ctx.hosts.len().to_string()),
+        env_var("MUSTER_PEER_HOSTS", &ctx.hosts.join(",")),
+    ];
+    if let Some(tpu) = set.topology.as_ref().and_then(|t| t.tpu.as_ref()) {
+        // Each slice is its own TPU world: worker ids and host names within it.
+        let slices = usize::try_from(tpu.slices().max(1)).unwrap_or(1);
+        let per_slice = (placed / slices).max(1);
+        let slice = index / per_slice;
+        let slice_hosts: Vec<String> = (slice * per_slice..((slice + 1) * per_slice).min(placed))
+            .map(|i| ctx.host(&set.name, i))
+            .collect();
+        env.push(env_var("TPU_WORKER_ID", &(index % per_slice).to_string()));
+        env.push(env_var("TPU_WORKER_HOSTNAMES", &slice_hosts.join(",")));
+    }
+    let mut spec: PodSpec = set.template.spec.clone().unwrap_or_default();
+    for container in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        add_env(container, &env);
+    }
+    let mut selector = spec.node_selector.take().unwrap_or_default();
+    selector.extend(flavor.node_labels.clone());
+    selector.insert(HOSTNAME_LABEL.to_owned(), node.to_owned());
+    spec.node_selector = Some(selector);
+    let mut tolerations = spec.tolerations.take().unwrap_or_default();
+    tolerations.extend(flavor.tolerations.iter().cloned());
+    spec.tolerations = (!tolerations.is_empty()).then_some(tolerations);
+    let mut gates = spec.scheduling_gates.take().unwrap_or_default();
+    gates.push(PodSchedulingGate {
+        name: ADMISSION_GATE.to_owned(),
+    });
+    spec.scheduling_gates = Some(gates);
+    spec.hostname = Some(name.clone());
+    spec.subdomain = Some(ctx.name.clone());
+    let template_meta = set.template.metadata.clone().unwrap_or_default();
+    let mut labels = template_meta.labels.unwrap_or_default();
+    labels.insert(JOB_LABEL.to_owned(), ctx.name.clone());
+    labels.insert(POD_SET_LABEL.to_owned(), set.name.clone());
+    labels.insert(POD_INDEX_LABEL.to_owned(), index.to_string());
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(ctx.namespace.clone()),
+            labels: Some(labels),
+            annotations: template_meta.annotations,
+            owner_references: Some(vec![ctx.owner.clone()]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+/// The headless Service that gives every pod of the gang a DNS name.
+fn service(ctx: &Context) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(ctx.name.clone()),
+            namespace: Some(ctx.namespace.clone()),
+            labels: Some(BTreeMap::from([(JOB_LABEL.to_owned(), ctx.name.clone())])),
+            owner_references: Some(vec![ctx.owner.clone()]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_owned()),
+            selector: Some(BTreeMap::from([(JOB_LABEL.to_owned(), ctx.name.clone())])),
+            // Peers must resolve each other before they are Ready: rendezvous comes first.
+            publish_not_ready_addresses: Some(true),
+            ports: Some(vec![ServicePort {
+                name: Some("rendezvous".to_owned()),
+                port: 29500,
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn env_var(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value: Some(value.to_owned()),
+        value_from: None,
+    }
+}
+
+/// Adds `env` to a container, replacing variables of the same names (Muster's values win:
+/// they describe the gang as placed).
+fn add_env(container: &mut Container, env: &[EnvVar]) {
+    let mut vars = container.env.take().unwrap_or_default();
+    vars.retain(|v| !env.iter().any(|e| e.name == v.name));
+    vars.extend(env.iter().cloned());
+    container.env = Some(vars);
+}

@@ -1,0 +1,194 @@
+//! The objects that release a gang: names, gates, pinning, environment, owner and Service.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use muster_admission::{Admitted, PodSetPlacement};
+use muster_api::{GpuJob, ResourceFlavorSpec};
+use muster_controller::release::{ReleaseError, gang};
+
+fn job(pod_sets: &serde_json::Value) -> GpuJob {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "muster.dev/v1alpha1",
+        "kind": "GpuJob",
+        "metadata": {"name": "train", "namespace": "team-a", "uid": "u-1"},
+        "spec": {"queueName": "research", "podSets": pod_sets}
+    }))
+    .unwrap_or_default()
+}
+
+fn set(name: &str, count: i64, topology: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "name": name,
+        "count": count,
+        "topology": topology,
+        "template": {
+            "metadata": {"labels": {"app": "trainer"}},
+            "spec": {"containers": [{"name": "main", "image": "trainer:1",
+                "env": [{"name": "MUSTER_WORLD_SIZE", "value": "stale"}]}]}
+        }
+    })
+}
+
+fn placement(name: &str, flavor: &str, nodes: &[&str]) -> PodSetPlacement {
+    PodSetPlacement {
+        name: name.into(),
+        flavor: flavor.into(),
+        domain: Vec::new(),
+        nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+    }
+}
+
+fn flavors() -> BTreeMap<String, ResourceFlavorSpec> {
+    BTreeMap::from([(
+        "h100".to_owned(),
+        ResourceFlavorSpec {
+            node_labels: BTreeMap::from([("pool".to_owned(), "h100".to_owned())]),
+            ..ResourceFlavorSpec::default()
+        },
+    )])
+}
+
+fn env(pod: &Pod, name: &str) -> Option<String> {
+    pod.spec.as_ref()?.containers[0]
+        .env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.clone())
+}
+
+#[test]
+fn every_pod_is_gated_pinned_named_and_told_its_peers() {
+    let job = job(&serde_json::json!([
+        set("launcher", 1, &serde_json::json!(null)),
+        set(
+            "workers",
+            2,
+            &serde_json::json!({"required": "cloud.google.com/gce-topology-block"})
+        )
+    ]));
+    let admitted = Admitted {
+        job: "team-a/train".into(),
+        cluster_queue: "research".into(),
+        pod_sets: vec![
+            placement("launcher", "h100", &["n0"]),
+            placement("workers", "h100", &["n1", "n2"]),
+        ],
+        borrowing: false,
+    };
+    let g = match gang(&job, &admitted, &flavors()) {
+        Ok(g) => g,
+        Err(e) => unreachable!("{e}"),
+    };
+    let names: Vec<String> = g
+        .pods
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(
+        names,
+        ["train-launcher-0", "train-workers-0", "train-workers-1"]
+    );
+    let w1 = &g.pods[2];
+    let spec = w1.spec.clone().unwrap_or_default();
+    assert_eq!(
+        spec.scheduling_gates
+            .map(|g| g.into_iter().map(|g| g.name).collect::<Vec<_>>()),
+        Some(vec!["muster.dev/admission".to_owned()])
+    );
+    assert_eq!(
+        spec.node_selector,
+        Some(BTreeMap::from([
+            ("kubernetes.io/hostname".to_owned(), "n2".to_owned()),
+            ("pool".to_owned(), "h100".to_owned()),
+        ]))
+    );
+    assert_eq!(spec.hostname.as_deref(), Some("train-workers-1"));
+    assert_eq!(spec.subdomain.as_deref(), Some("train"));
+    assert_eq!(env(w1, "MUSTER_POD_INDEX").as_deref(), Some("1"));
+    assert_eq!(env(w1, "MUSTER_POD_SET").as_deref(), Some("workers"));
+    assert_eq!(
+        env(w1, "MUSTER_WORLD_SIZE").as_deref(),
+        Some("3"),
+        "Muster's value wins"
+    );
+    assert_eq!(
+        env(w1, "MUSTER_PEER_HOSTS").as_deref(),
+        Some(
+            "train-launcher-0.train.team-a.svc,train-workers-0.train.team-a.svc,train-workers-1.train.team-a.svc"
+        )
+    );
+    let labels = w1.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get("app").map(String::as_str), Some("trainer"));
+    assert_eq!(
+        labels.get("muster.dev/job-name").map(String::as_str),
+        Some("train")
+    );
+    let owner = w1.metadata.owner_references.clone().unwrap_or_default();
+    assert_eq!(
+        owner
+            .iter()
+            .map(|o| (o.kind.as_str(), o.uid.as_str(), o.controller))
+            .collect::<Vec<_>>(),
+        [("GpuJob", "u-1", Some(true))]
+    );
+    let svc = g.service.spec.clone().unwrap_or_default();
+    assert_eq!(svc.cluster_ip.as_deref(), Some("None"));
+    assert_eq!(svc.publish_not_ready_addresses, Some(true));
+    // Same input, same objects.
+    assert_eq!(gang(&job, &admitted, &flavors()).ok(), Some(g));
+}
+
+#[test]
+fn tpu_workers_know_their_slice() {
+    let job = job(&serde_json::json!([set(
+        "hosts",
+        4,
+        &serde_json::json!({"tpu": {"accelerator": "tpu-v5p-slice", "topology": "2x2x2", "slices": 2}})
+    )]));
+    let admitted = Admitted {
+        job: "team-a/train".into(),
+        cluster_queue: "research".into(),
+        pod_sets: vec![placement("hosts", "h100", &["a0", "a1", "b0", "b1"])],
+        borrowing: false,
+    };
+    let g = gang(&job, &admitted, &flavors()).unwrap_or_else(|e| unreachable!("{e}"));
+    let third = &g.pods[2];
+    assert_eq!(env(third, "TPU_WORKER_ID").as_deref(), Some("0"));
+    assert_eq!(
+        env(third, "TPU_WORKER_HOSTNAMES").as_deref(),
+        Some("train-hosts-2.train.team-a.svc,train-hosts-3.train.team-a.svc")
+    );
+}
+
+#[test]
+fn an_admission_that_does_not_match_the_job_is_refused() {
+    let job = job(&serde_json::json!([set(
+        "workers",
+        2,
+        &serde_json::json!(null)
+    )]));
+    let short = Admitted {
+        job: "team-a/train".into(),
+        cluster_queue: "research".into(),
+        pod_sets: vec![placement("workers", "h100", &["n1"])],
+        borrowing: false,
+    };
+    assert_eq!(
+        gang(&job, &short, &flavors()).err(),
+        Some(ReleaseError::CountMismatch {
+            pod_set: "workers".into(),
+            placed: 1,
+            count: 2
+        })
+    );
+    let unknown = Admitted {
+        pod_sets: vec![placement("workers", "a100", &["n1", "n2"])],
+        ..short
+    };
+    assert!(matches!(
+        gang(&job, &unknown, &flavors()),
+        Err(ReleaseError::UnknownFlavor { .. })
+    ));
+}

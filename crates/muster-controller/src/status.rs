@@ -1,0 +1,136 @@
+//! A GpuJob's status from admission's decisions, written only when something changed.
+//!
+//! Each function takes the job's current status and returns the new one, or `None` when it
+//! would be the same (the controller then sends nothing). A condition's
+//! `lastTransitionTime` moves only when its status flips, as Kubernetes conventions ask.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use muster_admission::{Admitted, PendingReason};
+use muster_api::gpujob::{
+    Admission, DomainAssignment, GpuJobPhase, GpuJobStatus, PendingReasonKind, PodSetAssignment,
+    conditions,
+};
+
+/// Sets (or adds) a condition; keeps its transition time when its status is unchanged.
+fn set_condition(
+    list: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    let status = if status { "True" } else { "False" };
+    let new = |time: Time| Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: generation,
+        last_transition_time: time,
+    };
+    match list.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) if c.status == status => *c = new(c.last_transition_time.clone()),
+        Some(c) => *c = new(now.clone()),
+        None => list.push(new(now.clone())),
+    }
+}
+
+/// `Some(next)` when `next` differs from `current`.
+fn changed(current: &GpuJobStatus, next: GpuJobStatus) -> Option<GpuJobStatus> {
+    (next != *current).then_some(next)
+}
+
+/// The status of a job that waits: phase Pending when it cannot be admitted as written (or
+/// has no queue), Queued otherwise; its position, reason and ETA (seconds since the epoch).
+pub fn pending(
+    current: &GpuJobStatus,
+    generation: Option<i64>,
+    position: u32,
+    reason: &PendingReason,
+    eta: Option<i64>,
+    now: &Time,
+) -> Option<GpuJobStatus> {
+    let mut next = current.clone();
+    let kind = reason.kind();
+    let message = reason.message();
+    let valid = kind != PendingReasonKind::InvalidJob;
+    set_condition(
+        &mut next.conditions,
+        conditions::VALID,
+        valid,
+        if valid { "Valid" } else { "InvalidJob" },
+        if valid { "" } else { &message },
+        generation,
+        now,
+    );
+    let queued = valid && kind != PendingReasonKind::UnknownQueue;
+    next.phase = Some(if queued {
+        GpuJobPhase::Queued
+    } else {
+        GpuJobPhase::Pending
+    });
+    next.queue_position = (position > 0).then(|| i32::try_from(position).unwrap_or(i32::MAX));
+    next.pending_reason = Some(muster_api::gpujob::PendingReason {
+        kind,
+        message,
+        eta: eta
+            .and_then(|s| k8s_openapi::jiff::Timestamp::from_second(s).ok())
+            .map(Time),
+    });
+    next.admission = None;
+    changed(current, next)
+}
+
+/// The status of a job just admitted: phase Admitted, its ClusterQueue, and per pod set the
+/// flavor and the domain with its pod count.
+pub fn admitted(
+    current: &GpuJobStatus,
+    generation: Option<i64>,
+    admitted: &Admitted,
+    now: &Time,
+) -> Option<GpuJobStatus> {
+    let mut next = current.clone();
+    let message = format!("admitted by ClusterQueue {}", admitted.cluster_queue);
+    set_condition(
+        &mut next.conditions,
+        conditions::VALID,
+        true,
+        "Valid",
+        "",
+        generation,
+        now,
+    );
+    for type_ in [conditions::QUOTA_RESERVED, conditions::ADMITTED] {
+        set_condition(
+            &mut next.conditions,
+            type_,
+            true,
+            "Admitted",
+            &message,
+            generation,
+            now,
+        );
+    }
+    next.phase = Some(GpuJobPhase::Admitted);
+    next.queue_position = None;
+    next.pending_reason = None;
+    next.admission = Some(Admission {
+        cluster_queue: admitted.cluster_queue.clone(),
+        pod_sets: admitted
+            .pod_sets
+            .iter()
+            .map(|p| PodSetAssignment {
+                name: p.name.clone(),
+                flavor: p.flavor.clone(),
+                levels: p.domain.iter().map(|(level, _)| level.clone()).collect(),
+                domains: vec![DomainAssignment {
+                    values: p.domain.iter().map(|(_, value)| value.clone()).collect(),
+                    count: i32::try_from(p.nodes.len()).unwrap_or(i32::MAX),
+                }],
+            })
+            .collect(),
+    });
+    changed(current, next)
+}

@@ -1,0 +1,116 @@
+//! GpuJob status from decisions: the right phase and conditions, and no write when nothing
+//! changed.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use muster_admission::{Admitted, PendingReason, PodSetPlacement};
+use muster_api::gpujob::{GpuJobPhase, GpuJobStatus, PendingReasonKind};
+use muster_controller::status;
+
+fn at(second: i64) -> Time {
+    Time(k8s_openapi::jiff::Timestamp::from_second(second).unwrap_or_default())
+}
+
+#[test]
+fn a_waiting_job_is_written_once_and_again_only_when_its_reason_changes() {
+    let reserved = PendingReason::CapacityReserved {
+        for_job: "ns/big".into(),
+        until: Some(1_000),
+    };
+    let first = status::pending(
+        &GpuJobStatus::default(),
+        Some(1),
+        3,
+        &reserved,
+        None,
+        &at(10),
+    )
+    .unwrap_or_default();
+    assert_eq!(first.phase, Some(GpuJobPhase::Queued));
+    assert_eq!(first.queue_position, Some(3));
+    assert_eq!(
+        first.pending_reason.as_ref().map(|r| r.kind),
+        Some(PendingReasonKind::CapacityReserved)
+    );
+    // The same decision a cycle later: nothing to write.
+    assert_eq!(
+        status::pending(&first, Some(1), 3, &reserved, None, &at(20)),
+        None
+    );
+    // A new position is a change; the Valid condition keeps its transition time.
+    let moved =
+        status::pending(&first, Some(1), 2, &reserved, Some(1_000), &at(30)).unwrap_or_default();
+    assert_eq!(moved.queue_position, Some(2));
+    assert_eq!(moved.pending_reason.and_then(|r| r.eta), Some(at(1_000)));
+    assert_eq!(
+        moved.conditions[0].last_transition_time,
+        first.conditions[0].last_transition_time
+    );
+}
+
+#[test]
+fn an_invalid_job_is_pending_with_valid_false() {
+    let reason = PendingReason::InvalidJob("spec.podSets[0].count: must be at least 1".into());
+    let s = status::pending(&GpuJobStatus::default(), Some(2), 0, &reason, None, &at(5))
+        .unwrap_or_default();
+    assert_eq!(s.phase, Some(GpuJobPhase::Pending));
+    assert_eq!(s.queue_position, None);
+    let valid = &s.conditions[0];
+    assert_eq!(
+        (
+            valid.type_.as_str(),
+            valid.status.as_str(),
+            valid.reason.as_str()
+        ),
+        ("Valid", "False", "InvalidJob")
+    );
+    assert!(valid.message.contains("spec.podSets[0].count"));
+}
+
+#[test]
+fn an_admission_records_queue_flavor_and_domain() {
+    let waiting = status::pending(
+        &GpuJobStatus::default(),
+        Some(1),
+        1,
+        &PendingReason::Suspended,
+        None,
+        &at(1),
+    )
+    .unwrap_or_default();
+    let admitted = Admitted {
+        job: "ns/train".into(),
+        cluster_queue: "research".into(),
+        pod_sets: vec![PodSetPlacement {
+            name: "workers".into(),
+            flavor: "h100".into(),
+            domain: vec![("cloud.google.com/gce-topology-block".into(), "b-07".into())],
+            nodes: vec!["n1".into(), "n2".into()],
+        }],
+        borrowing: false,
+    };
+    let s = status::admitted(&waiting, Some(1), &admitted, &at(9)).unwrap_or_default();
+    assert_eq!(s.phase, Some(GpuJobPhase::Admitted));
+    assert_eq!(s.pending_reason, None);
+    let admission = s.admission.clone().unwrap_or_default();
+    assert_eq!(admission.cluster_queue, "research");
+    assert_eq!(
+        admission.pod_sets[0].levels,
+        ["cloud.google.com/gce-topology-block"]
+    );
+    assert_eq!(admission.pod_sets[0].domains[0].values, ["b-07"]);
+    assert_eq!(admission.pod_sets[0].domains[0].count, 2);
+    let types: Vec<(&str, &str)> = s
+        .conditions
+        .iter()
+        .map(|c| (c.type_.as_str(), c.status.as_str()))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("Valid", "True"),
+            ("QuotaReserved", "True"),
+            ("Admitted", "True")
+        ]
+    );
+    assert_eq!(status::admitted(&s, Some(1), &admitted, &at(10)), None);
+}

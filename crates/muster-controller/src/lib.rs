@@ -7,5 +7,6 @@
 //!
 //! The watch loop, the executor and leader election build on these pure parts.
 
+pub mod executor;
 pub mod release;
 pub mod status;

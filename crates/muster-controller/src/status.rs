@@ -134,3 +134,55 @@ pub fn admitted(
     });
     changed(current, next)
 }
+
+/// A ClusterQueue's status from the scheduler: jobs waiting and holding quota, and usage per
+/// flavor and resource (with the borrowed part). `None` when it would not change.
+pub fn cluster_queue(
+    current: &muster_api::ClusterQueueStatus,
+    name: &str,
+    scheduler: &muster_admission::Scheduler,
+) -> Option<muster_api::ClusterQueueStatus> {
+    use muster_admission::JobState;
+    use muster_api::cluster_queue::{FlavorUsage, ResourceUsage};
+    let (mut pending, mut admitted) = (0i32, 0i32);
+    for (id, state) in scheduler.jobs() {
+        match state {
+            JobState::Pending => {
+                let in_queue = scheduler
+                    .job(id)
+                    .and_then(|j| scheduler.cluster_queue_of_job(j))
+                    .is_some_and(|q| q == name);
+                if in_queue {
+                    pending = pending.saturating_add(1);
+                }
+            }
+            JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) => {
+                if h.cluster_queue == name {
+                    admitted = admitted.saturating_add(1);
+                }
+            }
+        }
+    }
+    let mut flavors: Vec<FlavorUsage> = Vec::new();
+    for (flavor, resource, used, borrowed) in scheduler.quota().report(name) {
+        let usage = ResourceUsage {
+            total: used.to_quantity(),
+            borrowed: (!borrowed.is_zero()).then(|| borrowed.to_quantity()),
+            name: resource,
+        };
+        match flavors.iter_mut().find(|f| f.name == flavor) {
+            Some(f) => f.resources.push(usage),
+            None => flavors.push(FlavorUsage {
+                name: flavor,
+                resources: vec![usage],
+            }),
+        }
+    }
+    let next = muster_api::ClusterQueueStatus {
+        pending_jobs: pending,
+        admitted_jobs: admitted,
+        flavors_usage: flavors,
+        conditions: current.conditions.clone(),
+    };
+    (next != *current).then_some(next)
+}

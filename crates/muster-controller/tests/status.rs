@@ -114,3 +114,83 @@ fn an_admission_records_queue_flavor_and_domain() {
     );
     assert_eq!(status::admitted(&s, Some(1), &admitted, &at(10)), None);
 }
+
+#[test]
+fn a_cluster_queue_reports_its_jobs_and_usage() {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use muster_admission::{Cluster, Job, Scheduler};
+    use muster_api::cluster_queue::{FlavorQuotas, ResourceGroup, ResourceQuota};
+    use muster_api::{Amount, ClusterQueueSpec, ClusterQueueStatus, ResourceFlavorSpec, Resources};
+    use muster_topology::{Constraint, NodeInfo, PodSetRequest};
+
+    let gpus = |n: u64| -> Resources {
+        [
+            ("nvidia.com/gpu".to_owned(), Amount::from_units(n)),
+            ("pods".to_owned(), Amount::from_units(1)),
+        ]
+        .into_iter()
+        .collect()
+    };
+    let node = NodeInfo {
+        name: "n1".into(),
+        labels: BTreeMap::from([("kubernetes.io/hostname".to_owned(), "n1".to_owned())]),
+        taints: Vec::new(),
+        allocatable: gpus(8),
+        schedulable: true,
+    };
+    let cluster = Cluster::new(
+        [("h100".to_owned(), ResourceFlavorSpec::default())],
+        &[node],
+    );
+    let spec = ClusterQueueSpec {
+        namespace_selector: Some(LabelSelector::default()),
+        resource_groups: vec![ResourceGroup {
+            covered_resources: vec!["nvidia.com/gpu".into()],
+            flavors: vec![FlavorQuotas {
+                name: "h100".into(),
+                resources: vec![ResourceQuota {
+                    name: "nvidia.com/gpu".into(),
+                    nominal_quota: Quantity("8".into()),
+                    borrowing_limit: None,
+                    lending_limit: None,
+                }],
+            }],
+        }],
+        ..ClusterQueueSpec::default()
+    };
+    let mut s = Scheduler::new(
+        cluster,
+        [("q".to_owned(), spec)],
+        [("ns/lq".to_owned(), "q".to_owned())],
+    );
+    for (i, id) in ["a", "b"].iter().enumerate() {
+        s.submit(Job {
+            id: format!("ns/{id}"),
+            uid: (*id).into(),
+            local_queue: "ns/lq".into(),
+            priority: 0,
+            created: i64::try_from(i).unwrap_or(0),
+            expected_runtime: None,
+            pod_sets: vec![PodSetRequest {
+                name: "w".into(),
+                count: 1,
+                requests: gpus(6),
+                node_selector: BTreeMap::new(),
+                affinity: Vec::new(),
+                tolerations: Vec::new(),
+                constraint: Constraint::None,
+            }],
+            invalid: None,
+            suspended: false,
+        });
+    }
+    s.cycle(0);
+    let st = status::cluster_queue(&ClusterQueueStatus::default(), "q", &s).unwrap_or_default();
+    assert_eq!((st.pending_jobs, st.admitted_jobs), (1, 1));
+    assert_eq!(st.flavors_usage[0].name, "h100");
+    assert_eq!(st.flavors_usage[0].resources[0].total, Quantity("6".into()));
+    assert_eq!(status::cluster_queue(&st, "q", &s), None);
+}

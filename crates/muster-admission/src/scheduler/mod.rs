@@ -326,6 +326,12 @@ impl Scheduler {
         }
     }
 
+    /// The ClusterQueue a job is queued in, if its LocalQueue leads to a valid one that admits
+    /// its namespace.
+    pub fn cluster_queue_of_job(&self, job: &Job) -> Option<String> {
+        self.cluster_queue_of(job).ok()
+    }
+
     /// The ClusterQueue a job's LocalQueue submits to, or why there is none.
     fn cluster_queue_of(&self, job: &Job) -> Result<String, String> {
         let Some(cq) = self.local_queues.get(&job.local_queue) else {

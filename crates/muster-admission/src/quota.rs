@@ -8,6 +8,7 @@
 //! beyond a queue's nominal quota is *borrowed*.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use muster_api::cluster_queue::FairSharing;
 use muster_api::{Amount, ClusterQueueSpec, Resources};
@@ -54,9 +55,10 @@ pub struct Shortfall {
     pub borrowable: Amount,
 }
 
-/// Quota and usage of every ClusterQueue, with cohort aggregates kept up to date on every change.
-#[derive(Clone, Debug, Default)]
-pub struct QuotaBook {
+/// What the queues' specs fix: queues, cohorts, (flavor, resource) slots, limits, pools and
+/// weights. Shared, never copied, by every copy of a [`QuotaBook`].
+#[derive(Debug, Default)]
+struct Layout {
     queues: BTreeMap<String, usize>,
     cohort_of: Vec<Option<usize>>,
     cohorts: Vec<String>,
@@ -65,21 +67,35 @@ pub struct QuotaBook {
     slot_count: usize,
     /// Per queue, per slot: limits (`None`: the queue has no quota for it).
     limits: Vec<Vec<Option<Limits>>>,
-    /// Per queue, per slot.
-    usage: Vec<Vec<u64>>,
     /// Per cohort, per slot: Σ lendable.
     pool: Vec<Vec<u64>>,
-    /// Per cohort, per slot: Σ over members of usage beyond their guaranteed part.
-    pool_used: Vec<Vec<u64>>,
     /// Per queue: fair-sharing weight in milli-units (`None`: fair sharing not configured).
     weight: Vec<Option<u64>>,
+}
+
+impl Layout {
+    fn slot(&self, flavor: &str, resource: &str) -> Option<usize> {
+        self.slots.get(flavor)?.get(resource).copied()
+    }
+}
+
+/// Quota and usage of every ClusterQueue, with cohort aggregates kept up to date on every change.
+/// A copy (for a tentative what-if) copies only the usage: the layout is shared.
+#[derive(Clone, Debug, Default)]
+pub struct QuotaBook {
+    layout: Arc<Layout>,
+    /// Per queue, per slot.
+    usage: Vec<Vec<u64>>,
+    /// Per cohort, per slot: Σ over members of usage beyond their guaranteed part.
+    pool_used: Vec<Vec<u64>>,
 }
 
 impl QuotaBook {
     /// Books every queue's quota. Quantities that do not parse count as zero (validation
     /// rejects such queues before they get here).
     pub fn new<'a>(queues: impl IntoIterator<Item = (&'a str, &'a ClusterQueueSpec)>) -> QuotaBook {
-        let mut book = QuotaBook::default();
+        let mut book = Layout::default();
+        let mut usage = Vec::new();
         let queues: Vec<(&str, &ClusterQueueSpec)> = queues.into_iter().collect();
         for (_, spec) in &queues {
             for group in &spec.resource_groups {
@@ -133,7 +149,7 @@ impl QuotaBook {
                 }
             }
             book.limits.push(limits);
-            book.usage.push(vec![0; width]);
+            usage.push(vec![0; width]);
             book.weight
                 .push(spec.fair_sharing.as_ref().map(fair_weight));
         }
@@ -142,7 +158,7 @@ impl QuotaBook {
             book.cohorts[id] = name;
         }
         book.pool = vec![vec![0; width]; book.cohorts.len()];
-        book.pool_used = vec![vec![0; width]; book.cohorts.len()];
+        let pool_used = vec![vec![0; width]; book.cohorts.len()];
         for q in 0..book.limits.len() {
             if let Some(c) = book.cohort_of[q] {
                 for (slot, l) in book.limits[q].iter().enumerate() {
@@ -152,35 +168,39 @@ impl QuotaBook {
                 }
             }
         }
-        book
+        QuotaBook {
+            layout: Arc::new(book),
+            usage,
+            pool_used,
+        }
     }
 
     fn slot(&self, flavor: &str, resource: &str) -> Option<usize> {
-        self.slots.get(flavor)?.get(resource).copied()
+        self.layout.slot(flavor, resource)
     }
 
     fn queue(&self, name: &str) -> Option<usize> {
-        self.queues.get(name).copied()
+        self.layout.queues.get(name).copied()
     }
 
     /// The queue's cohort, if it has one.
     pub fn cohort(&self, queue: &str) -> Option<&str> {
         let q = self.queue(queue)?;
-        self.cohort_of[q].map(|c| self.cohorts[c].as_str())
+        self.layout.cohort_of[q].map(|c| self.layout.cohorts[c].as_str())
     }
 
     /// What `queue` could still take of one slot: its guaranteed remainder plus what is left
     /// of the cohort's pool, capped by its borrowing limit.
     fn available(&self, q: usize, slot: usize) -> u64 {
-        let Some(l) = self.limits[q][slot] else {
+        let Some(l) = self.layout.limits[q][slot] else {
             return 0;
         };
         let used = self.usage[q][slot];
-        match self.cohort_of[q] {
+        match self.layout.cohort_of[q] {
             None => l.nominal.saturating_sub(used),
             Some(c) => {
                 let own = l.guaranteed().saturating_sub(used);
-                let pool_left = self.pool[c][slot].saturating_sub(self.pool_used[c][slot]);
+                let pool_left = self.layout.pool[c][slot].saturating_sub(self.pool_used[c][slot]);
                 let mut available = own.saturating_add(pool_left);
                 if let Some(limit) = l.borrowing_limit {
                     available = available.min(l.nominal.saturating_add(limit).saturating_sub(used));
@@ -209,8 +229,8 @@ impl QuotaBook {
                 continue;
             }
             let (available, nominal_left) = match self.slot(flavor, resource) {
-                Some(slot) if self.limits[q][slot].is_some() => {
-                    let nominal = self.limits[q][slot].map_or(0, |l| l.nominal);
+                Some(slot) if self.layout.limits[q][slot].is_some() => {
+                    let nominal = self.layout.limits[q][slot].map_or(0, |l| l.nominal);
                     (
                         self.available(q, slot),
                         nominal.saturating_sub(self.usage[q][slot]),
@@ -270,7 +290,7 @@ impl QuotaBook {
             let Some(slot) = self.slot(flavor, resource) else {
                 continue;
             };
-            let guaranteed = self.limits[q][slot].map_or(0, Limits::guaranteed);
+            let guaranteed = self.layout.limits[q][slot].map_or(0, Limits::guaranteed);
             let before = self.usage[q][slot];
             let after = if add {
                 before.saturating_add(amount.milli())
@@ -278,7 +298,7 @@ impl QuotaBook {
                 before.saturating_sub(amount.milli())
             };
             self.usage[q][slot] = after;
-            if let Some(c) = self.cohort_of[q] {
+            if let Some(c) = self.layout.cohort_of[q] {
                 let pooled = &mut self.pool_used[c][slot];
                 *pooled = pooled
                     .saturating_sub(before.saturating_sub(guaranteed))
@@ -293,7 +313,7 @@ impl QuotaBook {
             return (Amount::ZERO, Amount::ZERO);
         };
         let used = self.usage[q][slot];
-        let nominal = self.limits[q][slot].map_or(0, |l| l.nominal);
+        let nominal = self.layout.limits[q][slot].map_or(0, |l| l.nominal);
         (
             Amount::from_milli(used),
             Amount::from_milli(used.saturating_sub(nominal)),
@@ -305,19 +325,20 @@ impl QuotaBook {
         let Some(q) = self.queue(queue) else {
             return false;
         };
-        self.slots.get(flavor).is_some_and(|resources| {
-            resources
-                .values()
-                .any(|&slot| self.usage[q][slot] > self.limits[q][slot].map_or(0, |l| l.nominal))
+        self.layout.slots.get(flavor).is_some_and(|resources| {
+            resources.values().any(|&slot| {
+                self.usage[q][slot] > self.layout.limits[q][slot].map_or(0, |l| l.nominal)
+            })
         })
     }
 
     /// Whether fair sharing is configured for any queue of `queue`'s cohort.
     pub fn fair_sharing(&self, queue: &str) -> bool {
-        let Some(c) = self.queue(queue).and_then(|q| self.cohort_of[q]) else {
+        let Some(c) = self.queue(queue).and_then(|q| self.layout.cohort_of[q]) else {
             return false;
         };
-        (0..self.cohort_of.len()).any(|q| self.cohort_of[q] == Some(c) && self.weight[q].is_some())
+        (0..self.layout.cohort_of.len())
+            .any(|q| self.layout.cohort_of[q] == Some(c) && self.layout.weight[q].is_some())
     }
 
     /// The queue's dominant resource share: the largest, over its resources, of what it borrows
@@ -325,19 +346,21 @@ impl QuotaBook {
     /// share when not borrowing, the largest share when it is (it borrows last).
     pub fn dominant_share(&self, queue: &str) -> u64 {
         let Some(q) = self.queue(queue) else { return 0 };
-        let Some(c) = self.cohort_of[q] else { return 0 };
+        let Some(c) = self.layout.cohort_of[q] else {
+            return 0;
+        };
         let mut share: u128 = 0;
         for slot in 0..self.usage[q].len() {
-            let nominal = self.limits[q][slot].map_or(0, |l| l.nominal);
+            let nominal = self.layout.limits[q][slot].map_or(0, |l| l.nominal);
             let borrowed = self.usage[q][slot].saturating_sub(nominal);
-            let pool = self.pool[c][slot];
+            let pool = self.layout.pool[c][slot];
             if borrowed > 0 && pool > 0 {
                 share = share.max(u128::from(borrowed) * 1000 / u128::from(pool));
             } else if borrowed > 0 {
                 share = share.max(1000);
             }
         }
-        let weight = self.weight[q].unwrap_or(1000);
+        let weight = self.layout.weight[q].unwrap_or(1000);
         if weight == 0 {
             return if share > 0 { u64::MAX } else { 0 };
         }
@@ -349,10 +372,11 @@ impl QuotaBook {
         let Some(q) = self.queue(queue) else {
             return Vec::new();
         };
-        self.slots
+        self.layout
+            .slots
             .iter()
             .flat_map(|(f, resources)| resources.iter().map(move |(r, slot)| (f, r, *slot)))
-            .filter(|(_, _, slot)| self.limits[q][*slot].is_some())
+            .filter(|(_, _, slot)| self.layout.limits[q][*slot].is_some())
             .map(|(f, r, _)| {
                 let (used, borrowed) = self.usage(queue, f, r);
                 (f.clone(), r.clone(), used, borrowed)
@@ -364,20 +388,6 @@ impl QuotaBook {
     pub fn is_idle(&self) -> bool {
         self.usage.iter().flatten().all(|u| *u == 0)
             && self.pool_used.iter().flatten().all(|u| *u == 0)
-    }
-
-    /// The nominal quota and borrowing limit of (`queue`, `flavor`, `resource`).
-    pub fn limits(
-        &self,
-        queue: &str,
-        flavor: &str,
-        resource: &str,
-    ) -> Option<(Amount, Option<Amount>)> {
-        let l = self.limits[self.queue(queue)?][self.slot(flavor, resource)?]?;
-        Some((
-            Amount::from_milli(l.nominal),
-            l.borrowing_limit.map(Amount::from_milli),
-        ))
     }
 }
 

@@ -101,11 +101,7 @@ impl Scheduler {
         let mut borrowing = false;
         for set in &job.pod_sets {
             let usage = quota_usage(set);
-            let Some(group) = spec.resource_groups.iter().find(|g| {
-                usage
-                    .iter()
-                    .all(|(r, _)| g.covered_resources.iter().any(|c| c == r))
-            }) else {
+            let Some(group) = covering_group(&spec, &usage) else {
                 let covered: BTreeSet<&String> = spec
                     .resource_groups
                     .iter()
@@ -222,4 +218,17 @@ impl Scheduler {
             }),
         }
     }
+}
+
+/// The first resource group of `spec` that covers every resource `usage` asks for: the one a
+/// pod set takes its flavor from.
+pub(super) fn covering_group<'a>(
+    spec: &'a muster_api::ClusterQueueSpec,
+    usage: &Resources,
+) -> Option<&'a ResourceGroup> {
+    spec.resource_groups.iter().find(|g| {
+        usage
+            .iter()
+            .all(|(r, _)| g.covered_resources.iter().any(|c| c == r))
+    })
 }

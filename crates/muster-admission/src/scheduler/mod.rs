@@ -392,12 +392,7 @@ impl Scheduler {
                 }
             };
             if let Some(reason) = early {
-                out.push(Decision::Pending {
-                    job: job.id.clone(),
-                    position: 0,
-                    reason,
-                    eta: None,
-                });
+                out.push(waiting(job, 0, reason, None));
             }
         }
         for list in lists.values_mut() {
@@ -441,12 +436,7 @@ impl Scheduler {
         state: &mut CycleState,
         out: &mut Vec<Decision>,
     ) {
-        let pending = |reason: PendingReason, eta: Option<i64>| Decision::Pending {
-            job: job.id.clone(),
-            position,
-            reason,
-            eta,
-        };
+        let pending = |reason, eta| waiting(job, position, reason, eta);
         let Some(spec) = self.queues.get(cq).map(|q| &q.spec) else {
             return;
         };
@@ -533,12 +523,7 @@ impl Scheduler {
         state: &mut CycleState,
         out: &mut Vec<Decision>,
     ) {
-        let pending = |reason: PendingReason, eta: Option<i64>| Decision::Pending {
-            job: job.id.clone(),
-            position,
-            reason,
-            eta,
-        };
+        let pending = |reason, eta| waiting(job, position, reason, eta);
         if let Blocked::Topology { .. } = &blocked
             && let Some(d) = self.provision(cq, job, now)
         {
@@ -653,10 +638,13 @@ impl Scheduler {
         let mut borrows = false;
         for set in &job.pod_sets {
             let usage = quota_usage(set);
-            let checks: Vec<QuotaCheck> = spec
-                .resource_groups
+            // The flavors assignment would try: those of the group covering the pod set.
+            let Some(group) = assign::covering_group(spec, &usage) else {
+                return false;
+            };
+            let checks: Vec<QuotaCheck> = group
+                .flavors
                 .iter()
-                .flat_map(|g| &g.flavors)
                 .map(|f| self.quota.check(cq, &f.name, &usage))
                 .collect();
             if checks.contains(&QuotaCheck::Fits) {
@@ -771,6 +759,16 @@ impl Scheduler {
             cluster_queue: cq.to_owned(),
             flavors,
         })
+    }
+}
+
+/// The decision that `job`, at `position` in its queue, keeps waiting.
+fn waiting(job: &Job, position: u32, reason: PendingReason, eta: Option<i64>) -> Decision {
+    Decision::Pending {
+        job: job.id.clone(),
+        position,
+        reason,
+        eta,
     }
 }
 

@@ -287,6 +287,21 @@ impl Books {
         self.events += 1;
     }
 
+    /// Takes `node` out of service at `now`: every job with a pod on it leaves (a restart if
+    /// `failed`, else an eviction), and its whole capacity is booked so nothing lands on it.
+    fn take_down(
+        &mut self,
+        s: &mut Scheduler,
+        node: &muster_topology::NodeInfo,
+        now: i64,
+        failed: bool,
+    ) {
+        for job in self.on_node(&node.name) {
+            self.evicted(s, &job, now, failed);
+        }
+        s.cluster_mut().add_usage(&node.name, &node.allocatable);
+    }
+
     /// Jobs running on `node`.
     fn on_node(&self, node: &str) -> Vec<String> {
         (0..self.records.len())
@@ -521,10 +536,7 @@ impl Failures {
                 self.breakdowns.push(Reverse((at, node)));
                 continue;
             }
-            for job in books.on_node(&info.name) {
-                books.evicted(s, &job, now, true);
-            }
-            s.cluster_mut().add_usage(&info.name, &info.allocatable);
+            books.take_down(s, info, now, true);
             self.repairs
                 .push(Reverse((now.saturating_add(self.repair), node)));
         }
@@ -588,10 +600,7 @@ impl Changes {
                     s.cluster_mut().remove_usage(&info.name, &info.allocatable);
                 }
             } else if books.absent.insert(info.name.clone()) {
-                for job in books.on_node(&info.name) {
-                    books.evicted(s, &job, now, false);
-                }
-                s.cluster_mut().add_usage(&info.name, &info.allocatable);
+                books.take_down(s, info, now, false);
             }
         }
         count

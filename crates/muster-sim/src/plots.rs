@@ -114,13 +114,7 @@ pub fn queue_length(run: &Run) -> String {
 /// `wait-cdf.svg`: for each size class, the fraction of finished jobs that waited at most x
 /// hours.
 pub fn wait_cdf(run: &Run) -> String {
-    let classes: &[(&str, u64, u64)] = &[
-        ("1 GPU", 1, 1),
-        ("2-8", 2, 8),
-        ("9-32", 9, 32),
-        ("33+", 33, u64::MAX),
-    ];
-    let series: Vec<(String, Vec<(f64, f64)>)> = classes
+    let series: Vec<(String, Vec<(f64, f64)>)> = crate::report::SIZE_CLASSES
         .iter()
         .filter_map(|(name, lo, hi)| {
             let mut waits: Vec<i64> = run
@@ -139,7 +133,7 @@ pub fn wait_cdf(run: &Run) -> String {
                 .enumerate()
                 .map(|(i, w)| (f(*w) / 3600.0, g(u64::try_from(i + 1).unwrap_or(0)) / n))
                 .collect();
-            Some(((*name).to_owned(), points))
+            Some((format!("{name} GPUs"), points))
         })
         .collect();
     chart(

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use crate::engine::Run;
 
 /// Size classes by GPUs, for per-class statistics.
-const SIZE_CLASSES: &[(&str, u64, u64)] = &[
+pub(crate) const SIZE_CLASSES: &[(&str, u64, u64)] = &[
     ("1", 1, 1),
     ("2-8", 2, 8),
     ("9-32", 9, 32),

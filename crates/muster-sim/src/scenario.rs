@@ -361,7 +361,7 @@ impl Loaded {
                 path: objects_path.display().to_string(),
                 message,
             })?;
-        loaded.jobs = loaded.workload(&dir, seed)?;
+        loaded.jobs = loaded.workload(path, seed)?;
         loaded
             .jobs
             .sort_by(|a, b| (a.submit, &a.id).cmp(&(b.submit, &b.id)));
@@ -413,7 +413,9 @@ impl Loaded {
         Ok(())
     }
 
-    fn workload(&self, dir: &Path, seed: Option<u64>) -> Result<Vec<TraceJob>, ScenarioError> {
+    /// The jobs of the scenario at `path` (trace paths are relative to its folder).
+    fn workload(&self, path: &Path, seed: Option<u64>) -> Result<Vec<TraceJob>, ScenarioError> {
+        let dir = path.parent().unwrap_or_else(|| Path::new(""));
         let block = self
             .scenario
             .cluster
@@ -466,14 +468,14 @@ impl Loaded {
                     || s.sizes.iter().all(|w| w.weight == 0)
                 {
                     return Err(ScenarioError::Invalid {
-                        path: dir.display().to_string(),
+                        path: path.display().to_string(),
                         message: "workload.synthetic needs at least one queue and one size with a weight above 0".into(),
                     });
                 }
                 Ok(synthetic(s, seed, &block))
             }
             _ => Err(ScenarioError::Invalid {
-                path: dir.display().to_string(),
+                path: path.display().to_string(),
                 message: "workload needs exactly one of trace or synthetic".into(),
             }),
         }

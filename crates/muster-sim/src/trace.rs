@@ -71,6 +71,19 @@ fn fields(line: &str) -> Vec<(usize, &str)> {
     out
 }
 
+/// Every non-empty line of a CSV after its header, as a row.
+fn rows<'a>(file: &'a str, text: &'a str) -> impl Iterator<Item = Row<'a>> {
+    text.lines()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(move |(n, line)| Row {
+            file,
+            line: n + 1,
+            fields: fields(line),
+        })
+}
+
 struct Row<'a> {
     file: &'a str,
     line: usize,
@@ -132,15 +145,7 @@ impl Row<'_> {
 /// `name:count:resource=amount+resource=amount`, several separated by `;`.
 pub fn read_muster(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> {
     let mut jobs = Vec::new();
-    for (n, line) in text.lines().enumerate().skip(1) {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let row = Row {
-            file,
-            line: n + 1,
-            fields: fields(line),
-        };
+    for row in rows(file, text) {
         if row.fields.len() > 8 {
             let (column, _) = row.fields[8];
             return Err(row.error(column, "more than 8 fields"));
@@ -287,16 +292,8 @@ pub fn pods_of(gpus: u64, per_pod: u64) -> (u32, u64) {
 /// has more than one pod; its virtual cluster is its LocalQueue; times are seconds after the
 /// earliest submission.
 pub fn read_philly(file: &str, text: &str, topology: &str) -> Result<Vec<TraceJob>, TraceError> {
-    let mut rows = Vec::new();
-    for (n, line) in text.lines().enumerate().skip(1) {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let row = Row {
-            file,
-            line: n + 1,
-            fields: fields(line),
-        };
+    let mut parsed = Vec::new();
+    for row in rows(file, text) {
         let (ts_column, ts) = row.get(0, "timestamp")?;
         let when: jiff::civil::DateTime = ts.trim().parse().map_err(|_| {
             row.error(
@@ -314,10 +311,10 @@ pub fn read_philly(file: &str, text: &str, topology: &str) -> Result<Vec<TraceJo
             row.error(row.fields[2].0, format!("num_gpus must be ≥ 1, got {gpus}"))
         })?;
         let (_, cluster) = row.get(4, "cluster")?;
-        rows.push((submit, n + 1, duration, gpus, cluster.trim().to_owned()));
+        parsed.push((submit, row.line, duration, gpus, cluster.trim().to_owned()));
     }
-    let start = rows.iter().map(|r| r.0).min().unwrap_or(0);
-    Ok(rows
+    let start = parsed.iter().map(|r| r.0).min().unwrap_or(0);
+    Ok(parsed
         .into_iter()
         .map(|(submit, line, duration, gpus, cluster)| {
             let (pods, per_pod) = gpu_pods(gpus);
@@ -352,15 +349,7 @@ pub fn read_philly(file: &str, text: &str, topology: &str) -> Result<Vec<TraceJo
 /// used.
 pub fn read_openb(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> {
     let mut jobs = Vec::new();
-    for (n, line) in text.lines().enumerate().skip(1) {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let row = Row {
-            file,
-            line: n + 1,
-            fields: fields(line),
-        };
+    for row in rows(file, text) {
         let (name_column, name) = row.get(0, "name")?;
         if name.trim().is_empty() {
             return Err(row.error(name_column, "name is empty"));

@@ -22,8 +22,6 @@ pub(crate) struct CapacityIndex {
     pub(crate) eligible: Arc<[bool]>,
     /// The per-pod request.
     pub(crate) request: DenseRequest,
-    /// No node counts more than this many pods (the pod set's count).
-    pub(crate) cap: u32,
     /// Pods per node (zero where not eligible).
     pub(crate) node: Vec<u32>,
     /// Pods per domain: the sum over its nodes.

@@ -301,7 +301,6 @@ impl Topology {
             key,
             eligible: Arc::clone(eligible),
             request,
-            cap: u32::MAX,
             node,
             domain,
         });
@@ -480,7 +479,7 @@ impl Topology {
             let mut capacities = std::mem::take(&mut self.capacities);
             for c in &mut capacities {
                 if c.eligible.get(node).copied().unwrap_or(false) {
-                    let pods = self.pods_fitting(node, &c.request, c.cap);
+                    let pods = self.pods_fitting(node, &c.request, u32::MAX);
                     c.set(node, pods, &ancestors);
                 }
             }

@@ -87,6 +87,15 @@ impl Cluster {
         }
     }
 
+    /// Marks the node named `node` schedulable or not in every flavor that holds it.
+    pub fn set_schedulable(&mut self, node: &str, schedulable: bool) {
+        for f in self.flavors.values_mut() {
+            if let Some(id) = f.topology.node_id(node) {
+                f.topology.set_schedulable(id, schedulable);
+            }
+        }
+    }
+
     /// Takes everything still free on `nodes` (by name, in flavor `flavor`'s topology), in
     /// every flavor: used to keep capacity reserved for another job out of a placement.
     pub fn fill(&mut self, flavor: &str, nodes: &[String]) {

@@ -172,6 +172,8 @@ struct Books {
     /// Nodes not in the cluster now (not yet added, or removed): they hold no pods and do not
     /// fail.
     absent: std::collections::BTreeSet<String>,
+    /// Nodes failed and not yet repaired.
+    failed: std::collections::BTreeSet<String>,
     /// (end, job index, attempt): an eviction bumps the attempt, so a stale end is ignored.
     ends: BinaryHeap<Reverse<(i64, usize, u32)>>,
     attempt: Vec<u32>,
@@ -212,6 +214,7 @@ impl Books {
             nodes: vec![Vec::new(); loaded.jobs.len()],
             checkpoint: loaded.scenario.checkpoint_seconds.filter(|c| *c > 0),
             absent: std::collections::BTreeSet::new(),
+            failed: std::collections::BTreeSet::new(),
             ends: BinaryHeap::new(),
             attempt: vec![0; loaded.jobs.len()],
             running: vec![false; loaded.jobs.len()],
@@ -288,7 +291,7 @@ impl Books {
     }
 
     /// Takes `node` out of service at `now`: every job with a pod on it leaves (a restart if
-    /// `failed`, else an eviction), and its whole capacity is booked so nothing lands on it.
+    /// `failed`, else an eviction), and the node is marked not schedulable.
     fn take_down(
         &mut self,
         s: &mut Scheduler,
@@ -299,7 +302,7 @@ impl Books {
         for job in self.on_node(&node.name) {
             self.evicted(s, &job, now, failed);
         }
-        s.cluster_mut().add_usage(&node.name, &node.allocatable);
+        s.cluster_mut().set_schedulable(&node.name, false);
     }
 
     /// Jobs running on `node`.
@@ -503,8 +506,8 @@ impl Failures {
     }
 
     /// Fails and repairs the nodes due at `now`. A failed node's jobs restart (whole gangs,
-    /// from their last checkpoint), and the node holds no pods until it is repaired: its
-    /// whole capacity is booked as used. Returns the number of events.
+    /// from their last checkpoint), and the node is not schedulable until it is repaired.
+    /// Returns the number of events.
     fn apply(
         &mut self,
         now: i64,
@@ -520,7 +523,10 @@ impl Failures {
             self.repairs.pop();
             count += 1;
             let info = &nodes[node];
-            s.cluster_mut().remove_usage(&info.name, &info.allocatable);
+            books.failed.remove(&info.name);
+            if !books.absent.contains(&info.name) {
+                s.cluster_mut().set_schedulable(&info.name, true);
+            }
             let at = self.after(now);
             self.breakdowns.push(Reverse((at, node)));
         }
@@ -536,6 +542,7 @@ impl Failures {
                 self.breakdowns.push(Reverse((at, node)));
                 continue;
             }
+            books.failed.insert(info.name.clone());
             books.take_down(s, info, now, true);
             self.repairs
                 .push(Reverse((now.saturating_add(self.repair), node)));
@@ -545,7 +552,7 @@ impl Failures {
 }
 
 /// Pools joining or leaving the cluster during the run. Nodes are known from the start; a node
-/// outside the cluster has its whole capacity booked, so nothing is placed on it.
+/// outside the cluster is not schedulable, so nothing is placed on it.
 struct Changes {
     /// (time, node index, joins).
     events: BinaryHeap<Reverse<(i64, usize, bool)>>,
@@ -563,7 +570,7 @@ impl Changes {
                     continue;
                 };
                 if let Some(t) = pool.added_at.filter(|t| *t > 0) {
-                    s.cluster_mut().add_usage(&info.name, &info.allocatable);
+                    s.cluster_mut().set_schedulable(&info.name, false);
                     books.absent.insert(info.name.clone());
                     events.push(Reverse((t, node, true)));
                 }
@@ -596,8 +603,8 @@ impl Changes {
             count += 1;
             let info = &nodes[node];
             if joins {
-                if books.absent.remove(&info.name) {
-                    s.cluster_mut().remove_usage(&info.name, &info.allocatable);
+                if books.absent.remove(&info.name) && !books.failed.contains(&info.name) {
+                    s.cluster_mut().set_schedulable(&info.name, true);
                 }
             } else if books.absent.insert(info.name.clone()) {
                 books.take_down(s, info, now, false);

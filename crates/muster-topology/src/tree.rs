@@ -376,6 +376,21 @@ impl Topology {
         self.by_name.get(name).copied()
     }
 
+    /// Marks `node` ready and schedulable or not (a node failing, being repaired, cordoned
+    /// or joining). A cluster change, not a tentative one: it is not journaled. Node
+    /// eligibility and the kept capacity indexes depend on it, so they are dropped and
+    /// rebuilt on the next placement.
+    pub fn set_schedulable(&mut self, node: NodeId, schedulable: bool) {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return;
+        };
+        if n.info.schedulable != schedulable {
+            n.info.schedulable = schedulable;
+            self.eligible.clear();
+            self.capacities.clear();
+        }
+    }
+
     /// Every node under `domain`, in arena order.
     pub fn nodes_under(&self, domain: DomainId) -> Vec<NodeId> {
         let mut out = Vec::new();

@@ -639,3 +639,22 @@ fn one_pod_sets_still_see_how_full_each_host_is() {
         "{spread:?}"
     );
 }
+
+#[test]
+fn a_node_taken_out_of_service_gets_no_pods_and_is_named_as_such() {
+    let mut topo = Topology::new(gke_levels(), a3_fleet(1));
+    let job = [gpu_set(1, 8, Constraint::None)];
+    // Warm the kept indexes, then take every node down: placement must not use stale ones.
+    let mark = topo.mark();
+    assert!(place(&mut topo, &job, &BestFit).is_ok());
+    topo.rollback(mark);
+    for id in 0..topo.nodes().len() {
+        topo.set_schedulable(id, false);
+    }
+    let err = place(&mut topo, &job, &BestFit).err();
+    assert_eq!(err.map(|e| e.kind), Some(NoFitKind::NoEligibleNodes));
+    let back = topo.node_id("gpu-b0-s2-h05").unwrap_or_default();
+    topo.set_schedulable(back, true);
+    let fit = place(&mut topo, &job, &BestFit).map(|f| f.pod_sets[0].nodes.clone());
+    assert_eq!(fit, Ok(vec!["gpu-b0-s2-h05".to_owned()]));
+}

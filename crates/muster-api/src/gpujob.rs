@@ -168,9 +168,15 @@ pub struct GpuJobStatus {
     /// Why the job is not running yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_reason: Option<PendingReason>,
-    /// How many times the gang was evicted and requeued.
+    /// How many times the gang was evicted and requeued, for any reason. Pods carry the value
+    /// they were released under, so pods of an earlier attempt are never mistaken for the
+    /// current gang.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub requeue_count: i32,
+    /// How many times the gang was restarted because a pod failed or lost its node; the job
+    /// fails when this passes `spec.backoffLimit`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restart_count: i32,
     /// When the pods were released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_time: Option<Time>,
@@ -214,6 +220,10 @@ pub struct PodSetAssignment {
     /// The domains, in pod-index order: the first `count` pods go to the first domain, and so on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub domains: Vec<DomainAssignment>,
+    /// The node each pod is pinned to, by pod index: what the job holds on the cluster, so
+    /// that a restarted controller books exactly these nodes again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
 }
 
 /// A run of consecutive pods placed in one domain.

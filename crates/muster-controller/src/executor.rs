@@ -1,25 +1,45 @@
-//! Carrying out an admission on the API server: create the gang's Service and every pod (all
-//! still gated), and only then lift the `muster.dev/admission` gate from every pod in one
-//! burst, so the kube-scheduler sees the whole gang at once.
+//! Carrying out a pass's [`Action`]s on the API server.
 //!
-//! Every step is idempotent: names are deterministic and an object that already exists (from
-//! an earlier, interrupted attempt) counts as created, so a controller that restarts mid-way
-//! finishes the release instead of duplicating it.
+//! A release creates the gang's Service and every pod (all still gated), and only then lifts
+//! the `muster.dev/admission` gate from every pod in one burst, so the kube-scheduler sees the
+//! whole gang at once; the job's status is written last. An eviction writes the status first
+//! (the admission gone, `requeueCount` moved on) and then deletes the pods, so a controller
+//! that dies in between finds only stale pods and deletes them.
+//!
+//! Every step is idempotent: names are deterministic, an object that already exists (from an
+//! earlier, interrupted attempt) counts as created, and one already gone counts as deleted.
+//! Conflicts, throttling and server errors are retried with exponential backoff. Before every
+//! request the executor checks that it still leads: a controller that lost its lease stops
+//! writing at once.
 
-use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use std::future::Future;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 use muster_api::validation::ADMISSION_GATE;
+use muster_api::{API_VERSION, ClusterQueue, GpuJob, GpuJobStatus, LocalQueue};
+use tokio::sync::watch;
 
+use crate::plan::{Action, FINALIZER, Note};
 use crate::release::Gang;
 
-/// Why a release could not be completed (the caller retries with backoff).
+/// The field manager of every write.
+pub const FIELD_MANAGER: &str = "muster";
+
+/// Why an action could not be completed (the next pass tries again).
 #[derive(Debug, thiserror::Error)]
 pub enum ExecuteError {
-    /// An object has no namespace or name (the release builder always sets both).
+    /// A key is not `namespace/name`, or an object has no name.
     #[error("{0} has no namespace or name")]
-    Unnamed(&'static str),
-    /// The API server refused a request.
+    Unnamed(String),
+    /// This controller no longer holds the lease.
+    #[error("not the leader: stopped before {0}")]
+    NotLeader(&'static str),
+    /// The API server refused a request, after retries.
     #[error("{action} {object}: {source}")]
     Api {
         /// What was attempted.
@@ -31,52 +51,286 @@ pub enum ExecuteError {
     },
 }
 
-fn already_exists(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(status) if status.code == 409)
+/// An object as the API server returned it after a write: folded into the index at once, so
+/// the next pass sees the write even before its watch event arrives.
+#[derive(Clone, Debug)]
+pub enum Written {
+    /// A job.
+    Job(Box<GpuJob>),
+    /// A pod.
+    Pod(Box<Pod>),
 }
 
-fn named<K: Resource>(object: &K, kind: &'static str) -> Result<(String, String), ExecuteError> {
+/// Retry policy for one request.
+#[derive(Clone, Copy, Debug)]
+pub struct Retry {
+    /// Attempts in all.
+    pub attempts: u32,
+    /// Delay before the first retry; doubles each time.
+    pub base: Duration,
+    /// Longest delay.
+    pub max: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Retry {
+        Retry {
+            attempts: 5,
+            base: Duration::from_millis(100),
+            max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Carries out actions with one client.
+#[derive(Clone)]
+pub struct Executor {
+    client: Client,
+    leader: watch::Receiver<bool>,
+    recorder: Option<Recorder>,
+    /// Requests in flight at once within one gang.
+    pub gang_concurrency: usize,
+    /// Retries per request.
+    pub retry: Retry,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("gang_concurrency", &self.gang_concurrency)
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+fn is_code(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == code)
+}
+
+fn already_exists(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == 409 && status.reason == "AlreadyExists")
+}
+
+/// Worth trying again: a conflict, throttling, a server error, or the connection.
+fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => {
+            (status.code == 409 && status.reason != "AlreadyExists")
+                || status.code == 429
+                || status.code >= 500
+        }
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+fn split(key: &str) -> Result<(&str, &str), ExecuteError> {
+    key.split_once('/')
+        .ok_or_else(|| ExecuteError::Unnamed(key.to_owned()))
+}
+
+fn named<K: Resource>(object: &K) -> Result<(String, String), ExecuteError> {
     let meta = object.meta();
     match (&meta.namespace, &meta.name) {
         (Some(ns), Some(name)) => Ok((ns.clone(), name.clone())),
-        _ => Err(ExecuteError::Unnamed(kind)),
+        _ => Err(ExecuteError::Unnamed("an object".to_owned())),
     }
 }
 
-/// Creates the gang's Service and pods (tolerating ones that exist), then removes Muster's
-/// scheduling gate from every pod. Requests go one at a time, in pod order.
-pub async fn release(client: &Client, gang: &Gang) -> Result<(), ExecuteError> {
-    let (namespace, name) = named(&gang.service, "the Service")?;
-    let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
-    match services.create(&PostParams::default(), &gang.service).await {
-        Ok(_) => {}
-        Err(e) if already_exists(&e) => {}
-        Err(source) => {
-            return Err(ExecuteError::Api {
-                action: "creating Service",
-                object: name,
-                source,
-            });
+impl Executor {
+    /// An executor that writes while `leader` holds true, recording Events with `recorder`.
+    pub fn new(client: Client, leader: watch::Receiver<bool>, recorder: Option<Recorder>) -> Self {
+        Executor {
+            client,
+            leader,
+            recorder,
+            gang_concurrency: 16,
+            retry: Retry::default(),
         }
     }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-    for pod in &gang.pods {
-        let (_, name) = named(pod, "a pod")?;
-        match pods.create(&PostParams::default(), pod).await {
-            Ok(_) => {}
-            Err(e) if already_exists(&e) => {}
-            Err(source) => {
-                return Err(ExecuteError::Api {
-                    action: "creating pod",
-                    object: name,
-                    source,
-                });
+
+    /// One request, retried on transient errors; stops at once when leadership is lost.
+    async fn call<T, F, Fut>(
+        &self,
+        action: &'static str,
+        object: &str,
+        request: F,
+    ) -> Result<T, ExecuteError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        let mut delay = self.retry.base;
+        let mut attempt = 1;
+        loop {
+            if !*self.leader.borrow() {
+                return Err(ExecuteError::NotLeader(action));
+            }
+            match request().await {
+                Ok(value) => return Ok(value),
+                Err(e) if transient(&e) && attempt < self.retry.attempts => {
+                    tracing::debug!(action, object, error = %e, attempt, "retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(self.retry.max);
+                    attempt += 1;
+                }
+                Err(source) => {
+                    return Err(ExecuteError::Api {
+                        action,
+                        object: object.to_owned(),
+                        source,
+                    });
+                }
             }
         }
     }
-    // Every pod exists: open all the gates.
-    for pod in &gang.pods {
-        let (_, name) = named(pod, "a pod")?;
+
+    /// Carries out one action; returns the objects it wrote.
+    pub async fn execute(&self, action: &Action) -> Result<Vec<Written>, ExecuteError> {
+        let mut written = Vec::new();
+        match action {
+            Action::Release {
+                job,
+                gang,
+                status,
+                event,
+            } => {
+                written.extend(self.release(gang).await?);
+                let job = self.write_status(job, status).await?;
+                self.record(&job, event.as_ref()).await;
+                written.push(Written::Job(Box::new(job)));
+            }
+            Action::Evict {
+                job,
+                status,
+                pods,
+                event,
+            } => {
+                let job = self.write_status(job, status).await?;
+                self.record(&job, Some(event)).await;
+                written.push(Written::Job(Box::new(job)));
+                written.extend(self.delete_pods(pods).await?);
+            }
+            Action::DeletePods { pods, .. } => written.extend(self.delete_pods(pods).await?),
+            Action::JobStatus { job, status, event } => {
+                let job = self.write_status(job, status).await?;
+                self.record(&job, event.as_ref()).await;
+                written.push(Written::Job(Box::new(job)));
+            }
+            Action::AddFinalizer { job } => {
+                written.push(Written::Job(Box::new(self.finalizer(job, true).await?)));
+            }
+            Action::Finalize { job, pods } => {
+                written.extend(self.delete_pods(pods).await?);
+                let (namespace, name) = split(job)?;
+                let services: Api<Service> = Api::namespaced(self.client.clone(), namespace);
+                let dp = DeleteParams::default();
+                match self
+                    .call("deleting Service", job, || services.delete(name, &dp))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(ExecuteError::Api { source, .. }) if is_code(&source, 404) => {}
+                    Err(e) => return Err(e),
+                }
+                match self.finalizer(job, false).await {
+                    Ok(job) => written.push(Written::Job(Box::new(job))),
+                    Err(ExecuteError::Api { source, .. }) if is_code(&source, 404) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Action::ClusterQueueStatus { name, status } => {
+                let api: Api<ClusterQueue> = Api::all(self.client.clone());
+                let body = serde_json::json!({
+                    "apiVersion": API_VERSION, "kind": "ClusterQueue", "status": status
+                });
+                let params = PatchParams::apply(FIELD_MANAGER).force();
+                let patch = Patch::Apply(&body);
+                self.call("writing ClusterQueue status", name, || {
+                    api.patch_status(name, &params, &patch)
+                })
+                .await?;
+            }
+            Action::LocalQueueStatus { key, status } => {
+                let (namespace, name) = split(key)?;
+                let api: Api<LocalQueue> = Api::namespaced(self.client.clone(), namespace);
+                let body = serde_json::json!({
+                    "apiVersion": API_VERSION, "kind": "LocalQueue", "status": status
+                });
+                let params = PatchParams::apply(FIELD_MANAGER).force();
+                let patch = Patch::Apply(&body);
+                self.call("writing LocalQueue status", key, || {
+                    api.patch_status(name, &params, &patch)
+                })
+                .await?;
+            }
+        }
+        Ok(written)
+    }
+
+    /// Creates the gang's Service and pods (tolerating ones that exist), then removes Muster's
+    /// scheduling gate from every pod.
+    pub async fn release(&self, gang: &Gang) -> Result<Vec<Written>, ExecuteError> {
+        let (namespace, service_name) = named(&gang.service)?;
+        let services: Api<Service> = Api::namespaced(self.client.clone(), &namespace);
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        match self
+            .call("creating Service", &service_name, || {
+                services.create(&pp, &gang.service)
+            })
+            .await
+        {
+            Ok(_) => {}
+            Err(ExecuteError::Api { source, .. }) if already_exists(&source) => {}
+            Err(e) => return Err(e),
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
+        let limit = self.gang_concurrency.max(1);
+        let create_requests: Vec<_> = gang
+            .pods
+            .iter()
+            .map(|pod| self.create_pod(&pods, &pp, pod))
+            .collect();
+        let created: Vec<Option<Written>> = futures::stream::iter(create_requests)
+            .buffered(limit)
+            .try_collect()
+            .await?;
+        // Every pod exists: open all the gates.
+        let gate_patches: Vec<_> = gang
+            .pods
+            .iter()
+            .map(|pod| self.ungate(&pods, pod))
+            .collect();
+        let ungated: Vec<Written> = futures::stream::iter(gate_patches)
+            .buffered(limit)
+            .try_collect()
+            .await?;
+        Ok(created.into_iter().flatten().chain(ungated).collect())
+    }
+
+    async fn create_pod(
+        &self,
+        pods: &Api<Pod>,
+        pp: &PostParams,
+        pod: &Pod,
+    ) -> Result<Option<Written>, ExecuteError> {
+        let (_, name) = named(pod)?;
+        match self
+            .call("creating pod", &name, || pods.create(pp, pod))
+            .await
+        {
+            Ok(created) => Ok(Some(Written::Pod(Box::new(created)))),
+            Err(ExecuteError::Api { source, .. }) if already_exists(&source) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Lifts Muster's gate, keeping any other gate the template carries.
+    async fn ungate(&self, pods: &Api<Pod>, pod: &Pod) -> Result<Written, ExecuteError> {
+        let (_, name) = named(pod)?;
         let remaining: Vec<_> = pod
             .spec
             .iter()
@@ -84,14 +338,116 @@ pub async fn release(client: &Client, gang: &Gang) -> Result<(), ExecuteError> {
             .filter(|g| g.name != ADMISSION_GATE)
             .cloned()
             .collect();
-        let patch = serde_json::json!({"spec": {"schedulingGates": remaining}});
-        pods.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|source| ExecuteError::Api {
-                action: "ungating pod",
-                object: name.clone(),
-                source,
-            })?;
+        let body = serde_json::json!({"spec": {"schedulingGates": remaining}});
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        let patch = Patch::Merge(&body);
+        let pod = self
+            .call("ungating pod", &name, || pods.patch(&name, &params, &patch))
+            .await?;
+        Ok(Written::Pod(Box::new(pod)))
     }
-    Ok(())
+
+    /// Writes a job's whole status by server-side apply: fields Muster set before and left
+    /// out now are removed, which a merge patch would keep.
+    async fn write_status(&self, key: &str, status: &GpuJobStatus) -> Result<GpuJob, ExecuteError> {
+        let (namespace, name) = split(key)?;
+        let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
+        let body =
+            serde_json::json!({"apiVersion": API_VERSION, "kind": "GpuJob", "status": status});
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let patch = Patch::Apply(&body);
+        self.call("writing GpuJob status", key, || {
+            api.patch_status(name, &params, &patch)
+        })
+        .await
+    }
+
+    /// Adds or removes Muster's finalizer, on the job's latest version (read first, then
+    /// patched with its resourceVersion, so another controller's finalizer is never lost).
+    async fn finalizer(&self, key: &str, add: bool) -> Result<GpuJob, ExecuteError> {
+        let (namespace, name) = split(key)?;
+        let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
+        let current = self.call("reading GpuJob", key, || api.get(name)).await?;
+        let mut finalizers = current.metadata.finalizers.clone().unwrap_or_default();
+        let has = finalizers.iter().any(|f| f == FINALIZER);
+        if has == add {
+            return Ok(current);
+        }
+        if add {
+            finalizers.push(FINALIZER.to_owned());
+        } else {
+            finalizers.retain(|f| f != FINALIZER);
+        }
+        let patch = serde_json::json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": current.metadata.resource_version,
+        }});
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        let patch = Patch::Merge(&patch);
+        self.call("patching GpuJob finalizers", key, || {
+            api.patch(name, &params, &patch)
+        })
+        .await
+    }
+
+    /// Deletes pods by `namespace/name` (ones already gone count as deleted).
+    async fn delete_pods(&self, keys: &[String]) -> Result<Vec<Written>, ExecuteError> {
+        let limit = self.gang_concurrency.max(1);
+        let deletes: Vec<_> = keys.iter().map(|key| self.delete_pod(key)).collect();
+        let written: Vec<Option<Written>> = futures::stream::iter(deletes)
+            .buffered(limit)
+            .try_collect()
+            .await?;
+        Ok(written.into_iter().flatten().collect())
+    }
+
+    async fn delete_pod(&self, key: &str) -> Result<Option<Written>, ExecuteError> {
+        let (namespace, name) = split(key)?;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let dp = DeleteParams::default();
+        match self
+            .call("deleting pod", key, || pods.delete(name, &dp))
+            .await
+        {
+            Ok(either) => Ok(either.left().map(|p| Written::Pod(Box::new(p)))),
+            Err(ExecuteError::Api { source, .. }) if is_code(&source, 404) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Records an Event about `job` (failures are logged: an event is never worth a retry).
+    async fn record(&self, job: &GpuJob, note: Option<&Note>) {
+        let (Some(recorder), Some(note)) = (&self.recorder, note) else {
+            return;
+        };
+        let reference = ObjectReference {
+            api_version: Some(API_VERSION.to_owned()),
+            kind: Some("GpuJob".to_owned()),
+            name: job.metadata.name.clone(),
+            namespace: job.metadata.namespace.clone(),
+            uid: job.metadata.uid.clone(),
+            resource_version: job.metadata.resource_version.clone(),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: if note.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: note.reason.clone(),
+            note: Some(note.message.chars().take(1000).collect()),
+            action: note.reason.clone(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            tracing::warn!(error = %e, reason = %note.reason, "could not record event");
+        }
+    }
 }

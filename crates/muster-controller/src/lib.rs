@@ -1,12 +1,22 @@
 //! Muster's controller: runs the admission cycle on a Kubernetes cluster and turns its
 //! decisions into gangs of pods that start together.
 //!
+//! The pure parts, each testable without a cluster:
+//! - [`index`]: the objects admission needs, updated one watch event at a time.
+//! - [`plan`]: one scheduling pass, from the index to the writes that carry it out.
+//! - [`lifecycle`]: an admitted gang's health from its pods and nodes.
 //! - [`release`]: the objects of one admitted gang — a headless Service and every pod, gated by
 //!   `muster.dev/admission`, pinned to its node, with the environment a distributed job needs.
-//! - [`status`]: a GpuJob's status from admission's decisions, only when it changes.
+//! - [`status`]: job and queue statuses, only when they change.
 //!
-//! The watch loop, the executor and leader election build on these pure parts.
+//! The shell around them: [`executor`] carries actions out on the API server, and [`run`]
+//! watches, elects a leader, loops and serves metrics.
 
 pub mod executor;
+pub mod index;
+pub mod lifecycle;
+pub mod metrics;
+pub mod plan;
 pub mod release;
+pub mod run;
 pub mod status;

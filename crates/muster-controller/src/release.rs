@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
     Container, EnvVar, Pod, PodSchedulingGate, PodSpec, Service, ServicePort, ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use muster_admission::Admitted;
+use muster_admission::{Admitted, PodSetPlacement};
 use muster_api::resource_flavor::HOSTNAME_LABEL;
 use muster_api::validation::ADMISSION_GATE;
 use muster_api::{API_VERSION, GpuJob, ResourceFlavorSpec};
@@ -20,6 +20,15 @@ pub const JOB_LABEL: &str = "muster.dev/job-name";
 pub const POD_SET_LABEL: &str = "muster.dev/pod-set";
 /// Label carrying a pod's index within its pod set.
 pub const POD_INDEX_LABEL: &str = "muster.dev/pod-index";
+/// Label carrying the job's `status.requeueCount` when the pod was released: pods of an
+/// earlier attempt are stale and never taken for the current gang.
+pub const ATTEMPT_LABEL: &str = "muster.dev/attempt";
+/// Annotation naming the ClusterQueue whose quota the pod's gang uses.
+pub const CLUSTER_QUEUE_ANNOTATION: &str = "muster.dev/cluster-queue";
+/// Annotation naming the pod's ResourceFlavor.
+pub const FLAVOR_ANNOTATION: &str = "muster.dev/flavor";
+/// Annotation with the pod set's domain as `level=value` pairs, widest first, joined by `,`.
+pub const DOMAIN_ANNOTATION: &str = "muster.dev/domain";
 
 /// Why a gang's objects cannot be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -72,6 +81,8 @@ pub fn pod_name(job: &str, pod_set: &str, index: usize) -> String {
 struct Context {
     name: String,
     namespace: String,
+    cluster_queue: String,
+    attempt: String,
     owner: OwnerReference,
     /// Host names of every pod, in order: the peers every pod is told about.
     hosts: Vec<String>,
@@ -109,6 +120,12 @@ pub fn gang(
             block_owner_deletion: Some(true),
         },
         name,
+        cluster_queue: admitted.cluster_queue.clone(),
+        attempt: job
+            .status
+            .as_ref()
+            .map_or(0, |s| s.requeue_count)
+            .to_string(),
         hosts: Vec::new(),
     };
     ctx.hosts = admitted
@@ -142,7 +159,7 @@ pub fn gang(
             return Err(ReleaseError::NoPodSpec(set.name.clone()));
         }
         for (index, node) in placement.nodes.iter().enumerate() {
-            pods.push(pod(&ctx, set, placement.nodes.len(), flavor, index, node));
+            pods.push(pod(&ctx, set, placement, flavor, index, node));
         }
     }
     Ok(Gang {
@@ -151,15 +168,16 @@ pub fn gang(
     })
 }
 
-/// Pod `index` of `set` (of `placed` pods), pinned to `node`.
+/// Pod `index` of `set`, placed by `placement`, pinned to `node`.
 fn pod(
     ctx: &Context,
     set: &muster_api::PodSet,
-    placed: usize,
+    placement: &PodSetPlacement,
     flavor: &ResourceFlavorSpec,
     index: usize,
     node: &str,
 ) -> Pod {
+    let placed = placement.nodes.len();
     let name = pod_name(&ctx.name, &set.name, index);
     let mut env = vec![
         env_var("MUSTER_JOB_NAME", &ctx.name),
@@ -206,12 +224,25 @@ fn pod(
     labels.insert(JOB_LABEL.to_owned(), ctx.name.clone());
     labels.insert(POD_SET_LABEL.to_owned(), set.name.clone());
     labels.insert(POD_INDEX_LABEL.to_owned(), index.to_string());
+    labels.insert(ATTEMPT_LABEL.to_owned(), ctx.attempt.clone());
+    // The admission travels with every pod, so that a controller that restarts before the
+    // job's status is written can finish (or roll back) the release from the pods alone.
+    let mut annotations = template_meta.annotations.unwrap_or_default();
+    annotations.insert(
+        CLUSTER_QUEUE_ANNOTATION.to_owned(),
+        ctx.cluster_queue.clone(),
+    );
+    annotations.insert(FLAVOR_ANNOTATION.to_owned(), placement.flavor.clone());
+    annotations.insert(
+        DOMAIN_ANNOTATION.to_owned(),
+        format_domain(&placement.domain),
+    );
     Pod {
         metadata: ObjectMeta {
             name: Some(name),
             namespace: Some(ctx.namespace.clone()),
             labels: Some(labels),
-            annotations: template_meta.annotations,
+            annotations: Some(annotations),
             owner_references: Some(vec![ctx.owner.clone()]),
             ..ObjectMeta::default()
         },
@@ -261,4 +292,21 @@ fn add_env(container: &mut Container, env: &[EnvVar]) {
     vars.retain(|v| !env.iter().any(|e| e.name == v.name));
     vars.extend(env.iter().cloned());
     container.env = Some(vars);
+}
+
+/// A domain as the pod annotation spells it: `level=value` pairs joined by `,`.
+pub fn format_domain(domain: &[(String, String)]) -> String {
+    domain
+        .iter()
+        .map(|(level, value)| format!("{level}={value}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Reads a domain annotation back (pairs without `=` are skipped).
+pub fn parse_domain(text: &str) -> Vec<(String, String)> {
+    text.split(',')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(level, value)| (level.to_owned(), value.to_owned()))
+        .collect()
 }

@@ -129,6 +129,7 @@ pub fn admitted(
                     values: p.domain.iter().map(|(_, value)| value.clone()).collect(),
                     count: i32::try_from(p.nodes.len()).unwrap_or(i32::MAX),
                 }],
+                nodes: p.nodes.clone(),
             })
             .collect(),
     });
@@ -182,6 +183,206 @@ pub fn cluster_queue(
         pending_jobs: pending,
         admitted_jobs: admitted,
         flavors_usage: flavors,
+        conditions: current.conditions.clone(),
+    };
+    (next != *current).then_some(next)
+}
+
+/// Why an admitted gang leaves its nodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Eviction {
+    /// Not every pod was Ready within `podsReadyTimeoutSeconds`; it may try again at
+    /// `retry_at` (seconds).
+    PodsReadyTimeout {
+        /// When it may be admitted again.
+        retry_at: i64,
+    },
+    /// A pod failed or lost its node: the whole gang restarts (counts toward `backoffLimit`).
+    Restart {
+        /// What broke.
+        cause: String,
+    },
+    /// Preempted by a job that needs its room.
+    Preempted {
+        /// The preemptor, `namespace/name`.
+        by: String,
+    },
+    /// `spec.suspend` was set.
+    Suspended,
+    /// Admission asked for it (e.g. its queue drains).
+    Other(String),
+}
+
+impl Eviction {
+    /// The condition and event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Eviction::PodsReadyTimeout { .. } => "PodsReadyTimeout",
+            Eviction::Restart { .. } => "GangRestart",
+            Eviction::Preempted { .. } => "Preempted",
+            Eviction::Suspended => "Suspended",
+            Eviction::Other(_) => "Evicted",
+        }
+    }
+
+    /// What a person reads.
+    pub fn message(&self) -> String {
+        match self {
+            Eviction::PodsReadyTimeout { .. } => {
+                "not every pod was Ready within podsReadyTimeoutSeconds; the gang was evicted and requeued with backoff".to_owned()
+            }
+            Eviction::Restart { cause } => format!("{cause}; the whole gang restarts"),
+            Eviction::Preempted { by } => format!("preempted to make room for {by}"),
+            Eviction::Suspended => "spec.suspend is true; the gang was evicted".to_owned(),
+            Eviction::Other(why) => why.clone(),
+        }
+    }
+}
+
+/// The status of a job whose gang is evicted: its admission is gone (quota released), it
+/// queues again (after `retry_at` for a timeout), and `requeueCount` moves on so that the
+/// evicted pods are never taken for the next attempt's.
+pub fn evicted(
+    current: &GpuJobStatus,
+    generation: Option<i64>,
+    eviction: &Eviction,
+    now: &Time,
+) -> GpuJobStatus {
+    let mut next = current.clone();
+    let message = eviction.message();
+    set_condition(
+        &mut next.conditions,
+        conditions::EVICTED,
+        true,
+        eviction.reason(),
+        &message,
+        generation,
+        now,
+    );
+    for type_ in [
+        conditions::QUOTA_RESERVED,
+        conditions::ADMITTED,
+        conditions::PODS_READY,
+    ] {
+        if next.conditions.iter().any(|c| c.type_ == type_) {
+            set_condition(
+                &mut next.conditions,
+                type_,
+                false,
+                eviction.reason(),
+                &message,
+                generation,
+                now,
+            );
+        }
+    }
+    next.admission = None;
+    next.phase = Some(GpuJobPhase::Queued);
+    next.start_time = None;
+    next.requeue_count = next.requeue_count.saturating_add(1);
+    if matches!(eviction, Eviction::Restart { .. }) {
+        next.restart_count = next.restart_count.saturating_add(1);
+    }
+    next.pending_reason = Some(match eviction {
+        Eviction::PodsReadyTimeout { retry_at } => muster_api::gpujob::PendingReason {
+            kind: PendingReasonKind::Backoff,
+            message: message.clone(),
+            eta: k8s_openapi::jiff::Timestamp::from_second(*retry_at)
+                .ok()
+                .map(Time),
+        },
+        Eviction::Suspended => muster_api::gpujob::PendingReason {
+            kind: PendingReasonKind::Suspended,
+            message: message.clone(),
+            eta: None,
+        },
+        _ => muster_api::gpujob::PendingReason {
+            kind: PendingReasonKind::NotYetScheduled,
+            message: message.clone(),
+            eta: None,
+        },
+    });
+    next
+}
+
+/// The status of a job whose pods are all Ready: phase Running, `PodsReady`, and the start
+/// time (kept from the first time). `None` when unchanged.
+pub fn running(
+    current: &GpuJobStatus,
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<GpuJobStatus> {
+    let mut next = current.clone();
+    set_condition(
+        &mut next.conditions,
+        conditions::PODS_READY,
+        true,
+        "PodsReady",
+        "every pod of the gang is Ready",
+        generation,
+        now,
+    );
+    next.phase = Some(GpuJobPhase::Running);
+    if next.start_time.is_none() {
+        next.start_time = Some(now.clone());
+    }
+    changed(current, next)
+}
+
+/// The status of a job that ended: Succeeded (every pod succeeded) or Failed (with why). Its
+/// admission is gone: the quota is free.
+pub fn finished(
+    current: &GpuJobStatus,
+    generation: Option<i64>,
+    succeeded: bool,
+    message: &str,
+    now: &Time,
+) -> GpuJobStatus {
+    let mut next = current.clone();
+    let reason = if succeeded { "Succeeded" } else { "Failed" };
+    set_condition(
+        &mut next.conditions,
+        conditions::FINISHED,
+        true,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    for type_ in [conditions::QUOTA_RESERVED, conditions::ADMITTED] {
+        if next.conditions.iter().any(|c| c.type_ == type_) {
+            set_condition(
+                &mut next.conditions,
+                type_,
+                false,
+                reason,
+                "the job finished; its quota is released",
+                generation,
+                now,
+            );
+        }
+    }
+    next.phase = Some(if succeeded {
+        GpuJobPhase::Succeeded
+    } else {
+        GpuJobPhase::Failed
+    });
+    next.admission = None;
+    next.queue_position = None;
+    next.pending_reason = None;
+    next.completion_time = Some(now.clone());
+    next
+}
+
+/// A LocalQueue's status: its jobs waiting and holding quota. `None` when unchanged.
+pub fn local_queue(
+    current: &muster_api::LocalQueueStatus,
+    pending: i32,
+    admitted: i32,
+) -> Option<muster_api::LocalQueueStatus> {
+    let next = muster_api::LocalQueueStatus {
+        pending_jobs: pending,
+        admitted_jobs: admitted,
         conditions: current.conditions.clone(),
     };
     (next != *current).then_some(next)

@@ -1,142 +1,298 @@
-//! What the controller sends to release a gang, against the kube-rs mock API server: the
-//! Service, every pod (gated), then every gate lifted — and a retry after an interrupted
-//! release finishes it instead of failing on pods that already exist.
+//! What the controller sends, against the kube-rs mock API server: the exact sequence of an
+//! admission (Service, gated pods, every gate lifted, then the status), retries on conflicts
+//! and server errors, an eviction that writes the status before deleting pods, and no write
+//! at all from a controller that lost its lease.
+
+mod support;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use http::{Request, Response};
 use kube::Client;
 use kube::client::Body;
-use muster_admission::{Admitted, PodSetPlacement};
-use muster_api::{GpuJob, ResourceFlavorSpec};
-use muster_controller::executor::release;
-use muster_controller::release::gang;
+use muster_controller::executor::{Executor, Retry};
+use muster_controller::index::Index;
+use muster_controller::plan::{Action, plan};
+use serde_json::{Value, json};
+use support::{at, cluster, job};
+use tokio::sync::watch;
 
-fn job() -> GpuJob {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "muster.dev/v1alpha1",
-        "kind": "GpuJob",
-        "metadata": {"name": "train", "namespace": "team-a", "uid": "u-1"},
-        "spec": {"queueName": "research", "podSets": [{
-            "name": "workers", "count": 2,
-            "template": {"spec": {"containers": [{"name": "main", "image": "trainer:1"}]}}
-        }]}
-    }))
-    .unwrap_or_default()
+/// One request as the server saw it.
+#[derive(Clone, Debug)]
+struct Seen {
+    method: String,
+    path: String,
+    content_type: String,
+    body: Value,
 }
 
-fn the_gang() -> muster_controller::release::Gang {
-    let admitted = Admitted {
-        job: "team-a/train".into(),
-        cluster_queue: "research".into(),
-        pod_sets: vec![PodSetPlacement {
-            name: "workers".into(),
-            flavor: "h100".into(),
-            domain: Vec::new(),
-            nodes: vec!["n1".into(), "n2".into()],
-        }],
-        borrowing: false,
-    };
-    let flavors = BTreeMap::from([("h100".to_owned(), ResourceFlavorSpec::default())]);
-    gang(&job(), &admitted, &flavors).unwrap_or_else(|e| unreachable!("{e}"))
-}
-
-/// Serves `expected` requests: records method, path and body, and answers each with its
-/// body echoed (201/200), or with 409 AlreadyExists for the paths in `exists`.
+/// Serves until the client hangs up. `failures` maps a request number (0-based) to the
+/// status code to fail it with; pod creates named in `exists` get 409 AlreadyExists. Every
+/// other request succeeds with a plausible object.
 async fn serve(
     mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
-    expected: usize,
+    failures: BTreeMap<usize, u16>,
     exists: Vec<String>,
-) -> Vec<(String, String, serde_json::Value)> {
+) -> Vec<Seen> {
     let mut seen = Vec::new();
-    for _ in 0..expected {
-        let Some((request, respond)) = handle.next_request().await else {
-            break;
-        };
+    while let Some((request, respond)) = handle.next_request().await {
         let method = request.method().to_string();
         let path = request.uri().path().to_owned();
+        let content_type = request
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
         let bytes = request
             .into_body()
             .collect_bytes()
             .await
             .unwrap_or_default();
-        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-        let name = body["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let conflict = method == "POST" && exists.contains(&name);
-        let (status, reply) = if conflict {
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        let name = path.rsplit('/').next().unwrap_or_default().to_owned();
+        let (code, reply) = if let Some(code) = failures.get(&seen.len()) {
+            let reason = if *code == 409 {
+                "Conflict"
+            } else {
+                "InternalError"
+            };
+            (
+                *code,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                       "reason": reason, "code": code, "message": "try again"}),
+            )
+        } else if method == "POST"
+            && exists.contains(
+                &body["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        {
             (
                 409,
-                serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                    "reason": "AlreadyExists", "code": 409, "message": "already exists"}),
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                       "reason": "AlreadyExists", "code": 409, "message": "already exists"}),
             )
-        } else if method == "PATCH" {
-            let pod = path.rsplit('/').next().unwrap_or_default().to_owned();
+        } else if method == "POST" {
+            (201, body.clone())
+        } else if path.contains("/gpujobs/") {
+            let mut object = serde_json::to_value(job("a", 2, 0)).unwrap_or_default();
+            object["status"] = body["status"].clone();
+            (200, object)
+        } else {
             (
                 200,
-                serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": pod, "namespace": "team-a"}}),
+                json!({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": name, "namespace": "team-a"}}),
             )
-        } else {
-            (201, body.clone())
         };
         let response = Response::builder()
-            .status(status)
+            .status(code)
             .body(Body::from(serde_json::to_vec(&reply).unwrap_or_default()))
             .unwrap_or_else(|_| Response::new(Body::from(Vec::new())));
         respond.send_response(response);
-        seen.push((method, path, body));
+        seen.push(Seen {
+            method,
+            path,
+            content_type,
+            body,
+        });
     }
     seen
 }
 
-#[tokio::test]
-async fn a_gang_is_created_whole_before_any_gate_opens() {
+fn executor(client: Client, leading: bool, concurrency: usize) -> (Executor, watch::Sender<bool>) {
+    let (tx, rx) = watch::channel(leading);
+    let mut executor = Executor::new(client, rx, None);
+    executor.gang_concurrency = concurrency;
+    executor.retry = Retry {
+        attempts: 4,
+        base: Duration::from_millis(1),
+        max: Duration::from_millis(4),
+    };
+    (executor, tx)
+}
+
+/// The release a fresh cluster gives job `a` of `count` pods.
+fn release(count: u32) -> (Action, Index) {
+    let mut index = cluster(1024, vec![job("a", count, 0)]);
+    let pass = plan(&mut index, at(10));
+    let action = pass
+        .actions
+        .into_iter()
+        .find(|a| matches!(a, Action::Release { .. }))
+        .unwrap_or_else(|| unreachable!("no release"));
+    (action, index)
+}
+
+async fn run(
+    action: &Action,
+    failures: BTreeMap<usize, u16>,
+    exists: Vec<String>,
+    leading: bool,
+) -> (Result<usize, String>, Vec<Seen>) {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let server = tokio::spawn(serve(handle, 5, Vec::new()));
-    let client = Client::new(service, "default");
-    let result = release(&client, &the_gang()).await;
-    assert!(result.is_ok(), "{result:?}");
+    let server = tokio::spawn(serve(handle, failures, exists));
+    let (executor, _leader) = executor(Client::new(service, "default"), leading, 1);
+    let result = executor
+        .execute(action)
+        .await
+        .map(|w| w.len())
+        .map_err(|e| e.to_string());
+    drop(executor);
     let seen = server.await.unwrap_or_default();
-    let calls: Vec<(&str, &str)> = seen
-        .iter()
-        .map(|(m, p, _)| (m.as_str(), p.as_str()))
-        .collect();
+    (result, seen)
+}
+
+fn calls(seen: &[Seen]) -> Vec<(&str, &str)> {
+    seen.iter()
+        .map(|s| (s.method.as_str(), s.path.as_str()))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_admission_creates_the_whole_gang_gated_then_opens_every_gate_then_writes_status() {
+    let (action, _) = release(2);
+    let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
+    assert_eq!(result, Ok(5), "2 pods created, 2 ungated, 1 job");
     assert_eq!(
-        calls,
+        calls(&seen),
         [
             ("POST", "/api/v1/namespaces/team-a/services"),
             ("POST", "/api/v1/namespaces/team-a/pods"),
             ("POST", "/api/v1/namespaces/team-a/pods"),
-            ("PATCH", "/api/v1/namespaces/team-a/pods/train-workers-0"),
-            ("PATCH", "/api/v1/namespaces/team-a/pods/train-workers-1"),
+            ("PATCH", "/api/v1/namespaces/team-a/pods/a-workers-0"),
+            ("PATCH", "/api/v1/namespaces/team-a/pods/a-workers-1"),
+            (
+                "PATCH",
+                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status"
+            ),
         ]
     );
-    // Pods are created gated, and the patches lift exactly Muster's gate.
     assert_eq!(
-        seen[1].2["spec"]["schedulingGates"],
-        serde_json::json!([{"name": "muster.dev/admission"}])
+        seen[1].body["spec"]["schedulingGates"],
+        json!([{"name": "muster.dev/admission"}])
     );
+    assert_eq!(seen[3].body, json!({"spec": {"schedulingGates": []}}));
+    // The status goes by server-side apply, so fields left out are removed.
+    assert_eq!(seen[5].content_type, "application/apply-patch+yaml");
+    assert_eq!(seen[5].body["status"]["phase"], "Admitted");
     assert_eq!(
-        seen[3].2,
-        serde_json::json!({"spec": {"schedulingGates": []}})
+        seen[5].body["status"]["admission"]["podSets"][0]["nodes"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
     );
 }
 
 #[tokio::test]
-async fn a_retry_after_an_interrupted_release_finishes_it() {
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    // The Service and the first pod exist from the interrupted attempt.
-    let server = tokio::spawn(serve(
-        handle,
-        5,
-        vec!["train".into(), "train-workers-0".into()],
-    ));
-    let client = Client::new(service, "default");
-    let result = release(&client, &the_gang()).await;
+async fn conflicts_and_server_errors_are_retried() {
+    let (action, _) = release(2);
+    // The Service create gets a 500, the first ungate a 409 Conflict, the status a 503.
+    let failures = BTreeMap::from([(0, 500), (4, 409), (7, 503)]);
+    let (result, seen) = run(&action, failures, Vec::new(), true).await;
+    assert_eq!(result, Ok(5));
+    assert_eq!(seen.len(), 9);
+    assert_eq!(
+        calls(&seen)
+            .iter()
+            .filter(|(m, p)| *m == "POST" && p.ends_with("/services"))
+            .count(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn an_interrupted_release_is_finished_not_failed() {
+    let (action, _) = release(2);
+    let exists = vec!["a".into(), "a-workers-0".into()];
+    let (result, seen) = run(&action, BTreeMap::new(), exists, true).await;
+    assert_eq!(result, Ok(4), "1 pod created, 2 ungated, 1 job");
+    assert_eq!(seen.iter().filter(|s| s.method == "PATCH").count(), 3);
+}
+
+#[tokio::test]
+async fn a_persistent_error_gives_up_after_the_retry_budget() {
+    let (action, _) = release(2);
+    let failures = (0..10).map(|i| (i, 500)).collect();
+    let (result, seen) = run(&action, failures, Vec::new(), true).await;
+    assert!(result.is_err());
+    assert_eq!(seen.len(), 4, "4 attempts at the Service, nothing after");
+}
+
+#[tokio::test]
+async fn a_controller_that_lost_its_lease_writes_nothing() {
+    let (action, _) = release(2);
+    let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), false).await;
+    assert!(result.is_err_and(|e| e.contains("not the leader")));
+    assert!(seen.is_empty());
+}
+
+#[tokio::test]
+async fn an_eviction_writes_the_status_before_deleting_pods() {
+    let action = Action::Evict {
+        job: "team-a/a".into(),
+        status: Box::default(),
+        pods: vec!["team-a/a-workers-0".into(), "team-a/a-workers-1".into()],
+        event: muster_controller::plan::Note {
+            warning: true,
+            reason: "Preempted".into(),
+            message: "preempted".into(),
+        },
+    };
+    let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
     assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        calls(&seen),
+        [
+            (
+                "PATCH",
+                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status"
+            ),
+            ("DELETE", "/api/v1/namespaces/team-a/pods/a-workers-0"),
+            ("DELETE", "/api/v1/namespaces/team-a/pods/a-workers-1"),
+        ]
+    );
+}
+
+/// Requests per admitted job, and the time from decision to all gates lifted for a 64-pod
+/// gang against the mock server (printed for docs/performance.md; never asserted).
+#[tokio::test]
+async fn a_64_pod_gang_costs_one_request_per_pod_and_gate_plus_two() {
+    let mut index = support::cluster(1024, Vec::new());
+    for n in 5..=64 {
+        index.apply(support::node(&format!("n{n}"), "b1"));
+    }
+    let mut big = job("a", 64, 0);
+    if let Some(t) = big.spec.pod_sets[0].topology.as_mut() {
+        t.required = None;
+    }
+    index.apply(big);
+    let started = std::time::Instant::now();
+    let pass = plan(&mut index, at(10));
+    let action = pass
+        .actions
+        .into_iter()
+        .find(|a| matches!(a, Action::Release { .. }))
+        .unwrap_or_else(|| unreachable!("no release"));
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let server = tokio::spawn(serve(handle, BTreeMap::new(), Vec::new()));
+    let (executor, _leader) = executor(Client::new(service, "default"), true, 16);
+    let result = executor.execute(&action).await;
+    let elapsed = started.elapsed();
+    drop(executor);
     let seen = server.await.unwrap_or_default();
-    assert_eq!(seen.iter().filter(|(m, _, _)| m == "PATCH").count(), 2);
+    assert!(result.is_ok());
+    assert_eq!(seen.len(), 1 + 64 + 64 + 1);
+    // Every create comes before the first gate is lifted.
+    let first_patch = seen.iter().position(|s| s.method == "PATCH").unwrap_or(0);
+    assert_eq!(first_patch, 65);
+    println!(
+        "64-pod gang: {} requests, decision to status written in {:.1} ms",
+        seen.len(),
+        elapsed.as_secs_f64() * 1000.0
+    );
 }

@@ -16,6 +16,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run Muster on a Kubernetes cluster: watch, admit, release gangs, serve metrics.
+    Controller(commands::controller::Args),
     /// Print every Muster CRD as YAML (or write one file per CRD with --out).
     Crds(commands::crds::Args),
     /// Would a GpuJob fit on these nodes now, and where? Exit 0: fits; 1: does not; 2: bad input.
@@ -29,6 +31,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Controller(args) => commands::controller::run(&args),
         Command::Crds(args) => commands::crds::run(&args),
         Command::Fit(args) => commands::fit::run(&args),
         Command::Sim(args) => commands::sim::run(&args),

@@ -1,5 +1,6 @@
 //! The subcommands.
 
+pub mod controller;
 pub mod crds;
 pub mod fit;
 pub mod sim;

@@ -1,0 +1,556 @@
+//! The controller's picture of the cluster: every object admission needs, updated one watch
+//! event at a time. Pure and synchronous: the watch loop feeds it, the scheduling loop reads a
+//! snapshot from it (see [`crate::plan`]).
+//!
+//! Only what placement and the gang lifecycle need is kept. A pod is reduced to its node, its
+//! requests while it holds them, its phase and readiness, and — for Muster's own pods — the
+//! job, pod set, attempt and admission it was released under.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::Resource;
+use muster_api::resource_flavor::HOSTNAME_LABEL;
+use muster_api::validation::ADMISSION_GATE;
+use muster_api::{
+    ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor, Resources,
+};
+use muster_topology::{NodeInfo, pod_usage};
+
+use crate::executor::Written;
+use crate::plan::Action;
+use crate::release::{
+    ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION, JOB_LABEL,
+    POD_INDEX_LABEL, POD_SET_LABEL, parse_domain,
+};
+
+/// The kinds of object the index holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// `GpuJob`.
+    GpuJob,
+    /// `ClusterQueue`.
+    ClusterQueue,
+    /// `LocalQueue`.
+    LocalQueue,
+    /// `ResourceFlavor`.
+    ResourceFlavor,
+    /// `Node`.
+    Node,
+    /// `Pod`.
+    Pod,
+    /// `Namespace`.
+    Namespace,
+    /// `PriorityClass`.
+    PriorityClass,
+    /// `ProvisioningRequest` (watched only when its CRD is installed).
+    ProvisioningRequest,
+}
+
+impl Kind {
+    /// Every kind whose cache must be synced before the first cycle. ProvisioningRequests
+    /// are optional: the CRD may not be installed.
+    pub const REQUIRED: [Kind; 8] = [
+        Kind::GpuJob,
+        Kind::ClusterQueue,
+        Kind::LocalQueue,
+        Kind::ResourceFlavor,
+        Kind::Node,
+        Kind::Pod,
+        Kind::Namespace,
+        Kind::PriorityClass,
+    ];
+}
+
+/// A pod's phase, as far as the gang lifecycle cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodPhase {
+    /// Not yet running (gated, unscheduled, pulling images).
+    Pending,
+    /// Running.
+    Running,
+    /// Exited 0 (every container).
+    Succeeded,
+    /// Failed.
+    Failed,
+    /// The kubelet stopped reporting.
+    Unknown,
+}
+
+/// One of Muster's pods: the gang it belongs to and the admission it was released under.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GangMember {
+    /// The job, `namespace/name`.
+    pub job: String,
+    /// The pod set.
+    pub pod_set: String,
+    /// Its index within the pod set.
+    pub index: usize,
+    /// The job's `status.requeueCount` at release.
+    pub attempt: i32,
+    /// The ClusterQueue of the admission.
+    pub cluster_queue: String,
+    /// The flavor of the admission.
+    pub flavor: String,
+    /// The domain of the admission, (level, value) widest first.
+    pub domain: Vec<(String, String)>,
+    /// The node it is pinned to (its hostname node selector).
+    pub pinned: Option<String>,
+}
+
+/// What the index keeps of a pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodRecord {
+    /// The node it is bound to.
+    pub node: Option<String>,
+    /// What it holds on that node: bound and not finished (`None` otherwise).
+    pub usage: Option<Resources>,
+    /// Its phase.
+    pub phase: PodPhase,
+    /// Its Ready condition is True.
+    pub ready: bool,
+    /// It still carries Muster's scheduling gate.
+    pub gated: bool,
+    /// It has a deletion timestamp.
+    pub deleting: bool,
+    /// Set for pods Muster released.
+    pub member: Option<GangMember>,
+}
+
+/// An object the index can hold: how to key it and fold it in.
+pub trait Indexed:
+    Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static
+{
+    /// Its kind.
+    const KIND: Kind;
+    /// Folds the object in (add or replace).
+    fn apply(self, index: &mut Index);
+    /// Removes the object with this key.
+    fn remove(index: &mut Index, key: &str);
+    /// The object's key: `namespace/name` or `name`.
+    fn key(&self) -> String {
+        let meta = self.meta();
+        let name = meta.name.clone().unwrap_or_default();
+        match &meta.namespace {
+            Some(ns) => format!("{ns}/{name}"),
+            None => name,
+        }
+    }
+}
+
+/// What a controller knows about the cluster, plus its own promises not yet visible there.
+#[derive(Clone, Debug, Default)]
+pub struct Index {
+    pub(crate) jobs: BTreeMap<String, GpuJob>,
+    pub(crate) cluster_queues: BTreeMap<String, ClusterQueue>,
+    pub(crate) local_queues: BTreeMap<String, LocalQueue>,
+    pub(crate) flavors: BTreeMap<String, ResourceFlavor>,
+    pub(crate) nodes: BTreeMap<String, NodeInfo>,
+    pub(crate) pods: BTreeMap<String, PodRecord>,
+    /// Job → its pods' keys.
+    pub(crate) pods_by_job: BTreeMap<String, BTreeSet<String>>,
+    pub(crate) namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    pub(crate) priority_classes: BTreeMap<String, i32>,
+    pub(crate) provisioning_requests: BTreeSet<String>,
+    /// Writes started and not yet landed.
+    pub(crate) writes: crate::plan::Writes,
+    /// Objects that could not be read, with why (reported, never fatal).
+    pub(crate) unreadable: BTreeMap<String, String>,
+    /// Keys seen during a relist, per kind: what was not seen is gone.
+    relisting: BTreeMap<Kind, BTreeSet<String>>,
+    synced: BTreeSet<Kind>,
+    /// Bumped on every change: the scheduling loop runs when it moved.
+    version: u64,
+}
+
+impl Index {
+    /// An empty index.
+    pub fn new() -> Index {
+        Index::default()
+    }
+
+    /// Folds in an added or modified object.
+    pub fn apply<K: Indexed>(&mut self, object: K) {
+        if let Some(seen) = self.relisting.get_mut(&K::KIND) {
+            seen.insert(object.key());
+        }
+        object.apply(self);
+        self.version += 1;
+    }
+
+    /// Removes a deleted object.
+    pub fn delete<K: Indexed>(&mut self, object: &K) {
+        K::remove(self, &object.key());
+        self.version += 1;
+    }
+
+    /// A full list of `K` begins (the watch restarted): objects not listed again are gone.
+    pub fn relist_begin<K: Indexed>(&mut self) {
+        self.relisting.insert(K::KIND, BTreeSet::new());
+    }
+
+    /// The full list of `K` is complete: drops what it did not contain; `K` is synced.
+    pub fn relist_done<K: Indexed>(&mut self) {
+        let seen = self.relisting.remove(&K::KIND).unwrap_or_default();
+        let stale: Vec<String> = self.keys(K::KIND).filter(|k| !seen.contains(k)).collect();
+        for key in stale {
+            K::remove(self, &key);
+        }
+        self.synced.insert(K::KIND);
+        self.version += 1;
+    }
+
+    fn keys(&self, kind: Kind) -> Box<dyn Iterator<Item = String> + '_> {
+        match kind {
+            Kind::GpuJob => Box::new(self.jobs.keys().cloned()),
+            Kind::ClusterQueue => Box::new(self.cluster_queues.keys().cloned()),
+            Kind::LocalQueue => Box::new(self.local_queues.keys().cloned()),
+            Kind::ResourceFlavor => Box::new(self.flavors.keys().cloned()),
+            Kind::Node => Box::new(self.nodes.keys().cloned()),
+            Kind::Pod => Box::new(self.pods.keys().cloned()),
+            Kind::Namespace => Box::new(self.namespaces.keys().cloned()),
+            Kind::PriorityClass => Box::new(self.priority_classes.keys().cloned()),
+            Kind::ProvisioningRequest => Box::new(self.provisioning_requests.iter().cloned()),
+        }
+    }
+
+    /// Whether `kind` has been listed in full at least once.
+    pub fn is_synced(&self, kind: Kind) -> bool {
+        self.synced.contains(&kind)
+    }
+
+    /// Whether every required kind is synced: the first cycle may run.
+    pub fn ready(&self) -> bool {
+        Kind::REQUIRED.iter().all(|k| self.is_synced(*k))
+    }
+
+    /// Changes so far; the scheduling loop compares it to decide whether to run.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// A job by `namespace/name`.
+    pub fn job(&self, key: &str) -> Option<&GpuJob> {
+        self.jobs.get(key)
+    }
+
+    /// A ClusterQueue by name.
+    pub fn cluster_queue(&self, name: &str) -> Option<&ClusterQueue> {
+        self.cluster_queues.get(name)
+    }
+
+    /// A pod by `namespace/name`.
+    pub fn pod(&self, key: &str) -> Option<&PodRecord> {
+        self.pods.get(key)
+    }
+
+    /// The pods Muster released for `job` (any attempt), by key.
+    pub fn pods_of(&self, job: &str) -> impl Iterator<Item = (&str, &PodRecord)> {
+        self.pods_by_job
+            .get(job)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.pods.get(k).map(|p| (k.as_str(), p)))
+    }
+
+    /// A node.
+    pub fn node(&self, name: &str) -> Option<&NodeInfo> {
+        self.nodes.get(name)
+    }
+
+    /// Counts: (jobs, nodes, pods).
+    pub fn len(&self) -> (usize, usize, usize) {
+        (self.jobs.len(), self.nodes.len(), self.pods.len())
+    }
+
+    /// Whether the index holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == (0, 0, 0)
+    }
+
+    /// Objects that could not be read, with why.
+    pub fn unreadable(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.unreadable
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// An action's writes landed, or failed: the objects the API server returned are folded
+    /// in at once, and the job is free for the next pass. A failed release waits with
+    /// backoff (its half-made pods are finished or rolled back by the next pass).
+    pub fn landed(&mut self, action: &Action, result: Result<Vec<Written>, String>, now: i64) {
+        if let Some(job) = action.job() {
+            self.writes.busy.remove(job);
+        }
+        match action {
+            Action::AddFinalizer { job } => {
+                self.writes.finalizing.remove(job);
+            }
+            Action::ClusterQueueStatus { name, .. } => {
+                self.writes.queues.remove(name);
+            }
+            Action::LocalQueueStatus { key, .. } => {
+                self.writes.queues.remove(&format!("lq:{key}"));
+            }
+            _ => {}
+        }
+        match result {
+            Ok(written) => {
+                if let Action::Release { job, .. } = action {
+                    self.writes.failed.remove(job);
+                }
+                for object in written {
+                    match object {
+                        Written::Job(job) => self.apply(*job),
+                        Written::Pod(pod) => self.apply(*pod),
+                    }
+                }
+            }
+            Err(error) => {
+                if let Action::Release { job, .. } = action {
+                    crate::plan::fail_release(self, job, now, error);
+                }
+            }
+        }
+        self.version += 1;
+    }
+
+    fn remove_pod(&mut self, key: &str) {
+        if let Some(old) = self.pods.remove(key)
+            && let Some(member) = old.member
+            && let Some(set) = self.pods_by_job.get_mut(&member.job)
+        {
+            set.remove(key);
+            if set.is_empty() {
+                self.pods_by_job.remove(&member.job);
+            }
+        }
+    }
+}
+
+/// Keeps the newer of two versions of an object: a write's response can overtake the watch
+/// event of an earlier change, which must not roll the object back. Resource versions are
+/// compared as numbers when both are (as etcd gives them); otherwise the incoming one wins.
+fn newer(current: Option<&str>, incoming: Option<&str>) -> bool {
+    match (
+        current.and_then(|v| v.parse::<u64>().ok()),
+        incoming.and_then(|v| v.parse::<u64>().ok()),
+    ) {
+        (Some(c), Some(i)) => i >= c,
+        _ => true,
+    }
+}
+
+impl Indexed for GpuJob {
+    const KIND: Kind = Kind::GpuJob;
+    fn apply(self, index: &mut Index) {
+        let key = Indexed::key(&self);
+        let current = index
+            .jobs
+            .get(&key)
+            .and_then(|j| j.metadata.resource_version.as_deref());
+        if newer(current, self.metadata.resource_version.as_deref()) {
+            index.jobs.insert(key, self);
+        }
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.jobs.remove(key);
+    }
+}
+
+impl Indexed for ClusterQueue {
+    const KIND: Kind = Kind::ClusterQueue;
+    fn apply(self, index: &mut Index) {
+        index.cluster_queues.insert(Indexed::key(&self), self);
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.cluster_queues.remove(key);
+    }
+}
+
+impl Indexed for LocalQueue {
+    const KIND: Kind = Kind::LocalQueue;
+    fn apply(self, index: &mut Index) {
+        index.local_queues.insert(Indexed::key(&self), self);
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.local_queues.remove(key);
+    }
+}
+
+impl Indexed for ResourceFlavor {
+    const KIND: Kind = Kind::ResourceFlavor;
+    fn apply(self, index: &mut Index) {
+        index.flavors.insert(Indexed::key(&self), self);
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.flavors.remove(key);
+    }
+}
+
+impl Indexed for Node {
+    const KIND: Kind = Kind::Node;
+    fn apply(self, index: &mut Index) {
+        let key = Indexed::key(&self);
+        match NodeInfo::from_node(&self) {
+            Ok(info) => {
+                index.unreadable.remove(&format!("Node {key}"));
+                index.nodes.insert(key, info);
+            }
+            Err(e) => {
+                // A node Muster cannot read holds no capacity for it, and says why.
+                index.nodes.remove(&key);
+                index
+                    .unreadable
+                    .insert(format!("Node {key}"), e.to_string());
+            }
+        }
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.nodes.remove(key);
+        index.unreadable.remove(&format!("Node {key}"));
+    }
+}
+
+impl Indexed for Pod {
+    const KIND: Kind = Kind::Pod;
+    fn apply(self, index: &mut Index) {
+        let key = Indexed::key(&self);
+        let record = match pod_record(&self) {
+            Ok(record) => {
+                index.unreadable.remove(&format!("Pod {key}"));
+                record
+            }
+            Err(e) => {
+                index.unreadable.insert(format!("Pod {key}"), e);
+                // Kept without usage: its gang membership still matters.
+                PodRecord {
+                    usage: None,
+                    ..pod_record_lenient(&self)
+                }
+            }
+        };
+        index.remove_pod(&key);
+        if let Some(member) = &record.member {
+            index
+                .pods_by_job
+                .entry(member.job.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        index.pods.insert(key, record);
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.remove_pod(key);
+        index.unreadable.remove(&format!("Pod {key}"));
+    }
+}
+
+impl Indexed for Namespace {
+    const KIND: Kind = Kind::Namespace;
+    fn apply(self, index: &mut Index) {
+        let labels = self.metadata.labels.clone().unwrap_or_default();
+        index.namespaces.insert(Indexed::key(&self), labels);
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.namespaces.remove(key);
+    }
+}
+
+impl Indexed for PriorityClass {
+    const KIND: Kind = Kind::PriorityClass;
+    fn apply(self, index: &mut Index) {
+        index
+            .priority_classes
+            .insert(Indexed::key(&self), self.value);
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.priority_classes.remove(key);
+    }
+}
+
+impl Indexed for ProvisioningRequest {
+    const KIND: Kind = Kind::ProvisioningRequest;
+    fn apply(self, index: &mut Index) {
+        index.provisioning_requests.insert(Indexed::key(&self));
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.provisioning_requests.remove(key);
+    }
+}
+
+fn pod_record(pod: &Pod) -> Result<PodRecord, String> {
+    let usage = pod_usage(pod).map_err(|e| e.to_string())?;
+    Ok(PodRecord {
+        usage: usage.map(|(_, r)| r),
+        ..pod_record_lenient(pod)
+    })
+}
+
+/// Everything but usage (which needs the pod's quantities to parse).
+fn pod_record_lenient(pod: &Pod) -> PodRecord {
+    let spec = pod.spec.as_ref();
+    let status = pod.status.as_ref();
+    let phase = match status.and_then(|s| s.phase.as_deref()) {
+        Some("Running") => PodPhase::Running,
+        Some("Succeeded") => PodPhase::Succeeded,
+        Some("Failed") => PodPhase::Failed,
+        Some("Unknown") => PodPhase::Unknown,
+        _ => PodPhase::Pending,
+    };
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    let gated = spec
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.name == ADMISSION_GATE));
+    PodRecord {
+        node: spec.and_then(|s| s.node_name.clone()),
+        usage: None,
+        phase,
+        ready,
+        gated,
+        deleting: pod.metadata.deletion_timestamp.is_some(),
+        member: member(pod),
+    }
+}
+
+/// The gang a pod belongs to: Muster's labels and an owner reference to a GpuJob.
+fn member(pod: &Pod) -> Option<GangMember> {
+    let meta = &pod.metadata;
+    let labels = meta.labels.as_ref()?;
+    let owned = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "GpuJob" && o.api_version == muster_api::API_VERSION);
+    if !owned {
+        return None;
+    }
+    let job = labels.get(JOB_LABEL)?;
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    let annotation = |k: &str| annotations.get(k).cloned().unwrap_or_default();
+    Some(GangMember {
+        job: format!("{}/{job}", meta.namespace.as_deref().unwrap_or_default()),
+        pod_set: labels.get(POD_SET_LABEL).cloned().unwrap_or_default(),
+        index: labels
+            .get(POD_INDEX_LABEL)
+            .and_then(|i| i.parse().ok())
+            .unwrap_or(usize::MAX),
+        attempt: labels
+            .get(ATTEMPT_LABEL)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(-1),
+        cluster_queue: annotation(CLUSTER_QUEUE_ANNOTATION),
+        flavor: annotation(FLAVOR_ANNOTATION),
+        domain: parse_domain(&annotation(DOMAIN_ANNOTATION)),
+        pinned: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_selector.as_ref())
+            .and_then(|s| s.get(HOSTNAME_LABEL))
+            .cloned(),
+    })
+}

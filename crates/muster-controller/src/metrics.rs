@@ -1,0 +1,190 @@
+//! The controller's Prometheus metrics (OpenMetrics text on `/metrics`).
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+use crate::plan::Summary;
+
+/// Label pairs.
+pub type Labels = Vec<(String, String)>;
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// Every metric the controller exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Jobs a cycle tried to admit, by result (`admitted`, `pending`).
+    pub admission_attempts: Family<Labels, Counter>,
+    /// Seconds per scheduling pass (snapshot, cycle, planning).
+    pub cycle_seconds: Histogram,
+    /// Jobs waiting, by ClusterQueue and reason.
+    pub pending_jobs: Family<Labels, Gauge>,
+    /// Quota in use, by ClusterQueue, flavor and resource (in the resource's units).
+    pub quota_usage: Family<Labels, Gauge<f64, AtomicU64>>,
+    /// Seconds from a job's creation to its admission.
+    pub time_to_admission: Histogram,
+    /// Seconds from a job's creation to all its pods Ready.
+    pub time_to_running: Histogram,
+    /// Gangs evicted, by reason.
+    pub evictions: Family<Labels, Counter>,
+    /// Jobs preempted.
+    pub preemptions: Counter,
+    /// Failed API requests (after retries), by action.
+    pub api_errors: Family<Labels, Counter>,
+    /// Actions carried out, by kind and result.
+    pub actions: Family<Labels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every metric registered under the `muster` prefix.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("muster");
+        let waits = || Histogram::new(exponential_buckets(1.0, 2.0, 18));
+        let metrics = Metrics {
+            admission_attempts: Family::default(),
+            cycle_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            pending_jobs: Family::default(),
+            quota_usage: Family::default(),
+            time_to_admission: waits(),
+            time_to_running: waits(),
+            evictions: Family::default(),
+            preemptions: Counter::default(),
+            api_errors: Family::default(),
+            actions: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "admission_attempts",
+            "Jobs a scheduling cycle tried to admit, by result",
+            metrics.admission_attempts.clone(),
+        );
+        registry.register(
+            "cycle_duration_seconds",
+            "Seconds per scheduling pass",
+            metrics.cycle_seconds.clone(),
+        );
+        registry.register(
+            "pending_jobs",
+            "Jobs waiting, by ClusterQueue and reason",
+            metrics.pending_jobs.clone(),
+        );
+        registry.register(
+            "quota_usage",
+            "Quota in use, by ClusterQueue, flavor and resource",
+            metrics.quota_usage.clone(),
+        );
+        registry.register(
+            "time_to_admission_seconds",
+            "Seconds from a job's creation to its admission",
+            metrics.time_to_admission.clone(),
+        );
+        registry.register(
+            "time_to_running_seconds",
+            "Seconds from a job's creation to all of its pods Ready",
+            metrics.time_to_running.clone(),
+        );
+        registry.register(
+            "evictions",
+            "Gangs evicted, by reason",
+            metrics.evictions.clone(),
+        );
+        registry.register("preemptions", "Jobs preempted", metrics.preemptions.clone());
+        registry.register(
+            "api_errors",
+            "API requests that failed after retries, by action",
+            metrics.api_errors.clone(),
+        );
+        registry.register(
+            "actions",
+            "Actions carried out, by kind and result",
+            metrics.actions.clone(),
+        );
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// Records what one pass found.
+    pub fn observe(&self, summary: &Summary, seconds: f64) {
+        self.cycle_seconds.observe(seconds);
+        let admitted = u64::try_from(summary.admitted).unwrap_or(u64::MAX);
+        self.admission_attempts
+            .get_or_create(&labels(&[("result", "admitted")]))
+            .inc_by(admitted);
+        let considered = u64::try_from(summary.considered).unwrap_or(u64::MAX);
+        self.admission_attempts
+            .get_or_create(&labels(&[("result", "pending")]))
+            .inc_by(considered.saturating_sub(admitted));
+        self.pending_jobs.clear();
+        for ((queue, reason), n) in &summary.pending {
+            self.pending_jobs
+                .get_or_create(&labels(&[("cluster_queue", queue), ("reason", reason)]))
+                .set(*n);
+        }
+        self.quota_usage.clear();
+        for (queue, flavor, resource, amount) in &summary.usage {
+            self.quota_usage
+                .get_or_create(&labels(&[
+                    ("cluster_queue", queue),
+                    ("flavor", flavor),
+                    ("resource", resource),
+                ]))
+                .set(*amount);
+        }
+        for waited in &summary.waited {
+            #[expect(clippy::cast_precision_loss, reason = "seconds fit an f64 exactly")]
+            self.time_to_admission.observe(*waited as f64);
+        }
+        for waited in &summary.to_running {
+            #[expect(clippy::cast_precision_loss, reason = "seconds fit an f64 exactly")]
+            self.time_to_running.observe(*waited as f64);
+        }
+        for (reason, n) in &summary.evicted {
+            self.evictions
+                .get_or_create(&labels(&[("reason", reason)]))
+                .inc_by(u64::try_from(*n).unwrap_or(u64::MAX));
+        }
+        self.preemptions
+            .inc_by(u64::try_from(summary.preempted).unwrap_or(u64::MAX));
+    }
+
+    /// Records an action's outcome.
+    pub fn action(&self, kind: &str, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.actions
+            .get_or_create(&labels(&[("kind", kind), ("result", result)]))
+            .inc();
+        if !ok {
+            self.api_errors
+                .get_or_create(&labels(&[("action", kind)]))
+                .inc();
+        }
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}

@@ -1,0 +1,989 @@
+//! One scheduling pass of the controller, pure: from the [`Index`] at time `now` to the
+//! [`Action`]s that carry it out.
+//!
+//! A pass (1) walks every job and settles what the cluster already shows — gangs that
+//! finished, broke, timed out or were suspended; releases a restarted controller left
+//! half-done; stale pods of an earlier attempt — (2) rebuilds admission's [`Scheduler`] from
+//! the index and runs one cycle, and (3) turns its decisions into writes. Every admission is
+//! recorded in the index as the pass returns, before any write goes out, so a pass that runs
+//! while those writes are in flight books the same quota and nodes again instead of
+//! promising them twice.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use muster_admission::{Admitted, Cluster, Decision, Holding, Job, PodSetPlacement, Scheduler};
+use muster_api::gpujob::{GpuJobPhase, GpuJobStatus, PendingReasonKind, conditions};
+use muster_api::{ClusterQueueStatus, GpuJob, LocalQueueStatus};
+
+use crate::index::{Index, PodRecord};
+use crate::lifecycle::{Health, health, requeue_at};
+use crate::release::{Gang, gang};
+use crate::status::{self, Eviction};
+
+/// The finalizer that lets Muster release a deleted job's quota and remove its pods first.
+pub const FINALIZER: &str = "muster.dev/gang";
+
+/// Something the controller writes, as one unit (its requests go in order).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Create the gang's Service and gated pods, lift every gate, then write the status.
+    Release {
+        /// The job, `namespace/name`.
+        job: String,
+        /// What to create.
+        gang: Box<Gang>,
+        /// The status once released.
+        status: Box<GpuJobStatus>,
+        /// The event to record.
+        event: Option<Note>,
+    },
+    /// Write the status (admission gone, requeued or finished), then delete the pods.
+    Evict {
+        /// The job.
+        job: String,
+        /// The status to write first.
+        status: Box<GpuJobStatus>,
+        /// The pods to delete, `namespace/name`.
+        pods: Vec<String>,
+        /// The event to record.
+        event: Note,
+    },
+    /// Delete pods that belong to no live admission (a rolled-back release, an old attempt).
+    DeletePods {
+        /// The job.
+        job: String,
+        /// The pods.
+        pods: Vec<String>,
+    },
+    /// Write a job's status.
+    JobStatus {
+        /// The job.
+        job: String,
+        /// The new status.
+        status: Box<GpuJobStatus>,
+        /// The event to record, on a transition.
+        event: Option<Note>,
+    },
+    /// Add Muster's finalizer to a job.
+    AddFinalizer {
+        /// The job.
+        job: String,
+    },
+    /// A deleted job: remove its pods and Service, then its finalizer.
+    Finalize {
+        /// The job.
+        job: String,
+        /// Its pods.
+        pods: Vec<String>,
+    },
+    /// Write a ClusterQueue's status.
+    ClusterQueueStatus {
+        /// The ClusterQueue.
+        name: String,
+        /// The new status.
+        status: ClusterQueueStatus,
+    },
+    /// Write a LocalQueue's status.
+    LocalQueueStatus {
+        /// `namespace/name`.
+        key: String,
+        /// The new status.
+        status: LocalQueueStatus,
+    },
+}
+
+impl Action {
+    /// The job the action is about, if any.
+    pub fn job(&self) -> Option<&str> {
+        match self {
+            Action::Release { job, .. }
+            | Action::Evict { job, .. }
+            | Action::DeletePods { job, .. }
+            | Action::JobStatus { job, .. }
+            | Action::AddFinalizer { job }
+            | Action::Finalize { job, .. } => Some(job),
+            Action::ClusterQueueStatus { .. } | Action::LocalQueueStatus { .. } => None,
+        }
+    }
+
+    /// A short name, for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::Release { .. } => "release",
+            Action::Evict { .. } => "evict",
+            Action::DeletePods { .. } => "delete_pods",
+            Action::JobStatus { .. } => "job_status",
+            Action::AddFinalizer { .. } => "add_finalizer",
+            Action::Finalize { .. } => "finalize",
+            Action::ClusterQueueStatus { .. } => "cluster_queue_status",
+            Action::LocalQueueStatus { .. } => "local_queue_status",
+        }
+    }
+}
+
+/// A Kubernetes Event about a job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    /// Warning rather than Normal.
+    pub warning: bool,
+    /// PascalCase reason.
+    pub reason: String,
+    /// What a person reads.
+    pub message: String,
+}
+
+impl Note {
+    fn normal(reason: &str, message: impl Into<String>) -> Note {
+        Note {
+            warning: false,
+            reason: reason.to_owned(),
+            message: message.into(),
+        }
+    }
+    fn warning(reason: &str, message: impl Into<String>) -> Note {
+        Note {
+            warning: true,
+            reason: reason.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Writes the controller has started and not yet seen land, kept in the index.
+#[derive(Clone, Debug, Default)]
+pub struct Writes {
+    /// Jobs with an action in flight.
+    pub(crate) busy: BTreeMap<String, Busy>,
+    /// Jobs whose finalizer is being added.
+    pub(crate) finalizing: BTreeSet<String>,
+    /// Queues whose status is being written.
+    pub(crate) queues: BTreeSet<String>,
+    /// Jobs whose releases failed: (failures, retry at, last error).
+    pub(crate) failed: BTreeMap<String, (u32, i64, String)>,
+}
+
+/// What is in flight for a job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Busy {
+    /// A release of this admission: the job holds it meanwhile.
+    Release(Admitted),
+    /// A status write for a waiting job: it still queues, but is not admitted until the
+    /// write lands (two status writes in flight could land out of order).
+    Status,
+    /// Anything else (eviction, deletion, finalizing): it neither holds nor queues.
+    Other,
+}
+
+/// What one pass found, for metrics and logs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Jobs the cycle considered.
+    pub considered: usize,
+    /// Admissions.
+    pub admitted: usize,
+    /// Gangs evicted, by reason.
+    pub evicted: BTreeMap<&'static str, usize>,
+    /// Jobs preempted.
+    pub preempted: usize,
+    /// Pending jobs per (ClusterQueue, reason kind); jobs without a queue under "".
+    pub pending: BTreeMap<(String, String), i64>,
+    /// Seconds from creation to admission, one per admission.
+    pub waited: Vec<i64>,
+    /// Seconds from creation to all pods Ready, one per gang that became Ready.
+    pub to_running: Vec<i64>,
+    /// Quota in use: (ClusterQueue, flavor, resource, amount in the resource's units).
+    pub usage: Vec<(String, String, String, f64)>,
+}
+
+/// One pass's writes and what it found.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// The writes, in order.
+    pub actions: Vec<Action>,
+    /// What it found.
+    pub summary: Summary,
+}
+
+fn seconds(t: &Time) -> i64 {
+    t.0.as_second()
+}
+
+fn condition_time(status: &GpuJobStatus, type_: &str) -> Option<i64> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .map(|c| seconds(&c.last_transition_time))
+}
+
+/// A job's pods of its current attempt, and those left over from earlier attempts.
+fn split_pods<'a>(
+    index: &'a Index,
+    key: &str,
+    attempt: i32,
+) -> (Vec<(&'a str, &'a PodRecord)>, Vec<String>) {
+    let (mut current, mut stale) = (Vec::new(), Vec::new());
+    for (k, pod) in index.pods_of(key) {
+        let Some(member) = &pod.member else { continue };
+        if member.attempt == attempt {
+            current.push((k, pod));
+        } else if !pod.deleting {
+            stale.push(k.to_owned());
+        }
+    }
+    (current, stale)
+}
+
+/// The admission a job holds, from its status (nodes there, or else its pods' pins).
+fn holding_of(job: &GpuJob, status: &GpuJobStatus, pods: &[(&str, &PodRecord)]) -> Option<Holding> {
+    let admission = status.admission.as_ref()?;
+    let since = condition_time(status, conditions::ADMITTED).unwrap_or(0);
+    let pod_sets = admission
+        .pod_sets
+        .iter()
+        .map(|a| {
+            let count = job
+                .spec
+                .pod_sets
+                .iter()
+                .find(|s| s.name == a.name)
+                .map_or(0, |s| usize::try_from(s.count).unwrap_or(0));
+            let nodes = if a.nodes.len() == count {
+                a.nodes.clone()
+            } else {
+                pinned_nodes(pods, &a.name, count).unwrap_or_default()
+            };
+            PodSetPlacement {
+                name: a.name.clone(),
+                flavor: a.flavor.clone(),
+                domain: a
+                    .levels
+                    .iter()
+                    .cloned()
+                    .zip(
+                        a.domains
+                            .first()
+                            .map(|d| d.values.clone())
+                            .unwrap_or_default(),
+                    )
+                    .collect(),
+                nodes,
+            }
+        })
+        .collect();
+    Some(Holding {
+        cluster_queue: admission.cluster_queue.clone(),
+        since,
+        pod_sets,
+    })
+}
+
+/// The node of every pod of `pod_set` (by index), when each of the `count` pods exists and
+/// is pinned.
+fn pinned_nodes(pods: &[(&str, &PodRecord)], pod_set: &str, count: usize) -> Option<Vec<String>> {
+    let mut nodes = vec![None; count];
+    for (_, pod) in pods {
+        let member = pod.member.as_ref()?;
+        if member.pod_set == pod_set && member.index < count {
+            nodes[member.index].clone_from(&member.pinned);
+        }
+    }
+    nodes.into_iter().collect()
+}
+
+/// The admission a half-finished release carried, read back from its pods — when every pod
+/// of every pod set exists and they agree on queue and flavors. `None`: roll it back.
+fn recovered_admission(job: &GpuJob, key: &str, pods: &[(&str, &PodRecord)]) -> Option<Admitted> {
+    let queue = pods.first()?.1.member.as_ref()?.cluster_queue.clone();
+    let mut pod_sets = Vec::with_capacity(job.spec.pod_sets.len());
+    for set in &job.spec.pod_sets {
+        let count = usize::try_from(set.count).ok()?;
+        let members: Vec<_> = pods
+            .iter()
+            .filter_map(|(_, p)| p.member.as_ref())
+            .filter(|m| m.pod_set == set.name)
+            .collect();
+        let first = members.first()?;
+        if members
+            .iter()
+            .any(|m| m.cluster_queue != queue || m.flavor != first.flavor)
+        {
+            return None;
+        }
+        pod_sets.push(PodSetPlacement {
+            name: set.name.clone(),
+            flavor: first.flavor.clone(),
+            domain: first.domain.clone(),
+            nodes: pinned_nodes(pods, &set.name, count)?,
+        });
+    }
+    let expected: usize = pod_sets.iter().map(|p| p.nodes.len()).sum();
+    (expected == pods.len() && !queue.is_empty()).then(|| Admitted {
+        job: key.to_owned(),
+        cluster_queue: queue,
+        pod_sets,
+        borrowing: false,
+    })
+}
+
+/// What walking the jobs found, before admission's cycle.
+#[derive(Default)]
+struct Settled {
+    actions: Vec<Action>,
+    /// Jobs that get an action.
+    busy: Vec<(String, Busy)>,
+    finalizing: Vec<String>,
+    submit: Vec<Job>,
+    restore: Vec<(Job, Holding)>,
+    /// Half-done releases to finish.
+    releases: Vec<(String, Admitted)>,
+}
+
+impl Settled {
+    fn act(&mut self, key: &str, action: Action) {
+        self.actions.push(action);
+        self.busy.push((key.to_owned(), Busy::Other));
+    }
+}
+
+/// A pass at `now`: the writes to make. Records in the index every write it starts, so that
+/// the next pass neither repeats nor contradicts them.
+pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
+    let now_t = Time(now);
+    let mut plan = Plan::default();
+    let mut settled = Settled::default();
+    for key in index.jobs.keys() {
+        settle(index, key, &now_t, &mut settled, &mut plan.summary);
+    }
+    let Settled {
+        actions,
+        busy,
+        finalizing,
+        submit,
+        mut restore,
+        releases,
+    } = settled;
+    plan.actions = actions;
+    index.writes.busy.extend(busy);
+    index.writes.finalizing.extend(finalizing);
+
+    // Releases found half-done are finished before anything new is promised.
+    for (key, admitted) in releases {
+        match release_action(index, &key, &admitted, &now_t, false) {
+            Ok((action, job)) => {
+                restore.push((job, holding(&admitted, now.as_second())));
+                index.writes.busy.insert(key, Busy::Release(admitted));
+                plan.actions.push(action);
+            }
+            Err(e) => fail_release(index, &key, now.as_second(), e),
+        }
+    }
+
+    // (2) Admission's cycle over a scheduler rebuilt from the index.
+    let held: BTreeSet<String> = restore.iter().map(|(j, _)| j.id.clone()).collect();
+    let mut scheduler = scheduler(index, &held);
+    for (job, holding) in restore {
+        scheduler.restore(job, holding, false);
+    }
+    plan.summary.considered = submit.len();
+    for job in submit {
+        scheduler.submit(job);
+    }
+    let decisions = scheduler.cycle(now.as_second());
+
+    // (3) Decisions into writes.
+    for decision in decisions {
+        decide(index, &scheduler, decision, &now_t, &mut plan);
+    }
+    queue_statuses(index, &scheduler, &mut plan);
+    for name in index.cluster_queues.keys() {
+        for (flavor, resource, used, _) in scheduler.quota().report(name) {
+            #[expect(clippy::cast_precision_loss, reason = "a gauge; milli-units to units")]
+            let amount = used.milli() as f64 / 1000.0;
+            plan.summary
+                .usage
+                .push((name.clone(), flavor, resource, amount));
+        }
+    }
+    plan
+}
+
+fn holding(admitted: &Admitted, since: i64) -> Holding {
+    Holding {
+        cluster_queue: admitted.cluster_queue.clone(),
+        since,
+        pod_sets: admitted.pod_sets.clone(),
+    }
+}
+
+/// Records a failed release: the job waits `10 s × 2^failures` (at most 10 minutes), with
+/// the error in its status, and tries again.
+pub(crate) fn fail_release(index: &mut Index, key: &str, now: i64, error: String) {
+    let failures = index.writes.failed.get(key).map_or(0, |f| f.0) + 1;
+    let delay = (10i64 << failures.min(6)).min(600);
+    index
+        .writes
+        .failed
+        .insert(key.to_owned(), (failures, now + delay, error));
+}
+
+/// Settles one job against what the cluster shows (step 1 of a pass).
+#[allow(clippy::too_many_lines)]
+fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &mut Summary) {
+    let now_s = now_t.0.as_second();
+    let Some(job) = index.jobs.get(key) else {
+        return;
+    };
+    let status = job.status.clone().unwrap_or_default();
+    let generation = job.metadata.generation;
+    let admission_job = || Job::from_gpujob(job, |c| index.priority_classes.get(c).copied());
+    match index.writes.busy.get(key) {
+        Some(Busy::Release(admitted)) => {
+            out.restore
+                .push((admission_job(), holding(admitted, now_s)));
+            return;
+        }
+        Some(Busy::Other) => return,
+        Some(Busy::Status) => {
+            out.submit.push(admission_job());
+            return;
+        }
+        None => {}
+    }
+    let (current, stale) = split_pods(index, key, status.requeue_count);
+    if job.metadata.deletion_timestamp.is_some() {
+        if has_finalizer(job) {
+            let pods = index.pods_of(key).map(|(k, _)| k.to_owned()).collect();
+            out.act(
+                key,
+                Action::Finalize {
+                    job: key.to_owned(),
+                    pods,
+                },
+            );
+        }
+        return;
+    }
+    if !has_finalizer(job) && !index.writes.finalizing.contains(key) {
+        out.actions.push(Action::AddFinalizer {
+            job: key.to_owned(),
+        });
+        out.finalizing.push(key.to_owned());
+    }
+    if !stale.is_empty() {
+        out.act(
+            key,
+            Action::DeletePods {
+                job: key.to_owned(),
+                pods: stale,
+            },
+        );
+        return;
+    }
+    if matches!(
+        status.phase,
+        Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)
+    ) {
+        return;
+    }
+    let live: Vec<(&str, &PodRecord)> = current
+        .iter()
+        .copied()
+        .filter(|(_, p)| !p.deleting)
+        .collect();
+    if let Some(held) = holding_of(job, &status, &current) {
+        let expected: usize = held.pod_sets.iter().map(|p| p.nodes.len()).sum();
+        let timeout = job
+            .spec
+            .pods_ready_timeout_seconds
+            .unwrap_or(muster_api::gpujob::DEFAULT_PODS_READY_TIMEOUT_SECONDS);
+        let gang_health = health(
+            expected,
+            &current,
+            |n| index.nodes.get(n),
+            held.since,
+            timeout,
+            now_s,
+        );
+        let all_pods: Vec<String> = current.iter().map(|(k, _)| (*k).to_owned()).collect();
+        let evict = |eviction: Eviction| {
+            let note = if matches!(eviction, Eviction::Suspended) {
+                Note::normal(eviction.reason(), eviction.message())
+            } else {
+                Note::warning(eviction.reason(), eviction.message())
+            };
+            Action::Evict {
+                job: key.to_owned(),
+                status: Box::new(status::evicted(&status, generation, &eviction, now_t)),
+                pods: all_pods.clone(),
+                event: note,
+            }
+        };
+        let action = if job.spec.suspend {
+            Some(evict(Eviction::Suspended))
+        } else {
+            match gang_health {
+                Health::Succeeded => Some(Action::JobStatus {
+                    job: key.to_owned(),
+                    status: Box::new(status::finished(
+                        &status,
+                        generation,
+                        true,
+                        "every pod succeeded",
+                        now_t,
+                    )),
+                    event: Some(Note::normal("Succeeded", "every pod succeeded")),
+                }),
+                Health::TimedOut => Some(evict(Eviction::PodsReadyTimeout {
+                    retry_at: requeue_at(now_s, status.requeue_count),
+                })),
+                Health::Broken { cause } => {
+                    let limit = job
+                        .spec
+                        .backoff_limit
+                        .unwrap_or(muster_api::gpujob::DEFAULT_BACKOFF_LIMIT);
+                    if status.restart_count >= limit {
+                        let message = format!(
+                            "{cause}; the gang was restarted {} times and spec.backoffLimit is {limit}",
+                            status.restart_count
+                        );
+                        Some(Action::Evict {
+                            job: key.to_owned(),
+                            status: Box::new(status::finished(
+                                &status, generation, false, &message, now_t,
+                            )),
+                            pods: live.iter().map(|(k, _)| (*k).to_owned()).collect(),
+                            event: Note::warning("BackoffLimitExceeded", message),
+                        })
+                    } else {
+                        Some(evict(Eviction::Restart { cause }))
+                    }
+                }
+                Health::Running => {
+                    let update = status::running(&status, generation, now_t);
+                    if update.is_some() && status.start_time.is_none() {
+                        let created = job
+                            .metadata
+                            .creation_timestamp
+                            .as_ref()
+                            .map_or(now_s, seconds);
+                        summary.to_running.push(now_s - created);
+                    }
+                    update.map(|s| Action::JobStatus {
+                        job: key.to_owned(),
+                        status: Box::new(s),
+                        event: Some(Note::normal("PodsReady", "every pod of the gang is Ready")),
+                    })
+                }
+                Health::Starting { .. } => None,
+            }
+        };
+        match action {
+            None => out.restore.push((admission_job(), held)),
+            Some(action) => {
+                // A Running update keeps the admission; everything else gives it up.
+                let keeps = matches!(&action, Action::JobStatus { status, .. } if status.admission.is_some());
+                if let Action::Evict { event, .. } = &action {
+                    *summary
+                        .evicted
+                        .entry(reason_key(&event.reason))
+                        .or_default() += 1;
+                }
+                out.act(key, action);
+                if keeps {
+                    out.restore.push((admission_job(), held));
+                }
+            }
+        }
+        return;
+    }
+    if !live.is_empty() {
+        // Pods of the current attempt but no admission in the status: a release that was
+        // cut off. Finish it when the whole gang exists, else roll it back.
+        match recovered_admission(job, key, &live) {
+            Some(admitted) if live.len() == current.len() => {
+                out.releases.push((key.to_owned(), admitted));
+            }
+            _ => out.act(
+                key,
+                Action::DeletePods {
+                    job: key.to_owned(),
+                    pods: live.iter().map(|(k, _)| (*k).to_owned()).collect(),
+                },
+            ),
+        }
+        return;
+    }
+    if !current.is_empty() {
+        // Its pods are still terminating: it holds nodes through them, not quota.
+        return;
+    }
+    if let Some((failures, retry_at, error)) = index.writes.failed.get(key)
+        && *retry_at > now_s
+    {
+        let mut next = status.clone();
+        next.phase = Some(GpuJobPhase::Queued);
+        next.pending_reason = Some(muster_api::gpujob::PendingReason {
+            kind: PendingReasonKind::Backoff,
+            message: format!("releasing the gang failed {failures} times, last: {error}"),
+            eta: Timestamp::from_second(*retry_at).ok().map(Time),
+        });
+        if next != status {
+            out.act(
+                key,
+                Action::JobStatus {
+                    job: key.to_owned(),
+                    status: Box::new(next),
+                    event: Some(Note::warning("ReleaseFailed", error.clone())),
+                },
+            );
+        }
+        return;
+    }
+    if let Some(reason) = &status.pending_reason
+        && reason.kind == PendingReasonKind::Backoff
+        && reason.eta.as_ref().is_some_and(|eta| seconds(eta) > now_s)
+    {
+        *summary
+            .pending
+            .entry((String::new(), "Backoff".to_owned()))
+            .or_default() += 1;
+        return;
+    }
+    out.submit.push(admission_job());
+}
+
+fn reason_key(reason: &str) -> &'static str {
+    match reason {
+        "PodsReadyTimeout" => "pods_ready_timeout",
+        "GangRestart" => "restart",
+        "Preempted" => "preempted",
+        "Suspended" => "suspended",
+        "BackoffLimitExceeded" => "failed",
+        _ => "other",
+    }
+}
+
+fn has_finalizer(job: &GpuJob) -> bool {
+    job.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
+}
+
+/// The scheduler for one pass: nodes per flavor with the usage of every pod that belongs to
+/// no held admission (a held job's nodes are booked by restoring it), queues and namespaces.
+fn scheduler(index: &Index, held: &BTreeSet<String>) -> Scheduler {
+    let nodes: Vec<_> = index.nodes.values().cloned().collect();
+    let flavors = index
+        .flavors
+        .iter()
+        .map(|(name, f)| (name.clone(), f.spec.clone()));
+    let mut cluster = Cluster::new(flavors, &nodes);
+    for pod in index.pods.values() {
+        let (Some(node), Some(usage)) = (&pod.node, &pod.usage) else {
+            continue;
+        };
+        if pod.member.as_ref().is_some_and(|m| held.contains(&m.job)) {
+            continue;
+        }
+        cluster.add_usage(node, usage);
+    }
+    let mut scheduler = Scheduler::new(
+        cluster,
+        index
+            .cluster_queues
+            .iter()
+            .map(|(name, q)| (name.clone(), q.spec.clone())),
+        index
+            .local_queues
+            .iter()
+            .map(|(key, q)| (key.clone(), q.spec.cluster_queue.clone())),
+    );
+    for (name, labels) in &index.namespaces {
+        scheduler.set_namespace(name, labels.clone());
+    }
+    scheduler
+}
+
+/// The release of `admitted` for job `key` (objects, status, event) and the job as
+/// admission reads it; the error when its objects cannot be built.
+fn release_action(
+    index: &Index,
+    key: &str,
+    admitted: &Admitted,
+    now: &Time,
+    fresh: bool,
+) -> Result<(Action, Job), String> {
+    let job = index
+        .jobs
+        .get(key)
+        .ok_or_else(|| format!("GpuJob {key} is gone"))?;
+    let flavors: BTreeMap<_, _> = index
+        .flavors
+        .iter()
+        .map(|(n, f)| (n.clone(), f.spec.clone()))
+        .collect();
+    let gang = gang(job, admitted, &flavors).map_err(|e| e.to_string())?;
+    let current = job.status.clone().unwrap_or_default();
+    let status =
+        status::admitted(&current, job.metadata.generation, admitted, now).unwrap_or(current);
+    let message = format!(
+        "admitted by ClusterQueue {} onto {}",
+        admitted.cluster_queue,
+        admitted
+            .pod_sets
+            .iter()
+            .map(|p| format!(
+                "{} pods of {} in {} [{}]",
+                p.nodes.len(),
+                p.name,
+                p.flavor,
+                crate::release::format_domain(&p.domain)
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    let action = Action::Release {
+        job: key.to_owned(),
+        gang: Box::new(gang),
+        status: Box::new(status),
+        event: fresh.then(|| Note::normal("Admitted", message)),
+    };
+    Ok((
+        action,
+        Job::from_gpujob(job, |c| index.priority_classes.get(c).copied()),
+    ))
+}
+
+fn decide(
+    index: &mut Index,
+    scheduler: &Scheduler,
+    decision: Decision,
+    now: &Time,
+    plan: &mut Plan,
+) {
+    match decision {
+        Decision::Admit(admitted) => {
+            let key = admitted.job.clone();
+            if index.writes.busy.contains_key(&key) {
+                // A status write is in flight; admit on the next pass.
+                return;
+            }
+            match release_action(index, &key, &admitted, now, true) {
+                Err(e) => fail_release(index, &key, now.0.as_second(), e),
+                Ok((action, _)) => {
+                    if let Some(created) = index
+                        .jobs
+                        .get(&key)
+                        .and_then(|j| j.metadata.creation_timestamp.as_ref())
+                    {
+                        plan.summary
+                            .waited
+                            .push(now.0.as_second() - seconds(created));
+                    }
+                    plan.summary.admitted += 1;
+                    index.writes.busy.insert(key, Busy::Release(admitted));
+                    plan.actions.push(action);
+                }
+            }
+        }
+        Decision::Pending {
+            job: key,
+            position,
+            reason,
+            eta,
+        } => {
+            let queue = scheduler
+                .job(&key)
+                .and_then(|j| scheduler.cluster_queue_of_job(j))
+                .unwrap_or_default();
+            *plan
+                .summary
+                .pending
+                .entry((queue, format!("{:?}", reason.kind())))
+                .or_default() += 1;
+            let Some(job) = index.jobs.get(&key) else {
+                return;
+            };
+            if index.writes.busy.contains_key(&key) {
+                return;
+            }
+            let current = job.status.clone().unwrap_or_default();
+            let before = current.pending_reason.as_ref().map(|r| r.kind);
+            if let Some(next) = status::pending(
+                &current,
+                job.metadata.generation,
+                position,
+                &reason,
+                eta,
+                now,
+            ) {
+                let event = (before != Some(reason.kind())).then(|| {
+                    let invalid = reason.kind() == PendingReasonKind::InvalidJob;
+                    let note = reason.message();
+                    if invalid {
+                        Note::warning("InvalidJob", note)
+                    } else {
+                        Note::normal("Pending", note)
+                    }
+                });
+                plan.actions.push(Action::JobStatus {
+                    job: key.clone(),
+                    status: Box::new(next),
+                    event,
+                });
+                index.writes.busy.insert(key, Busy::Status);
+            }
+        }
+        Decision::Preempt { victims, for_job } => {
+            for victim in victims {
+                if evict_held(
+                    index,
+                    &victim,
+                    &Eviction::Preempted {
+                        by: for_job.clone(),
+                    },
+                    now,
+                    plan,
+                ) {
+                    plan.summary.preempted += 1;
+                }
+            }
+        }
+        Decision::Evict { job, reason } => {
+            evict_held(index, &job, &Eviction::Other(reason), now, plan);
+        }
+        Decision::Provision {
+            job: key,
+            cluster_queue,
+            ..
+        } => provision_unsupported(index, key, cluster_queue, plan),
+    }
+}
+
+/// Buying capacity is the provisioning bridge's work; until it is configured in this
+/// controller the job says so and waits for existing capacity.
+fn provision_unsupported(index: &mut Index, key: String, cluster_queue: String, plan: &mut Plan) {
+    let Some(job) = index.jobs.get(&key) else {
+        return;
+    };
+
+    let current = job.status.clone().unwrap_or_default();
+    let mut next = current.clone();
+    next.phase = Some(GpuJobPhase::Queued);
+    next.pending_reason = Some(muster_api::gpujob::PendingReason {
+        kind: PendingReasonKind::Provisioning,
+        message: format!(
+            "ClusterQueue {cluster_queue} provisions capacity for this job, but this controller does not create ProvisioningRequests; the job waits for existing nodes"
+        ),
+        eta: None,
+    });
+    *plan
+        .summary
+        .pending
+        .entry((cluster_queue, "Provisioning".to_owned()))
+        .or_default() += 1;
+    if next != current && !index.writes.busy.contains_key(&key) {
+        plan.actions.push(Action::JobStatus {
+            job: key.clone(),
+            status: Box::new(next),
+            event: None,
+        });
+        index.writes.busy.insert(key, Busy::Status);
+    }
+}
+
+/// Evicts a job that holds an admission (from its status). Returns whether it did.
+fn evict_held(
+    index: &mut Index,
+    key: &str,
+    eviction: &Eviction,
+    now: &Time,
+    plan: &mut Plan,
+) -> bool {
+    if index.writes.busy.contains_key(key) {
+        return false;
+    }
+    let Some(job) = index.jobs.get(key) else {
+        return false;
+    };
+    let status = job.status.clone().unwrap_or_default();
+    if status.admission.is_none() {
+        return false;
+    }
+    let (current, _) = split_pods(index, key, status.requeue_count);
+    let pods = current.iter().map(|(k, _)| (*k).to_owned()).collect();
+    plan.actions.push(Action::Evict {
+        job: key.to_owned(),
+        status: Box::new(status::evicted(
+            &status,
+            job.metadata.generation,
+            eviction,
+            now,
+        )),
+        pods,
+        event: Note::warning(eviction.reason(), eviction.message()),
+    });
+    *plan
+        .summary
+        .evicted
+        .entry(reason_key(eviction.reason()))
+        .or_default() += 1;
+    index.writes.busy.insert(key.to_owned(), Busy::Other);
+    true
+}
+
+/// ClusterQueue and LocalQueue statuses, where changed and not already being written.
+fn queue_statuses(index: &mut Index, scheduler: &Scheduler, plan: &mut Plan) {
+    for (name, queue) in &index.cluster_queues {
+        let current = queue.status.clone().unwrap_or_default();
+        if index.writes.queues.contains(name) {
+            continue;
+        }
+        if let Some(status) = status::cluster_queue(&current, name, scheduler) {
+            plan.actions.push(Action::ClusterQueueStatus {
+                name: name.clone(),
+                status,
+            });
+        }
+    }
+    let mut counts: BTreeMap<String, (i32, i32)> = BTreeMap::new();
+    for (id, state) in scheduler.jobs() {
+        let Some(job) = scheduler.job(id) else {
+            continue;
+        };
+        let entry = counts.entry(job.local_queue.clone()).or_default();
+        match state {
+            muster_admission::JobState::Pending => entry.0 += 1,
+            _ => entry.1 += 1,
+        }
+    }
+    for (key, queue) in &index.local_queues {
+        let lq_key = format!("lq:{key}");
+        if index.writes.queues.contains(&lq_key) {
+            continue;
+        }
+        let current = queue.status.clone().unwrap_or_default();
+        let (pending, admitted) = counts.get(key).copied().unwrap_or_default();
+        if let Some(status) = status::local_queue(&current, pending, admitted) {
+            plan.actions.push(Action::LocalQueueStatus {
+                key: key.clone(),
+                status,
+            });
+        }
+    }
+    for action in &plan.actions {
+        match action {
+            Action::ClusterQueueStatus { name, .. } => {
+                index.writes.queues.insert(name.clone());
+            }
+            Action::LocalQueueStatus { key, .. } => {
+                index.writes.queues.insert(format!("lq:{key}"));
+            }
+            _ => {}
+        }
+    }
+}

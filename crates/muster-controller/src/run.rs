@@ -1,0 +1,337 @@
+//! The controller process: watches feed the [`Index`], the leader's scheduling loop plans
+//! passes and hands their actions to the [`Executor`], and an HTTP server answers probes and
+//! metrics.
+//!
+//! Standbys watch too, so their caches are warm when they win the lease. The loop runs only
+//! while this replica leads and every required cache is synced; the executor checks the lease
+//! before every request.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::Client;
+use kube::api::{Api, ListParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::watcher::{self, Event};
+use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
+use serde::de::DeserializeOwned;
+use tokio::sync::{Notify, Semaphore, watch};
+
+use crate::executor::Executor;
+use crate::index::{Index, Indexed};
+use crate::metrics::Metrics;
+use crate::plan::{Writes, plan};
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Manage GpuJobs and LocalQueues of this namespace only (nodes, pods and cluster-wide
+    /// objects are still watched everywhere: capacity is cluster-wide).
+    pub namespace_scope: Option<String>,
+    /// Where `/metrics`, `/livez` and `/readyz` are served.
+    pub metrics_addr: SocketAddr,
+    /// Run the loop only while holding the Lease.
+    pub leader_elect: bool,
+    /// The Lease's namespace.
+    pub lease_namespace: String,
+    /// The Lease's name.
+    pub lease_name: String,
+    /// This replica's identity in the Lease (its pod name).
+    pub identity: String,
+    /// Wait this long after a change before a pass, so a burst of events makes one pass.
+    pub debounce: Duration,
+    /// A pass at least this often (timeouts and backoffs expire without events).
+    pub tick: Duration,
+    /// Actions in flight at once.
+    pub write_concurrency: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            namespace_scope: None,
+            metrics_addr: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            leader_elect: false,
+            lease_namespace: "default".to_owned(),
+            lease_name: "muster-controller".to_owned(),
+            identity: "muster".to_owned(),
+            debounce: Duration::from_millis(200),
+            tick: Duration::from_secs(5),
+            write_concurrency: 32,
+        }
+    }
+}
+
+/// What the watches, the loop and the HTTP server share.
+#[derive(Debug, Default)]
+pub struct Shared {
+    index: Mutex<Index>,
+    wake: Notify,
+    /// The metrics.
+    pub metrics: Metrics,
+}
+
+impl Shared {
+    /// The index, locked (a panic elsewhere never stops the controller from serving).
+    pub fn index(&self) -> MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Keeps one kind's cache: folds every watch event into the index and wakes the loop.
+async fn watch_kind<K>(api: Api<K>, shared: Arc<Shared>)
+where
+    K: Indexed + DeserializeOwned,
+{
+    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(Event::Init) => shared.index().relist_begin::<K>(),
+            Ok(Event::InitApply(object) | Event::Apply(object)) => shared.index().apply(object),
+            Ok(Event::Delete(object)) => shared.index().delete(&object),
+            Ok(Event::InitDone) => {
+                shared.index().relist_done::<K>();
+                tracing::info!(kind = ?K::KIND, "cache synced");
+            }
+            Err(e) => {
+                tracing::warn!(kind = ?K::KIND, error = %e, "watch failed; retrying");
+                shared.metrics.action("watch", false);
+            }
+        }
+        shared.wake.notify_one();
+    }
+}
+
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Starts a watch per kind. ProvisioningRequests are watched only when their CRD answers.
+async fn start_watches(client: &Client, options: &Options, shared: &Arc<Shared>) {
+    let ns = options.namespace_scope.as_deref();
+    let s = || Arc::clone(shared);
+    tokio::spawn(watch_kind(scoped::<GpuJob>(client, ns), s()));
+    tokio::spawn(watch_kind(scoped::<LocalQueue>(client, ns), s()));
+    tokio::spawn(watch_kind(Api::<ClusterQueue>::all(client.clone()), s()));
+    tokio::spawn(watch_kind(Api::<ResourceFlavor>::all(client.clone()), s()));
+    tokio::spawn(watch_kind(Api::<Node>::all(client.clone()), s()));
+    tokio::spawn(watch_kind(Api::<Pod>::all(client.clone()), s()));
+    tokio::spawn(watch_kind(Api::<Namespace>::all(client.clone()), s()));
+    tokio::spawn(watch_kind(Api::<PriorityClass>::all(client.clone()), s()));
+    let requests: Api<ProvisioningRequest> = scoped(client, ns);
+    match requests.list(&ListParams::default().limit(1)).await {
+        Ok(_) => {
+            tokio::spawn(watch_kind(requests, s()));
+        }
+        Err(e) => tracing::info!(
+            error = %e,
+            "ProvisioningRequests are not watched (is the autoscaling.x-k8s.io CRD installed?)"
+        ),
+    }
+}
+
+/// Leadership: a channel that holds whether this replica may write.
+async fn leadership(
+    client: &Client,
+    options: &Options,
+) -> anyhow::Result<(watch::Receiver<bool>, Option<tokio::task::JoinHandle<()>>)> {
+    if !options.leader_elect {
+        let (tx, rx) = watch::channel(true);
+        // The sender lives as long as the process: without election this replica leads.
+        let keep = tokio::spawn(async move {
+            tx.closed().await;
+        });
+        return Ok((rx, Some(keep)));
+    }
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &options.lease_name)
+        .with_namespace(&options.lease_namespace)
+        .with_identity(&options.identity)
+        .with_duration(15)
+        .with_grace(5)
+        .build()
+        .await
+        .context("setting up the leader-election Lease")?;
+    let (rx, task) = manager.watch().await;
+    let handle = tokio::spawn(async move {
+        if let Ok(Err(e)) = task.await {
+            tracing::error!(error = %e, "leader election stopped");
+        }
+    });
+    Ok((rx, Some(handle)))
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    options: Options,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let shared = Arc::new(Shared::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let http = tokio::spawn(serve(
+        options.metrics_addr,
+        Arc::clone(&shared),
+        stop_rx.clone(),
+    ));
+    start_watches(&client, &options, &shared).await;
+    let (leader, _lease) = leadership(&client, &options).await?;
+    let reporter = Reporter {
+        controller: "muster".to_owned(),
+        instance: Some(options.identity.clone()),
+    };
+    let executor = Executor::new(
+        client.clone(),
+        leader.clone(),
+        Some(Recorder::new(client, reporter)),
+    );
+    scheduling_loop(&shared, executor, leader, &options, stop_rx).await;
+    let _ = http.await;
+    Ok(())
+}
+
+async fn scheduling_loop(
+    shared: &Arc<Shared>,
+    executor: Executor,
+    mut leader: watch::Receiver<bool>,
+    options: &Options,
+    mut stop: watch::Receiver<bool>,
+) {
+    let permits = Arc::new(Semaphore::new(options.write_concurrency.max(1)));
+    let mut tick = tokio::time::interval(options.tick);
+    let mut leading = false;
+    loop {
+        tokio::select! {
+            () = shared.wake.notified() => tokio::time::sleep(options.debounce).await,
+            _ = tick.tick() => {}
+            _ = leader.changed() => {}
+            _ = stop.changed() => break,
+        }
+        if !*leader.borrow() {
+            if leading {
+                tracing::warn!("lost the lease: no more writes");
+            }
+            leading = false;
+            continue;
+        }
+        let started = Instant::now();
+        let actions = {
+            let mut index = shared.index();
+            if !index.ready() {
+                continue;
+            }
+            if !leading {
+                // Writes promised under an earlier term may never have landed: start from
+                // what the API server shows.
+                index.writes = Writes::default();
+                tracing::info!("leading: scheduling");
+                leading = true;
+            }
+            let pass = plan(&mut index, k8s_openapi::jiff::Timestamp::now());
+            shared
+                .metrics
+                .observe(&pass.summary, started.elapsed().as_secs_f64());
+            if pass.summary.admitted > 0 || !pass.summary.evicted.is_empty() {
+                tracing::info!(
+                    admitted = pass.summary.admitted,
+                    evicted = ?pass.summary.evicted,
+                    preempted = pass.summary.preempted,
+                    actions = pass.actions.len(),
+                    "pass"
+                );
+            }
+            pass.actions
+        };
+        for action in actions {
+            let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+                break;
+            };
+            let (shared, executor) = (Arc::clone(shared), executor.clone());
+            tokio::spawn(async move {
+                let result = executor.execute(&action).await.map_err(|e| e.to_string());
+                if let Err(e) = &result {
+                    tracing::warn!(action = action.kind(), job = ?action.job(), error = %e, "write failed");
+                }
+                shared.metrics.action(action.kind(), result.is_ok());
+                let now = k8s_openapi::jiff::Timestamp::now().as_second();
+                shared.index().landed(&action, result, now);
+                shared.wake.notify_one();
+                drop(permit);
+            });
+        }
+    }
+    // Let writes in flight finish (each is idempotent, so a cut one is finished later).
+    let all = u32::try_from(options.write_concurrency.max(1)).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(all)).await;
+}
+
+/// `/metrics`, `/livez` and `/readyz` until `stop`.
+async fn serve(addr: SocketAddr, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    use axum::http::{StatusCode, header};
+    use axum::routing::get;
+    let metrics = {
+        let shared = Arc::clone(&shared);
+        move || {
+            let shared = Arc::clone(&shared);
+            async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    shared.metrics.encode(),
+                )
+            }
+        }
+    };
+    let ready = {
+        let shared = Arc::clone(&shared);
+        move || {
+            let shared = Arc::clone(&shared);
+            async move {
+                if shared.index().ready() {
+                    (StatusCode::OK, "ready")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+                }
+            }
+        }
+    };
+    let app = axum::Router::new()
+        .route("/metrics", get(metrics))
+        .route("/livez", get(|| async { "ok" }))
+        .route("/readyz", get(ready));
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(%addr, error = %e, "cannot serve metrics");
+            return;
+        }
+    };
+    let graceful = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(graceful)
+        .await
+    {
+        tracing::error!(error = %e, "metrics server failed");
+    }
+}

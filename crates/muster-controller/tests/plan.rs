@@ -1,0 +1,452 @@
+//! The controller's passes against an index fed like the watches feed it: admissions release
+//! whole gangs once, the lifecycle evicts, restarts and finishes gangs, and a controller that
+//! restarts mid-release finishes or rolls back what it found.
+
+mod support;
+
+use k8s_openapi::api::core::v1::Pod;
+use muster_api::gpujob::{GpuJobPhase, PendingReasonKind};
+use muster_api::{ClusterQueue, GpuJob, LocalQueue};
+use muster_controller::executor::Written;
+use muster_controller::index::Index;
+use muster_controller::plan::{Action, plan};
+use support::{at, cluster, job, with_phase};
+
+/// What the API server holds after `action` succeeded, folded in the way the executor folds
+/// its responses (deleted pods are gone at once).
+fn land(index: &mut Index, action: &Action, now: i64) {
+    let bump = |mut j: GpuJob| {
+        let rv: u64 = j
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        j.metadata.resource_version = Some((rv + 1).to_string());
+        j
+    };
+    let job_of = |index: &Index, key: &str| index.job(key).cloned().unwrap_or_default();
+    let mut written = Vec::new();
+    let mut deleted: Vec<String> = Vec::new();
+    match action {
+        Action::Release {
+            job, gang, status, ..
+        } => {
+            for pod in &gang.pods {
+                let mut pod = pod.clone();
+                if let Some(spec) = pod.spec.as_mut() {
+                    spec.scheduling_gates = Some(Vec::new());
+                }
+                written.push(Written::Pod(Box::new(pod)));
+            }
+            let mut j = bump(job_of(index, job));
+            j.status = Some((**status).clone());
+            written.push(Written::Job(Box::new(j)));
+        }
+        Action::Evict {
+            job, status, pods, ..
+        } => {
+            let mut j = bump(job_of(index, job));
+            j.status = Some((**status).clone());
+            written.push(Written::Job(Box::new(j)));
+            deleted.clone_from(pods);
+        }
+        Action::JobStatus { job, status, .. } => {
+            let mut j = bump(job_of(index, job));
+            j.status = Some((**status).clone());
+            written.push(Written::Job(Box::new(j)));
+        }
+        Action::DeletePods { pods, .. } => deleted.clone_from(pods),
+        Action::AddFinalizer { job } => {
+            let mut j = bump(job_of(index, job));
+            j.metadata.finalizers = Some(vec!["muster.dev/gang".into()]);
+            written.push(Written::Job(Box::new(j)));
+        }
+        Action::Finalize { job, pods } => {
+            deleted.clone_from(pods);
+            let j = job_of(index, job);
+            index.delete(&j);
+        }
+        Action::ClusterQueueStatus { name, status } => {
+            let mut q: ClusterQueue = index.cluster_queue(name).cloned().unwrap_or_default();
+            q.status = Some(status.clone());
+            index.apply(q);
+        }
+        Action::LocalQueueStatus { status, .. } => {
+            let mut q: LocalQueue = support::local_queue();
+            q.status = Some(status.clone());
+            index.apply(q);
+        }
+    }
+    index.landed(action, Ok(written), now);
+    for key in deleted {
+        let (ns, name) = key.split_once('/').unwrap_or_default();
+        let mut pod = Pod::default();
+        pod.metadata.namespace = Some(ns.to_owned());
+        pod.metadata.name = Some(name.to_owned());
+        index.delete(&pod);
+    }
+}
+
+fn land_all(index: &mut Index, actions: &[Action], now: i64) {
+    for action in actions {
+        land(index, action, now);
+    }
+}
+
+fn releases(actions: &[Action]) -> Vec<&Action> {
+    actions
+        .iter()
+        .filter(|a| matches!(a, Action::Release { .. }))
+        .collect()
+}
+
+fn job_actions<'a>(actions: &'a [Action], key: &str) -> Vec<&'a Action> {
+    actions.iter().filter(|a| a.job() == Some(key)).collect()
+}
+
+fn status_of(index: &Index, key: &str) -> muster_api::GpuJobStatus {
+    index
+        .job(key)
+        .and_then(|j| j.status.clone())
+        .unwrap_or_default()
+}
+
+/// Sets every current pod of `key` to `phase`/`ready`, as the kubelet would report.
+fn report(index: &mut Index, released: &Action, phase: &str, ready: bool) {
+    let Action::Release { gang, .. } = released else {
+        unreachable!("not a release")
+    };
+    for pod in &gang.pods {
+        index.apply(with_phase(pod.clone(), phase, ready));
+    }
+}
+
+#[test]
+fn an_admission_releases_a_whole_gang_once_and_is_booked_while_in_flight() {
+    let mut index = cluster(48, vec![job("a", 2, 0), job("b", 2, 1), job("c", 2, 2)]);
+    let pass = plan(&mut index, at(10));
+    let released = releases(&pass.actions);
+    assert_eq!(released.len(), 2, "{:#?}", pass.actions);
+    let mut nodes = Vec::new();
+    for action in released {
+        let Action::Release { gang, status, .. } = action else {
+            unreachable!()
+        };
+        assert_eq!(gang.pods.len(), 2);
+        for pod in &gang.pods {
+            let spec = pod.spec.clone().unwrap_or_default();
+            assert_eq!(
+                spec.scheduling_gates.unwrap_or_default()[0].name,
+                "muster.dev/admission"
+            );
+            nodes.push(
+                spec.node_selector
+                    .unwrap_or_default()
+                    .get("kubernetes.io/hostname")
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+        }
+        assert_eq!(status.phase, Some(GpuJobPhase::Admitted));
+    }
+    nodes.sort();
+    assert_eq!(nodes, ["n1", "n2", "n3", "n4"], "no node is promised twice");
+    // c waits; a and b are in flight. A pass now must not release them again.
+    let again = plan(&mut index, at(11));
+    assert!(releases(&again.actions).is_empty(), "{:#?}", again.actions);
+    // Once the writes land, nothing changes: nothing is written.
+    land_all(&mut index, &pass.actions, 11);
+    land_all(&mut index, &again.actions, 11);
+    let settled = plan(&mut index, at(12));
+    land_all(&mut index, &settled.actions, 12);
+    let quiet = plan(&mut index, at(13));
+    assert!(quiet.actions.is_empty(), "{:#?}", quiet.actions);
+    let c = status_of(&index, "team-a/c");
+    assert_eq!(
+        c.pending_reason.clone().map(|r| r.kind),
+        Some(PendingReasonKind::NoTopologyFit),
+        "{c:#?}"
+    );
+}
+
+#[test]
+fn a_gang_runs_when_every_pod_is_ready_and_succeeds_together() {
+    let mut index = cluster(16, vec![job("a", 2, 0), job("b", 2, 1)]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    let released = releases(&pass.actions)[0].clone();
+    report(&mut index, &released, "Running", true);
+    let pass = plan(&mut index, at(20));
+    let status = status_of(&index, "team-a/a");
+    assert_eq!(status.phase, Some(GpuJobPhase::Admitted));
+    assert_eq!(pass.summary.to_running, vec![20]);
+    land_all(&mut index, &pass.actions, 20);
+    assert_eq!(
+        status_of(&index, "team-a/a").phase,
+        Some(GpuJobPhase::Running)
+    );
+    report(&mut index, &released, "Succeeded", false);
+    let pass = plan(&mut index, at(30));
+    // a's quota is free the moment it is seen to finish: b is admitted in the same pass.
+    assert_eq!(
+        releases(&pass.actions)
+            .iter()
+            .filter_map(|a| a.job())
+            .collect::<Vec<_>>(),
+        ["team-a/b"]
+    );
+    land_all(&mut index, &pass.actions, 30);
+    let a = status_of(&index, "team-a/a");
+    assert_eq!(a.phase, Some(GpuJobPhase::Succeeded));
+    assert!(a.admission.is_none() && a.completion_time.is_some());
+}
+
+#[test]
+fn pods_not_ready_in_time_evict_the_gang_and_requeue_it_with_backoff() {
+    let mut index = cluster(32, vec![job("a", 2, 0)]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    let released = releases(&pass.actions)[0].clone();
+    report(&mut index, &released, "Pending", false);
+    assert!(job_actions(&plan(&mut index, at(300)).actions, "team-a/a").is_empty());
+    let pass = plan(&mut index, at(311));
+    let evictions: Vec<_> = pass
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::Evict { .. }))
+        .collect();
+    assert_eq!(evictions.len(), 1, "{:#?}", pass.actions);
+    let Action::Evict { status, pods, .. } = evictions[0] else {
+        unreachable!()
+    };
+    assert_eq!(pods.len(), 2);
+    assert_eq!(status.requeue_count, 1);
+    assert!(status.admission.is_none());
+    let reason = status.pending_reason.clone().unwrap_or_default();
+    assert_eq!(reason.kind, PendingReasonKind::Backoff);
+    assert_eq!(reason.eta.map(|t| t.0), Some(at(311 + 30)));
+    land_all(&mut index, &pass.actions, 311);
+    assert!(releases(&plan(&mut index, at(320)).actions).is_empty());
+    let pass = plan(&mut index, at(342));
+    let released = releases(&pass.actions);
+    assert_eq!(released.len(), 1);
+    let Action::Release { gang, .. } = released[0] else {
+        unreachable!()
+    };
+    let labels = gang.pods[0].metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("muster.dev/attempt").map(String::as_str),
+        Some("1")
+    );
+}
+
+#[test]
+fn a_failed_pod_restarts_the_whole_gang_until_the_backoff_limit() {
+    let mut index = cluster(32, vec![job("a", 2, 0)]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    let released = releases(&pass.actions)[0].clone();
+    report(&mut index, &released, "Running", true);
+    let Action::Release { gang, .. } = &released else {
+        unreachable!()
+    };
+    index.apply(with_phase(gang.pods[1].clone(), "Failed", false));
+    let pass = plan(&mut index, at(20));
+    let Some(Action::Evict { status, event, .. }) = job_actions(&pass.actions, "team-a/a")
+        .into_iter()
+        .find(|a| matches!(a, Action::Evict { .. }))
+    else {
+        unreachable!("no eviction: {:#?}", pass.actions)
+    };
+    assert_eq!((status.restart_count, status.requeue_count), (1, 1));
+    assert_eq!(event.reason, "GangRestart");
+    land_all(&mut index, &pass.actions, 20);
+    // Readmitted at once (a restart is not a timeout), and fails again: backoffLimit is 1.
+    let pass = plan(&mut index, at(21));
+    land_all(&mut index, &pass.actions, 21);
+    let released = releases(&pass.actions)[0].clone();
+    let Action::Release { gang, .. } = &released else {
+        unreachable!()
+    };
+    index.apply(with_phase(gang.pods[0].clone(), "Failed", false));
+    let pass = plan(&mut index, at(30));
+    land_all(&mut index, &pass.actions, 30);
+    let status = status_of(&index, "team-a/a");
+    assert_eq!(status.phase, Some(GpuJobPhase::Failed));
+    assert!(status.admission.is_none());
+    assert!(
+        plan(&mut index, at(31))
+            .actions
+            .iter()
+            .all(|a| a.job() != Some("team-a/a"))
+    );
+}
+
+#[test]
+fn suspending_an_admitted_job_evicts_it() {
+    let mut index = cluster(32, vec![job("a", 2, 0)]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    let mut a = index.job("team-a/a").cloned().unwrap_or_default();
+    a.spec.suspend = true;
+    a.metadata.resource_version = Some("100".into());
+    index.apply(a);
+    let pass = plan(&mut index, at(20));
+    let Some(Action::Evict { status, .. }) = job_actions(&pass.actions, "team-a/a").first() else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    assert_eq!(
+        status.pending_reason.clone().map(|r| r.kind),
+        Some(PendingReasonKind::Suspended)
+    );
+}
+
+#[test]
+fn a_restarted_controller_finishes_a_whole_release_exactly_once() {
+    // The first controller created both pods, still gated, and died before the status.
+    let mut first = cluster(32, vec![job("a", 2, 0)]);
+    let pass = plan(&mut first, at(10));
+    let released = releases(&pass.actions)[0].clone();
+    let Action::Release { gang, .. } = &released else {
+        unreachable!()
+    };
+    let mut restarted = cluster(32, vec![job("a", 2, 0)]);
+    restarted.relist_begin::<Pod>();
+    for pod in &gang.pods {
+        restarted.apply(pod.clone());
+    }
+    restarted.relist_done::<Pod>();
+    let pass = plan(&mut restarted, at(20));
+    let finished = releases(&pass.actions);
+    assert_eq!(finished.len(), 1, "{:#?}", pass.actions);
+    let Action::Release {
+        gang: again,
+        status,
+        ..
+    } = finished[0]
+    else {
+        unreachable!()
+    };
+    assert_eq!(again.pods, gang.pods, "the same pods, on the same nodes");
+    assert!(status.admission.is_some());
+    assert!(releases(&plan(&mut restarted, at(21)).actions).is_empty());
+    land_all(&mut restarted, &pass.actions, 21);
+    let pass = plan(&mut restarted, at(22));
+    assert!(releases(&pass.actions).is_empty());
+    assert_eq!(
+        status_of(&restarted, "team-a/a").phase,
+        Some(GpuJobPhase::Admitted)
+    );
+}
+
+#[test]
+fn a_restarted_controller_rolls_back_a_half_created_gang() {
+    let mut first = cluster(32, vec![job("a", 2, 0)]);
+    let pass = plan(&mut first, at(10));
+    let Action::Release { gang, .. } = releases(&pass.actions)[0].clone() else {
+        unreachable!()
+    };
+    let mut restarted = cluster(32, vec![job("a", 2, 0)]);
+    restarted.apply(gang.pods[0].clone());
+    let pass = plan(&mut restarted, at(20));
+    let deletes: Vec<_> = job_actions(&pass.actions, "team-a/a")
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::DeletePods { pods, .. } => Some(pods.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deletes, [vec!["team-a/a-workers-0".to_owned()]]);
+    assert!(releases(&pass.actions).is_empty());
+    land_all(&mut restarted, &pass.actions, 20);
+    assert_eq!(releases(&plan(&mut restarted, at(21)).actions).len(), 1);
+}
+
+#[test]
+fn pods_of_an_earlier_attempt_are_deleted_before_the_job_runs_again() {
+    let mut first = cluster(32, vec![job("a", 2, 0)]);
+    let pass = plan(&mut first, at(10));
+    let Action::Release { gang, .. } = releases(&pass.actions)[0].clone() else {
+        unreachable!()
+    };
+    // The status says attempt 1 (an eviction was written), the pods are attempt 0.
+    let mut a = job("a", 2, 0);
+    a.status = Some(muster_api::GpuJobStatus {
+        requeue_count: 1,
+        ..Default::default()
+    });
+    let mut restarted = cluster(32, vec![a]);
+    for pod in &gang.pods {
+        restarted.apply(with_phase(pod.clone(), "Running", true));
+    }
+    let pass = plan(&mut restarted, at(20));
+    assert!(matches!(
+        job_actions(&pass.actions, "team-a/a").as_slice(),
+        [Action::DeletePods { pods, .. }] if pods.len() == 2
+    ));
+    assert!(releases(&pass.actions).is_empty());
+}
+
+#[test]
+fn deleting_a_job_removes_its_pods_before_its_finalizer() {
+    let mut index = cluster(32, vec![job("a", 2, 0)]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    let mut a = index.job("team-a/a").cloned().unwrap_or_default();
+    a.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(15)));
+    a.metadata.resource_version = Some("100".into());
+    index.apply(a);
+    let pass = plan(&mut index, at(20));
+    assert!(matches!(
+        job_actions(&pass.actions, "team-a/a").as_slice(),
+        [Action::Finalize { pods, .. }] if pods.len() == 2
+    ));
+}
+
+#[test]
+fn jobs_without_the_finalizer_get_it() {
+    let mut a = job("a", 1, 0);
+    a.metadata.finalizers = None;
+    let mut index = cluster(32, vec![a]);
+    let pass = plan(&mut index, at(10));
+    assert!(
+        pass.actions
+            .iter()
+            .any(|x| matches!(x, Action::AddFinalizer { job } if job == "team-a/a"))
+    );
+    let again = plan(&mut index, at(11));
+    assert!(
+        !again
+            .actions
+            .iter()
+            .any(|x| matches!(x, Action::AddFinalizer { .. })),
+        "asked once while in flight"
+    );
+}
+
+#[test]
+fn a_release_that_fails_is_retried_with_backoff_and_says_why() {
+    let mut index = cluster(32, vec![job("a", 2, 0)]);
+    let pass = plan(&mut index, at(10));
+    let release = releases(&pass.actions)[0].clone();
+    index.landed(
+        &release,
+        Err("creating pod a-workers-0: forbidden".into()),
+        at(10).as_second(),
+    );
+    let pass = plan(&mut index, at(11));
+    assert!(releases(&pass.actions).is_empty(), "{:#?}", pass.actions);
+    let Some(Action::JobStatus { status, .. }) = job_actions(&pass.actions, "team-a/a")
+        .into_iter()
+        .find(|a| matches!(a, Action::JobStatus { .. }))
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    let reason = status.pending_reason.clone().unwrap_or_default();
+    assert_eq!(reason.kind, PendingReasonKind::Backoff);
+    assert!(reason.message.contains("forbidden"), "{}", reason.message);
+    land_all(&mut index, &pass.actions, 11);
+    assert_eq!(releases(&plan(&mut index, at(31)).actions).len(), 1);
+}

@@ -1,0 +1,132 @@
+//! A small cluster for controller tests: objects as the API server would list them.
+
+#![allow(dead_code, reason = "each test binary uses part of the support module")]
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use muster_api::{ClusterQueue, GpuJob, LocalQueue, ResourceFlavor};
+use muster_controller::index::Index;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+/// The test clock: 2026-01-01T00:00:00Z plus `seconds`.
+pub fn at(seconds: i64) -> Timestamp {
+    Timestamp::from_second(1_767_225_600 + seconds).unwrap_or_default()
+}
+
+pub fn object<T: DeserializeOwned + Default>(value: Value) -> T {
+    serde_json::from_value(value).unwrap_or_else(|e| unreachable!("fixture: {e}"))
+}
+
+/// A Ready node with 8 GPUs in `block`.
+pub fn node(name: &str, block: &str) -> Node {
+    object(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "gpu": "h100", "example.com/block": block, "kubernetes.io/hostname": name}},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1000Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+}
+
+pub fn flavor() -> ResourceFlavor {
+    object(json!({
+        "apiVersion": "muster.dev/v1alpha1", "kind": "ResourceFlavor",
+        "metadata": {"name": "h100"},
+        "spec": {"nodeLabels": {"gpu": "h100"},
+                 "topologyLevels": ["example.com/block", "kubernetes.io/hostname"]}
+    }))
+}
+
+pub fn cluster_queue(gpus: u32) -> ClusterQueue {
+    object(json!({
+        "apiVersion": "muster.dev/v1alpha1", "kind": "ClusterQueue",
+        "metadata": {"name": "research"},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                {"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus.to_string()}]}]}]}
+    }))
+}
+
+pub fn local_queue() -> LocalQueue {
+    object(json!({
+        "apiVersion": "muster.dev/v1alpha1", "kind": "LocalQueue",
+        "metadata": {"name": "research", "namespace": "team-a"},
+        "spec": {"clusterQueue": "research"}
+    }))
+}
+
+pub fn namespace(name: &str) -> Namespace {
+    object(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}}}))
+}
+
+/// A job of `count` pods with 8 GPUs each, in one block, created at `at(created)`.
+pub fn job(name: &str, count: u32, created: i64) -> GpuJob {
+    object(json!({
+        "apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
+        "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}"),
+                     "resourceVersion": "1", "generation": 1,
+                     "creationTimestamp": at(created).to_string(),
+                     "finalizers": ["muster.dev/gang"]},
+        "spec": {"queueName": "research", "podsReadyTimeoutSeconds": 300, "backoffLimit": 1,
+            "podSets": [{"name": "workers", "count": count,
+                "topology": {"required": "example.com/block"},
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": "trainer:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}]}
+    }))
+}
+
+/// A cluster of two blocks of two 8-GPU nodes, one queue with `gpus` of quota, and `jobs`.
+pub fn cluster(gpus: u32, jobs: Vec<GpuJob>) -> Index {
+    let mut index = Index::new();
+    index.relist_begin::<GpuJob>();
+    for j in jobs {
+        index.apply(j);
+    }
+    index.relist_done::<GpuJob>();
+    index.relist_begin::<Node>();
+    for (n, b) in [("n1", "b1"), ("n2", "b1"), ("n3", "b2"), ("n4", "b2")] {
+        index.apply(node(n, b));
+    }
+    index.relist_done::<Node>();
+    index.relist_begin::<ResourceFlavor>();
+    index.apply(flavor());
+    index.relist_done::<ResourceFlavor>();
+    index.relist_begin::<ClusterQueue>();
+    index.apply(cluster_queue(gpus));
+    index.relist_done::<ClusterQueue>();
+    index.relist_begin::<LocalQueue>();
+    index.apply(local_queue());
+    index.relist_done::<LocalQueue>();
+    index.relist_begin::<Namespace>();
+    index.apply(namespace("team-a"));
+    index.relist_done::<Namespace>();
+    index.relist_begin::<Pod>();
+    index.relist_done::<Pod>();
+    index.relist_begin::<k8s_openapi::api::scheduling::v1::PriorityClass>();
+    index.relist_done::<k8s_openapi::api::scheduling::v1::PriorityClass>();
+    index
+}
+
+/// A pod as the kubelet reports it: `phase`, Ready or not, bound to its pinned node.
+pub fn with_phase(mut pod: Pod, phase: &str, ready: bool) -> Pod {
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_selector.as_ref())
+        .and_then(|s| s.get("kubernetes.io/hostname"))
+        .cloned();
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.scheduling_gates = None;
+        spec.node_name = node;
+    }
+    pod.status = Some(object(json!({
+        "phase": phase,
+        "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]
+    })));
+    pod
+}

@@ -1,0 +1,127 @@
+//! `muster controller`: run Muster on a Kubernetes cluster.
+
+use std::io::IsTerminal as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use muster_controller::run::{Options, run as run_controller};
+
+/// Where the service account's namespace is mounted in a pod.
+const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// Arguments of `muster controller`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Kubeconfig to use (default: the in-cluster service account, else $KUBECONFIG or
+    /// ~/.kube/config).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Manage the GpuJobs and LocalQueues of this namespace only.
+    #[arg(long, value_name = "NAMESPACE")]
+    namespace_scope: Option<String>,
+    /// Address of /metrics, /livez and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Schedule only while holding the Lease (run several replicas for high availability).
+    #[arg(long)]
+    leader_elect: bool,
+    /// Namespace of the Lease (default: the pod's own namespace, else `default`).
+    #[arg(long)]
+    lease_namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(long, default_value = "muster-controller")]
+    lease_name: String,
+    /// Writes in flight at once.
+    #[arg(long, default_value_t = 32)]
+    write_concurrency: usize,
+}
+
+/// Runs the controller until SIGTERM or Ctrl-C.
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    init_logging();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let client = client(args.kubeconfig.as_ref()).await?;
+        let identity = std::env::var("POD_NAME")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_else(|_| "muster".to_owned());
+        let lease_namespace = args
+            .lease_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+            .or_else(|| std::fs::read_to_string(POD_NAMESPACE_FILE).ok())
+            .map_or_else(|| "default".to_owned(), |ns| ns.trim().to_owned());
+        let options = Options {
+            namespace_scope: args.namespace_scope.clone(),
+            metrics_addr: args.metrics_addr,
+            leader_elect: args.leader_elect,
+            lease_namespace,
+            lease_name: args.lease_name.clone(),
+            identity,
+            write_concurrency: args.write_concurrency,
+            ..Options::default()
+        };
+        tracing::info!(?options, "starting");
+        run_controller(client, options, shutdown_signal()).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("using kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no in-cluster service account and no usable kubeconfig")?,
+    };
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+/// Resolves on SIGTERM (how Kubernetes stops a pod) or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    tracing::info!("shutting down");
+}
+
+/// Structured logs: JSON when stderr is not a terminal (in a pod), text otherwise; the level
+/// from `RUST_LOG` (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if std::io::stderr().is_terminal() {
+        builder.init();
+    } else {
+        builder.json().init();
+    }
+}

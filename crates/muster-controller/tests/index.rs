@@ -1,0 +1,198 @@
+//! The index fed with watch events: relists drop what is gone, a late event never rolls an
+//! object back, unreadable objects are reported instead of breaking the index, and capacity
+//! comes from every bound pod — counted once.
+
+mod support;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use muster_api::gpujob::PendingReasonKind;
+use muster_api::{ClusterQueue, GpuJob};
+use muster_controller::index::{Index, Kind, PodPhase};
+use muster_controller::plan::{Action, plan};
+use serde_json::json;
+use support::{at, cluster, job, object, with_phase};
+
+/// A pod Muster does not manage, bound to `node`, asking for `gpus`.
+fn other_pod(name: &str, node: &str, gpus: u32, phase: &str) -> Pod {
+    object(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "other"},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x",
+            "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]},
+        "status": {"phase": phase}
+    }))
+}
+
+fn pending_kind(index: &mut Index, key: &str) -> Option<PendingReasonKind> {
+    let pass = plan(index, at(10));
+    pass.actions.iter().find_map(|a| match a {
+        Action::JobStatus { job, status, .. } if job == key => {
+            status.pending_reason.as_ref().map(|r| r.kind)
+        }
+        _ => None,
+    })
+}
+
+#[test]
+fn the_first_pass_waits_for_every_cache() {
+    let mut index = Index::new();
+    assert!(!index.ready());
+    index.relist_begin::<GpuJob>();
+    index.apply(job("a", 1, 0));
+    assert!(!index.is_synced(Kind::GpuJob), "synced only at the end of the list");
+    index.relist_done::<GpuJob>();
+    assert!(index.is_synced(Kind::GpuJob));
+    assert!(!index.ready());
+    assert!(cluster(8, Vec::new()).ready());
+}
+
+#[test]
+fn a_relist_drops_objects_that_are_gone() {
+    let mut index = cluster(32, vec![job("a", 1, 0), job("b", 1, 0)]);
+    index.relist_begin::<GpuJob>();
+    index.apply(job("b", 1, 0));
+    index.relist_done::<GpuJob>();
+    assert!(index.job("team-a/a").is_none());
+    assert!(index.job("team-a/b").is_some());
+    index.relist_begin::<Node>();
+    index.apply(support::node("n1", "b1"));
+    index.relist_done::<Node>();
+    assert_eq!(index.len().1, 1);
+}
+
+#[test]
+fn a_late_event_never_rolls_a_job_back() {
+    let mut index = cluster(32, Vec::new());
+    let mut newer = job("a", 1, 0);
+    newer.metadata.resource_version = Some("20".into());
+    newer.spec.suspend = true;
+    index.apply(newer);
+    let mut older = job("a", 1, 0);
+    older.metadata.resource_version = Some("19".into());
+    index.apply(older);
+    assert!(index.job("team-a/a").is_some_and(|j| j.spec.suspend));
+}
+
+#[test]
+fn an_unreadable_node_holds_no_capacity_and_says_why() {
+    let mut index = cluster(32, Vec::new());
+    let bad: Node = object(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "labels": {"gpu": "h100"}},
+        "status": {"allocatable": {"nvidia.com/gpu": "eight"}}
+    }));
+    index.apply(bad);
+    assert!(index.node("n1").is_none());
+    let reasons: Vec<_> = index.unreadable().collect();
+    assert_eq!(reasons.len(), 1);
+    assert!(reasons[0].0.contains("n1"), "{reasons:?}");
+    // The index keeps serving everything else.
+    assert!(index.node("n2").is_some());
+}
+
+#[test]
+fn pods_muster_does_not_manage_take_capacity_while_they_run() {
+    // Four 8-GPU nodes; another team's pods fill n1 and n3, one on each block.
+    let mut index = cluster(64, vec![job("a", 2, 0)]);
+    index.apply(other_pod("x", "n1", 8, "Running"));
+    index.apply(other_pod("y", "n3", 8, "Running"));
+    assert_eq!(
+        pending_kind(&mut index, "team-a/a"),
+        Some(PendingReasonKind::NoTopologyFit)
+    );
+    // One of them finishes: its GPUs are free again.
+    let mut index = cluster(64, vec![job("a", 2, 0)]);
+    index.apply(other_pod("x", "n1", 8, "Running"));
+    index.apply(other_pod("y", "n3", 8, "Succeeded"));
+    let pass = plan(&mut index, at(10));
+    assert!(
+        pass.actions
+            .iter()
+            .any(|a| matches!(a, Action::Release { job, .. } if job == "team-a/a"))
+    );
+    assert_eq!(
+        index.pod("other/y").map(|p| (p.phase, p.usage.is_none())),
+        Some((PodPhase::Succeeded, true))
+    );
+}
+
+#[test]
+fn a_running_gang_is_counted_once_not_as_pods_and_admission() {
+    // Quota and nodes for exactly two 2-pod gangs; a runs with its pods bound.
+    let mut index = cluster(32, vec![job("a", 2, 0), job("b", 2, 1)]);
+    let pass = plan(&mut index, at(10));
+    let Some(Action::Release { gang, status, .. }) = pass
+        .actions
+        .iter()
+        .find(|a| matches!(a, Action::Release { job, .. } if job == "team-a/a"))
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    // A fresh index, as after a restart: a admitted (status) with its pods bound.
+    let mut a = job("a", 2, 0);
+    a.status = Some((**status).clone());
+    let mut restarted = cluster(32, vec![a, job("b", 2, 1)]);
+    for pod in &gang.pods {
+        restarted.apply(with_phase(pod.clone(), "Running", true));
+    }
+    let pass = plan(&mut restarted, at(20));
+    assert!(
+        pass.actions
+            .iter()
+            .any(|x| matches!(x, Action::Release { job, .. } if job == "team-a/b")),
+        "b fits beside a: a's pods are not booked twice\n{:#?}",
+        pass.actions
+    );
+}
+
+#[test]
+fn an_invalid_job_gets_a_condition_naming_the_field_and_others_still_run() {
+    let mut bad = job("bad", 1, 0);
+    bad.spec.pod_sets[0].count = 0;
+    let mut index = cluster(32, vec![bad, job("good", 1, 1)]);
+    let pass = plan(&mut index, at(10));
+    let status = pass.actions.iter().find_map(|a| match a {
+        Action::JobStatus { job, status, .. } if job == "team-a/bad" => Some(status.clone()),
+        _ => None,
+    });
+    let status = status.unwrap_or_default();
+    let Some(valid) = status.conditions.iter().find(|c| c.type_ == "Valid") else {
+        unreachable!("no Valid condition: {status:#?}")
+    };
+    assert_eq!(valid.status, "False");
+    assert!(valid.message.contains("podSets[0].count"), "{}", valid.message);
+    assert!(
+        pass.actions
+            .iter()
+            .any(|a| matches!(a, Action::Release { job, .. } if job == "team-a/good"))
+    );
+}
+
+#[test]
+fn a_cluster_queue_status_is_written_only_when_it_changes() {
+    let mut index = cluster(32, vec![job("a", 1, 0)]);
+    let pass = plan(&mut index, at(10));
+    let Some(Action::ClusterQueueStatus { status, .. }) = pass
+        .actions
+        .iter()
+        .find(|a| matches!(a, Action::ClusterQueueStatus { .. }))
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    assert_eq!(status.admitted_jobs, 1);
+    let mut queue: ClusterQueue = index.cluster_queue("research").cloned().unwrap_or_default();
+    queue.status = Some(status.clone());
+    for action in &pass.actions {
+        index.landed(action, Ok(Vec::new()), 0);
+    }
+    index.apply(queue);
+    let again = plan(&mut index, at(11));
+    assert!(
+        !again
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::ClusterQueueStatus { .. })),
+        "{:#?}",
+        again.actions
+    );
+}

@@ -37,12 +37,30 @@ fn node(i: usize) -> Node {
             name: Some(name.clone()),
             labels: Some(BTreeMap::from([
                 ("kubernetes.io/hostname".to_owned(), name),
-                ("cloud.google.com/gke-accelerator".to_owned(), "nvidia-h100-80gb".to_owned()),
-                ("cloud.google.com/gce-topology-block".to_owned(), format!("block-{}", i / 500)),
-                ("cloud.google.com/gce-topology-subblock".to_owned(), format!("sub-{}", i / 50)),
-                ("cloud.google.com/gke-nodepool".to_owned(), "a3-pool".to_owned()),
-                ("topology.kubernetes.io/zone".to_owned(), "us-central1-a".to_owned()),
-                ("node.kubernetes.io/instance-type".to_owned(), "a3-highgpu-8g".to_owned()),
+                (
+                    "cloud.google.com/gke-accelerator".to_owned(),
+                    "nvidia-h100-80gb".to_owned(),
+                ),
+                (
+                    "cloud.google.com/gce-topology-block".to_owned(),
+                    format!("block-{}", i / 500),
+                ),
+                (
+                    "cloud.google.com/gce-topology-subblock".to_owned(),
+                    format!("sub-{}", i / 50),
+                ),
+                (
+                    "cloud.google.com/gke-nodepool".to_owned(),
+                    "a3-pool".to_owned(),
+                ),
+                (
+                    "topology.kubernetes.io/zone".to_owned(),
+                    "us-central1-a".to_owned(),
+                ),
+                (
+                    "node.kubernetes.io/instance-type".to_owned(),
+                    "a3-highgpu-8g".to_owned(),
+                ),
             ])),
             ..ObjectMeta::default()
         },
@@ -161,7 +179,11 @@ fn fleet(jobs: usize) -> Index {
 fn resident() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
         .map_or(0, |pages| pages * 4096)
 }
 
@@ -170,11 +192,12 @@ fn main() {
     let before = resident();
     let index = fleet(0);
     let after = resident();
-    #[expect(clippy::cast_precision_loss, reason = "a report")]
-    let mb = after.saturating_sub(before) as f64 / 1e6;
+    let bytes = after.saturating_sub(before);
+    let objects = u64::try_from(NODES + PODS).unwrap_or(1);
     println!(
-        "index of {NODES} nodes and {PODS} pods: {mb:.1} MB resident ({:.0} bytes per object)",
-        after.saturating_sub(before) as f64 / (NODES + PODS) as f64
+        "index of {NODES} nodes and {PODS} pods: {} MB resident ({} bytes per object)",
+        bytes / 100_000 / 10,
+        bytes / objects
     );
     drop(index);
     divan::main();
@@ -192,5 +215,10 @@ fn fold_in_fleet_events() -> Index {
 fn one_pass(bencher: divan::Bencher) {
     bencher
         .with_inputs(|| fleet(JOBS))
-        .bench_local_values(|mut index| plan(&mut index, Timestamp::from_second(1_767_225_700).unwrap_or_default()));
+        .bench_local_values(|mut index| {
+            plan(
+                &mut index,
+                Timestamp::from_second(1_767_225_700).unwrap_or_default(),
+            )
+        });
 }

@@ -39,7 +39,10 @@ fn the_first_pass_waits_for_every_cache() {
     assert!(!index.ready());
     index.relist_begin::<GpuJob>();
     index.apply(job("a", 1, 0));
-    assert!(!index.is_synced(Kind::GpuJob), "synced only at the end of the list");
+    assert!(
+        !index.is_synced(Kind::GpuJob),
+        "synced only at the end of the list"
+    );
     index.relist_done::<GpuJob>();
     assert!(index.is_synced(Kind::GpuJob));
     assert!(!index.ready());
@@ -160,7 +163,11 @@ fn an_invalid_job_gets_a_condition_naming_the_field_and_others_still_run() {
         unreachable!("no Valid condition: {status:#?}")
     };
     assert_eq!(valid.status, "False");
-    assert!(valid.message.contains("podSets[0].count"), "{}", valid.message);
+    assert!(
+        valid.message.contains("podSets[0].count"),
+        "{}",
+        valid.message
+    );
     assert!(
         pass.actions
             .iter()

@@ -1,0 +1,32 @@
+//! The metrics a pass reports, in OpenMetrics text.
+
+mod support;
+
+use muster_controller::metrics::Metrics;
+use muster_controller::plan::plan;
+use support::{at, cluster, job};
+
+#[test]
+fn a_pass_reports_admissions_pending_jobs_and_quota_usage() {
+    // Quota for one 2-pod gang: a is admitted, b waits on quota.
+    let mut index = cluster(16, vec![job("a", 2, 0), job("b", 2, 5)]);
+    let pass = plan(&mut index, at(65));
+    let metrics = Metrics::new();
+    metrics.observe(&pass.summary, 0.25);
+    metrics.action("release", true);
+    metrics.action("job_status", false);
+    let text = metrics.encode();
+    for line in [
+        "muster_admission_attempts_total{result=\"admitted\"} 1",
+        "muster_admission_attempts_total{result=\"pending\"} 1",
+        "muster_pending_jobs{cluster_queue=\"research\",reason=\"QuotaShort\"} 1",
+        "muster_quota_usage{cluster_queue=\"research\",flavor=\"h100\",resource=\"nvidia.com/gpu\"} 16.0",
+        "muster_time_to_admission_seconds_count 1",
+        "muster_cycle_duration_seconds_count 1",
+        "muster_actions_total{kind=\"release\",result=\"ok\"} 1",
+        "muster_api_errors_total{action=\"job_status\"} 1",
+        "# EOF",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+}

@@ -150,9 +150,17 @@ pub struct Index {
     pub(crate) pods: BTreeMap<String, PodRecord>,
     /// Job → its pods' keys.
     pub(crate) pods_by_job: BTreeMap<String, BTreeSet<String>>,
+    /// Per node, what pods outside any gang hold there: kept as pods come and go, so a pass
+    /// books one sum per node instead of one entry per pod.
+    pub(crate) base_usage: BTreeMap<String, Resources>,
     pub(crate) namespaces: BTreeMap<String, BTreeMap<String, String>>,
     pub(crate) priority_classes: BTreeMap<String, i32>,
     pub(crate) provisioning_requests: BTreeSet<String>,
+    /// Bumped when a node's placement facts (labels, taints, allocatable, schedulable) or a
+    /// flavor change: the cached arrangement of nodes per flavor is rebuilt only then.
+    topology_version: u64,
+    /// Every flavor's nodes with no usage, as of `.0` (a topology version).
+    cluster: Option<(u64, muster_admission::Cluster)>,
     /// Writes started and not yet landed.
     pub(crate) writes: crate::plan::Writes,
     /// Objects that could not be read, with why (reported, never fatal).
@@ -254,6 +262,11 @@ impl Index {
             .filter_map(|k| self.pods.get(k).map(|p| (k.as_str(), p)))
     }
 
+    /// What pods outside any gang hold on `node`, summed.
+    pub fn base_usage(&self, node: &str) -> Option<&Resources> {
+        self.base_usage.get(node)
+    }
+
     /// A node.
     pub fn node(&self, name: &str) -> Option<&NodeInfo> {
         self.nodes.get(name)
@@ -316,16 +329,69 @@ impl Index {
         self.version += 1;
     }
 
+    /// Every flavor's nodes, with no usage booked: built when nodes or flavors changed since
+    /// the last call, else the cached one. Node heartbeats change nothing here, so a fleet's
+    /// steady stream of node updates does not rebuild it.
+    pub fn empty_cluster(&mut self) -> &muster_admission::Cluster {
+        let current = self.topology_version;
+        if self.cluster.as_ref().is_none_or(|(v, _)| *v != current) {
+            let nodes: Vec<NodeInfo> = self.nodes.values().cloned().collect();
+            let flavors = self
+                .flavors
+                .iter()
+                .map(|(name, f)| (name.clone(), f.spec.clone()));
+            self.cluster = Some((current, muster_admission::Cluster::new(flavors, &nodes)));
+        }
+        match &self.cluster {
+            Some((_, cluster)) => cluster,
+            None => unreachable!("built above"),
+        }
+    }
+
     fn remove_pod(&mut self, key: &str) {
-        if let Some(old) = self.pods.remove(key)
-            && let Some(member) = old.member
-            && let Some(set) = self.pods_by_job.get_mut(&member.job)
-        {
-            set.remove(key);
-            if set.is_empty() {
-                self.pods_by_job.remove(&member.job);
+        let Some(old) = self.pods.remove(key) else {
+            return;
+        };
+        match old.member {
+            Some(member) => {
+                if let Some(set) = self.pods_by_job.get_mut(&member.job) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        self.pods_by_job.remove(&member.job);
+                    }
+                }
+            }
+            None => {
+                if let (Some(node), Some(usage)) = (old.node, old.usage)
+                    && let Some(sum) = self.base_usage.get_mut(&node)
+                {
+                    sum.saturating_sub_all(&usage);
+                    if sum.iter().all(|(_, a)| a.is_zero()) {
+                        self.base_usage.remove(&node);
+                    }
+                }
             }
         }
+    }
+
+    fn insert_pod(&mut self, key: String, record: PodRecord) {
+        match &record.member {
+            Some(member) => {
+                self.pods_by_job
+                    .entry(member.job.clone())
+                    .or_default()
+                    .insert(key.clone());
+            }
+            None => {
+                if let (Some(node), Some(usage)) = (&record.node, &record.usage) {
+                    self.base_usage
+                        .entry(node.clone())
+                        .or_default()
+                        .add_all(usage);
+                }
+            }
+        }
+        self.pods.insert(key, record);
     }
 }
 
@@ -382,10 +448,16 @@ impl Indexed for LocalQueue {
 impl Indexed for ResourceFlavor {
     const KIND: Kind = Kind::ResourceFlavor;
     fn apply(self, index: &mut Index) {
-        index.flavors.insert(Indexed::key(&self), self);
+        let key = Indexed::key(&self);
+        if index.flavors.get(&key).map(|f| &f.spec) != Some(&self.spec) {
+            index.topology_version += 1;
+        }
+        index.flavors.insert(key, self);
     }
     fn remove(index: &mut Index, key: &str) {
-        index.flavors.remove(key);
+        if index.flavors.remove(key).is_some() {
+            index.topology_version += 1;
+        }
     }
 }
 
@@ -432,14 +504,7 @@ impl Indexed for Pod {
             }
         };
         index.remove_pod(&key);
-        if let Some(member) = &record.member {
-            index
-                .pods_by_job
-                .entry(member.job.clone())
-                .or_default()
-                .insert(key.clone());
-        }
-        index.pods.insert(key, record);
+        index.insert_pod(key, record);
     }
     fn remove(index: &mut Index, key: &str) {
         index.remove_pod(key);

@@ -383,7 +383,8 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
 
     // (2) Admission's cycle over a scheduler rebuilt from the index.
     let held: BTreeSet<String> = restore.iter().map(|(j, _)| j.id.clone()).collect();
-    let mut scheduler = scheduler(index, &held);
+    let cluster = index.empty_cluster().clone();
+    let mut scheduler = scheduler(index, cluster, &held);
     for (job, holding) in restore {
         scheduler.restore(job, holding, false);
     }
@@ -675,21 +676,20 @@ fn has_finalizer(job: &GpuJob) -> bool {
 
 /// The scheduler for one pass: nodes per flavor with the usage of every pod that belongs to
 /// no held admission (a held job's nodes are booked by restoring it), queues and namespaces.
-fn scheduler(index: &Index, held: &BTreeSet<String>) -> Scheduler {
-    let nodes: Vec<_> = index.nodes.values().cloned().collect();
-    let flavors = index
-        .flavors
-        .iter()
-        .map(|(name, f)| (name.clone(), f.spec.clone()));
-    let mut cluster = Cluster::new(flavors, &nodes);
-    for pod in index.pods.values() {
-        let (Some(node), Some(usage)) = (&pod.node, &pod.usage) else {
-            continue;
-        };
-        if pod.member.as_ref().is_some_and(|m| held.contains(&m.job)) {
+/// Pods outside any gang arrive summed per node.
+fn scheduler(index: &Index, mut cluster: Cluster, held: &BTreeSet<String>) -> Scheduler {
+    for (node, usage) in &index.base_usage {
+        cluster.add_usage(node, usage);
+    }
+    for (job, pods) in &index.pods_by_job {
+        if held.contains(job) {
             continue;
         }
-        cluster.add_usage(node, usage);
+        for pod in pods.iter().filter_map(|k| index.pods.get(k)) {
+            if let (Some(node), Some(usage)) = (&pod.node, &pod.usage) {
+                cluster.add_usage(node, usage);
+            }
+        }
     }
     let mut scheduler = Scheduler::new(
         cluster,

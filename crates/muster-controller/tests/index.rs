@@ -203,3 +203,29 @@ fn a_cluster_queue_status_is_written_only_when_it_changes() {
         again.actions
     );
 }
+
+#[test]
+fn the_per_node_sum_follows_pods_through_their_lives() {
+    let mut index = cluster(64, Vec::new());
+    let gpus = |index: &Index| {
+        index
+            .base_usage("n1")
+            .map_or(0, |r| r.get("nvidia.com/gpu").milli() / 1000)
+    };
+    index.apply(other_pod("x", "n1", 2, "Running"));
+    index.apply(other_pod("y", "n1", 3, "Running"));
+    assert_eq!(gpus(&index), 5);
+    // Updated in place: counted once.
+    index.apply(other_pod("x", "n1", 2, "Running"));
+    assert_eq!(gpus(&index), 5);
+    index.apply(other_pod("x", "n1", 2, "Succeeded"));
+    assert_eq!(gpus(&index), 3);
+    index.delete(&other_pod("y", "n1", 3, "Running"));
+    assert_eq!(gpus(&index), 0);
+    assert!(index.base_usage("n1").is_none());
+    // A relist that no longer lists a pod drops its usage too.
+    index.apply(other_pod("z", "n1", 4, "Running"));
+    index.relist_begin::<Pod>();
+    index.relist_done::<Pod>();
+    assert_eq!(gpus(&index), 0);
+}

@@ -370,28 +370,28 @@ impl Executor {
     async fn finalizer(&self, key: &str, add: bool) -> Result<GpuJob, ExecuteError> {
         let (namespace, name) = split(key)?;
         let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
-        let current = self.call("reading GpuJob", key, || api.get(name)).await?;
-        let mut finalizers = current.metadata.finalizers.clone().unwrap_or_default();
-        let has = finalizers.iter().any(|f| f == FINALIZER);
-        if has == add {
-            return Ok(current);
-        }
-        if add {
-            finalizers.push(FINALIZER.to_owned());
-        } else {
-            finalizers.retain(|f| f != FINALIZER);
-        }
-        let patch = serde_json::json!({"metadata": {
-            "finalizers": finalizers,
-            "resourceVersion": current.metadata.resource_version,
-        }});
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PatchParams::default()
         };
-        let patch = Patch::Merge(&patch);
-        self.call("patching GpuJob finalizers", key, || {
-            api.patch(name, &params, &patch)
+        // Read and patch as one unit: a conflict (someone changed the job in between)
+        // retries from the read.
+        self.call("patching GpuJob finalizers", key, || async {
+            let current = api.get(name).await?;
+            let mut finalizers = current.metadata.finalizers.clone().unwrap_or_default();
+            if finalizers.iter().any(|f| f == FINALIZER) == add {
+                return Ok(current);
+            }
+            if add {
+                finalizers.push(FINALIZER.to_owned());
+            } else {
+                finalizers.retain(|f| f != FINALIZER);
+            }
+            let body = serde_json::json!({"metadata": {
+                "finalizers": finalizers,
+                "resourceVersion": current.metadata.resource_version,
+            }});
+            api.patch(name, &params, &Patch::Merge(&body)).await
         })
         .await
     }

@@ -78,6 +78,12 @@ async fn serve(
             )
         } else if method == "POST" {
             (201, body.clone())
+        } else if path.contains("/services/") {
+            (
+                200,
+                json!({"apiVersion": "v1", "kind": "Service",
+                       "metadata": {"name": name, "namespace": "team-a"}}),
+            )
         } else if path.contains("/gpujobs/") {
             let mut object = serde_json::to_value(job("a", 2, 0)).unwrap_or_default();
             object["status"] = body["status"].clone();
@@ -295,4 +301,52 @@ async fn a_64_pod_gang_costs_one_request_per_pod_and_gate_plus_two() {
         seen.len(),
         elapsed.as_secs_f64() * 1000.0
     );
+}
+
+#[tokio::test]
+async fn a_finalizer_conflict_is_retried_from_a_fresh_read() {
+    let action = Action::AddFinalizer {
+        job: "team-a/a".into(),
+    };
+    // The fixture job already carries the finalizer: adding it only reads. Removing it reads,
+    // patches, and on a conflict reads again before patching again.
+    let finalize = Action::Finalize {
+        job: "team-a/a".into(),
+        pods: Vec::new(),
+    };
+    let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        calls(&seen),
+        [(
+            "GET",
+            "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a"
+        )]
+    );
+    let failures = BTreeMap::from([(2, 409)]);
+    let (result, seen) = run(&finalize, failures, Vec::new(), true).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        calls(&seen),
+        [
+            ("DELETE", "/api/v1/namespaces/team-a/services/a"),
+            (
+                "GET",
+                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a"
+            ),
+            (
+                "PATCH",
+                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a"
+            ),
+            (
+                "GET",
+                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a"
+            ),
+            (
+                "PATCH",
+                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a"
+            ),
+        ]
+    );
+    assert_eq!(seen[4].body["metadata"]["finalizers"], json!([]));
 }

@@ -1,0 +1,227 @@
+//! The whole controller process against the kube-rs mock API server: it lists every kind,
+//! reports ready only once every cache is synced, runs a pass, releases the waiting job's gang
+//! and writes its status, serves metrics, and stops cleanly.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use http::{Request, Response};
+use kube::Client;
+use kube::client::Body;
+use muster_controller::run::{Options, run};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+/// The list each collection path answers with.
+fn lists() -> BTreeMap<&'static str, (&'static str, Vec<Value>)> {
+    let value = |v: &dyn erased::Json| v.json();
+    BTreeMap::from([
+        (
+            "/apis/muster.dev/v1alpha1/gpujobs",
+            ("GpuJobList", vec![value(&support::job("a", 2, 0))]),
+        ),
+        (
+            "/apis/muster.dev/v1alpha1/clusterqueues",
+            ("ClusterQueueList", vec![value(&support::cluster_queue(32))]),
+        ),
+        (
+            "/apis/muster.dev/v1alpha1/localqueues",
+            ("LocalQueueList", vec![value(&support::local_queue())]),
+        ),
+        (
+            "/apis/muster.dev/v1alpha1/resourceflavors",
+            ("ResourceFlavorList", vec![value(&support::flavor())]),
+        ),
+        (
+            "/api/v1/nodes",
+            (
+                "NodeList",
+                vec![
+                    value(&support::node("n1", "b1")),
+                    value(&support::node("n2", "b1")),
+                ],
+            ),
+        ),
+        ("/api/v1/pods", ("PodList", Vec::new())),
+        (
+            "/api/v1/namespaces",
+            ("NamespaceList", vec![value(&support::namespace("team-a"))]),
+        ),
+        (
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            ("PriorityClassList", Vec::new()),
+        ),
+    ])
+}
+
+/// Serializing fixtures of different types through one helper.
+mod erased {
+    pub trait Json {
+        fn json(&self) -> serde_json::Value;
+    }
+    impl<T: serde::Serialize> Json for T {
+        fn json(&self) -> serde_json::Value {
+            serde_json::to_value(self).unwrap_or_default()
+        }
+    }
+}
+
+/// Answers lists from `lists()`, holds watches open (never answering), 404s the
+/// ProvisioningRequest probe, echoes writes; reports every write on `writes`.
+async fn api_server(
+    mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
+    writes: mpsc::UnboundedSender<(String, String)>,
+) {
+    let lists = lists();
+    let mut held = Vec::new();
+    while let Some((request, respond)) = handle.next_request().await {
+        let method = request.method().to_string();
+        let path = request.uri().path().to_owned();
+        let query = request.uri().query().unwrap_or_default().to_owned();
+        let bytes = request
+            .into_body()
+            .collect_bytes()
+            .await
+            .unwrap_or_default();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        let reply = |code: u16, value: Value| {
+            Response::builder()
+                .status(code)
+                .body(Body::from(serde_json::to_vec(&value).unwrap_or_default()))
+                .unwrap_or_else(|_| Response::new(Body::from(Vec::new())))
+        };
+        if method == "GET" && query.contains("watch=true") {
+            held.push(respond);
+            continue;
+        }
+        if method == "GET" {
+            let response = match lists.get(path.as_str()) {
+                Some((kind, items)) => reply(
+                    200,
+                    json!({"apiVersion": "v1", "kind": kind,
+                           "metadata": {"resourceVersion": "10"}, "items": items}),
+                ),
+                None => reply(
+                    404,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                           "reason": "NotFound", "code": 404, "message": "not found"}),
+                ),
+            };
+            respond.send_response(response);
+            continue;
+        }
+        let _ = writes.send((method.clone(), path.clone()));
+        let object = if path.contains("/gpujobs/") {
+            let mut job = serde_json::to_value(support::job("a", 2, 0)).unwrap_or_default();
+            job["status"] = body["status"].clone();
+            job["metadata"]["resourceVersion"] = json!("11");
+            job
+        } else if path.contains("/clusterqueues/") {
+            let mut queue = serde_json::to_value(support::cluster_queue(32)).unwrap_or_default();
+            queue["status"] = body["status"].clone();
+            queue
+        } else if path.contains("/localqueues/") {
+            let mut queue = serde_json::to_value(support::local_queue()).unwrap_or_default();
+            queue["status"] = body["status"].clone();
+            queue
+        } else if method == "PATCH" {
+            let name = path.rsplit('/').next().unwrap_or_default();
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": "team-a"}})
+        } else {
+            body
+        };
+        respond.send_response(reply(if method == "POST" { 201 } else { 200 }, object));
+    }
+}
+
+/// A free local port for the metrics server.
+async fn free_port() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await;
+    listener
+        .and_then(|l| l.local_addr())
+        .map_or(18080, |a| a.port())
+}
+
+/// `GET path` over plain HTTP/1.0: (status line, body).
+async fn get(port: u16, path: &str) -> (String, String) {
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return (String::new(), String::new());
+    };
+    let request = format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return (String::new(), String::new());
+    }
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text).await;
+    let status = text.lines().next().unwrap_or_default().to_owned();
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_syncs_admits_releases_and_stops() {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let (writes_tx, mut writes) = mpsc::unbounded_channel();
+    tokio::spawn(api_server(handle, writes_tx));
+    let port = free_port().await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(run(
+        Client::new(service, "default"),
+        Options {
+            metrics_addr: ([127, 0, 0, 1], port).into(),
+            debounce: Duration::from_millis(10),
+            ..Options::default()
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+
+    // Every write the first passes make, until the job's status lands.
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !seen
+        .iter()
+        .any(|(m, p)| m == "PATCH" && p.ends_with("/gpujobs/a/status"))
+    {
+        match tokio::time::timeout_at(deadline, writes.recv()).await {
+            Ok(Some(write)) => seen.push(write),
+            _ => unreachable!("no release within 20 s; writes so far: {seen:?}"),
+        }
+    }
+    let pods = |m: &str| {
+        seen.iter()
+            .filter(|(method, p)| method == m && p.starts_with("/api/v1/namespaces/team-a/pods"))
+            .count()
+    };
+    assert_eq!((pods("POST"), pods("PATCH")), (2, 2), "{seen:?}");
+    let first_ungate = seen
+        .iter()
+        .position(|(m, p)| m == "PATCH" && p.contains("/pods/"));
+    let last_create = seen
+        .iter()
+        .rposition(|(m, p)| m == "POST" && p.ends_with("/pods"));
+    assert!(
+        last_create < first_ungate,
+        "every pod exists before a gate opens: {seen:?}"
+    );
+
+    let (status, _) = get(port, "/readyz").await;
+    assert!(status.contains("200"), "{status}");
+    let (_, metrics) = get(port, "/metrics").await;
+    assert!(
+        metrics.contains("muster_admission_attempts_total{result=\"admitted\"} 1"),
+        "{metrics}"
+    );
+
+    let _ = stop.send(());
+    let finished = tokio::time::timeout(Duration::from_secs(20), controller).await;
+    assert!(
+        matches!(finished, Ok(Ok(Ok(())))),
+        "the controller stops cleanly"
+    );
+}

@@ -382,7 +382,19 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
     }
 
     // (2) Admission's cycle over a scheduler rebuilt from the index.
-    let held: BTreeSet<String> = restore.iter().map(|(j, _)| j.id.clone()).collect();
+    // A held job's pods of its current attempt are booked through its admission; pods of
+    // earlier attempts still terminating are booked as ordinary pods.
+    let held: BTreeMap<String, i32> = restore
+        .iter()
+        .map(|(j, _)| {
+            let attempt = index
+                .jobs
+                .get(&j.id)
+                .and_then(|g| g.status.as_ref())
+                .map_or(0, |s| s.requeue_count);
+            (j.id.clone(), attempt)
+        })
+        .collect();
     let cluster = index.empty_cluster().clone();
     let mut scheduler = scheduler(index, cluster, &held);
     for (job, holding) in restore {
@@ -677,16 +689,18 @@ fn has_finalizer(job: &GpuJob) -> bool {
 /// The scheduler for one pass: nodes per flavor with the usage of every pod that belongs to
 /// no held admission (a held job's nodes are booked by restoring it), queues and namespaces.
 /// Pods outside any gang arrive summed per node.
-fn scheduler(index: &Index, mut cluster: Cluster, held: &BTreeSet<String>) -> Scheduler {
+fn scheduler(index: &Index, mut cluster: Cluster, held: &BTreeMap<String, i32>) -> Scheduler {
     for (node, usage) in &index.base_usage {
         cluster.add_usage(node, usage);
     }
     for (job, pods) in &index.pods_by_job {
-        if held.contains(job) {
-            continue;
-        }
+        let attempt = held.get(job);
         for pod in pods.iter().filter_map(|k| index.pods.get(k)) {
-            if let (Some(node), Some(usage)) = (&pod.node, &pod.usage) {
+            let booked = pod
+                .member
+                .as_ref()
+                .is_some_and(|m| Some(&m.attempt) == attempt);
+            if let (Some(node), Some(usage), false) = (&pod.node, &pod.usage, booked) {
                 cluster.add_usage(node, usage);
             }
         }

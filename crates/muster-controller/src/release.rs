@@ -71,10 +71,22 @@ pub struct Gang {
     pub pods: Vec<Pod>,
 }
 
-/// The name of pod `index` of `pod_set` in `job`: also its host name (validation keeps it
-/// within 63 characters).
+/// The host name of pod `index` of `pod_set` in `job` (validation keeps it within 63
+/// characters): the same on every attempt, so peers find each other under stable DNS names.
 pub fn pod_name(job: &str, pod_set: &str, index: usize) -> String {
     format!("{job}-{pod_set}-{index}")
+}
+
+/// The object name of that pod on `attempt` (the job's `requeueCount`): the host name, with
+/// `-a<attempt>` after the first attempt, so a new gang never collides with pods of an
+/// earlier one that are still terminating (on a lost node they may stay so for long).
+pub fn pod_object_name(job: &str, pod_set: &str, index: usize, attempt: &str) -> String {
+    let host = pod_name(job, pod_set, index);
+    if attempt == "0" {
+        host
+    } else {
+        format!("{host}-a{attempt}")
+    }
 }
 
 /// What every object of one gang shares.
@@ -179,6 +191,7 @@ fn pod(
 ) -> Pod {
     let placed = placement.nodes.len();
     let name = pod_name(&ctx.name, &set.name, index);
+    let object_name = pod_object_name(&ctx.name, &set.name, index, &ctx.attempt);
     let mut env = vec![
         env_var("MUSTER_JOB_NAME", &ctx.name),
         env_var("MUSTER_POD_SET", &set.name),
@@ -239,7 +252,7 @@ fn pod(
     );
     Pod {
         metadata: ObjectMeta {
-            name: Some(name),
+            name: Some(object_name),
             namespace: Some(ctx.namespace.clone()),
             labels: Some(labels),
             annotations: Some(annotations),

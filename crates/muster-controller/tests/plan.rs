@@ -450,3 +450,75 @@ fn a_release_that_fails_is_retried_with_backoff_and_says_why() {
     land_all(&mut index, &pass.actions, 11);
     assert_eq!(releases(&plan(&mut index, at(31)).actions).len(), 1);
 }
+
+#[test]
+fn a_restarted_gang_gets_new_pod_names_and_avoids_nodes_its_old_pods_still_hold() {
+    let mut index = cluster(32, vec![job("a", 2, 0)]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    let Action::Release { gang, .. } = releases(&pass.actions)[0].clone() else {
+        unreachable!()
+    };
+    report(
+        &mut index,
+        &releases(&pass.actions)[0].clone(),
+        "Running",
+        true,
+    );
+    index.apply(with_phase(gang.pods[0].clone(), "Failed", false));
+    let pass = plan(&mut index, at(20));
+    // The eviction lands, but the old pods linger, terminating on their nodes.
+    let evict: Vec<Action> = pass
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::Evict { .. }))
+        .cloned()
+        .collect();
+    let Some(Action::Evict { status, .. }) = evict.first() else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    let mut a = index.job("team-a/a").cloned().unwrap_or_default();
+    a.status = Some((**status).clone());
+    a.metadata.resource_version = Some("50".into());
+    index.apply(a);
+    for pod in &gang.pods {
+        let mut pod = with_phase(pod.clone(), "Running", false);
+        pod.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(20)));
+        index.apply(pod);
+    }
+    index.landed(&evict[0], Ok(Vec::new()), at(20).as_second());
+    let pass = plan(&mut index, at(21));
+    let released = releases(&pass.actions);
+    assert_eq!(released.len(), 1, "{:#?}", pass.actions);
+    let Action::Release { gang: again, .. } = released[0] else {
+        unreachable!()
+    };
+    let names: Vec<_> = again
+        .pods
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(names, ["a-workers-0-a1", "a-workers-1-a1"]);
+    let hosts: Vec<_> = again
+        .pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref().and_then(|s| s.hostname.clone()))
+        .collect();
+    assert_eq!(hosts, ["a-workers-0", "a-workers-1"], "stable DNS names");
+    let old: Vec<_> = gang.pods.iter().map(node_of).collect();
+    let new: Vec<_> = again.pods.iter().map(node_of).collect();
+    assert!(
+        old.iter().all(|n| !new.contains(n)),
+        "the terminating pods still hold {old:?}; the new gang went to {new:?}"
+    );
+}
+
+fn node_of(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_selector.as_ref())
+        .and_then(|s| s.get("kubernetes.io/hostname"))
+        .cloned()
+        .unwrap_or_default()
+}

@@ -467,3 +467,76 @@ fn a_queue_admits_only_namespaces_its_selector_selects() {
     s.set_namespace("ns", [("team".to_owned(), "a".to_owned())].into());
     assert_eq!(admitted(&s.cycle(1)), vec!["outsider"]);
 }
+
+fn provisioning(
+    spec: muster_api::ClusterQueueSpec,
+    policy: ProvisioningPolicy,
+) -> muster_api::ClusterQueueSpec {
+    let mut spec = spec;
+    spec.provisioning = Some(ProvisioningPolicy {
+        class_name: "queued-provisioning.gke.io".into(),
+        ..policy
+    });
+    spec
+}
+
+fn provisions(d: &[Decision], id: &str) -> bool {
+    d.iter()
+        .any(|d| matches!(d, Decision::Provision { job, .. } if job == &format!("ns/{id}")))
+}
+
+#[test]
+fn mode_always_buys_capacity_even_when_todays_nodes_would_do() {
+    let policy = ProvisioningPolicy {
+        mode: muster_api::cluster_queue::ProvisioningMode::Always,
+        managed_resources: vec![GPU.into()],
+        ..ProvisioningPolicy::default()
+    };
+    let mut s = scheduler(
+        &fleet("h100", 1, 4),
+        vec![flavor("h100")],
+        vec![("q", provisioning(gpu_queue(64), policy))],
+    );
+    s.submit(job("small", "q", 0, 0, 1, 8));
+    let d = s.cycle(0);
+    assert!(provisions(&d, "small"), "{d:?}");
+    assert!(admitted(&d).is_empty());
+    // Quota still bounds it: beyond the nominal quota the job waits on quota.
+    s.submit(job("huge", "q", 0, 1, 16, 8));
+    let d = s.cycle(1);
+    assert_eq!(
+        reason_of(&d, "huge").map(PendingReason::kind),
+        Some(PendingReasonKind::QuotaShort)
+    );
+}
+
+#[rstest::rstest]
+#[case::waits_for_the_autoscaler(false, false)]
+#[case::preempts_when_allowed(true, true)]
+fn a_provisioning_queue_preempts_only_when_it_allows_it(
+    #[case] allow: bool,
+    #[case] preempts: bool,
+) {
+    let policy = ProvisioningPolicy {
+        preempt_while_provisioning: allow,
+        ..ProvisioningPolicy::default()
+    };
+    let queue = preempting(
+        provisioning(gpu_queue(1000), policy),
+        PreemptionPolicy {
+            within_cluster_queue: WithinClusterQueue::LowerPriority,
+            reclaim_within_cohort: ReclaimWithinCohort::Never,
+        },
+    );
+    let mut s = scheduler(
+        &fleet("h100", 1, 2),
+        vec![flavor("h100")],
+        vec![("q", queue)],
+    );
+    s.submit(job("low", "q", 0, 0, 2, 8));
+    assert_eq!(admitted(&cycle(&mut s, 0)), vec!["low"]);
+    s.submit(job("high", "q", 10, 1, 2, 8));
+    let d = cycle(&mut s, 1);
+    assert_eq!(!preempted(&d).is_empty(), preempts, "{d:?}");
+    assert_eq!(provisions(&d, "high"), !preempts, "{d:?}");
+}

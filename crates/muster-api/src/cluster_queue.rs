@@ -182,6 +182,47 @@ pub struct ProvisioningPolicy {
     /// Retries after a failed or expired request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
+    /// When to buy capacity: `WhenNoFit` (default) only when today's nodes cannot hold the
+    /// gang; `Always` for every job (fresh capacity per job, as with DWS flex-start).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub mode: ProvisioningMode,
+    /// What happens to a running gang whose capacity is taken back (`CapacityRevoked`, e.g.
+    /// the class's maximum run duration was reached): `Requeue` (default) or `Fail`.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub on_capacity_revoked: RevokedPolicy,
+    /// Node selectors the pods get from the request's `provisioningClassDetails`: node label
+    /// key → detail key (e.g. a reservation or node-pool name the autoscaler reports).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 20))]
+    pub node_selector_from_details: BTreeMap<String, String>,
+    /// Whether a job that is waiting for capacity may also preempt running work. Default
+    /// false: it waits for the autoscaler and evicts nobody.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preempt_while_provisioning: bool,
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+/// When a ClusterQueue buys capacity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum ProvisioningMode {
+    /// Only when no existing block holds the gang.
+    #[default]
+    WhenNoFit,
+    /// For every job that requests a managed resource.
+    Always,
+}
+
+/// What happens when provisioned capacity is taken back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum RevokedPolicy {
+    /// Evict the gang and queue it again.
+    #[default]
+    Requeue,
+    /// Evict the gang and fail the job.
+    Fail,
 }
 
 /// Exponential backoff for provisioning retries.

@@ -477,6 +477,13 @@ impl Scheduler {
             out.push(pending(reason.clone(), None));
             return;
         }
+        if self.provisions_always(cq)
+            && let Some(d) = self.provision(cq, job, now)
+        {
+            // Fresh capacity for every job: it does not take today's nodes.
+            out.push(d);
+            return;
+        }
         let opts = Options {
             place: true,
             no_borrow: false,
@@ -524,7 +531,15 @@ impl Scheduler {
         out: &mut Vec<Decision>,
     ) {
         let pending = |reason, eta| waiting(job, position, reason, eta);
+        // A queue that buys capacity waits for it rather than evicting running work, unless
+        // it allows preemption while provisioning: then preemption is tried first.
+        let preempt_first = self
+            .queues
+            .get(cq)
+            .and_then(|q| q.spec.provisioning.as_ref())
+            .is_some_and(|p| p.preempt_while_provisioning);
         if let Blocked::Topology { .. } = &blocked
+            && !preempt_first
             && let Some(d) = self.provision(cq, job, now)
         {
             out.push(d);
@@ -551,6 +566,14 @@ impl Scheduler {
                 });
             }
             out.push(pending(PendingReason::Preempting { victims }, None));
+            return;
+        }
+        if let Blocked::Topology { .. } = &blocked
+            && preempt_first
+            && let Some(d) = self.provision(cq, job, now)
+        {
+            out.push(d);
+            state.strict_head.remove(cq);
             return;
         }
         let reservable = matches!(blocked, Blocked::Quota(_) | Blocked::Topology { .. });
@@ -711,6 +734,14 @@ impl Scheduler {
             pod_sets: assignment.pod_sets,
             borrowing: assignment.borrowing,
         }));
+    }
+
+    /// Whether `cq` buys fresh capacity for every job (`mode: Always`).
+    fn provisions_always(&self, cq: &str) -> bool {
+        self.queues
+            .get(cq)
+            .and_then(|q| q.spec.provisioning.as_ref())
+            .is_some_and(|p| p.mode == muster_api::cluster_queue::ProvisioningMode::Always)
     }
 
     /// Quota fits but no nodes do: when the queue provisions for this job, book its quota and

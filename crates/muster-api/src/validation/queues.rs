@@ -152,6 +152,15 @@ fn provisioning(e: &mut Errors, path: &str, p: &ProvisioningPolicy) {
     for (i, r) in p.managed_resources.iter().enumerate() {
         e.qualified_name(&format!("{path}.managedResources[{i}]"), r);
     }
+    for (label, detail) in &p.node_selector_from_details {
+        e.qualified_name(&format!("{path}.nodeSelectorFromDetails[{label:?}]"), label);
+        if detail.is_empty() {
+            e.push(
+                format!("{path}.nodeSelectorFromDetails[{label:?}]"),
+                "name the provisioningClassDetails key whose value the label takes",
+            );
+        }
+    }
     if let Some(retry) = &p.retry {
         retry_policy(e, &format!("{path}.retry"), retry);
     }

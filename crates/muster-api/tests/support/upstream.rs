@@ -1,0 +1,72 @@
+//! The upstream ProvisioningRequest CRD in `../shared/crds/`, and a checker of objects
+//! against its schema. Shared by the tests of every crate that writes ProvisioningRequests.
+
+#![allow(dead_code, reason = "each test binary uses part of the support module")]
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+/// The upstream CRD's v1 schema, or `None` (with a note) where the shared folder is absent.
+pub fn upstream_schema() -> Option<Value> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/crds/autoscaling.x-k8s.io_provisioningrequests.yaml");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        eprintln!("skipping: upstream CRD not found at {}", path.display());
+        return None;
+    };
+    let crd: Value = serde_yaml_ng::from_str(&text).ok()?;
+    let versions = crd.pointer("/spec/versions")?.as_array()?;
+    let v1 = versions
+        .iter()
+        .find(|v| v.get("name") == Some(&json!("v1")))?;
+    v1.pointer("/schema/openAPIV3Schema").cloned()
+}
+
+/// Checks `value` against an OpenAPI schema: unknown fields, missing required fields, and
+/// types. Returns every problem with its path.
+pub fn conforms(path: &str, value: &Value, schema: &Value, out: &mut Vec<String>) {
+    let ty = schema.get("type").and_then(Value::as_str).unwrap_or("");
+    match (ty, value) {
+        ("object", Value::Object(obj)) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let extra = schema.get("additionalProperties");
+            for (key, child) in obj {
+                match (props.and_then(|p| p.get(key)), extra) {
+                    (Some(s), _) | (None, Some(s)) => {
+                        conforms(&format!("{path}.{key}"), child, s, out);
+                    }
+                    (None, None) if props.is_some() => {
+                        out.push(format!("{path}.{key}: not in the schema"));
+                    }
+                    (None, None) => {}
+                }
+            }
+            for req in schema
+                .get("required")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(name) = req.as_str().filter(|n| !obj.contains_key(*n)) {
+                    out.push(format!("{path}.{name}: required but missing"));
+                }
+            }
+        }
+        ("array", Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                conforms(
+                    &format!("{path}[{i}]"),
+                    item,
+                    schema.get("items").unwrap_or(&Value::Null),
+                    out,
+                );
+            }
+        }
+        ("string", Value::String(_))
+        | ("integer", Value::Number(_))
+        | ("boolean", Value::Bool(_))
+        | ("", _) => {}
+        (ty, v) => out.push(format!("{path}: expected {ty}, found {v}")),
+    }
+}

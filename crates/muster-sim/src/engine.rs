@@ -70,6 +70,8 @@ pub struct Run {
     pub cycles: u64,
     /// Wall time of the run (not part of any deterministic output).
     pub wall: Duration,
+    /// What the autoscaler did, when the scenario has capacity to buy.
+    pub provisioning: Option<crate::autoscaler::ProvisioningStats>,
 }
 
 /// Converts a trace job to an admission job in `namespace`.
@@ -320,18 +322,16 @@ pub fn run(
     policy: &str,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Run, String> {
-    if let Some((name, _)) = loaded
-        .cluster_queues
-        .iter()
-        .find(|(_, q)| q.provisioning.is_some())
-    {
-        return Err(format!(
-            "ClusterQueue {name} provisions capacity, which the simulator does not model yet; remove spec.provisioning to simulate existing nodes"
-        ));
-    }
     let started = Instant::now();
     let mut s = scheduler(loaded, policy)?;
     let mut books = Books::new(loaded);
+    let originals: Vec<Job> = loaded
+        .jobs
+        .iter()
+        .map(|j| admission_job(j, &books.namespace))
+        .collect();
+    let mut autoscaler =
+        crate::autoscaler::Autoscaler::new(loaded, &mut s, &mut books.absent, originals)?;
     let mut timeline = Vec::new();
     let mut cycles = 0u64;
     let mut next = 0;
@@ -348,12 +348,16 @@ pub fn run(
             .next_repair()
             .filter(|_| work_left || books.pending > 0);
         let next_change = changes.next().filter(|_| work_left || books.pending > 0);
+        let next_autoscaler = autoscaler
+            .as_ref()
+            .and_then(crate::autoscaler::Autoscaler::next);
         let Some(now) = [
             next_end,
             next_arrival,
             next_failure,
             next_repair,
             next_change,
+            next_autoscaler,
         ]
         .into_iter()
         .flatten()
@@ -363,38 +367,28 @@ pub fn run(
         books.complete(&mut s, now);
         books.events += failures.apply(now, &mut s, &mut books, &loaded.nodes);
         books.events += changes.apply(now, &mut s, &mut books, &loaded.nodes);
+        if let Some(a) = autoscaler.as_mut() {
+            autoscale(a, now, &mut s, &mut books, loaded);
+        }
         while next < total && loaded.jobs[next].submit == now {
             s.submit(admission_job(&loaded.jobs[next], &books.namespace));
             books.pending += 1;
             books.events += 1;
             next += 1;
         }
-        // Evictions free capacity at once; cycle again until the instant is quiet.
-        let (mut head_waiting, mut fragmented) = (false, false);
-        for _ in 0..4 {
-            cycles += 1;
-            let mut evicted = false;
-            let decisions = s.cycle(now);
-            (head_waiting, fragmented) = heads(&decisions);
-            for d in decisions {
-                match d {
-                    Decision::Admit(a) => books.admitted(&a, now),
-                    Decision::Preempt { victims, .. } => {
-                        for v in victims {
-                            books.evicted(&mut s, &v, now, false);
-                            evicted = true;
-                        }
-                    }
-                    Decision::Evict { job, .. } => {
-                        books.evicted(&mut s, &job, now, false);
-                        evicted = true;
-                    }
-                    _ => {}
-                }
-            }
-            if !evicted {
-                break;
-            }
+        let (head_waiting, fragmented) = decide(
+            &mut s,
+            &mut books,
+            autoscaler.as_mut(),
+            loaded,
+            now,
+            &mut cycles,
+        );
+        if let Some(a) = autoscaler.as_mut() {
+            let running = books.running.clone();
+            a.settle(now, &mut s, loaded, &mut books.absent, &|i| {
+                running.get(i).copied().unwrap_or(false)
+            });
         }
         timeline.push(Sample {
             time: now,
@@ -405,11 +399,13 @@ pub fn run(
         });
         progress(books.finished, total);
     }
+    // The fleet: pools that exist. Capacity bought from the autoscaler is reported apart.
     let total_gpus = loaded
         .scenario
         .cluster
         .pools
         .iter()
+        .filter(|p| p.autoscaler.is_none())
         .map(|p| u64::from(p.blocks) * u64::from(p.hosts_per_block) * u64::from(p.gpus_per_host))
         .sum();
     Ok(Run {
@@ -420,7 +416,114 @@ pub fn run(
         events: books.events,
         cycles,
         wall: started.elapsed(),
+        provisioning: autoscaler.map(crate::autoscaler::Autoscaler::finish),
     })
+}
+
+/// Runs the cycle at `now` and applies its decisions; evictions free capacity at once, so
+/// it cycles again (at most four times) until the instant is quiet. Returns whether some
+/// queue head waits, and whether on fragmentation.
+fn decide(
+    s: &mut Scheduler,
+    books: &mut Books,
+    mut autoscaler: Option<&mut crate::autoscaler::Autoscaler>,
+    loaded: &Loaded,
+    now: i64,
+    cycles: &mut u64,
+) -> (bool, bool) {
+    let (mut head_waiting, mut fragmented) = (false, false);
+    for _ in 0..4 {
+        *cycles += 1;
+        let mut evicted = false;
+        let decisions = s.cycle(now);
+        (head_waiting, fragmented) = heads(&decisions);
+        for d in decisions {
+            match d {
+                Decision::Admit(a) => books.admitted(&a, now),
+                Decision::Preempt { victims, .. } => {
+                    for v in victims {
+                        books.evicted(s, &v, now, false);
+                        evicted = true;
+                    }
+                }
+                Decision::Evict { job, .. } => {
+                    books.evicted(s, &job, now, false);
+                    evicted = true;
+                }
+                Decision::Provision { job, flavors, .. } => {
+                    if let Some(a) = autoscaler.as_deref_mut() {
+                        buy(a, books, loaded, &job, &flavors, now);
+                    }
+                }
+                Decision::Pending { .. } => {}
+            }
+        }
+        if !evicted {
+            break;
+        }
+    }
+    (head_waiting, fragmented)
+}
+
+/// Admission decided to buy capacity for `job`: ask the autoscaler (for its first pod set's
+/// flavor).
+fn buy(
+    a: &mut crate::autoscaler::Autoscaler,
+    books: &Books,
+    loaded: &Loaded,
+    job: &str,
+    flavors: &[(String, String)],
+    now: i64,
+) {
+    let Some(&i) = books.index.get(job) else {
+        return;
+    };
+    let flavor = flavors
+        .first()
+        .and_then(|(_, f)| loaded.flavors.iter().find(|(n, _)| n == f));
+    if let Some((_, flavor)) = flavor {
+        a.request(i, flavor, loaded.jobs[i].gpus(), now);
+    }
+}
+
+/// The autoscaler's events at `now`: capacity ready, stockouts, expired bookings, and
+/// revocations (whose gangs are evicted and whose capacity goes before the cycle).
+fn autoscale(
+    a: &mut crate::autoscaler::Autoscaler,
+    now: i64,
+    s: &mut Scheduler,
+    books: &mut Books,
+    loaded: &Loaded,
+) {
+    let running = books.running.clone();
+    let (count, gave_up, revoked) =
+        a.apply(now, s, loaded, &mut books.absent, &books.failed, &|i| {
+            running.get(i).copied().unwrap_or(false)
+        });
+    books.events += count;
+    for i in gave_up {
+        books.pending = books.pending.saturating_sub(1);
+        books.finished += 1;
+        books.records[i].domain = "gave up: no capacity after every provisioning retry".into();
+    }
+    if !revoked.is_empty() {
+        let spent_candidates = revoked.clone();
+        for i in revoked {
+            let id = format!("{}/{}", books.namespace, books.records[i].id);
+            books.evicted(s, &id, now, false);
+        }
+        // The capacity goes before the cycle, so the gang cannot start on it again.
+        let running = books.running.clone();
+        a.settle(now, s, loaded, &mut books.absent, &|i| {
+            running.get(i).copied().unwrap_or(false)
+        });
+        for i in spent_candidates {
+            if a.spent(i, s) {
+                books.pending = books.pending.saturating_sub(1);
+                books.finished += 1;
+            }
+        }
+    }
 }
 
 /// Whether some queue head waits for capacity or quota, and whether some waits because free

@@ -7,6 +7,7 @@
 //! - [`report`]: `jobs.csv`, `summary.json`, policy comparisons and the text summary.
 //! - [`plots`]: SVG plots of allocation, queue length and wait times.
 
+mod autoscaler;
 pub mod engine;
 pub mod plots;
 pub mod report;

@@ -55,6 +55,33 @@ fn stats(values: &mut [i64]) -> Value {
     json!({"count": n, "mean": mean, "p50": pct(50), "p95": pct(95), "p99": pct(99)})
 }
 
+/// GPU-seconds of capacity bought from the autoscaler.
+fn bought(run: &Run) -> u128 {
+    run.provisioning.as_ref().map_or(0, |p| {
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "non-negative GPU-seconds, rounded"
+        )]
+        let seconds = (p.gpu_hours_bought * 3600.0).round() as u128;
+        seconds
+    })
+}
+
+/// The autoscaler's part of `summary.json`.
+fn provisioning(p: &crate::autoscaler::ProvisioningStats) -> Value {
+    json!({
+        "requests": p.requests,
+        "provisioned": p.provisioned,
+        "stockouts": p.stockouts,
+        "bookingsExpired": p.expired,
+        "capacityRevoked": p.revoked,
+        "jobsGaveUp": p.gave_up,
+        "gpuHoursBought": (p.gpu_hours_bought * 10.0).round() / 10.0,
+        "meanLatencySeconds": p.mean_latency_seconds.round(),
+    })
+}
+
 /// `summary.json` of a run (`with_timing`: include wall time and events per second, which
 /// differ from run to run).
 pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
@@ -105,7 +132,10 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
             fragmented += free;
         }
     }
-    let capacity = u128::from(run.total_gpus) * u128::try_from(makespan.max(0)).unwrap_or(0);
+    // Capacity: the fleet over the makespan, plus whatever was bought (jobs on bought
+    // capacity count as allocated, so it counts as capacity too).
+    let capacity =
+        u128::from(run.total_gpus) * u128::try_from(makespan.max(0)).unwrap_or(0) + bought(run);
     #[expect(clippy::cast_precision_loss, reason = "a fraction for people to read")]
     let allocation = if capacity == 0 {
         0.0
@@ -134,6 +164,9 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
         "events": run.events,
         "cycles": run.cycles,
     });
+    if let (Some(p), Value::Object(m)) = (&run.provisioning, &mut summary) {
+        m.insert("provisioning".into(), provisioning(p));
+    }
     if with_timing && let Value::Object(m) = &mut summary {
         let wall = run.wall.as_secs_f64();
         m.insert(

@@ -108,7 +108,61 @@ pub struct PoolSpec {
     /// the resource becomes `google.com/tpu` and `gpusPerHost` counts chips per host.
     #[serde(default)]
     pub tpu: Option<TpuPoolSpec>,
+    /// Capacity the cluster autoscaler can buy rather than nodes that exist: the pool's hosts
+    /// are what can be obtained. A ProvisioningRequest buys the hosts one job needs, all in
+    /// one block (a compact placement); when no block has that many free, the request waits
+    /// at the autoscaler, and fails after `stockoutSeconds`.
+    #[serde(default)]
+    pub autoscaler: Option<AutoscalerSpec>,
 }
+
+/// How the cluster autoscaler answers ProvisioningRequests for one pool.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AutoscalerSpec {
+    /// Time from request to capacity, seconds: uniform between `min` and `max`.
+    pub latency_seconds: LatencySpec,
+    /// How long provisioned capacity waits for the job's pods before the booking lapses.
+    /// Default 600.
+    #[serde(default = "default_booking")]
+    pub booking_seconds: i64,
+    /// The capacity is taken back this long after it was provisioned (the class's maximum
+    /// run duration); the gang is evicted and queues again. Default: never.
+    #[serde(default)]
+    pub max_run_seconds: Option<i64>,
+    /// How long a request waits in a stockout (no free block) before the autoscaler reports
+    /// Failed. Default 1800.
+    #[serde(default = "default_stockout")]
+    pub stockout_seconds: i64,
+    /// The random seed of the latencies (overridden by `--seed`). Default 1.
+    #[serde(default)]
+    pub seed: Option<u64>,
+}
+
+/// A latency range, seconds.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatencySpec {
+    /// Shortest.
+    pub min: i64,
+    /// Longest.
+    pub max: i64,
+}
+
+fn default_booking() -> i64 {
+    600
+}
+
+fn default_stockout() -> i64 {
+    1800
+}
+
+/// The taint on every host of an autoscaler pool (its value is the host's name): only the
+/// job the host was bought for tolerates it.
+pub const CAPACITY_HOST_TAINT: &str = "muster.dev/bought-for";
+
+/// The label naming an autoscaler pool on its nodes.
+pub const AUTOSCALER_POOL_LABEL: &str = "muster.dev/autoscaler-pool";
 
 /// The slices of a TPU pool.
 #[derive(Clone, Debug, Deserialize)]
@@ -521,10 +575,20 @@ fn nodes(cluster: &ClusterSpec) -> Result<Vec<NodeInfo>, String> {
                     labels.insert(ACCELERATOR_LABEL.to_owned(), tpu.accelerator.clone());
                     labels.insert(TOPOLOGY_LABEL.to_owned(), tpu.topology.clone());
                 }
+                let mut taints = Vec::new();
+                if pool.autoscaler.is_some() {
+                    labels.insert(AUTOSCALER_POOL_LABEL.to_owned(), pool.name.clone());
+                    taints.push(k8s_openapi::api::core::v1::Taint {
+                        key: CAPACITY_HOST_TAINT.to_owned(),
+                        value: Some(name.clone()),
+                        effect: "NoSchedule".to_owned(),
+                        time_added: None,
+                    });
+                }
                 out.push(NodeInfo {
                     name,
                     labels,
-                    taints: Vec::new(),
+                    taints,
                     allocatable: allocatable.clone(),
                     schedulable: true,
                 });

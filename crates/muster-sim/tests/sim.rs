@@ -365,3 +365,101 @@ fn synthetic_defaults_are_philly_s_and_bursts_share_a_time() {
     assert_eq!(sub("h100-b00-h000").as_deref(), Some("h100-b00-s0"));
     assert_eq!(sub("h100-b00-h007").as_deref(), Some("h100-b00-s1"));
 }
+
+fn record<'a>(run: &'a engine::Run, id: &str) -> &'a engine::JobRecord {
+    run.records
+        .iter()
+        .find(|r| r.id == id)
+        .unwrap_or_else(|| unreachable!("no job {id}"))
+}
+
+#[test]
+fn jobs_too_big_for_the_fleet_buy_capacity_and_wait_their_turn_in_a_stockout() {
+    let loaded = load(&manifest().join("tests/fixtures/buy.yaml"));
+    let result = run(&loaded, "best-fit");
+    // small fits the fleet at once; big (3 hosts) and bigger (4 hosts) need bought capacity.
+    assert_eq!(record(&result, "small").start, Some(0));
+    // big gets the pool's only block after 600 s; bigger waits at the autoscaler (a
+    // stockout) until big gives the block back at 4200, then 600 s more.
+    assert_eq!(record(&result, "big").start, Some(600));
+    assert_eq!(record(&result, "big").end, Some(4200));
+    assert_eq!(record(&result, "bigger").start, Some(4800));
+    assert!(result.records.iter().all(|r| r.end.is_some()));
+    let stats = result.provisioning.clone().unwrap_or_default();
+    assert_eq!(
+        (stats.requests, stats.provisioned, stats.stockouts),
+        (2, 2, 0)
+    );
+    // Bought: 3 hosts × 8 GPUs × 1 h, then 4 hosts × 8 GPUs × 1 h.
+    assert!((stats.gpu_hours_bought - 56.0).abs() < 1e-9, "{stats:?}");
+    // The fleet's GPUs exclude what can be bought.
+    assert_eq!(result.total_gpus, 16);
+    let summary = report::summary("buy", &result, false);
+    assert_eq!(summary["provisioning"]["gpuHoursBought"], 56.0);
+    // Deterministic.
+    assert_eq!(run(&loaded, "best-fit").records, result.records);
+}
+
+#[test]
+fn a_stockout_that_lasts_fails_the_request_and_retries_run_out() {
+    let mut loaded = load(&manifest().join("tests/fixtures/buy.yaml"));
+    if let Some(a) = loaded.scenario.cluster.pools[1].autoscaler.as_mut() {
+        a.stockout_seconds = 1000;
+    }
+    let result = run(&loaded, "best-fit");
+    let stats = result.provisioning.clone().unwrap_or_default();
+    // bigger's first request fails at 1000 (big holds the block until 4200); its retry at
+    // 1100 fails at 2100; retry.limit 1 is spent, so it gives up and never runs.
+    assert_eq!(stats.stockouts, 2, "{stats:?}");
+    assert_eq!(stats.gave_up, 1);
+    assert_eq!(record(&result, "bigger").start, None);
+    assert_eq!(record(&result, "big").end, Some(4200));
+}
+
+#[test]
+fn capacity_past_its_maximum_run_is_revoked_and_the_gang_queues_again() {
+    let mut loaded = load(&manifest().join("tests/fixtures/buy.yaml"));
+    if let Some(a) = loaded.scenario.cluster.pools[1].autoscaler.as_mut() {
+        a.max_run_seconds = Some(1800);
+    }
+    let result = run(&loaded, "best-fit");
+    let stats = result.provisioning.clone().unwrap_or_default();
+    assert!(stats.revoked >= 1, "{stats:?}");
+    let big = record(&result, "big");
+    assert!(big.preemptions >= 1, "{big:?}");
+    // A 1-hour job never finishes on capacity that lasts 30 minutes: after retry.limit + 1
+    // requests it gives up, and the run ends.
+    assert_eq!(big.end, None);
+    assert!(stats.gave_up >= 1, "{stats:?}");
+}
+
+#[test]
+fn a_queue_that_provisions_needs_a_pool_to_buy_from() {
+    let mut loaded = load(&manifest().join("tests/fixtures/buy.yaml"));
+    loaded.scenario.cluster.pools.truncate(1);
+    loaded.nodes.truncate(2);
+    let Err(e) = engine::run(&loaded, "best-fit", &mut |_, _| {}) else {
+        unreachable!("ran without an autoscaler pool")
+    };
+    assert!(e.contains("no pool"), "{e}");
+}
+
+#[test]
+fn the_shipped_provisioning_scenario_meets_stockouts_and_beats_waiting() {
+    let bought = run(&load(&manifest().join("../../simulations/dws.yaml")), "best-fit");
+    let fixed = run(&load(&manifest().join("../../simulations/dws-fixed.yaml")), "best-fit");
+    let stats = bought.provisioning.clone().unwrap_or_default();
+    assert!(stats.stockouts > 0, "{stats:?}");
+    assert!(stats.gpu_hours_bought > 0.0);
+    assert!(fixed.provisioning.is_none());
+    let mean_wait = |r: &engine::Run| {
+        let waits: Vec<i64> = r
+            .records
+            .iter()
+            .filter_map(|j| Some(j.start? - j.submit))
+            .collect();
+        waits.iter().sum::<i64>() / i64::try_from(waits.len().max(1)).unwrap_or(1)
+    };
+    assert!(bought.records.iter().all(|r| r.end.is_some()));
+    assert!(mean_wait(&bought) < mean_wait(&fixed));
+}

@@ -260,6 +260,20 @@ pub fn text(summary: &Value) -> String {
         summary["gpuAllocationMean"],
         summary["preemptions"],
     );
+    if let Some(p) = summary.get("provisioning") {
+        let _ = writeln!(
+            out,
+            "  bought {} GPU-hours: {} of {} requests provisioned (mean latency {} s), {} stockouts, {} bookings expired, {} revoked, {} jobs gave up",
+            p["gpuHoursBought"],
+            p["provisioned"],
+            p["requests"],
+            p["meanLatencySeconds"],
+            p["stockouts"],
+            p["bookingsExpired"],
+            p["capacityRevoked"],
+            p["jobsGaveUp"],
+        );
+    }
     if let (Some(wall), Some(rate)) = (summary.get("wallSeconds"), summary.get("eventsPerSecond")) {
         let _ = writeln!(out, "  ran in {wall} s ({rate} events/s)");
     }

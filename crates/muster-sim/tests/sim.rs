@@ -446,8 +446,14 @@ fn a_queue_that_provisions_needs_a_pool_to_buy_from() {
 
 #[test]
 fn the_shipped_provisioning_scenario_meets_stockouts_and_beats_waiting() {
-    let bought = run(&load(&manifest().join("../../simulations/dws.yaml")), "best-fit");
-    let fixed = run(&load(&manifest().join("../../simulations/dws-fixed.yaml")), "best-fit");
+    let bought = run(
+        &load(&manifest().join("../../simulations/dws.yaml")),
+        "best-fit",
+    );
+    let fixed = run(
+        &load(&manifest().join("../../simulations/dws-fixed.yaml")),
+        "best-fit",
+    );
     let stats = bought.provisioning.clone().unwrap_or_default();
     assert!(stats.stockouts > 0, "{stats:?}");
     assert!(stats.gpu_hours_bought > 0.0);

@@ -452,20 +452,27 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
     let status = job.status.clone().unwrap_or_default();
     let generation = job.metadata.generation;
     let admission_job = || Job::from_gpujob(job, |c| index.priority_classes.get(c).copied());
+    let (current, stale) = split_pods(index, key, status.requeue_count);
     match index.writes.busy.get(key) {
         Some(Busy::Release(admitted)) => {
             out.restore
                 .push((admission_job(), holding(admitted, now_s)));
             return;
         }
-        Some(Busy::Other) => return,
+        Some(Busy::Other) => {
+            // Until the write lands, the job holds what its status says it holds: an
+            // eviction or a finish in flight frees its quota one pass late, never early.
+            if let Some(held) = holding_of(job, &status, &current) {
+                out.restore.push((admission_job(), held));
+            }
+            return;
+        }
         Some(Busy::Status) => {
             out.submit.push(admission_job());
             return;
         }
         None => {}
     }
-    let (current, stale) = split_pods(index, key, status.requeue_count);
     if job.metadata.deletion_timestamp.is_some() {
         if has_finalizer(job) {
             let pods = index.pods_of(key).map(|(k, _)| k.to_owned()).collect();

@@ -522,3 +522,33 @@ fn node_of(pod: &Pod) -> String {
         .cloned()
         .unwrap_or_default()
 }
+
+#[test]
+fn a_running_gang_keeps_its_quota_while_a_status_write_is_in_flight() {
+    // Quota for one 2-pod gang; nodes for two.
+    let mut index = cluster(16, vec![job("a", 2, 0)]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    report(
+        &mut index,
+        &releases(&pass.actions)[0].clone(),
+        "Running",
+        true,
+    );
+    // This pass writes a's PodsReady; the write is still in flight when b arrives.
+    let pass = plan(&mut index, at(20));
+    assert!(
+        job_actions(&pass.actions, "team-a/a")
+            .iter()
+            .any(|a| matches!(a, Action::JobStatus { .. })),
+        "{:#?}",
+        pass.actions
+    );
+    index.apply(job("b", 2, 21));
+    let pass = plan(&mut index, at(22));
+    assert!(
+        releases(&pass.actions).is_empty(),
+        "b must not get a's quota while a's write is in flight: {:#?}",
+        pass.actions
+    );
+}

@@ -135,6 +135,10 @@ fn rbac_grants_exactly_the_verbs_the_controller_uses() {
         "scheduling.k8s.io/priorityclasses:watch",
         "autoscaling.x-k8s.io/provisioningrequests:list",
         "autoscaling.x-k8s.io/provisioningrequests:watch",
+        "autoscaling.x-k8s.io/provisioningrequests:create",
+        "autoscaling.x-k8s.io/provisioningrequests:delete",
+        "/podtemplates:create",
+        "/podtemplates:delete",
         "events.k8s.io/events:create",
         "events.k8s.io/events:patch",
     ]

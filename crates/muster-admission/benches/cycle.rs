@@ -96,6 +96,7 @@ fn job(i: usize) -> Job {
         }],
         invalid: None,
         suspended: false,
+        provisioned: false,
     }
 }
 

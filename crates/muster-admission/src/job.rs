@@ -31,6 +31,9 @@ pub struct Job {
     pub invalid: Option<String>,
     /// `spec.suspend`: held back on purpose.
     pub suspended: bool,
+    /// Capacity was bought for it and is ready: it is admitted where it fits and never
+    /// provisions again.
+    pub provisioned: bool,
 }
 
 impl Job {
@@ -80,6 +83,7 @@ impl Job {
             pod_sets,
             invalid,
             suspended: spec.suspend,
+            provisioned: false,
         }
     }
 

@@ -183,9 +183,14 @@ pub struct GpuJobStatus {
     /// When the job succeeded or failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
-    /// The name of the current ProvisioningRequest, while capacity is being bought.
+    /// The name of the current ProvisioningRequest (the first, when there is one per pod
+    /// set), while capacity is being bought and while the gang runs on it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning_request: Option<String>,
+    /// ProvisioningRequests created for the job so far: the attempt number of the current
+    /// one, and what retries count against.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub provisioning_attempts: i32,
 }
 
 #[expect(

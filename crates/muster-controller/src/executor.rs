@@ -59,6 +59,8 @@ pub enum Written {
     Job(Box<GpuJob>),
     /// A pod.
     Pod(Box<Pod>),
+    /// A ProvisioningRequest.
+    Request(Box<muster_api::ProvisioningRequest>),
 }
 
 /// Retry policy for one request.
@@ -220,25 +222,18 @@ impl Executor {
             Action::AddFinalizer { job } => {
                 written.push(Written::Job(Box::new(self.finalizer(job, true).await?)));
             }
-            Action::Finalize { job, pods } => {
-                written.extend(self.delete_pods(pods).await?);
-                let (namespace, name) = split(job)?;
-                let services: Api<Service> = Api::namespaced(self.client.clone(), namespace);
-                let dp = DeleteParams::default();
-                match self
-                    .call("deleting Service", job, || services.delete(name, &dp))
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(ExecuteError::Api { source, .. }) if is_code(&source, 404) => {}
-                    Err(e) => return Err(e),
-                }
-                match self.finalizer(job, false).await {
-                    Ok(job) => written.push(Written::Job(Box::new(job))),
-                    Err(ExecuteError::Api { source, .. }) if is_code(&source, 404) => {}
-                    Err(e) => return Err(e),
-                }
-            }
+            Action::Finalize { job, pods } => written.extend(self.finalize(job, pods).await?),
+            Action::Provision {
+                job,
+                templates,
+                requests,
+                status,
+            } => written.extend(self.provision(job, templates, requests, status).await?),
+            Action::Unprovision {
+                requests,
+                templates,
+                ..
+            } => self.unprovision(requests, templates).await?,
             Action::ClusterQueueStatus { name, status } => {
                 let api: Api<ClusterQueue> = Api::all(self.client.clone());
                 let body = serde_json::json!({
@@ -394,6 +389,98 @@ impl Executor {
             api.patch(name, &params, &Patch::Merge(&body)).await
         })
         .await
+    }
+
+    /// A deleted job: its pods, then its Service, then Muster's finalizer.
+    async fn finalize(&self, job: &str, pods: &[String]) -> Result<Vec<Written>, ExecuteError> {
+        let mut written = self.delete_pods(pods).await?;
+        // The Service is named like the job.
+        self.delete::<Service>(job, "deleting Service").await?;
+        match self.finalizer(job, false).await {
+            Ok(job) => written.push(Written::Job(Box::new(job))),
+            Err(ExecuteError::Api { source, .. }) if is_code(&source, 404) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(written)
+    }
+
+    /// Creates the PodTemplates, then the requests that count them, then writes the status.
+    async fn provision(
+        &self,
+        job: &str,
+        templates: &[k8s_openapi::api::core::v1::PodTemplate],
+        requests: &[muster_api::ProvisioningRequest],
+        status: &GpuJobStatus,
+    ) -> Result<Vec<Written>, ExecuteError> {
+        let mut written = Vec::new();
+        for template in templates {
+            self.create(template, "creating PodTemplate").await?;
+        }
+        for request in requests {
+            if let Some(created) = self.create(request, "creating ProvisioningRequest").await? {
+                written.push(Written::Request(Box::new(created)));
+            }
+        }
+        let job = self.write_status(job, status).await?;
+        written.push(Written::Job(Box::new(job)));
+        Ok(written)
+    }
+
+    /// Deletes the requests, then their PodTemplates.
+    async fn unprovision(
+        &self,
+        requests: &[String],
+        templates: &[String],
+    ) -> Result<(), ExecuteError> {
+        for key in requests {
+            self.delete::<muster_api::ProvisioningRequest>(key, "deleting ProvisioningRequest")
+                .await?;
+        }
+        for key in templates {
+            self.delete::<k8s_openapi::api::core::v1::PodTemplate>(key, "deleting PodTemplate")
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Creates a namespaced object; `None` when it already existed.
+    async fn create<K>(&self, object: &K, action: &'static str) -> Result<Option<K>, ExecuteError>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let (namespace, name) = named(object)?;
+        let api: Api<K> = Api::namespaced(self.client.clone(), &namespace);
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        match self.call(action, &name, || api.create(&pp, object)).await {
+            Ok(created) => Ok(Some(created)),
+            Err(ExecuteError::Api { source, .. }) if already_exists(&source) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes a namespaced object by `namespace/name` (one already gone counts as deleted).
+    async fn delete<K>(&self, key: &str, action: &'static str) -> Result<(), ExecuteError>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let (namespace, name) = split(key)?;
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        let dp = DeleteParams::default();
+        match self.call(action, key, || api.delete(name, &dp)).await {
+            Ok(_) => Ok(()),
+            Err(ExecuteError::Api { source, .. }) if is_code(&source, 404) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Deletes pods by `namespace/name` (ones already gone count as deleted).

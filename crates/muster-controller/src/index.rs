@@ -155,7 +155,7 @@ pub struct Index {
     pub(crate) base_usage: BTreeMap<String, Resources>,
     pub(crate) namespaces: BTreeMap<String, BTreeMap<String, String>>,
     pub(crate) priority_classes: BTreeMap<String, i32>,
-    pub(crate) provisioning_requests: BTreeSet<String>,
+    pub(crate) provisioning_requests: BTreeMap<String, ProvisioningRequest>,
     /// Bumped when a node's placement facts (labels, taints, allocatable, schedulable) or a
     /// flavor change: the cached arrangement of nodes per flavor is rebuilt only then.
     topology_version: u64,
@@ -219,7 +219,7 @@ impl Index {
             Kind::Pod => Box::new(self.pods.keys().cloned()),
             Kind::Namespace => Box::new(self.namespaces.keys().cloned()),
             Kind::PriorityClass => Box::new(self.priority_classes.keys().cloned()),
-            Kind::ProvisioningRequest => Box::new(self.provisioning_requests.iter().cloned()),
+            Kind::ProvisioningRequest => Box::new(self.provisioning_requests.keys().cloned()),
         }
     }
 
@@ -241,6 +241,11 @@ impl Index {
     /// A job by `namespace/name`.
     pub fn job(&self, key: &str) -> Option<&GpuJob> {
         self.jobs.get(key)
+    }
+
+    /// A ProvisioningRequest by `namespace/name`.
+    pub fn provisioning_request(&self, key: &str) -> Option<&ProvisioningRequest> {
+        self.provisioning_requests.get(key)
     }
 
     /// A ClusterQueue by name.
@@ -317,11 +322,12 @@ impl Index {
                     match object {
                         Written::Job(job) => self.apply(*job),
                         Written::Pod(pod) => self.apply(*pod),
+                        Written::Request(request) => self.apply(*request),
                     }
                 }
             }
             Err(error) => {
-                if let Action::Release { job, .. } = action {
+                if let Action::Release { job, .. } | Action::Provision { job, .. } = action {
                     crate::plan::fail_release(self, job, now, error);
                 }
             }
@@ -468,11 +474,16 @@ impl Indexed for Node {
         match NodeInfo::from_node(&self) {
             Ok(info) => {
                 index.unreadable.remove(&format!("Node {key}"));
-                index.nodes.insert(key, info);
+                if index.nodes.get(&key) != Some(&info) {
+                    index.nodes.insert(key, info);
+                    index.topology_version += 1;
+                }
             }
             Err(e) => {
                 // A node Muster cannot read holds no capacity for it, and says why.
-                index.nodes.remove(&key);
+                if index.nodes.remove(&key).is_some() {
+                    index.topology_version += 1;
+                }
                 index
                     .unreadable
                     .insert(format!("Node {key}"), e.to_string());
@@ -480,7 +491,9 @@ impl Indexed for Node {
         }
     }
     fn remove(index: &mut Index, key: &str) {
-        index.nodes.remove(key);
+        if index.nodes.remove(key).is_some() {
+            index.topology_version += 1;
+        }
         index.unreadable.remove(&format!("Node {key}"));
     }
 }
@@ -538,7 +551,9 @@ impl Indexed for PriorityClass {
 impl Indexed for ProvisioningRequest {
     const KIND: Kind = Kind::ProvisioningRequest;
     fn apply(self, index: &mut Index) {
-        index.provisioning_requests.insert(Indexed::key(&self));
+        index
+            .provisioning_requests
+            .insert(Indexed::key(&self), self);
     }
     fn remove(index: &mut Index, key: &str) {
         index.provisioning_requests.remove(key);

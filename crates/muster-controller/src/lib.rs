@@ -17,6 +17,7 @@ pub mod index;
 pub mod lifecycle;
 pub mod metrics;
 pub mod plan;
+mod provision;
 pub mod release;
 pub mod run;
 pub mod status;

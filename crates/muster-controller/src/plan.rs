@@ -19,8 +19,10 @@ use muster_api::{ClusterQueueStatus, GpuJob, LocalQueueStatus};
 
 use crate::index::{Index, PodRecord};
 use crate::lifecycle::{Health, health, requeue_at};
+use crate::provision;
 use crate::release::{Gang, gang};
 use crate::status::{self, Eviction};
+use muster_api::cluster_queue::ProvisioningPolicy;
 
 /// The finalizer that lets Muster release a deleted job's quota and remove its pods first.
 pub const FINALIZER: &str = "muster.dev/gang";
@@ -78,6 +80,28 @@ pub enum Action {
         /// Its pods.
         pods: Vec<String>,
     },
+    /// Ask the autoscaler for capacity: create the PodTemplates and ProvisioningRequests
+    /// (objects that exist count as created), then write the status.
+    Provision {
+        /// The job.
+        job: String,
+        /// One per pod set.
+        templates: Vec<k8s_openapi::api::core::v1::PodTemplate>,
+        /// One, or one per pod set.
+        requests: Vec<muster_api::ProvisioningRequest>,
+        /// The status: Provisioning, with the request and attempt.
+        status: Box<GpuJobStatus>,
+    },
+    /// Delete a job's ProvisioningRequests and PodTemplates (`namespace/name`; ones already
+    /// gone count as deleted).
+    Unprovision {
+        /// The job.
+        job: String,
+        /// The requests.
+        requests: Vec<String>,
+        /// The templates.
+        templates: Vec<String>,
+    },
     /// Write a ClusterQueue's status.
     ClusterQueueStatus {
         /// The ClusterQueue.
@@ -103,7 +127,9 @@ impl Action {
             | Action::DeletePods { job, .. }
             | Action::JobStatus { job, .. }
             | Action::AddFinalizer { job }
-            | Action::Finalize { job, .. } => Some(job),
+            | Action::Finalize { job, .. }
+            | Action::Provision { job, .. }
+            | Action::Unprovision { job, .. } => Some(job),
             Action::ClusterQueueStatus { .. } | Action::LocalQueueStatus { .. } => None,
         }
     }
@@ -117,6 +143,8 @@ impl Action {
             Action::JobStatus { .. } => "job_status",
             Action::AddFinalizer { .. } => "add_finalizer",
             Action::Finalize { .. } => "finalize",
+            Action::Provision { .. } => "provision",
+            Action::Unprovision { .. } => "unprovision",
             Action::ClusterQueueStatus { .. } => "cluster_queue_status",
             Action::LocalQueueStatus { .. } => "local_queue_status",
         }
@@ -172,6 +200,8 @@ pub(crate) enum Busy {
     /// A status write for a waiting job: it still queues, but is not admitted until the
     /// write lands (two status writes in flight could land out of order).
     Status,
+    /// A new ProvisioningRequest being created: the job holds its quota meanwhile.
+    Provision(Holding),
     /// Anything else (eviction, deletion, finalizing): it neither holds nor queues.
     Other,
 }
@@ -336,7 +366,10 @@ struct Settled {
     busy: Vec<(String, Busy)>,
     finalizing: Vec<String>,
     submit: Vec<Job>,
-    restore: Vec<(Job, Holding)>,
+    /// Held jobs: (job, holding, provisioning).
+    restore: Vec<(Job, Holding, bool)>,
+    /// Jobs queued again on capacity bought for them, with the node selectors it needs.
+    provisioned: BTreeMap<String, BTreeMap<String, String>>,
     /// Half-done releases to finish.
     releases: Vec<(String, Admitted)>,
 }
@@ -364,6 +397,7 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
         submit,
         mut restore,
         releases,
+        provisioned,
     } = settled;
     plan.actions = actions;
     index.writes.busy.extend(busy);
@@ -373,7 +407,7 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
     for (key, admitted) in releases {
         match release_action(index, &key, &admitted, &now_t, false) {
             Ok((action, job)) => {
-                restore.push((job, holding(&admitted, now.as_second())));
+                restore.push((job, holding(&admitted, now.as_second()), false));
                 index.writes.busy.insert(key, Busy::Release(admitted));
                 plan.actions.push(action);
             }
@@ -386,7 +420,7 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
     // earlier attempts still terminating are booked as ordinary pods.
     let held: BTreeMap<String, i32> = restore
         .iter()
-        .map(|(j, _)| {
+        .map(|(j, _, _)| {
             let attempt = index
                 .jobs
                 .get(&j.id)
@@ -397,8 +431,8 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
         .collect();
     let cluster = index.empty_cluster().clone();
     let mut scheduler = scheduler(index, cluster, &held);
-    for (job, holding) in restore {
-        scheduler.restore(job, holding, false);
+    for (job, holding, provisioning) in restore {
+        scheduler.restore(job, holding, provisioning);
     }
     plan.summary.considered = submit.len();
     for job in submit {
@@ -408,7 +442,7 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
 
     // (3) Decisions into writes.
     for decision in decisions {
-        decide(index, &scheduler, decision, &now_t, &mut plan);
+        decide(index, &scheduler, decision, &now_t, &provisioned, &mut plan);
     }
     queue_statuses(index, &scheduler, &mut plan);
     for name in index.cluster_queues.keys() {
@@ -456,14 +490,19 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
     match index.writes.busy.get(key) {
         Some(Busy::Release(admitted)) => {
             out.restore
-                .push((admission_job(), holding(admitted, now_s)));
+                .push((admission_job(), holding(admitted, now_s), false));
+            return;
+        }
+        Some(Busy::Provision(held)) => {
+            out.restore.push((admission_job(), held.clone(), true));
             return;
         }
         Some(Busy::Other) => {
             // Until the write lands, the job holds what its status says it holds: an
             // eviction or a finish in flight frees its quota one pass late, never early.
             if let Some(held) = holding_of(job, &status, &current) {
-                out.restore.push((admission_job(), held));
+                let provisioning = provision::is_provisioning(&status);
+                out.restore.push((admission_job(), held, provisioning));
             }
             return;
         }
@@ -513,6 +552,10 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
         .copied()
         .filter(|(_, p)| !p.deleting)
         .collect();
+    if provision::is_provisioning(&status) {
+        settle_provisioning(index, key, job, &status, now_t, out);
+        return;
+    }
     if let Some(held) = holding_of(job, &status, &current) {
         let expected: usize = held.pod_sets.iter().map(|p| p.nodes.len()).sum();
         let timeout = job
@@ -541,7 +584,29 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
                 event: note,
             }
         };
-        let action = if job.spec.suspend {
+        let revoked = provision::policy(index, &status)
+            .filter(|_| status.provisioning_request.is_some())
+            .and_then(|policy| {
+                match provision::observed(index, job, policy, provision::attempts(&status)) {
+                    muster_provisioning::state::Observed::CapacityRevoked { message } => {
+                        Some((policy, message))
+                    }
+                    _ => None,
+                }
+            });
+        let action = if let Some((policy, message)) = revoked {
+            let why = format!("the autoscaler took the capacity back: {message}");
+            if policy.on_capacity_revoked == muster_api::cluster_queue::RevokedPolicy::Fail {
+                Some(Action::Evict {
+                    job: key.to_owned(),
+                    status: Box::new(status::finished(&status, generation, false, &why, now_t)),
+                    pods: all_pods.clone(),
+                    event: Note::warning("CapacityRevoked", why),
+                })
+            } else {
+                Some(evict(Eviction::Other(why)))
+            }
+        } else if job.spec.suspend {
             Some(evict(Eviction::Suspended))
         } else {
             match gang_health {
@@ -601,7 +666,7 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
             }
         };
         match action {
-            None => out.restore.push((admission_job(), held)),
+            None => out.restore.push((admission_job(), held, false)),
             Some(action) => {
                 // A Running update keeps the admission; everything else gives it up.
                 let keeps = matches!(&action, Action::JobStatus { status, .. } if status.admission.is_some());
@@ -613,7 +678,12 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
                 }
                 out.act(key, action);
                 if keeps {
-                    out.restore.push((admission_job(), held));
+                    out.restore.push((admission_job(), held, false));
+                } else if let Some(policy) = provision::policy(index, &status)
+                    && status.provisioning_request.is_some()
+                {
+                    // The gang leaves its bought capacity: give the requests back.
+                    out.act(key, unprovision(job, policy, &status));
                 }
             }
         }
@@ -673,6 +743,125 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
         return;
     }
     out.submit.push(admission_job());
+}
+
+/// Deletes the job's requests and templates of its current attempt.
+fn unprovision(job: &GpuJob, policy: &ProvisioningPolicy, status: &GpuJobStatus) -> Action {
+    let attempt = provision::attempts(status);
+    let namespace = job.metadata.namespace.clone().unwrap_or_default();
+    let name = job.metadata.name.clone().unwrap_or_default();
+    Action::Unprovision {
+        job: format!("{namespace}/{name}"),
+        requests: provision::request_keys(job, policy, attempt),
+        templates: job
+            .spec
+            .pod_sets
+            .iter()
+            .map(|set| {
+                format!(
+                    "{namespace}/{}",
+                    muster_provisioning::objects::template_name(&name, attempt, &set.name)
+                )
+            })
+            .collect(),
+    }
+}
+
+/// A job waiting for bought capacity: follow the autoscaler (see [`provision`]).
+fn settle_provisioning(
+    index: &Index,
+    key: &str,
+    job: &GpuJob,
+    status: &GpuJobStatus,
+    now_t: &Time,
+    out: &mut Settled,
+) {
+    use muster_provisioning::state::Step;
+    let now_s = now_t.0.as_second();
+    let generation = job.metadata.generation;
+    let admission_job = || Job::from_gpujob(job, |c| index.priority_classes.get(c).copied());
+    let Some(policy) = provision::policy(index, status) else {
+        // The queue no longer provisions: give the request up and queue again.
+        let mut next = status.clone();
+        next.admission = None;
+        next.provisioning_request = None;
+        next.phase = Some(GpuJobPhase::Queued);
+        out.act(
+            key,
+            Action::JobStatus {
+                job: key.to_owned(),
+                status: Box::new(next),
+                event: None,
+            },
+        );
+        return;
+    };
+    match provision::next(index, job, status, policy, now_s) {
+        Step::Wait { message } => {
+            if let Some(held) = provision::holding(status, now_s) {
+                out.restore.push((admission_job(), held, true));
+            }
+            let next = provision::waiting(status, &message);
+            if next != *status {
+                out.act(
+                    key,
+                    Action::JobStatus {
+                        job: key.to_owned(),
+                        status: Box::new(next),
+                        event: None,
+                    },
+                );
+                // The write keeps the job provisioning: it holds its quota meanwhile.
+                if let Some(held) = provision::holding(status, now_s) {
+                    out.busy.pop();
+                    out.busy.push((key.to_owned(), Busy::Provision(held)));
+                }
+            }
+        }
+        Step::Admit { node_selector } => {
+            out.submit
+                .push(provision::provisioned_job(admission_job(), &node_selector));
+            out.provisioned.insert(key.to_owned(), node_selector);
+        }
+        Step::Retry { at, reason } => {
+            out.act(key, unprovision(job, policy, status));
+            out.act(
+                key,
+                Action::JobStatus {
+                    job: key.to_owned(),
+                    status: Box::new(provision::retrying(status, &reason, at, now_t, generation)),
+                    event: Some(Note::warning("ProvisioningRetry", reason)),
+                },
+            );
+        }
+        Step::Fail { reason } => {
+            out.act(key, unprovision(job, policy, status));
+            out.act(
+                key,
+                Action::JobStatus {
+                    job: key.to_owned(),
+                    status: Box::new(status::finished(status, generation, false, &reason, now_t)),
+                    event: Some(Note::warning("ProvisioningFailed", reason)),
+                },
+            );
+        }
+        Step::Delete | Step::Revoked { .. } | Step::Nothing | Step::Create { .. } => {
+            // Suspended (or nothing left to wait for): give the capacity up, queue again.
+            out.act(key, unprovision(job, policy, status));
+            let mut next = status.clone();
+            next.admission = None;
+            next.provisioning_request = None;
+            next.phase = Some(GpuJobPhase::Queued);
+            out.act(
+                key,
+                Action::JobStatus {
+                    job: key.to_owned(),
+                    status: Box::new(next),
+                    event: None,
+                },
+            );
+        }
+    }
 }
 
 fn reason_key(reason: &str) -> &'static str {
@@ -784,33 +973,11 @@ fn decide(
     scheduler: &Scheduler,
     decision: Decision,
     now: &Time,
+    provisioned: &BTreeMap<String, BTreeMap<String, String>>,
     plan: &mut Plan,
 ) {
     match decision {
-        Decision::Admit(admitted) => {
-            let key = admitted.job.clone();
-            if index.writes.busy.contains_key(&key) {
-                // A status write is in flight; admit on the next pass.
-                return;
-            }
-            match release_action(index, &key, &admitted, now, true) {
-                Err(e) => fail_release(index, &key, now.0.as_second(), e),
-                Ok((action, _)) => {
-                    if let Some(created) = index
-                        .jobs
-                        .get(&key)
-                        .and_then(|j| j.metadata.creation_timestamp.as_ref())
-                    {
-                        plan.summary
-                            .waited
-                            .push(now.0.as_second() - seconds(created));
-                    }
-                    plan.summary.admitted += 1;
-                    index.writes.busy.insert(key, Busy::Release(admitted));
-                    plan.actions.push(action);
-                }
-            }
-        }
+        Decision::Admit(admitted) => admit(index, admitted, now, provisioned, plan),
         Decision::Pending {
             job: key,
             position,
@@ -880,28 +1047,142 @@ fn decide(
         Decision::Provision {
             job: key,
             cluster_queue,
-            ..
-        } => provision_unsupported(index, key, cluster_queue, plan),
+            flavors,
+        } => {
+            if provisioned.contains_key(&key) {
+                waiting_for_nodes(index, key, cluster_queue, plan);
+            } else {
+                start_provisioning(index, key, &cluster_queue, &flavors, now, plan);
+            }
+        }
     }
 }
 
-/// Buying capacity is the provisioning bridge's work; until it is configured in this
-/// controller the job says so and waits for existing capacity.
-fn provision_unsupported(index: &mut Index, key: String, cluster_queue: String, plan: &mut Plan) {
+/// Admission placed a job: release its gang (onto bought capacity, consuming its request,
+/// when it was provisioned).
+fn admit(
+    index: &mut Index,
+    admitted: Admitted,
+    now: &Time,
+    provisioned: &BTreeMap<String, BTreeMap<String, String>>,
+    plan: &mut Plan,
+) {
+    let key = admitted.job.clone();
+    if index.writes.busy.contains_key(&key) {
+        // A status write is in flight; admit on the next pass.
+        return;
+    }
+    match release_action(index, &key, &admitted, now, true) {
+        Err(e) => fail_release(index, &key, now.0.as_second(), e),
+        Ok((mut action, _)) => {
+            if let Some(selector) = provisioned.get(&key) {
+                on_bought_capacity(index, &key, selector, &mut action, now);
+            }
+            if let Some(created) = index
+                .jobs
+                .get(&key)
+                .and_then(|j| j.metadata.creation_timestamp.as_ref())
+            {
+                plan.summary
+                    .waited
+                    .push(now.0.as_second() - seconds(created));
+            }
+            plan.summary.admitted += 1;
+            index.writes.busy.insert(key, Busy::Release(admitted));
+            plan.actions.push(action);
+        }
+    }
+}
+
+/// A release onto bought capacity: its pods consume the job's requests and select the
+/// capacity's details; the status records that the capacity was provisioned.
+fn on_bought_capacity(
+    index: &Index,
+    key: &str,
+    selector: &BTreeMap<String, String>,
+    action: &mut Action,
+    now: &Time,
+) {
+    let Some(job) = index.jobs.get(key) else {
+        return;
+    };
+    let current = job.status.clone().unwrap_or_default();
+    let Some(policy) = provision::policy(index, &current) else {
+        return;
+    };
+    if let Action::Release { gang, status, .. } = action {
+        provision::consume(gang, job, policy, provision::attempts(&current), selector);
+        status::set_condition(
+            &mut status.conditions,
+            conditions::PROVISIONED,
+            true,
+            "Provisioned",
+            "the autoscaler provisioned the capacity",
+            job.metadata.generation,
+            now,
+        );
+    }
+}
+
+/// Admission decided to buy capacity: create the requests (or say why not).
+fn start_provisioning(
+    index: &mut Index,
+    key: String,
+    cluster_queue: &str,
+    flavors: &[(String, String)],
+    now: &Time,
+    plan: &mut Plan,
+) {
+    if index.writes.busy.contains_key(&key) {
+        return;
+    }
     let Some(job) = index.jobs.get(&key) else {
         return;
     };
+    let Some(policy) = index
+        .cluster_queues
+        .get(cluster_queue)
+        .and_then(|q| q.spec.provisioning.clone())
+    else {
+        return;
+    };
+    let specs: BTreeMap<String, muster_api::ResourceFlavorSpec> = index
+        .flavors
+        .iter()
+        .map(|(n, f)| (n.clone(), f.spec.clone()))
+        .collect();
+    match provision::start(job, cluster_queue, flavors, &specs, &policy, now) {
+        Ok((objects, status)) => {
+            *plan
+                .summary
+                .pending
+                .entry((cluster_queue.to_owned(), "Provisioning".to_owned()))
+                .or_default() += 1;
+            let held = provision::holding(&status, now.0.as_second());
+            plan.actions.push(Action::Provision {
+                job: key.clone(),
+                templates: objects.templates,
+                requests: objects.requests,
+                status: Box::new(status),
+            });
+            if let Some(held) = held {
+                index.writes.busy.insert(key, Busy::Provision(held));
+            }
+        }
+        Err(e) => fail_release(index, &key, now.0.as_second(), e),
+    }
+}
 
+/// A job whose capacity is provisioned but does not fit yet (its nodes are still joining).
+fn waiting_for_nodes(index: &mut Index, key: String, cluster_queue: String, plan: &mut Plan) {
+    let Some(job) = index.jobs.get(&key) else {
+        return;
+    };
     let current = job.status.clone().unwrap_or_default();
-    let mut next = current.clone();
-    next.phase = Some(GpuJobPhase::Queued);
-    next.pending_reason = Some(muster_api::gpujob::PendingReason {
-        kind: PendingReasonKind::Provisioning,
-        message: format!(
-            "ClusterQueue {cluster_queue} provisions capacity for this job, but this controller does not create ProvisioningRequests; the job waits for existing nodes"
-        ),
-        eta: None,
-    });
+    let next = provision::waiting(
+        &current,
+        "the autoscaler provisioned the capacity; waiting for its nodes to be Ready",
+    );
     *plan
         .summary
         .pending

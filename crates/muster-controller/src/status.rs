@@ -12,7 +12,7 @@ use muster_api::gpujob::{
 };
 
 /// Sets (or adds) a condition; keeps its transition time when its status is unchanged.
-fn set_condition(
+pub(crate) fn set_condition(
     list: &mut Vec<Condition>,
     type_: &str,
     status: bool,
@@ -277,6 +277,7 @@ pub fn evicted(
         }
     }
     next.admission = None;
+    next.provisioning_request = None;
     next.phase = Some(GpuJobPhase::Queued);
     next.start_time = None;
     next.requeue_count = next.requeue_count.saturating_add(1);
@@ -368,6 +369,7 @@ pub fn finished(
         GpuJobPhase::Failed
     });
     next.admission = None;
+    next.provisioning_request = None;
     next.queue_position = None;
     next.pending_reason = None;
     next.completion_time = Some(now.clone());

@@ -229,3 +229,32 @@ fn the_per_node_sum_follows_pods_through_their_lives() {
     index.relist_done::<Pod>();
     assert_eq!(gpus(&index), 0);
 }
+
+#[test]
+fn nodes_that_join_or_change_are_seen_by_the_next_pass() {
+    // Quota for two gangs, nodes for one: b waits on topology.
+    let mut index = cluster(64, vec![job("a", 4, 0)]);
+    let pass = plan(&mut index, at(10));
+    assert!(
+        !pass
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Release { .. })),
+        "a 4-node gang does not fit a 2-node block"
+    );
+    for action in &pass.actions {
+        index.landed(action, Ok(Vec::new()), 0);
+    }
+    // A bigger block joins: the cached arrangement of nodes is rebuilt.
+    for n in ["n5", "n6", "n7", "n8"] {
+        index.apply(support::node(n, "b3"));
+    }
+    let pass = plan(&mut index, at(20));
+    assert!(
+        pass.actions
+            .iter()
+            .any(|a| matches!(a, Action::Release { job, .. } if job == "team-a/a")),
+        "{:#?}",
+        pass.actions
+    );
+}

@@ -6,93 +6,9 @@ mod support;
 
 use k8s_openapi::api::core::v1::Pod;
 use muster_api::gpujob::{GpuJobPhase, PendingReasonKind};
-use muster_api::{ClusterQueue, GpuJob, LocalQueue};
-use muster_controller::executor::Written;
 use muster_controller::index::Index;
 use muster_controller::plan::{Action, plan};
-use support::{at, cluster, job, with_phase};
-
-/// What the API server holds after `action` succeeded, folded in the way the executor folds
-/// its responses (deleted pods are gone at once).
-fn land(index: &mut Index, action: &Action, now: i64) {
-    let bump = |mut j: GpuJob| {
-        let rv: u64 = j
-            .metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1);
-        j.metadata.resource_version = Some((rv + 1).to_string());
-        j
-    };
-    let job_of = |index: &Index, key: &str| index.job(key).cloned().unwrap_or_default();
-    let mut written = Vec::new();
-    let mut deleted: Vec<String> = Vec::new();
-    match action {
-        Action::Release {
-            job, gang, status, ..
-        } => {
-            for pod in &gang.pods {
-                let mut pod = pod.clone();
-                if let Some(spec) = pod.spec.as_mut() {
-                    spec.scheduling_gates = Some(Vec::new());
-                }
-                written.push(Written::Pod(Box::new(pod)));
-            }
-            let mut j = bump(job_of(index, job));
-            j.status = Some((**status).clone());
-            written.push(Written::Job(Box::new(j)));
-        }
-        Action::Evict {
-            job, status, pods, ..
-        } => {
-            let mut j = bump(job_of(index, job));
-            j.status = Some((**status).clone());
-            written.push(Written::Job(Box::new(j)));
-            deleted.clone_from(pods);
-        }
-        Action::JobStatus { job, status, .. } => {
-            let mut j = bump(job_of(index, job));
-            j.status = Some((**status).clone());
-            written.push(Written::Job(Box::new(j)));
-        }
-        Action::DeletePods { pods, .. } => deleted.clone_from(pods),
-        Action::AddFinalizer { job } => {
-            let mut j = bump(job_of(index, job));
-            j.metadata.finalizers = Some(vec!["muster.dev/gang".into()]);
-            written.push(Written::Job(Box::new(j)));
-        }
-        Action::Finalize { job, pods } => {
-            deleted.clone_from(pods);
-            let j = job_of(index, job);
-            index.delete(&j);
-        }
-        Action::ClusterQueueStatus { name, status } => {
-            let mut q: ClusterQueue = index.cluster_queue(name).cloned().unwrap_or_default();
-            q.status = Some(status.clone());
-            index.apply(q);
-        }
-        Action::LocalQueueStatus { status, .. } => {
-            let mut q: LocalQueue = support::local_queue();
-            q.status = Some(status.clone());
-            index.apply(q);
-        }
-    }
-    index.landed(action, Ok(written), now);
-    for key in deleted {
-        let (ns, name) = key.split_once('/').unwrap_or_default();
-        let mut pod = Pod::default();
-        pod.metadata.namespace = Some(ns.to_owned());
-        pod.metadata.name = Some(name.to_owned());
-        index.delete(&pod);
-    }
-}
-
-fn land_all(index: &mut Index, actions: &[Action], now: i64) {
-    for action in actions {
-        land(index, action, now);
-    }
-}
+use support::{at, cluster, job, land_all, with_phase};
 
 fn releases(actions: &[Action]) -> Vec<&Action> {
     actions

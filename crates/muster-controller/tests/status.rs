@@ -185,6 +185,7 @@ fn a_cluster_queue_reports_its_jobs_and_usage() {
             }],
             invalid: None,
             suspended: false,
+            provisioned: false,
         });
     }
     s.cycle(0);

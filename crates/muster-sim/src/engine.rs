@@ -114,6 +114,7 @@ pub fn admission_job(job: &TraceJob, namespace: &str) -> Job {
             .collect(),
         invalid,
         suspended: false,
+        provisioned: false,
     }
 }
 

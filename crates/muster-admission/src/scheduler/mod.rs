@@ -747,6 +747,9 @@ impl Scheduler {
     /// Quota fits but no nodes do: when the queue provisions for this job, book its quota and
     /// decide to buy capacity.
     fn provision(&mut self, cq: &str, job: &Job, now: i64) -> Option<Decision> {
+        if job.provisioned {
+            return None;
+        }
         let policy = self.queues.get(cq)?.spec.provisioning.clone()?;
         if !policy.managed_resources.is_empty() {
             let total = job.total_requests();

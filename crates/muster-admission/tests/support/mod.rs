@@ -135,6 +135,7 @@ pub fn job_of(
         }],
         invalid: None,
         suspended: false,
+        provisioned: false,
     }
 }
 

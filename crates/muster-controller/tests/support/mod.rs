@@ -4,8 +4,10 @@
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
-use muster_api::{ClusterQueue, GpuJob, LocalQueue, ResourceFlavor};
+use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
+use muster_controller::executor::Written;
 use muster_controller::index::Index;
+use muster_controller::plan::Action;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -129,4 +131,108 @@ pub fn with_phase(mut pod: Pod, phase: &str, ready: bool) -> Pod {
         "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]
     })));
     pod
+}
+
+/// What the API server holds after `action` succeeded, folded in the way the executor folds
+/// its responses (deleted pods are gone at once).
+pub fn land(index: &mut Index, action: &Action, now: i64) {
+    let bump = |mut j: GpuJob| {
+        let rv: u64 = j
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        j.metadata.resource_version = Some((rv + 1).to_string());
+        j
+    };
+    let job_of = |index: &Index, key: &str| index.job(key).cloned().unwrap_or_default();
+    let mut written = Vec::new();
+    let mut deleted: Vec<String> = Vec::new();
+    match action {
+        Action::Release {
+            job, gang, status, ..
+        } => {
+            for pod in &gang.pods {
+                let mut pod = pod.clone();
+                if let Some(spec) = pod.spec.as_mut() {
+                    spec.scheduling_gates = Some(Vec::new());
+                }
+                written.push(Written::Pod(Box::new(pod)));
+            }
+            let mut j = bump(job_of(index, job));
+            j.status = Some((**status).clone());
+            written.push(Written::Job(Box::new(j)));
+        }
+        Action::Evict {
+            job, status, pods, ..
+        } => {
+            let mut j = bump(job_of(index, job));
+            j.status = Some((**status).clone());
+            written.push(Written::Job(Box::new(j)));
+            deleted.clone_from(pods);
+        }
+        Action::JobStatus { job, status, .. } => {
+            let mut j = bump(job_of(index, job));
+            j.status = Some((**status).clone());
+            written.push(Written::Job(Box::new(j)));
+        }
+        Action::DeletePods { pods, .. } => deleted.clone_from(pods),
+        Action::AddFinalizer { job } => {
+            let mut j = bump(job_of(index, job));
+            j.metadata.finalizers = Some(vec!["muster.dev/gang".into()]);
+            written.push(Written::Job(Box::new(j)));
+        }
+        Action::Finalize { job, pods } => {
+            deleted.clone_from(pods);
+            let j = job_of(index, job);
+            index.delete(&j);
+        }
+        Action::ClusterQueueStatus { name, status } => {
+            let mut q: ClusterQueue = index.cluster_queue(name).cloned().unwrap_or_default();
+            q.status = Some(status.clone());
+            index.apply(q);
+        }
+        Action::Provision {
+            job,
+            requests,
+            status,
+            ..
+        } => {
+            let mut j = bump(job_of(index, job));
+            j.status = Some((**status).clone());
+            written.push(Written::Job(Box::new(j)));
+            for r in requests {
+                written.push(Written::Request(Box::new(r.clone())));
+            }
+        }
+        Action::Unprovision { requests, .. } => {
+            for key in requests {
+                let (ns, name) = key.split_once('/').unwrap_or_default();
+                let mut r = ProvisioningRequest::default();
+                r.metadata.namespace = Some(ns.to_owned());
+                r.metadata.name = Some(name.to_owned());
+                index.delete(&r);
+            }
+        }
+        Action::LocalQueueStatus { status, .. } => {
+            let mut q: LocalQueue = local_queue();
+            q.status = Some(status.clone());
+            index.apply(q);
+        }
+    }
+    index.landed(action, Ok(written), now);
+    for key in deleted {
+        let (ns, name) = key.split_once('/').unwrap_or_default();
+        let mut pod = Pod::default();
+        pod.metadata.namespace = Some(ns.to_owned());
+        pod.metadata.name = Some(name.to_owned());
+        index.delete(&pod);
+    }
+}
+
+pub fn land_all(index: &mut Index, actions: &[Action], now: i64) {
+    for action in actions {
+        land(index, action, now);
+    }
 }

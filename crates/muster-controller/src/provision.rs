@@ -1,0 +1,262 @@
+//! The provisioning bridge in a pass: jobs whose ClusterQueue buys capacity through
+//! ProvisioningRequests. `muster-provisioning` decides the step; this module reads the job's
+//! record from its status, the requests from the index, and turns the step into actions.
+//!
+//! A job that is provisioning has an admission in its status without nodes (its flavors, so a
+//! restarted controller books its quota again), `provisioningRequest` and
+//! `provisioningAttempts`. When the capacity is ready the job queues again as *provisioned*:
+//! admission places it where it fits (the detail node selectors narrow that to the new
+//! capacity), and its pods carry the annotations that consume the request.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use muster_admission::{Holding, Job, PodSetPlacement};
+use muster_api::cluster_queue::ProvisioningPolicy;
+use muster_api::gpujob::{
+    Admission, GpuJobPhase, GpuJobStatus, PendingReason, PendingReasonKind, PodSetAssignment,
+    conditions,
+};
+use muster_api::{GpuJob, ResourceFlavorSpec};
+use muster_provisioning::objects::{consume_annotations, objects, request_name, request_names};
+use muster_provisioning::state::{Observed, Record, Step, combine, observe, step};
+
+use crate::index::Index;
+use crate::release::Gang;
+
+/// The provisioning policy of the ClusterQueue named in the job's admission.
+pub(crate) fn policy<'a>(
+    index: &'a Index,
+    status: &GpuJobStatus,
+) -> Option<&'a ProvisioningPolicy> {
+    let queue = &status.admission.as_ref()?.cluster_queue;
+    index.cluster_queues.get(queue)?.spec.provisioning.as_ref()
+}
+
+/// Whether the status shows a job provisioning: an admission without nodes and a request.
+pub(crate) fn is_provisioning(status: &GpuJobStatus) -> bool {
+    status.provisioning_request.is_some()
+        && status
+            .admission
+            .as_ref()
+            .is_some_and(|a| a.pod_sets.iter().all(|p| p.nodes.is_empty()))
+}
+
+/// `namespace/name` keys of the job's requests of its current attempt.
+pub(crate) fn request_keys(job: &GpuJob, policy: &ProvisioningPolicy, attempt: u32) -> Vec<String> {
+    let namespace = job.metadata.namespace.clone().unwrap_or_default();
+    request_names(&policy.class_name, job, attempt)
+        .into_iter()
+        .map(|n| format!("{namespace}/{n}"))
+        .collect()
+}
+
+/// What the autoscaler says about the job's current attempt.
+pub(crate) fn observed(
+    index: &Index,
+    job: &GpuJob,
+    policy: &ProvisioningPolicy,
+    attempt: u32,
+) -> Observed {
+    combine(
+        request_keys(job, policy, attempt)
+            .iter()
+            .map(|k| observe(index.provisioning_requests.get(k)))
+            .collect(),
+    )
+}
+
+/// The attempt the status records (0 before the first).
+pub(crate) fn attempts(status: &GpuJobStatus) -> u32 {
+    u32::try_from(status.provisioning_attempts).unwrap_or(0)
+}
+
+/// The next step for a job that is provisioning (not yet released).
+pub(crate) fn next(
+    index: &Index,
+    job: &GpuJob,
+    status: &GpuJobStatus,
+    policy: &ProvisioningPolicy,
+    now: i64,
+) -> Step {
+    let record = Record {
+        attempts: attempts(status),
+        requested: true,
+        retry_at: None,
+        released: false,
+        active: !job.spec.suspend,
+    };
+    let seen = observed(index, job, policy, record.attempts);
+    step(&record, &seen, policy, now)
+}
+
+/// What a provisioning job holds: its flavors' quota, no nodes.
+pub(crate) fn holding(status: &GpuJobStatus, since: i64) -> Option<Holding> {
+    let admission = status.admission.as_ref()?;
+    Some(Holding {
+        cluster_queue: admission.cluster_queue.clone(),
+        since,
+        pod_sets: admission
+            .pod_sets
+            .iter()
+            .map(|p| PodSetPlacement {
+                name: p.name.clone(),
+                flavor: p.flavor.clone(),
+                domain: Vec::new(),
+                nodes: Vec::new(),
+            })
+            .collect(),
+    })
+}
+
+/// The job queued again on its provisioned capacity: admitted where it fits, with the node
+/// selectors from the request's details, never provisioning again.
+pub(crate) fn provisioned_job(mut job: Job, node_selector: &BTreeMap<String, String>) -> Job {
+    job.provisioned = true;
+    for set in &mut job.pod_sets {
+        set.node_selector.extend(node_selector.clone());
+    }
+    job
+}
+
+/// Makes a released gang consume the job's requests: annotations per pod set and the detail
+/// node selectors.
+pub(crate) fn consume(
+    gang: &mut Gang,
+    job: &GpuJob,
+    policy: &ProvisioningPolicy,
+    attempt: u32,
+    node_selector: &BTreeMap<String, String>,
+) {
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let sets = job.spec.pod_sets.len();
+    for pod in &mut gang.pods {
+        let set = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(crate::release::POD_SET_LABEL))
+            .cloned()
+            .unwrap_or_default();
+        let request = request_name(&policy.class_name, &name, attempt, &set, sets);
+        pod.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .extend(consume_annotations(&request, &policy.class_name));
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.node_selector
+                .get_or_insert_with(BTreeMap::new)
+                .extend(node_selector.clone());
+        }
+    }
+}
+
+/// The objects and status of a new attempt for a job admission decided to provision.
+pub(crate) fn start(
+    job: &GpuJob,
+    cluster_queue: &str,
+    flavors: &[(String, String)],
+    specs: &BTreeMap<String, ResourceFlavorSpec>,
+    policy: &ProvisioningPolicy,
+    now: &Time,
+) -> Result<(muster_provisioning::objects::Objects, GpuJobStatus), String> {
+    let current = job.status.clone().unwrap_or_default();
+    let attempt = attempts(&current) + 1;
+    let by_set: BTreeMap<String, ResourceFlavorSpec> = flavors
+        .iter()
+        .filter_map(|(set, flavor)| specs.get(flavor).map(|s| (set.clone(), s.clone())))
+        .collect();
+    let built = objects(job, attempt, &by_set, policy).map_err(|e| e.to_string())?;
+    let first = built
+        .requests
+        .first()
+        .and_then(|r| r.metadata.name.clone())
+        .unwrap_or_default();
+    let mut next = current.clone();
+    next.phase = Some(GpuJobPhase::Provisioning);
+    next.provisioning_request = Some(first.clone());
+    next.provisioning_attempts = i32::try_from(attempt).unwrap_or(i32::MAX);
+    next.queue_position = None;
+    next.admission = Some(Admission {
+        cluster_queue: cluster_queue.to_owned(),
+        pod_sets: flavors
+            .iter()
+            .map(|(set, flavor)| PodSetAssignment {
+                name: set.clone(),
+                flavor: flavor.clone(),
+                ..PodSetAssignment::default()
+            })
+            .collect(),
+    });
+    next.pending_reason = Some(PendingReason {
+        kind: PendingReasonKind::Provisioning,
+        message: format!(
+            "quota reserved in ClusterQueue {cluster_queue}; asked the autoscaler ({}) for the capacity with ProvisioningRequest {first}",
+            policy.class_name
+        ),
+        eta: None,
+    });
+    crate::status::set_condition(
+        &mut next.conditions,
+        conditions::QUOTA_RESERVED,
+        true,
+        "Provisioning",
+        "quota reserved while capacity is bought",
+        job.metadata.generation,
+        now,
+    );
+    crate::status::set_condition(
+        &mut next.conditions,
+        conditions::PROVISIONED,
+        false,
+        "Requested",
+        &format!("ProvisioningRequest {first} created"),
+        job.metadata.generation,
+        now,
+    );
+    Ok((built, next))
+}
+
+/// The status of a job still waiting for its capacity, with the autoscaler's message.
+pub(crate) fn waiting(status: &GpuJobStatus, message: &str) -> GpuJobStatus {
+    let mut next = status.clone();
+    next.pending_reason = Some(PendingReason {
+        kind: PendingReasonKind::Provisioning,
+        message: message.to_owned(),
+        eta: None,
+    });
+    next
+}
+
+/// The status after giving the request up: quota released, queued again at `retry_at`.
+pub(crate) fn retrying(
+    status: &GpuJobStatus,
+    reason: &str,
+    retry_at: i64,
+    now: &Time,
+    generation: Option<i64>,
+) -> GpuJobStatus {
+    let mut next = status.clone();
+    next.admission = None;
+    next.provisioning_request = None;
+    next.phase = Some(GpuJobPhase::Queued);
+    next.pending_reason = Some(PendingReason {
+        kind: PendingReasonKind::Backoff,
+        message: format!("{reason}; asking again at the retry time"),
+        eta: k8s_openapi::jiff::Timestamp::from_second(retry_at)
+            .ok()
+            .map(Time),
+    });
+    for type_ in [conditions::QUOTA_RESERVED, conditions::PROVISIONED] {
+        crate::status::set_condition(
+            &mut next.conditions,
+            type_,
+            false,
+            "ProvisioningRetry",
+            reason,
+            generation,
+            now,
+        );
+    }
+    next
+}

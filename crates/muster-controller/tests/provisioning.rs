@@ -1,0 +1,274 @@
+//! The provisioning bridge in the controller's passes: a job with quota but no block asks the
+//! autoscaler (PodTemplates and a ProvisioningRequest), holds its quota while it waits (also
+//! across a restart), starts on the new capacity with its pods consuming the request, retries
+//! a failure with backoff and fails past the limit, and is evicted when the capacity is
+//! revoked.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use muster_api::gpujob::{GpuJobPhase, PendingReasonKind};
+use muster_api::{ClusterQueue, GpuJob, ProvisioningRequest};
+use muster_controller::index::Index;
+use muster_controller::plan::{Action, plan};
+use serde_json::json;
+use support::{at, cluster, job, land_all, object, with_phase};
+
+/// The fixture cluster, its queue buying capacity (40 GPUs of quota), and `jobs`.
+fn buying(jobs: Vec<GpuJob>) -> Index {
+    let mut index = cluster(40, jobs);
+    let mut queue: ClusterQueue = index.cluster_queue("research").cloned().unwrap_or_default();
+    queue.spec.provisioning = Some(object(json!({
+        "className": "queued-provisioning.gke.io",
+        "retry": {"limit": 1, "baseSeconds": 60, "maxSeconds": 60},
+        "nodeSelectorFromDetails": {"cloud.google.com/gke-nodepool": "NodePoolName"}
+    })));
+    index.apply(queue);
+    index
+}
+
+/// 4 pods of 8 GPUs in one block: more than a block (2 nodes) holds.
+fn big() -> GpuJob {
+    job("big", 4, 0)
+}
+
+fn status_of(index: &Index, key: &str) -> muster_api::GpuJobStatus {
+    index
+        .job(key)
+        .and_then(|j| j.status.clone())
+        .unwrap_or_default()
+}
+
+/// The autoscaler sets `conditions` (type, status) on request `name`.
+fn autoscaler_says(index: &mut Index, name: &str, conditions: &[(&str, &str)]) {
+    let mut request = index
+        .provisioning_request(&format!("team-a/{name}"))
+        .cloned()
+        .unwrap_or_default();
+    let mut status = request.status.clone().unwrap_or_default();
+    for (i, (type_, value)) in conditions.iter().enumerate() {
+        status.conditions.push(Condition {
+            type_: (*type_).to_owned(),
+            status: (*value).to_owned(),
+            reason: format!("{type_}Reason"),
+            message: format!("{type_} is {value}"),
+            observed_generation: None,
+            last_transition_time: Time(at(i64::try_from(i).unwrap_or(0))),
+        });
+    }
+    status.provisioning_class_details =
+        BTreeMap::from([("NodePoolName".to_owned(), "dws-pool-1".to_owned())]);
+    request.status = Some(status);
+    index.apply::<ProvisioningRequest>(request);
+}
+
+/// New nodes in block b3, in the node pool the details name.
+fn capacity_arrives(index: &mut Index) {
+    for n in ["n5", "n6", "n7", "n8"] {
+        let mut node = support::node(n, "b3");
+        if let Some(labels) = node.metadata.labels.as_mut() {
+            labels.insert("cloud.google.com/gke-nodepool".into(), "dws-pool-1".into());
+        }
+        index.apply(node);
+    }
+}
+
+fn kinds(actions: &[Action], key: &str) -> Vec<&'static str> {
+    actions
+        .iter()
+        .filter(|a| a.job() == Some(key))
+        .map(Action::kind)
+        .collect()
+}
+
+#[test]
+fn a_job_without_a_block_buys_one_waits_for_it_and_starts_on_it() {
+    let mut index = buying(vec![big(), job("small", 2, 5)]);
+    let pass = plan(&mut index, at(10));
+    let Some(Action::Provision {
+        templates,
+        requests,
+        status,
+        ..
+    }) = pass.actions.iter().find(|a| a.kind() == "provision")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    assert_eq!(templates.len(), 1);
+    assert_eq!(requests[0].metadata.name.as_deref(), Some("big-1"));
+    assert_eq!(requests[0].spec.pod_sets[0].count, 4);
+    assert_eq!(status.phase, Some(GpuJobPhase::Provisioning));
+    assert_eq!(status.provisioning_attempts, 1);
+    land_all(&mut index, &pass.actions, 10);
+    // While it waits, big holds 32 of the 40 GPUs: small (16) waits on quota.
+    let pass = plan(&mut index, at(20));
+    assert!(
+        kinds(&pass.actions, "team-a/small")
+            .iter()
+            .all(|k| *k != "release")
+    );
+    land_all(&mut index, &pass.actions, 20);
+    assert_eq!(
+        status_of(&index, "team-a/small")
+            .pending_reason
+            .map(|r| r.kind),
+        Some(PendingReasonKind::QuotaShort)
+    );
+    // The autoscaler accepts: its message reaches the job.
+    autoscaler_says(&mut index, "big-1", &[("Accepted", "True")]);
+    let pass = plan(&mut index, at(30));
+    land_all(&mut index, &pass.actions, 30);
+    let reason = status_of(&index, "team-a/big")
+        .pending_reason
+        .unwrap_or_default();
+    assert_eq!(reason.kind, PendingReasonKind::Provisioning);
+    assert!(
+        reason.message.contains("Accepted is True"),
+        "{}",
+        reason.message
+    );
+    // Provisioned, and the nodes join: the gang is released onto them.
+    autoscaler_says(
+        &mut index,
+        "big-1",
+        &[("Accepted", "True"), ("Provisioned", "True")],
+    );
+    capacity_arrives(&mut index);
+    let pass = plan(&mut index, at(40));
+    let Some(Action::Release { gang, status, .. }) =
+        pass.actions.iter().find(|a| a.kind() == "release")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    for pod in &gang.pods {
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(
+            annotations
+                .get("autoscaling.x-k8s.io/consume-provisioning-request")
+                .map(String::as_str),
+            Some("big-1")
+        );
+        let selector = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_selector.clone())
+            .unwrap_or_default();
+        assert_eq!(
+            selector
+                .get("cloud.google.com/gke-nodepool")
+                .map(String::as_str),
+            Some("dws-pool-1")
+        );
+    }
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Provisioned" && c.status == "True")
+    );
+    assert_eq!(status.provisioning_request.as_deref(), Some("big-1"));
+}
+
+#[test]
+fn a_restarted_controller_keeps_waiting_for_the_same_request() {
+    let mut first = buying(vec![big()]);
+    let pass = plan(&mut first, at(10));
+    land_all(&mut first, &pass.actions, 10);
+    // A fresh controller lists the job (Provisioning) and its request.
+    let listed = first.job("team-a/big").cloned().unwrap_or_default();
+    let request = first
+        .provisioning_request("team-a/big-1")
+        .cloned()
+        .unwrap_or_default();
+    let mut restarted = buying(vec![listed, job("small", 2, 5)]);
+    restarted.apply(request);
+    let pass = plan(&mut restarted, at(20));
+    assert!(
+        !pass.actions.iter().any(|a| a.kind() == "provision"),
+        "no second request: {:#?}",
+        pass.actions
+    );
+    assert!(
+        !pass.actions.iter().any(|a| a.kind() == "release"),
+        "quota still held"
+    );
+}
+
+#[test]
+fn a_failed_request_is_retried_after_backoff_then_the_job_fails() {
+    let mut index = buying(vec![big()]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    autoscaler_says(&mut index, "big-1", &[("Failed", "True")]);
+    let pass = plan(&mut index, at(20));
+    assert_eq!(
+        kinds(&pass.actions, "team-a/big"),
+        ["unprovision", "job_status"]
+    );
+    land_all(&mut index, &pass.actions, 20);
+    let status = status_of(&index, "team-a/big");
+    assert!(status.admission.is_none() && status.provisioning_request.is_none());
+    assert_eq!(
+        status.pending_reason.map(|r| (r.kind, r.eta.map(|t| t.0))),
+        Some((PendingReasonKind::Backoff, Some(at(80))))
+    );
+    assert!(
+        plan(&mut index, at(50))
+            .actions
+            .iter()
+            .all(|a| a.kind() != "provision")
+    );
+    let pass = plan(&mut index, at(81));
+    let Some(Action::Provision { requests, .. }) =
+        pass.actions.iter().find(|a| a.kind() == "provision")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    assert_eq!(requests[0].metadata.name.as_deref(), Some("big-2"));
+    land_all(&mut index, &pass.actions, 81);
+    autoscaler_says(&mut index, "big-2", &[("Failed", "True")]);
+    let pass = plan(&mut index, at(90));
+    land_all(&mut index, &pass.actions, 90);
+    let status = status_of(&index, "team-a/big");
+    assert_eq!(status.phase, Some(GpuJobPhase::Failed));
+    let finished = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Finished")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(finished.contains("FailedReason"), "{finished}");
+}
+
+#[test]
+fn revoked_capacity_evicts_the_running_gang_and_gives_the_request_back() {
+    let mut index = buying(vec![big()]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    autoscaler_says(&mut index, "big-1", &[("Provisioned", "True")]);
+    capacity_arrives(&mut index);
+    let pass = plan(&mut index, at(20));
+    land_all(&mut index, &pass.actions, 20);
+    let Some(Action::Release { gang, .. }) = pass.actions.iter().find(|a| a.kind() == "release")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    for pod in &gang.pods {
+        index.apply(with_phase(pod.clone(), "Running", true));
+    }
+    let pass = plan(&mut index, at(30));
+    land_all(&mut index, &pass.actions, 30);
+    autoscaler_says(&mut index, "big-1", &[("CapacityRevoked", "True")]);
+    let pass = plan(&mut index, at(40));
+    let kinds = kinds(&pass.actions, "team-a/big");
+    assert!(
+        kinds.contains(&"evict") && kinds.contains(&"unprovision"),
+        "{kinds:?}"
+    );
+    land_all(&mut index, &pass.actions, 40);
+    let status = status_of(&index, "team-a/big");
+    assert!(status.admission.is_none() && status.provisioning_request.is_none());
+    assert_eq!(status.requeue_count, 1);
+}

@@ -279,3 +279,116 @@ async fn a_gang_is_released_together_and_requeued_when_not_ready_in_time() {
             .await;
     }
 }
+
+/// Installs the upstream ProvisioningRequest CRD from `../shared/crds/`, or says why not.
+async fn install_provisioning_crd(client: &Client) -> bool {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/crds/autoscaling.x-k8s.io_provisioningrequests.yaml");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        eprintln!("skipping: upstream CRD not found at {}", path.display());
+        return false;
+    };
+    let value: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap_or_default();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    apply(&crds, "provisioningrequests.autoscaling.x-k8s.io", value).await;
+    true
+}
+
+#[tokio::test]
+#[ignore = "needs cluster"]
+async fn a_job_without_a_block_buys_one_and_starts_on_the_new_nodes() {
+    let client = client().await;
+    setup(&client).await;
+    if !install_provisioning_crd(&client).await {
+        return;
+    }
+    apply(
+        &Api::<ClusterQueue>::all(client.clone()),
+        "e2e",
+        json!({"apiVersion": "muster.dev/v1alpha1", "kind": "ClusterQueue",
+               "metadata": {"name": "e2e"},
+               "spec": {"namespaceSelector": {}, "resourceGroups": [{
+                   "coveredResources": ["nvidia.com/gpu"],
+                   "flavors": [{"name": "e2e-h100", "resources": [
+                       {"name": "nvidia.com/gpu", "nominalQuota": "64"}]}]}],
+                   "provisioning": {"className": "queued-provisioning.gke.io"}}}),
+    )
+    .await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(run(
+        client.clone(),
+        Options {
+            metrics_addr: ([127, 0, 0, 1], 0).into(),
+            ..Options::default()
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    // Four pods in one block: the test's blocks have two nodes.
+    let jobs: Api<GpuJob> = Api::namespaced(client.clone(), NS);
+    let mut job = train_job();
+    job.metadata.name = Some("buy".into());
+    job.spec.pod_sets[0].count = 4;
+    let _ = jobs.delete("buy", &DeleteParams::default()).await;
+    if let Err(e) = jobs.create(&PostParams::default(), &job).await {
+        unreachable!("creating the job: {e}");
+    }
+    let requests: Api<muster_api::ProvisioningRequest> = Api::namespaced(client.clone(), NS);
+    eventually("the ProvisioningRequest", 60, || async {
+        requests.get("buy-1").await.ok().map(|_| ())
+    })
+    .await;
+    // The test plays the autoscaler: four nodes in a new block, then Provisioned=True.
+    for n in 5..=8 {
+        fake_node(&client, &format!("muster-e2e-n{n}"), "b3").await;
+    }
+    let status = json!({"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+        "status": {"conditions": [{"type": "Provisioned", "status": "True", "reason": "E2E",
+            "message": "capacity is ready",
+            "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string()}]}});
+    if let Err(e) = requests
+        .patch_status(
+            "buy-1",
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&status),
+        )
+        .await
+    {
+        unreachable!("setting Provisioned: {e}");
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let consumed = eventually("the gang on the new nodes", 60, || async {
+        let list = pods
+            .list(&ListParams::default().labels("muster.dev/job-name=buy"))
+            .await
+            .ok()?;
+        (list.items.len() == 4).then_some(list.items)
+    })
+    .await;
+    for pod in consumed {
+        let annotations = pod.metadata.annotations.unwrap_or_default();
+        assert_eq!(
+            annotations
+                .get("autoscaling.x-k8s.io/consume-provisioning-request")
+                .map(String::as_str),
+            Some("buy-1")
+        );
+        let node = pod
+            .spec
+            .and_then(|s| s.node_selector)
+            .and_then(|s| s.get("kubernetes.io/hostname").cloned())
+            .unwrap_or_default();
+        let index: u32 = node.trim_start_matches("muster-e2e-n").parse().unwrap_or(0);
+        assert!((5..=8).contains(&index), "placed on {node}");
+    }
+    let _ = stop.send(());
+    let _ = controller.await;
+    let _ = jobs.delete("buy", &DeleteParams::default()).await;
+    let node_api: Api<Node> = Api::all(client.clone());
+    for n in 5..=8 {
+        let _ = node_api
+            .delete(&format!("muster-e2e-n{n}"), &DeleteParams::default())
+            .await;
+    }
+}

@@ -78,6 +78,12 @@ async fn serve(
             )
         } else if method == "POST" {
             (201, body.clone())
+        } else if path.contains("/podtemplates/") {
+            (
+                200,
+                json!({"apiVersion": "v1", "kind": "PodTemplate",
+                       "metadata": {"name": name, "namespace": "team-a"}}),
+            )
         } else if path.contains("/services/") {
             (
                 200,
@@ -349,4 +355,74 @@ async fn a_finalizer_conflict_is_retried_from_a_fresh_read() {
         ]
     );
     assert_eq!(seen[4].body["metadata"]["finalizers"], json!([]));
+}
+
+#[tokio::test]
+async fn buying_capacity_creates_templates_then_requests_then_writes_status_and_cleans_up() {
+    let templates = vec![muster_provisioning_template("big-1-workers")];
+    let requests = vec![muster_provisioning_request("big-1")];
+    let action = Action::Provision {
+        job: "team-a/a".into(),
+        templates,
+        requests,
+        status: Box::default(),
+    };
+    // The request exists from an interrupted attempt: that counts as created.
+    let (result, seen) = run(&action, BTreeMap::new(), vec!["big-1".into()], true).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        calls(&seen),
+        [
+            ("POST", "/api/v1/namespaces/team-a/podtemplates"),
+            (
+                "POST",
+                "/apis/autoscaling.x-k8s.io/v1/namespaces/team-a/provisioningrequests"
+            ),
+            (
+                "PATCH",
+                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status"
+            ),
+        ]
+    );
+    let cleanup = Action::Unprovision {
+        job: "team-a/a".into(),
+        requests: vec!["team-a/big-1".into()],
+        templates: vec!["team-a/big-1-workers".into()],
+    };
+    // The request is already gone (404): that counts as deleted.
+    let failures = BTreeMap::from([(0, 404)]);
+    let (result, seen) = run(&cleanup, failures, Vec::new(), true).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        calls(&seen),
+        [
+            (
+                "DELETE",
+                "/apis/autoscaling.x-k8s.io/v1/namespaces/team-a/provisioningrequests/big-1"
+            ),
+            (
+                "DELETE",
+                "/api/v1/namespaces/team-a/podtemplates/big-1-workers"
+            ),
+        ]
+    );
+}
+
+fn muster_provisioning_template(name: &str) -> k8s_openapi::api::core::v1::PodTemplate {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PodTemplate",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}
+    }))
+    .unwrap_or_default()
+}
+
+fn muster_provisioning_request(name: &str) -> muster_api::ProvisioningRequest {
+    serde_json::from_value(json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {"provisioningClassName": "queued-provisioning.gke.io",
+                 "podSets": [{"podTemplateRef": {"name": "big-1-workers"}, "count": 4}]}
+    }))
+    .unwrap_or_default()
 }

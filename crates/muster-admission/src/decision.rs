@@ -133,6 +133,9 @@ pub enum PendingReason {
         /// The jobs being evicted.
         victims: Vec<JobId>,
     },
+    /// The autoscaler provisioned capacity for the job, which keeps its quota, but the gang
+    /// does not fit on it yet (typically its nodes are still joining).
+    AwaitingProvisionedNodes(Box<NoFit>),
 }
 
 impl PendingReason {
@@ -150,6 +153,7 @@ impl PendingReason {
             PendingReason::BlockedByQueueHead { .. } => PendingReasonKind::BlockedByQueueHead,
             PendingReason::CapacityReserved { .. } => PendingReasonKind::CapacityReserved,
             PendingReason::Preempting { .. } => PendingReasonKind::NotYetScheduled,
+            PendingReason::AwaitingProvisionedNodes(_) => PendingReasonKind::Provisioning,
         }
     }
 
@@ -202,6 +206,10 @@ impl PendingReason {
             PendingReason::Preempting { victims } => {
                 format!("evicting {} to make room", victims.join(", "))
             }
+            PendingReason::AwaitingProvisionedNodes(no_fit) => format!(
+                "the autoscaler provisioned the capacity; waiting for its nodes to hold the gang ({})",
+                no_fit.message
+            ),
         }
     }
 }

@@ -31,8 +31,8 @@ pub struct Job {
     pub invalid: Option<String>,
     /// `spec.suspend`: held back on purpose.
     pub suspended: bool,
-    /// Capacity was bought for it and is ready: it is admitted where it fits and never
-    /// provisions again.
+    /// Capacity was bought for it and is ready: while it holds its quota as a provisioning job
+    /// it starts there first (see `Scheduler::capacity_ready`), and it never provisions again.
     pub provisioned: bool,
 }
 

@@ -540,3 +540,60 @@ fn a_provisioning_queue_preempts_only_when_it_allows_it(
     assert_eq!(!preempted(&d).is_empty(), preempts, "{d:?}");
     assert_eq!(provisions(&d, "high"), !preempts, "{d:?}");
 }
+
+#[test]
+fn provisioned_capacity_goes_to_the_job_that_bought_it_with_the_quota_it_held() {
+    let policy = ProvisioningPolicy {
+        managed_resources: vec![GPU.into()],
+        ..ProvisioningPolicy::default()
+    };
+    // The block the autoscaler will bring has not joined yet.
+    let mut nodes = fleet("h100", 1, 4);
+    for n in &mut nodes {
+        n.schedulable = false;
+    }
+    let mut s = scheduler(
+        &nodes,
+        vec![flavor("h100")],
+        vec![("q", provisioning(gpu_queue(32), policy))],
+    );
+    let big = in_one_block(job("big", "q", 0, 0, 4, 8));
+    s.submit(big.clone());
+    assert!(provisions(&s.cycle(0), "big"));
+    // A more urgent job arrives while big waits for the autoscaler: big's quota is not its.
+    s.submit(job("urgent", "q", 10, 1, 1, 8));
+    let d = s.cycle(1);
+    assert_eq!(
+        reason_of(&d, "urgent").map(PendingReason::kind),
+        Some(PendingReasonKind::QuotaShort)
+    );
+    // Provisioned, but the nodes are still joining: big keeps its quota and says what it
+    // waits for; urgent still cannot take the quota.
+    assert!(s.capacity_ready(big.clone()));
+    let d = s.cycle(2);
+    let reason = reason_of(&d, "big").cloned();
+    assert!(
+        matches!(reason, Some(PendingReason::AwaitingProvisionedNodes(_))),
+        "{d:?}"
+    );
+    assert_eq!(
+        reason.map(|r| r.kind()),
+        Some(PendingReasonKind::Provisioning)
+    );
+    assert!(matches!(s.state("ns/big"), Some(JobState::Provisioning(_))));
+    assert!(admitted(&d).is_empty(), "{d:?}");
+    assert_eq!(s.quota().usage("q", "h100", GPU).0.units_ceil(), 32);
+    // The nodes join: big starts on them, first, within the quota it held all along.
+    for n in &nodes {
+        s.cluster_mut().set_schedulable(&n.name, true);
+    }
+    let d = s.cycle(3);
+    assert_eq!(admitted(&d), vec!["big"]);
+    assert_eq!(s.quota().usage("q", "h100", GPU).0.units_ceil(), 32);
+    assert_eq!(
+        reason_of(&d, "urgent").map(PendingReason::kind),
+        Some(PendingReasonKind::QuotaShort)
+    );
+    // Only a provisioning job can be told its capacity is ready.
+    assert!(!s.capacity_ready(job("urgent", "q", 10, 1, 1, 8)));
+}

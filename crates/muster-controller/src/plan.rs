@@ -819,9 +819,15 @@ fn settle_provisioning(
             }
         }
         Step::Admit { node_selector } => {
-            out.submit
-                .push(provision::provisioned_job(admission_job(), &node_selector));
-            out.provisioned.insert(key.to_owned(), node_selector);
+            // Still holding its quota, the job starts on the capacity before anything else.
+            if let Some(held) = provision::holding(status, now_s) {
+                out.restore.push((
+                    provision::provisioned_job(admission_job(), &node_selector),
+                    held,
+                    true,
+                ));
+                out.provisioned.insert(key.to_owned(), node_selector);
+            }
         }
         Step::Retry { at, reason } => {
             out.act(key, unprovision(job, policy, status));
@@ -979,6 +985,22 @@ fn decide(
     match decision {
         Decision::Admit(admitted) => admit(index, admitted, now, provisioned, plan),
         Decision::Pending {
+            job: key, reason, ..
+        } if provisioned.contains_key(&key) => {
+            let queue = scheduler
+                .job(&key)
+                .and_then(|j| scheduler.cluster_queue_of_job(j))
+                .unwrap_or_default();
+            waiting_for_nodes(
+                index,
+                key,
+                queue,
+                &reason.message(),
+                now.0.as_second(),
+                plan,
+            );
+        }
+        Decision::Pending {
             job: key,
             position,
             reason,
@@ -1049,11 +1071,7 @@ fn decide(
             cluster_queue,
             flavors,
         } => {
-            if provisioned.contains_key(&key) {
-                waiting_for_nodes(index, key, cluster_queue, plan);
-            } else {
-                start_provisioning(index, key, &cluster_queue, &flavors, now, plan);
-            }
+            start_provisioning(index, key, &cluster_queue, &flavors, now, plan);
         }
     }
 }
@@ -1173,28 +1191,37 @@ fn start_provisioning(
     }
 }
 
-/// A job whose capacity is provisioned but does not fit yet (its nodes are still joining).
-fn waiting_for_nodes(index: &mut Index, key: String, cluster_queue: String, plan: &mut Plan) {
+/// A job whose capacity is provisioned but does not hold the gang yet (its nodes are still
+/// joining): it keeps its quota and its status says what it waits for.
+fn waiting_for_nodes(
+    index: &mut Index,
+    key: String,
+    cluster_queue: String,
+    message: &str,
+    now: i64,
+    plan: &mut Plan,
+) {
     let Some(job) = index.jobs.get(&key) else {
         return;
     };
     let current = job.status.clone().unwrap_or_default();
-    let next = provision::waiting(
-        &current,
-        "the autoscaler provisioned the capacity; waiting for its nodes to be Ready",
-    );
+    let next = provision::waiting(&current, message);
     *plan
         .summary
         .pending
         .entry((cluster_queue, "Provisioning".to_owned()))
         .or_default() += 1;
-    if next != current && !index.writes.busy.contains_key(&key) {
+    if next != current
+        && !index.writes.busy.contains_key(&key)
+        && let Some(held) = provision::holding(&current, now)
+    {
         plan.actions.push(Action::JobStatus {
             job: key.clone(),
             status: Box::new(next),
             event: None,
         });
-        index.writes.busy.insert(key, Busy::Status);
+        // The write keeps the job provisioning: it holds its quota meanwhile.
+        index.writes.busy.insert(key, Busy::Provision(held));
     }
 }
 

@@ -272,3 +272,53 @@ fn revoked_capacity_evicts_the_running_gang_and_gives_the_request_back() {
     assert!(status.admission.is_none() && status.provisioning_request.is_none());
     assert_eq!(status.requeue_count, 1);
 }
+
+#[test]
+fn provisioned_capacity_whose_nodes_are_still_joining_keeps_the_quota_and_is_not_bought_twice() {
+    let mut index = buying(vec![big(), job("small", 2, 5)]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    // Provisioned, but no node has joined yet.
+    autoscaler_says(
+        &mut index,
+        "big-1",
+        &[("Accepted", "True"), ("Provisioned", "True")],
+    );
+    for t in [20, 30, 40] {
+        let pass = plan(&mut index, at(t));
+        for kind in ["provision", "release", "unprovision"] {
+            assert!(
+                pass.actions.iter().all(|a| a.kind() != kind),
+                "t={t}: {:#?}",
+                pass.actions
+            );
+        }
+        land_all(&mut index, &pass.actions, t);
+        let status = status_of(&index, "team-a/big");
+        assert_eq!(status.phase, Some(GpuJobPhase::Provisioning));
+        assert!(status.admission.is_some(), "the quota stays reserved");
+        assert_eq!(status.provisioning_attempts, 1);
+        let reason = status.pending_reason.unwrap_or_default();
+        assert_eq!(reason.kind, PendingReasonKind::Provisioning);
+        assert!(
+            reason.message.contains("waiting for its nodes"),
+            "{}",
+            reason.message
+        );
+        assert_eq!(
+            status_of(&index, "team-a/small")
+                .pending_reason
+                .map(|r| r.kind),
+            Some(PendingReasonKind::QuotaShort)
+        );
+    }
+    // The nodes join: big starts on them; small still waits for quota.
+    capacity_arrives(&mut index);
+    let pass = plan(&mut index, at(50));
+    assert_eq!(kinds(&pass.actions, "team-a/big"), ["release"]);
+    assert!(
+        kinds(&pass.actions, "team-a/small")
+            .iter()
+            .all(|k| *k != "release")
+    );
+}

@@ -4,9 +4,9 @@
 //! run duration after which the capacity is taken back.
 //!
 //! A job that admission decides to provision gets the hosts its accelerators need, all in one
-//! block of an autoscaler pool of its flavor. Once provisioned, the job is queued again with a
-//! toleration for exactly those hosts (every host carries its own taint), so the capacity is
-//! its alone; when the job ends or leaves, the hosts are given back (scale-down). A request
+//! block of an autoscaler pool of its flavor. Once provisioned, the job, which has held its
+//! quota all along, is narrowed to a toleration for exactly those hosts (every host carries its
+//! own taint), so the capacity is its alone, and starts there; when the job ends or leaves, the hosts are given back (scale-down). A request
 //! larger than a block can never be served: it fails as a stockout. Retries after a stockout
 //! or an expired booking follow the ClusterQueue's `provisioning.retry`, through the same
 //! backoff function the controller uses.
@@ -317,7 +317,6 @@ impl Autoscaler {
                 continue;
             }
             count += 1;
-            let id = self.originals[i].id.clone();
             match event {
                 Event::Ready => {
                     let Some(request) = self.requests.get_mut(&i) else {
@@ -335,9 +334,9 @@ impl Autoscaler {
                         }
                         names.push(name.as_str());
                     }
-                    let job = on_hosts(&self.originals[i], &pool.name, &names);
-                    s.requeue(&id);
-                    s.submit(job);
+                    // Still holding its quota, the job starts on its hosts in the next
+                    // cycle, before any waiting job.
+                    s.capacity_ready(on_hosts(&self.originals[i], &pool.name, &names));
                     self.events.push(Reverse((
                         now + pool.spec.booking_seconds,
                         Event::Expire,

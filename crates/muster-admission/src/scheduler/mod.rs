@@ -17,6 +17,7 @@ use crate::reservation::Reservation;
 
 mod assign;
 mod preempt;
+mod provisioned;
 mod reserve;
 
 /// Where a job stands.
@@ -245,26 +246,19 @@ impl Scheduler {
         }
     }
 
-    /// Capacity bought for a provisioning job arrived: it is admitted onto `pod_sets`.
-    pub fn provisioned(&mut self, id: &str, pod_sets: Vec<PodSetPlacement>) {
-        let Some(JobState::Provisioning(holding)) = self.jobs.get(id).map(|e| e.state.clone())
-        else {
-            return;
-        };
-        let Some(job) = self.jobs.get(id).map(|e| Arc::clone(&e.job)) else {
-            return;
-        };
-        for (set, placement) in job.pod_sets.iter().zip(&pod_sets) {
-            for node in &placement.nodes {
-                self.cluster.add_usage(node, &set.requests);
-            }
+    /// Capacity bought for a provisioning job is ready: `job` is its definition narrowed to
+    /// that capacity (node selectors, tolerations) with [`Job::provisioned`] set. The job keeps
+    /// holding its quota; the next cycle starts it there, before any waiting job, or says why
+    /// it cannot yet. Returns false (and changes nothing) unless the job is provisioning.
+    pub fn capacity_ready(&mut self, job: Job) -> bool {
+        if !matches!(self.state(&job.id), Some(JobState::Provisioning(_))) {
+            return false;
         }
-        if let Some(entry) = self.jobs.get_mut(id) {
-            entry.state = JobState::Admitted(Holding {
-                pod_sets,
-                ..holding
-            });
-        }
+        self.submit(Job {
+            provisioned: true,
+            ..job
+        });
+        true
     }
 
     /// A job's state.
@@ -370,6 +364,7 @@ impl Scheduler {
     pub fn cycle(&mut self, now: i64) -> Vec<Decision> {
         let mut out = Vec::new();
         self.drain_stopped(&mut out);
+        self.start_provisioned(now, &mut out);
 
         // Waiting jobs per ClusterQueue, in queue order; the rest are answered at once.
         let mut lists: BTreeMap<String, Vec<Arc<Job>>> = BTreeMap::new();

@@ -42,8 +42,17 @@ fn changed(current: &GpuJobStatus, next: GpuJobStatus) -> Option<GpuJobStatus> {
     (next != *current).then_some(next)
 }
 
+/// How far back in its ClusterQueue a waiting job's `queuePosition` is shown. Every admission
+/// at a queue's head moves everyone behind it; showing each job its exact position would cost
+/// one status write per waiting job per admission, and a waiting job is not admitted while a
+/// write of its status is in flight. Further back the position is left out (the LocalQueue's
+/// and ClusterQueue's `pending` counts say how long the queue is), so an admission costs at
+/// most this many position writes per queue.
+pub const SHOWN_POSITIONS: u32 = 100;
+
 /// The status of a job that waits: phase Pending when it cannot be admitted as written (or
-/// has no queue), Queued otherwise; its position, reason and ETA (seconds since the epoch).
+/// has no queue), Queued otherwise; its position (among the first [`SHOWN_POSITIONS`]),
+/// reason and ETA (seconds since the epoch).
 pub fn pending(
     current: &GpuJobStatus,
     generation: Option<i64>,
@@ -71,7 +80,8 @@ pub fn pending(
     } else {
         GpuJobPhase::Pending
     });
-    next.queue_position = (position > 0).then(|| i32::try_from(position).unwrap_or(i32::MAX));
+    next.queue_position = (position > 0 && position <= SHOWN_POSITIONS)
+        .then(|| i32::try_from(position).unwrap_or(i32::MAX));
     next.pending_reason = Some(muster_api::gpujob::PendingReason {
         kind,
         message,

@@ -468,3 +468,51 @@ fn a_running_gang_keeps_its_quota_while_a_status_write_is_in_flight() {
         pass.actions
     );
 }
+
+#[test]
+fn an_admission_at_the_head_of_a_long_queue_rewrites_only_the_positions_shown() {
+    let shown = muster_controller::status::SHOWN_POSITIONS;
+    let waiting = shown + 50;
+    // 24 GPUs of quota: three single-pod jobs run, the rest wait in order of creation.
+    let jobs = (0..waiting + 3)
+        .map(|i| job(&format!("j{i:03}"), 1, i64::from(i)))
+        .collect();
+    let mut index = cluster(24, jobs);
+    for t in 1..=3 {
+        let pass = plan(&mut index, at(t));
+        land_all(&mut index, &pass.actions, t);
+    }
+    let position =
+        |index: &Index, i: u32| status_of(index, &format!("team-a/j{i:03}")).queue_position;
+    assert_eq!(position(&index, 3), Some(1));
+    assert_eq!(position(&index, 2 + shown), Some(shown.cast_signed()));
+    assert_eq!(
+        position(&index, 3 + shown),
+        None,
+        "beyond the shown positions"
+    );
+    assert!(plan(&mut index, at(4)).actions.is_empty(), "settled");
+    // More quota: the head starts, and everyone behind it moves up one place.
+    index.apply(support::cluster_queue(32));
+    let pass = plan(&mut index, at(5));
+    assert_eq!(releases(&pass.actions).len(), 1);
+    land_all(&mut index, &pass.actions, 5);
+    let pass = plan(&mut index, at(6));
+    let statuses = pass
+        .actions
+        .iter()
+        .filter(|a| a.kind() == "job_status")
+        .count();
+    assert_eq!(statuses, shown as usize, "{} waiting jobs", waiting - 1);
+    land_all(&mut index, &pass.actions, 6);
+    assert_eq!(position(&index, 4), Some(1));
+    assert_eq!(position(&index, 3 + shown), Some(shown.cast_signed()));
+    assert_eq!(position(&index, 4 + shown), None);
+    assert_eq!(
+        status_of(&index, &format!("team-a/j{:03}", 4 + shown))
+            .pending_reason
+            .map(|r| r.kind),
+        Some(PendingReasonKind::QuotaShort),
+        "far back, a job still says why it waits"
+    );
+}

@@ -44,7 +44,7 @@ pub enum Kind {
     Namespace,
     /// `PriorityClass`.
     PriorityClass,
-    /// `ProvisioningRequest` (watched only when its CRD is installed).
+    /// `ProvisioningRequest` (watched once its CRD is installed).
     ProvisioningRequest,
 }
 
@@ -168,6 +168,8 @@ pub struct Index {
     /// Keys seen during a relist, per kind: what was not seen is gone.
     relisting: BTreeMap<Kind, BTreeSet<String>>,
     synced: BTreeSet<Kind>,
+    /// Optional kinds that are watched (their API is served): required for readiness too.
+    expected: BTreeSet<Kind>,
     /// Bumped on every change: the scheduling loop runs when it moved.
     version: u64,
 }
@@ -228,9 +230,26 @@ impl Index {
         self.synced.contains(&kind)
     }
 
-    /// Whether every required kind is synced: the first cycle may run.
+    /// An optional kind is being watched: until its first full list is in, the index is not
+    /// ready (a pass that ran before ProvisioningRequests are listed would take every
+    /// job's request for deleted).
+    pub fn expect(&mut self, kind: Kind) {
+        self.expected.insert(kind);
+    }
+
+    /// Whether every required kind, and every optional kind being watched, is synced: a
+    /// cycle may run.
     pub fn ready(&self) -> bool {
-        Kind::REQUIRED.iter().all(|k| self.is_synced(*k))
+        Kind::REQUIRED
+            .iter()
+            .chain(&self.expected)
+            .all(|k| self.is_synced(*k))
+    }
+
+    /// Whether ProvisioningRequests are watched and listed: only then can capacity be
+    /// bought, or a request's progress be read.
+    pub fn provisioning_api(&self) -> bool {
+        self.is_synced(Kind::ProvisioningRequest)
     }
 
     /// Changes so far; the scheduling loop compares it to decide whether to run.

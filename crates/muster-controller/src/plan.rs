@@ -796,7 +796,15 @@ fn settle_provisioning(
         );
         return;
     };
-    match provision::next(index, job, status, policy, now_s) {
+    let step = if index.provisioning_api() {
+        provision::next(index, job, status, policy, now_s)
+    } else {
+        // Requests cannot be read: nothing is known of this one, so nothing is given up.
+        Step::Wait {
+            message: "the ProvisioningRequest API (autoscaling.x-k8s.io/v1) is not being watched yet; the request is followed once it is".to_owned(),
+        }
+    };
+    match step {
         Step::Wait { message } => {
             if let Some(held) = provision::holding(status, now_s) {
                 out.restore.push((admission_job(), held, true));
@@ -907,12 +915,18 @@ fn scheduler(index: &Index, mut cluster: Cluster, held: &BTreeMap<String, i32>) 
             }
         }
     }
+    // Without the ProvisioningRequest API no capacity can be bought: queues wait for
+    // today's nodes instead.
+    let buys = index.provisioning_api();
     let mut scheduler = Scheduler::new(
         cluster,
-        index
-            .cluster_queues
-            .iter()
-            .map(|(name, q)| (name.clone(), q.spec.clone())),
+        index.cluster_queues.iter().map(|(name, q)| {
+            let mut spec = q.spec.clone();
+            if !buys {
+                spec.provisioning = None;
+            }
+            (name.clone(), spec)
+        }),
         index
             .local_queues
             .iter()

@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, Semaphore, watch};
 
 use crate::executor::Executor;
-use crate::index::{Index, Indexed};
+use crate::index::{Index, Indexed, Kind};
 use crate::metrics::Metrics;
 use crate::plan::{Writes, plan};
 
@@ -120,7 +120,7 @@ where
     }
 }
 
-/// Starts a watch per kind. ProvisioningRequests are watched only when their CRD answers.
+/// Starts a watch per kind. ProvisioningRequests are watched once their API answers.
 async fn start_watches(client: &Client, options: &Options, shared: &Arc<Shared>) {
     let ns = options.namespace_scope.as_deref();
     let s = || Arc::clone(shared);
@@ -132,15 +132,46 @@ async fn start_watches(client: &Client, options: &Options, shared: &Arc<Shared>)
     tokio::spawn(watch_kind(Api::<Pod>::all(client.clone()), s()));
     tokio::spawn(watch_kind(Api::<Namespace>::all(client.clone()), s()));
     tokio::spawn(watch_kind(Api::<PriorityClass>::all(client.clone()), s()));
+    // The first probe is awaited, so that a served API is expected before the first pass.
     let requests: Api<ProvisioningRequest> = scoped(client, ns);
+    if served(&requests, true).await {
+        shared.index().expect(Kind::ProvisioningRequest);
+        tokio::spawn(watch_kind(requests, s()));
+    } else {
+        tokio::spawn(watch_when_served(requests, s()));
+    }
+}
+
+/// Whether the ProvisioningRequest API answers; says why not when `tell`.
+async fn served(requests: &Api<ProvisioningRequest>, tell: bool) -> bool {
     match requests.list(&ListParams::default().limit(1)).await {
-        Ok(_) => {
-            tokio::spawn(watch_kind(requests, s()));
+        Ok(_) => true,
+        Err(e) => {
+            if tell {
+                tracing::warn!(
+                    error = %e,
+                    "ProvisioningRequests are not served (is the autoscaling.x-k8s.io CRD installed?); no capacity is bought until they are"
+                );
+            }
+            false
         }
-        Err(e) => tracing::info!(
-            error = %e,
-            "ProvisioningRequests are not watched (is the autoscaling.x-k8s.io CRD installed?)"
-        ),
+    }
+}
+
+/// How often the ProvisioningRequest API is probed again while it is not served.
+const PROBE_EVERY: Duration = Duration::from_secs(60);
+
+/// Watches ProvisioningRequests once their API answers, probing every [`PROBE_EVERY`]: the
+/// autoscaler's CRD may be installed after Muster. Until then no capacity is bought.
+async fn watch_when_served(requests: Api<ProvisioningRequest>, shared: Arc<Shared>) {
+    loop {
+        tokio::time::sleep(PROBE_EVERY).await;
+        if served(&requests, false).await {
+            tracing::info!("ProvisioningRequests are served now: watching them");
+            shared.index().expect(Kind::ProvisioningRequest);
+            watch_kind(requests, shared).await;
+            return;
+        }
     }
 }
 

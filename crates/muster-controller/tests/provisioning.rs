@@ -26,6 +26,8 @@ fn buying(jobs: Vec<GpuJob>) -> Index {
         "nodeSelectorFromDetails": {"cloud.google.com/gke-nodepool": "NodePoolName"}
     })));
     index.apply(queue);
+    index.relist_begin::<ProvisioningRequest>();
+    index.relist_done::<ProvisioningRequest>();
     index
 }
 
@@ -321,4 +323,77 @@ fn provisioned_capacity_whose_nodes_are_still_joining_keeps_the_quota_and_is_not
             .iter()
             .all(|k| *k != "release")
     );
+}
+
+#[test]
+fn without_the_provisioning_api_nothing_is_bought_and_nothing_is_given_up() {
+    // The autoscaler's CRD is not served: the queue waits for today's nodes.
+    let mut index = cluster(40, vec![big()]);
+    let mut queue: ClusterQueue = index.cluster_queue("research").cloned().unwrap_or_default();
+    queue.spec.provisioning = buying(Vec::new())
+        .cluster_queue("research")
+        .and_then(|q| q.spec.provisioning.clone());
+    index.apply(queue);
+    let pass = plan(&mut index, at(10));
+    assert!(pass.actions.iter().all(|a| a.kind() != "provision"));
+    land_all(&mut index, &pass.actions, 10);
+    assert_eq!(
+        status_of(&index, "team-a/big")
+            .pending_reason
+            .map(|r| r.kind),
+        Some(PendingReasonKind::NoTopologyFit)
+    );
+
+    // A controller restarted mid-provisioning whose request list is not in yet: the job keeps
+    // its quota and its request, and says what it waits for.
+    let mut first = buying(vec![big()]);
+    let pass = plan(&mut first, at(10));
+    land_all(&mut first, &pass.actions, 10);
+    let listed = first.job("team-a/big").cloned().unwrap_or_default();
+    let mut restarted = cluster(40, vec![listed, job("small", 2, 5)]);
+    let queue = first.cluster_queue("research").cloned().unwrap_or_default();
+    restarted.apply(queue);
+    restarted.expect(muster_controller::index::Kind::ProvisioningRequest);
+    assert!(
+        !restarted.ready(),
+        "not ready before the requests are listed"
+    );
+    let pass = plan(&mut restarted, at(20));
+    for kind in ["provision", "unprovision", "release"] {
+        assert!(
+            pass.actions.iter().all(|a| a.kind() != kind),
+            "{kind}: {:#?}",
+            pass.actions
+        );
+    }
+    land_all(&mut restarted, &pass.actions, 20);
+    let status = status_of(&restarted, "team-a/big");
+    assert_eq!(status.phase, Some(GpuJobPhase::Provisioning));
+    assert!(status.admission.is_some());
+    assert!(
+        status
+            .pending_reason
+            .is_some_and(|r| r.message.contains("not being watched")),
+    );
+    assert_eq!(
+        status_of(&restarted, "team-a/small")
+            .pending_reason
+            .map(|r| r.kind),
+        Some(PendingReasonKind::QuotaShort),
+        "big still holds its quota"
+    );
+    // The list comes in with the request: followed as before.
+    restarted.relist_begin::<ProvisioningRequest>();
+    restarted.apply(
+        first
+            .provisioning_request("team-a/big-1")
+            .cloned()
+            .unwrap_or_default(),
+    );
+    restarted.relist_done::<ProvisioningRequest>();
+    assert!(restarted.ready());
+    autoscaler_says(&mut restarted, "big-1", &[("Provisioned", "True")]);
+    capacity_arrives(&mut restarted);
+    let pass = plan(&mut restarted, at(30));
+    assert_eq!(kinds(&pass.actions, "team-a/big"), ["release"]);
 }

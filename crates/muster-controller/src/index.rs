@@ -233,7 +233,7 @@ impl Index {
     /// An optional kind is being watched: until its first full list is in, the index is not
     /// ready (a pass that ran before ProvisioningRequests are listed would take every
     /// job's request for deleted).
-    pub fn expect(&mut self, kind: Kind) {
+    pub fn expect_kind(&mut self, kind: Kind) {
         self.expected.insert(kind);
     }
 

@@ -135,7 +135,7 @@ async fn start_watches(client: &Client, options: &Options, shared: &Arc<Shared>)
     // The first probe is awaited, so that a served API is expected before the first pass.
     let requests: Api<ProvisioningRequest> = scoped(client, ns);
     if served(&requests, true).await {
-        shared.index().expect(Kind::ProvisioningRequest);
+        shared.index().expect_kind(Kind::ProvisioningRequest);
         tokio::spawn(watch_kind(requests, s()));
     } else {
         tokio::spawn(watch_when_served(requests, s()));
@@ -168,7 +168,7 @@ async fn watch_when_served(requests: Api<ProvisioningRequest>, shared: Arc<Share
         tokio::time::sleep(PROBE_EVERY).await;
         if served(&requests, false).await {
             tracing::info!("ProvisioningRequests are served now: watching them");
-            shared.index().expect(Kind::ProvisioningRequest);
+            shared.index().expect_kind(Kind::ProvisioningRequest);
             watch_kind(requests, shared).await;
             return;
         }

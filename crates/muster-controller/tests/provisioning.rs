@@ -353,7 +353,7 @@ fn without_the_provisioning_api_nothing_is_bought_and_nothing_is_given_up() {
     let mut restarted = cluster(40, vec![listed, job("small", 2, 5)]);
     let queue = first.cluster_queue("research").cloned().unwrap_or_default();
     restarted.apply(queue);
-    restarted.expect(muster_controller::index::Kind::ProvisioningRequest);
+    restarted.expect_kind(muster_controller::index::Kind::ProvisioningRequest);
     assert!(
         !restarted.ready(),
         "not ready before the requests are listed"

@@ -37,6 +37,8 @@ pub struct ProvisioningStats {
     pub revoked: u64,
     /// Jobs that ran out of retries.
     pub gave_up: u64,
+    /// Jobs that failed because their capacity was revoked (`onCapacityRevoked: Fail`).
+    pub failed_on_revoke: u64,
     /// Accelerator-hours of bought capacity, from provisioned until given back.
     pub gpu_hours_bought: f64,
     /// Mean time from request to capacity, seconds, over provisioned requests.
@@ -97,6 +99,8 @@ pub(crate) struct Autoscaler {
     originals: Vec<Job>,
     /// The retry policy of each job's ClusterQueue.
     retry: BTreeMap<String, Option<RetryPolicy>>,
+    /// The ClusterQueues whose jobs fail when their capacity is revoked.
+    fail_on_revoke: BTreeSet<String>,
     latency_total: i64,
     pub(crate) stats: ProvisioningStats,
 }
@@ -189,7 +193,18 @@ impl Autoscaler {
                 )
             })
             .collect();
+        let fail_on_revoke = loaded
+            .cluster_queues
+            .iter()
+            .filter(|(_, q)| {
+                q.provisioning
+                    .as_ref()
+                    .is_some_and(|p| p.on_capacity_revoked == RevokedPolicy::Fail)
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
         Ok(Some(Autoscaler {
+            fail_on_revoke,
             attempts: vec![0; originals.len()],
             originals,
             pools,
@@ -452,15 +467,21 @@ impl Autoscaler {
         }
     }
 
-    /// After a revocation (the gang was evicted): whether the job has used up its requests
-    /// (`retry.limit` + 1 of them), so that a gang longer than the capacity's maximum run
-    /// does not buy capacity forever. A job that gives up leaves the scheduler.
-    pub(crate) fn spent(&mut self, i: usize, s: &mut Scheduler) -> bool {
+    /// After a revocation (the gang was evicted): whether job `i` leaves the scheduler —
+    /// `Some(why)` when its ClusterQueue says `onCapacityRevoked: Fail`, or when it has used
+    /// up its requests (`retry.limit` + 1 of them), so that a gang longer than the
+    /// capacity's maximum run does not buy capacity forever.
+    pub(crate) fn spent(&mut self, i: usize, s: &mut Scheduler) -> Option<&'static str> {
         let id = self.originals[i].id.clone();
         let queue = s
             .job(&id)
             .and_then(|j| s.cluster_queue_of_job(j))
             .unwrap_or_default();
+        if self.fail_on_revoke.contains(&queue) {
+            self.stats.failed_on_revoke += 1;
+            s.finish(&id);
+            return Some("failed: capacity revoked (onCapacityRevoked: Fail)");
+        }
         let limit = self
             .retry
             .get(&queue)
@@ -471,9 +492,9 @@ impl Autoscaler {
         if i64::from(self.attempts[i]) > i64::from(limit) {
             self.stats.gave_up += 1;
             s.finish(&id);
-            true
+            Some("gave up: capacity revoked after every provisioning retry")
         } else {
-            false
+            None
         }
     }
 
@@ -516,19 +537,13 @@ impl Autoscaler {
     }
 }
 
-/// Every provisioning queue can buy each of its flavors from some pool, and asks only for
-/// what the model does.
+/// Every provisioning queue can buy each of its flavors from some pool.
 fn check_queues(
     loaded: &Loaded,
     queues: &[(&str, &ClusterQueueSpec, &ProvisioningPolicy)],
     pools: &[Pool],
 ) -> Result<(), String> {
-    for (name, queue, policy) in queues {
-        if policy.on_capacity_revoked == RevokedPolicy::Fail {
-            return Err(format!(
-                "ClusterQueue {name}: the simulator models onCapacityRevoked: Requeue only"
-            ));
-        }
+    for (name, queue, _) in queues {
         for group in &queue.resource_groups {
             for flavor in &group.flavors {
                 let Some((_, spec)) = loaded.flavors.iter().find(|(n, _)| *n == flavor.name) else {

@@ -519,9 +519,10 @@ fn autoscale(
             running.get(i).copied().unwrap_or(false)
         });
         for i in spent_candidates {
-            if a.spent(i, s) {
+            if let Some(why) = a.spent(i, s) {
                 books.pending = books.pending.saturating_sub(1);
                 books.finished += 1;
+                books.records[i].domain = why.into();
             }
         }
     }

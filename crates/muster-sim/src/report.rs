@@ -77,6 +77,7 @@ fn provisioning(p: &crate::autoscaler::ProvisioningStats) -> Value {
         "bookingsExpired": p.expired,
         "capacityRevoked": p.revoked,
         "jobsGaveUp": p.gave_up,
+        "jobsFailedOnRevoke": p.failed_on_revoke,
         "gpuHoursBought": (p.gpu_hours_bought * 10.0).round() / 10.0,
         "meanLatencySeconds": p.mean_latency_seconds.round(),
     })
@@ -263,7 +264,7 @@ pub fn text(summary: &Value) -> String {
     if let Some(p) = summary.get("provisioning") {
         let _ = writeln!(
             out,
-            "  bought {} GPU-hours: {} of {} requests provisioned (mean latency {} s), {} stockouts, {} bookings expired, {} revoked, {} jobs gave up",
+            "  bought {} GPU-hours: {} of {} requests provisioned (mean latency {} s), {} stockouts, {} bookings expired, {} revoked, {} jobs gave up, {} failed on revocation",
             p["gpuHoursBought"],
             p["provisioned"],
             p["requests"],
@@ -272,6 +273,7 @@ pub fn text(summary: &Value) -> String {
             p["bookingsExpired"],
             p["capacityRevoked"],
             p["jobsGaveUp"],
+            p["jobsFailedOnRevoke"],
         );
     }
     if let (Some(wall), Some(rate)) = (summary.get("wallSeconds"), summary.get("eventsPerSecond")) {

@@ -434,6 +434,35 @@ fn capacity_past_its_maximum_run_is_revoked_and_the_gang_queues_again() {
 }
 
 #[test]
+fn with_on_capacity_revoked_fail_a_revoked_gang_fails_instead_of_buying_again() {
+    let mut loaded = load(&manifest().join("tests/fixtures/buy.yaml"));
+    if let Some(a) = loaded.scenario.cluster.pools[1].autoscaler.as_mut() {
+        a.max_run_seconds = Some(1800);
+    }
+    for (_, queue) in &mut loaded.cluster_queues {
+        if let Some(p) = queue.provisioning.as_mut() {
+            p.on_capacity_revoked = muster_api::cluster_queue::RevokedPolicy::Fail;
+        }
+    }
+    let result = run(&loaded, "best-fit");
+    let stats = result.provisioning.clone().unwrap_or_default();
+    let big = record(&result, "big");
+    // big runs 30 minutes on its capacity, loses it, and fails: one request, no retry.
+    assert_eq!(big.end, None);
+    assert!(big.domain.contains("onCapacityRevoked: Fail"), "{big:?}");
+    assert!(stats.failed_on_revoke >= 1, "{stats:?}");
+    assert_eq!(stats.gave_up, 0, "{stats:?}");
+    // Every revoked gang failed, and none bought capacity a second time.
+    assert_eq!(stats.failed_on_revoke, stats.revoked, "{stats:?}");
+    assert_eq!(stats.requests, stats.revoked, "{stats:?}");
+    let summary = report::summary("fail", &result, false);
+    assert_eq!(
+        summary["provisioning"]["jobsFailedOnRevoke"],
+        stats.failed_on_revoke
+    );
+}
+
+#[test]
 fn a_queue_that_provisions_needs_a_pool_to_buy_from() {
     let mut loaded = load(&manifest().join("tests/fixtures/buy.yaml"));
     loaded.scenario.cluster.pools.truncate(1);

@@ -314,11 +314,19 @@ impl Index {
     }
 
     /// An action's writes landed, or failed: the objects the API server returned are folded
-    /// in at once, and the job is free for the next pass. A failed release waits with
-    /// backoff (its half-made pods are finished or rolled back by the next pass).
+    /// in at once, and once its last action in flight has landed the job is free for the next
+    /// pass. A failed release waits with backoff (its half-made pods are finished or rolled
+    /// back by the next pass).
     pub fn landed(&mut self, action: &Action, result: Result<Vec<Written>, String>, now: i64) {
         if let Some(job) = action.job() {
-            self.writes.busy.remove(job);
+            let left = self.writes.in_flight.get_mut(job).map_or(0, |n| {
+                *n = n.saturating_sub(1);
+                *n
+            });
+            if left == 0 {
+                self.writes.in_flight.remove(job);
+                self.writes.busy.remove(job);
+            }
         }
         match action {
             Action::AddFinalizer { job } => {

@@ -184,6 +184,10 @@ impl Note {
 pub struct Writes {
     /// Jobs with an action in flight.
     pub(crate) busy: BTreeMap<String, Busy>,
+    /// Per job, how many of its actions are in flight: it stays [`Writes::busy`] until the
+    /// last one lands (a pass may send several, such as a finalizer and a release, and the
+    /// first to land must not free a job whose release is still being written).
+    pub(crate) in_flight: BTreeMap<String, u32>,
     /// Jobs whose finalizer is being added.
     pub(crate) finalizing: BTreeSet<String>,
     /// Queues whose status is being written.
@@ -445,6 +449,11 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
         decide(index, &scheduler, decision, &now_t, &provisioned, &mut plan);
     }
     queue_statuses(index, &scheduler, &mut plan);
+    for action in &plan.actions {
+        if let Some(job) = action.job() {
+            *index.writes.in_flight.entry(job.to_owned()).or_default() += 1;
+        }
+    }
     for name in index.cluster_queues.keys() {
         for (flavor, resource, used, _) in scheduler.quota().report(name) {
             #[expect(clippy::cast_precision_loss, reason = "a gauge; milli-units to units")]

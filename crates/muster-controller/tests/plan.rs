@@ -516,3 +516,40 @@ fn an_admission_at_the_head_of_a_long_queue_rewrites_only_the_positions_shown() 
         "far back, a job still says why it waits"
     );
 }
+
+#[test]
+fn a_job_stays_held_until_every_write_of_its_pass_has_landed() {
+    // A new job without its finalizer: the pass adds the finalizer and releases the gang.
+    let mut fresh = job("a", 2, 0);
+    fresh.metadata.finalizers = None;
+    let mut index = cluster(16, vec![fresh, job("b", 2, 1)]);
+    let pass = plan(&mut index, at(10));
+    let kinds: Vec<&str> = job_actions(&pass.actions, "team-a/a")
+        .iter()
+        .map(|a| a.kind())
+        .collect();
+    assert_eq!(kinds, ["add_finalizer", "release"]);
+    // The finalizer lands first; the release is still in flight.
+    land_all(&mut index, &pass.actions[..1], 10);
+    for t in [11, 12] {
+        let pass = plan(&mut index, at(t));
+        assert!(
+            job_actions(&pass.actions, "team-a/a").is_empty(),
+            "t={t}: {:#?}",
+            pass.actions
+        );
+        assert!(
+            releases(&pass.actions).is_empty(),
+            "a's quota and nodes are still promised: {:#?}",
+            pass.actions
+        );
+    }
+    // The release lands: a runs, b still waits.
+    land_all(&mut index, &pass.actions[1..], 13);
+    assert_eq!(
+        status_of(&index, "team-a/a").phase,
+        Some(GpuJobPhase::Admitted)
+    );
+    let pass = plan(&mut index, at(14));
+    assert!(releases(&pass.actions).is_empty(), "{:#?}", pass.actions);
+}

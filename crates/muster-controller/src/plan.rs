@@ -1279,6 +1279,13 @@ fn evict_held(
         pods,
         event: Note::warning(eviction.reason(), eviction.message()),
     });
+    if let Some(policy) = provision::policy(index, &status)
+        && status.provisioning_request.is_some()
+    {
+        // The job leaves its bought capacity (or stops waiting for it): give the requests
+        // back, so that nothing is paid for a job that no longer runs there.
+        plan.actions.push(unprovision(job, policy, &status));
+    }
     *plan
         .summary
         .evicted

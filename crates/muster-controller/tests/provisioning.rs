@@ -397,3 +397,26 @@ fn without_the_provisioning_api_nothing_is_bought_and_nothing_is_given_up() {
     let pass = plan(&mut restarted, at(30));
     assert_eq!(kinds(&pass.actions, "team-a/big"), ["release"]);
 }
+
+#[test]
+fn a_drained_job_gives_its_requests_back() {
+    let mut index = buying(vec![big()]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    assert!(index.provisioning_request("team-a/big-1").is_some());
+    let mut queue: ClusterQueue = index.cluster_queue("research").cloned().unwrap_or_default();
+    queue.spec.stop_policy = muster_api::cluster_queue::StopPolicy::HoldAndDrain;
+    index.apply(queue);
+    let pass = plan(&mut index, at(20));
+    land_all(&mut index, &pass.actions, 20);
+    let pass = plan(&mut index, at(30));
+    let kinds = kinds(&pass.actions, "team-a/big");
+    assert!(
+        kinds.contains(&"evict") && kinds.contains(&"unprovision"),
+        "{kinds:?}"
+    );
+    land_all(&mut index, &pass.actions, 30);
+    assert!(index.provisioning_request("team-a/big-1").is_none());
+    let status = status_of(&index, "team-a/big");
+    assert!(status.admission.is_none() && status.provisioning_request.is_none());
+}

@@ -116,6 +116,8 @@ pub struct PodRecord {
     pub deleting: bool,
     /// Set for pods Muster released.
     pub member: Option<GangMember>,
+    /// The version it was read at, so that an older copy never replaces it.
+    pub resource_version: Option<String>,
 }
 
 /// An object the index can hold: how to key it and fold it in.
@@ -529,6 +531,15 @@ impl Indexed for Pod {
     const KIND: Kind = Kind::Pod;
     fn apply(self, index: &mut Index) {
         let key = Indexed::key(&self);
+        let current = index
+            .pods
+            .get(&key)
+            .and_then(|p| p.resource_version.as_deref());
+        if !newer(current, self.metadata.resource_version.as_deref()) {
+            // A write's response that the watch has already overtaken: keep what is newer
+            // (such as the node a pod was bound to after it was created).
+            return;
+        }
         let record = match pod_record(&self) {
             Ok(record) => {
                 index.unreadable.remove(&format!("Pod {key}"));
@@ -578,9 +589,15 @@ impl Indexed for PriorityClass {
 impl Indexed for ProvisioningRequest {
     const KIND: Kind = Kind::ProvisioningRequest;
     fn apply(self, index: &mut Index) {
-        index
+        let key = Indexed::key(&self);
+        let current = index
             .provisioning_requests
-            .insert(Indexed::key(&self), self);
+            .get(&key)
+            .and_then(|r| r.metadata.resource_version.as_deref());
+        // A create's response must not hide conditions the watch has already brought.
+        if newer(current, self.metadata.resource_version.as_deref()) {
+            index.provisioning_requests.insert(key, self);
+        }
     }
     fn remove(index: &mut Index, key: &str) {
         index.provisioning_requests.remove(key);
@@ -621,6 +638,7 @@ fn pod_record_lenient(pod: &Pod) -> PodRecord {
         gated,
         deleting: pod.metadata.deletion_timestamp.is_some(),
         member: member(pod),
+        resource_version: pod.metadata.resource_version.clone(),
     }
 }
 

@@ -77,6 +77,46 @@ fn a_late_event_never_rolls_a_job_back() {
 }
 
 #[test]
+fn a_late_write_response_never_rolls_a_pod_or_request_back() {
+    let mut index = cluster(32, Vec::new());
+    // The watch brings the pod bound and running; the create's response (older) lands after.
+    let mut bound = other_pod("p", "n1", 8, "Running");
+    bound.metadata.resource_version = Some("7".into());
+    index.apply(bound);
+    let mut created = other_pod("p", "n1", 8, "Pending");
+    created.metadata.resource_version = Some("5".into());
+    if let Some(spec) = created.spec.as_mut() {
+        spec.node_name = None;
+    }
+    index.apply(created);
+    let pod = index.pod("other/p").cloned();
+    assert_eq!(pod.as_ref().and_then(|p| p.node.as_deref()), Some("n1"));
+    assert_eq!(pod.map(|p| p.phase), Some(PodPhase::Running));
+    assert!(index.base_usage("n1").is_some(), "its GPUs stay counted");
+    // A request the autoscaler already provisioned, then the create's response.
+    let provisioned: muster_api::ProvisioningRequest = object(json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+        "metadata": {"name": "r", "namespace": "team-a", "resourceVersion": "12"},
+        "spec": {"provisioningClassName": "queued-provisioning.gke.io", "podSets": []},
+        "status": {"conditions": [{"type": "Provisioned", "status": "True", "reason": "R",
+            "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    }));
+    index.apply(provisioned);
+    let mut response = index
+        .provisioning_request("team-a/r")
+        .cloned()
+        .unwrap_or_default();
+    response.metadata.resource_version = Some("11".into());
+    response.status = None;
+    index.apply(response);
+    assert!(
+        index
+            .provisioning_request("team-a/r")
+            .is_some_and(|r| r.status.is_some())
+    );
+}
+
+#[test]
 fn an_unreadable_node_holds_no_capacity_and_says_why() {
     let mut index = cluster(32, Vec::new());
     let bad: Node = object(json!({

@@ -279,7 +279,21 @@ impl Executor {
             .await
         {
             Ok(_) => {}
-            Err(ExecuteError::Api { source, .. }) if already_exists(&source) => {}
+            Err(ExecuteError::Api { source, .. }) if already_exists(&source) => {
+                // An earlier attempt's Service: point it at this attempt's pods.
+                let selector = gang.service.spec.as_ref().map(|s| &s.selector);
+                let patch = Patch::Merge(serde_json::json!({"spec": {"selector": selector}}));
+                let params = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.to_owned()),
+                    ..PatchParams::default()
+                };
+                self.call(
+                    "pointing the Service at the new attempt",
+                    &service_name,
+                    || services.patch(&service_name, &params, &patch),
+                )
+                .await?;
+            }
             Err(e) => return Err(e),
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);

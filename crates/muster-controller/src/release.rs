@@ -276,7 +276,12 @@ fn service(ctx: &Context) -> Service {
         },
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".to_owned()),
-            selector: Some(BTreeMap::from([(JOB_LABEL.to_owned(), ctx.name.clone())])),
+            // Only the current attempt: pods of an earlier one may still be terminating under
+            // the same host names, and must not answer for them.
+            selector: Some(BTreeMap::from([
+                (JOB_LABEL.to_owned(), ctx.name.clone()),
+                (ATTEMPT_LABEL.to_owned(), ctx.attempt.clone()),
+            ])),
             // Peers must resolve each other before they are Ready: rendezvous comes first.
             publish_not_ready_addresses: Some(true),
             ports: Some(vec![ServicePort {

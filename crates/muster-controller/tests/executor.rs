@@ -223,7 +223,8 @@ async fn an_interrupted_release_is_finished_not_failed() {
     let exists = vec!["a".into(), "a-workers-0".into()];
     let (result, seen) = run(&action, BTreeMap::new(), exists, true).await;
     assert_eq!(result, Ok(4), "1 pod created, 2 ungated, 1 job");
-    assert_eq!(seen.iter().filter(|s| s.method == "PATCH").count(), 3);
+    // The Service's selector (set again: it may be an earlier attempt's), 2 ungates, 1 job.
+    assert_eq!(seen.iter().filter(|s| s.method == "PATCH").count(), 4);
 }
 
 #[tokio::test]
@@ -425,4 +426,27 @@ fn muster_provisioning_request(name: &str) -> muster_api::ProvisioningRequest {
                  "podSets": [{"podTemplateRef": {"name": "big-1-workers"}, "count": 4}]}
     }))
     .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_new_attempt_points_the_existing_service_at_its_own_pods() {
+    let (action, _) = release(2);
+    // The Service of an earlier attempt exists.
+    let (result, seen) = run(&action, BTreeMap::new(), vec!["a".to_owned()], true).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        calls(&seen)[..2],
+        [
+            ("POST", "/api/v1/namespaces/team-a/services"),
+            ("PATCH", "/api/v1/namespaces/team-a/services/a"),
+        ]
+    );
+    assert_eq!(
+        seen[1].body,
+        json!({"spec": {"selector": {"muster.dev/job-name": "a", "muster.dev/attempt": "0"}}})
+    );
+    assert_eq!(
+        seen[0].body["spec"]["selector"]["muster.dev/attempt"], "0",
+        "a fresh Service selects only the current attempt too"
+    );
 }

@@ -223,7 +223,7 @@ pub async fn run(
         stop_rx.clone(),
     ));
     start_watches(&client, &options, &shared).await;
-    let (leader, _lease) = leadership(&client, &options).await?;
+    let (leader, lease) = leadership(&client, &options).await?;
     let reporter = Reporter {
         controller: "muster".to_owned(),
         instance: Some(options.identity.clone()),
@@ -234,6 +234,17 @@ pub async fn run(
         Some(Recorder::new(client, reporter)),
     );
     scheduling_loop(&shared, executor, leader, &options, stop_rx).await;
+    // Every holder of the leadership channel is gone now: the lease manager gives the Lease
+    // up, so that a standby takes over at once rather than after the Lease expires.
+    if let Some(lease) = lease
+        && tokio::time::timeout(Duration::from_secs(5), lease)
+            .await
+            .is_err()
+    {
+        tracing::warn!(
+            "the Lease was not given up within 5 s; a standby takes over when it expires"
+        );
+    }
     let _ = http.await;
     Ok(())
 }

@@ -228,7 +228,11 @@ impl Executor {
                 templates,
                 requests,
                 status,
-            } => written.extend(self.provision(job, templates, requests, status).await?),
+                event,
+            } => written.extend(
+                self.provision(job, templates, requests, status, event)
+                    .await?,
+            ),
             Action::Unprovision {
                 requests,
                 templates,
@@ -425,6 +429,7 @@ impl Executor {
         templates: &[k8s_openapi::api::core::v1::PodTemplate],
         requests: &[muster_api::ProvisioningRequest],
         status: &GpuJobStatus,
+        event: &Note,
     ) -> Result<Vec<Written>, ExecuteError> {
         let mut written = Vec::new();
         for template in templates {
@@ -436,6 +441,7 @@ impl Executor {
             }
         }
         let job = self.write_status(job, status).await?;
+        self.record(&job, Some(event)).await;
         written.push(Written::Job(Box::new(job)));
         Ok(written)
     }

@@ -91,6 +91,8 @@ pub enum Action {
         requests: Vec<muster_api::ProvisioningRequest>,
         /// The status: Provisioning, with the request and attempt.
         status: Box<GpuJobStatus>,
+        /// The Event: which request, which attempt.
+        event: Note,
     },
     /// Delete a job's ProvisioningRequests and PodTemplates (`namespace/name`; ones already
     /// gone count as deleted).
@@ -1200,11 +1202,26 @@ fn start_provisioning(
                 .entry((cluster_queue.to_owned(), "Provisioning".to_owned()))
                 .or_default() += 1;
             let held = provision::holding(&status, now.0.as_second());
+            let names: Vec<&str> = objects
+                .requests
+                .iter()
+                .filter_map(|r| r.metadata.name.as_deref())
+                .collect();
+            let event = Note::normal(
+                "Provisioning",
+                format!(
+                    "asked the cluster autoscaler ({}) for the gang's capacity: ProvisioningRequest {} (attempt {})",
+                    policy.class_name,
+                    names.join(", "),
+                    status.provisioning_attempts
+                ),
+            );
             plan.actions.push(Action::Provision {
                 job: key.clone(),
                 templates: objects.templates,
                 requests: objects.requests,
                 status: Box::new(status),
+                event,
             });
             if let Some(held) = held {
                 index.writes.busy.insert(key, Busy::Provision(held));

@@ -367,6 +367,11 @@ async fn buying_capacity_creates_templates_then_requests_then_writes_status_and_
         templates,
         requests,
         status: Box::default(),
+        event: muster_controller::plan::Note {
+            warning: false,
+            reason: "Provisioning".into(),
+            message: "asked the cluster autoscaler".into(),
+        },
     };
     // The request exists from an interrupted attempt: that counts as created.
     let (result, seen) = run(&action, BTreeMap::new(), vec!["big-1".into()], true).await;

@@ -103,6 +103,17 @@ fn a_job_without_a_block_buys_one_waits_for_it_and_starts_on_it() {
     assert_eq!(requests[0].spec.pod_sets[0].count, 4);
     assert_eq!(status.phase, Some(GpuJobPhase::Provisioning));
     assert_eq!(status.provisioning_attempts, 1);
+    let Some(Action::Provision { event, .. }) =
+        pass.actions.iter().find(|a| a.kind() == "provision")
+    else {
+        unreachable!()
+    };
+    assert_eq!(event.reason, "Provisioning");
+    assert!(
+        event.message.contains("big-1 (attempt 1)"),
+        "{}",
+        event.message
+    );
     land_all(&mut index, &pass.actions, 10);
     // While it waits, big holds 32 of the 40 GPUs: small (16) waits on quota.
     let pass = plan(&mut index, at(20));

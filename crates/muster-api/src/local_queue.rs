@@ -56,6 +56,10 @@ pub struct LocalQueueStatus {
     /// Jobs holding quota.
     #[serde(default)]
     pub admitted_jobs: i32,
+    /// Quota its jobs hold in the ClusterQueue, per flavor and resource (`borrowed` is not
+    /// set: borrowing is the ClusterQueue's, not one LocalQueue's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flavors_usage: Vec<crate::cluster_queue::FlavorUsage>,
     /// Active and other conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]

@@ -1326,15 +1326,26 @@ fn queue_statuses(index: &mut Index, scheduler: &Scheduler, plan: &mut Plan) {
             });
         }
     }
-    let mut counts: BTreeMap<String, (i32, i32)> = BTreeMap::new();
+    let mut counts: BTreeMap<String, status::LocalQueueCounts> = BTreeMap::new();
     for (id, state) in scheduler.jobs() {
         let Some(job) = scheduler.job(id) else {
             continue;
         };
         let entry = counts.entry(job.local_queue.clone()).or_default();
         match state {
-            muster_admission::JobState::Pending => entry.0 += 1,
-            _ => entry.1 += 1,
+            muster_admission::JobState::Pending => entry.pending += 1,
+            muster_admission::JobState::Admitted(h)
+            | muster_admission::JobState::Provisioning(h)
+            | muster_admission::JobState::Evicting(h) => {
+                entry.admitted += 1;
+                for (set, placement) in job.pod_sets.iter().zip(&h.pod_sets) {
+                    entry
+                        .usage
+                        .entry(placement.flavor.clone())
+                        .or_default()
+                        .add_all(&muster_admission::quota_usage(set));
+                }
+            }
         }
     }
     for (key, queue) in &index.local_queues {
@@ -1343,8 +1354,9 @@ fn queue_statuses(index: &mut Index, scheduler: &Scheduler, plan: &mut Plan) {
             continue;
         }
         let current = queue.status.clone().unwrap_or_default();
-        let (pending, admitted) = counts.get(key).copied().unwrap_or_default();
-        if let Some(status) = status::local_queue(&current, pending, admitted) {
+        let empty = status::LocalQueueCounts::default();
+        let counted = counts.get(key).unwrap_or(&empty);
+        if let Some(status) = status::local_queue(&current, counted) {
             plan.actions.push(Action::LocalQueueStatus {
                 key: key.clone(),
                 status,

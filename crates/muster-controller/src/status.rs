@@ -389,13 +389,41 @@ pub fn finished(
 /// A LocalQueue's status: its jobs waiting and holding quota. `None` when unchanged.
 pub fn local_queue(
     current: &muster_api::LocalQueueStatus,
-    pending: i32,
-    admitted: i32,
+    counts: &LocalQueueCounts,
 ) -> Option<muster_api::LocalQueueStatus> {
+    use muster_api::cluster_queue::{FlavorUsage, ResourceUsage};
+    let flavors_usage = counts
+        .usage
+        .iter()
+        .map(|(flavor, resources)| FlavorUsage {
+            name: flavor.clone(),
+            resources: resources
+                .iter()
+                .filter(|(_, amount)| !amount.is_zero())
+                .map(|(resource, amount)| ResourceUsage {
+                    name: resource.to_owned(),
+                    total: amount.to_quantity(),
+                    borrowed: None,
+                })
+                .collect(),
+        })
+        .collect();
     let next = muster_api::LocalQueueStatus {
-        pending_jobs: pending,
-        admitted_jobs: admitted,
+        pending_jobs: counts.pending,
+        admitted_jobs: counts.admitted,
+        flavors_usage,
         conditions: current.conditions.clone(),
     };
     (next != *current).then_some(next)
+}
+
+/// What a LocalQueue's jobs add up to in one pass.
+#[derive(Clone, Debug, Default)]
+pub struct LocalQueueCounts {
+    /// Jobs waiting.
+    pub pending: i32,
+    /// Jobs holding quota.
+    pub admitted: i32,
+    /// Quota held per flavor.
+    pub usage: std::collections::BTreeMap<String, muster_api::Resources>,
 }

@@ -245,6 +245,34 @@ fn a_cluster_queue_status_is_written_only_when_it_changes() {
 }
 
 #[test]
+fn a_local_queue_reports_the_quota_its_jobs_hold_per_flavor() {
+    let mut index = cluster(32, vec![job("a", 1, 0), job("b", 2, 1), job("c", 4, 2)]);
+    let pass = plan(&mut index, at(10));
+    let Some(Action::LocalQueueStatus { status, .. }) = pass
+        .actions
+        .iter()
+        .find(|a| matches!(a, Action::LocalQueueStatus { .. }))
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    // a (8 GPUs) and b (16) run; c (32) waits for quota.
+    assert_eq!((status.admitted_jobs, status.pending_jobs), (2, 1));
+    let gpus: Vec<(String, String, String)> = status
+        .flavors_usage
+        .iter()
+        .flat_map(|f| {
+            f.resources
+                .iter()
+                .map(|r| (f.name.clone(), r.name.clone(), r.total.0.clone()))
+        })
+        .collect();
+    assert_eq!(
+        gpus,
+        [("h100".into(), "nvidia.com/gpu".into(), "24".into())]
+    );
+}
+
+#[test]
 fn the_per_node_sum_follows_pods_through_their_lives() {
     let mut index = cluster(64, Vec::new());
     let gpus = |index: &Index| {

@@ -61,6 +61,10 @@ pub enum Written {
     Pod(Box<Pod>),
     /// A ProvisioningRequest.
     Request(Box<muster_api::ProvisioningRequest>),
+    /// A ClusterQueue (its status written).
+    ClusterQueue(Box<ClusterQueue>),
+    /// A LocalQueue (its status written).
+    LocalQueue(Box<LocalQueue>),
 }
 
 /// Retry policy for one request.
@@ -245,10 +249,12 @@ impl Executor {
                 });
                 let params = PatchParams::apply(FIELD_MANAGER).force();
                 let patch = Patch::Apply(&body);
-                self.call("writing ClusterQueue status", name, || {
-                    api.patch_status(name, &params, &patch)
-                })
-                .await?;
+                let queue = self
+                    .call("writing ClusterQueue status", name, || {
+                        api.patch_status(name, &params, &patch)
+                    })
+                    .await?;
+                written.push(Written::ClusterQueue(Box::new(queue)));
             }
             Action::LocalQueueStatus { key, status } => {
                 let (namespace, name) = split(key)?;
@@ -258,10 +264,12 @@ impl Executor {
                 });
                 let params = PatchParams::apply(FIELD_MANAGER).force();
                 let patch = Patch::Apply(&body);
-                self.call("writing LocalQueue status", key, || {
-                    api.patch_status(name, &params, &patch)
-                })
-                .await?;
+                let queue = self
+                    .call("writing LocalQueue status", key, || {
+                        api.patch_status(name, &params, &patch)
+                    })
+                    .await?;
+                written.push(Written::LocalQueue(Box::new(queue)));
             }
         }
         Ok(written)

@@ -352,6 +352,8 @@ impl Index {
                         Written::Job(job) => self.apply(*job),
                         Written::Pod(pod) => self.apply(*pod),
                         Written::Request(request) => self.apply(*request),
+                        Written::ClusterQueue(queue) => self.apply(*queue),
+                        Written::LocalQueue(queue) => self.apply(*queue),
                     }
                 }
             }
@@ -463,7 +465,14 @@ impl Indexed for GpuJob {
 impl Indexed for ClusterQueue {
     const KIND: Kind = Kind::ClusterQueue;
     fn apply(self, index: &mut Index) {
-        index.cluster_queues.insert(Indexed::key(&self), self);
+        let key = Indexed::key(&self);
+        let current = index
+            .cluster_queues
+            .get(&key)
+            .and_then(|q| q.metadata.resource_version.as_deref());
+        if newer(current, self.metadata.resource_version.as_deref()) {
+            index.cluster_queues.insert(key, self);
+        }
     }
     fn remove(index: &mut Index, key: &str) {
         index.cluster_queues.remove(key);
@@ -473,7 +482,14 @@ impl Indexed for ClusterQueue {
 impl Indexed for LocalQueue {
     const KIND: Kind = Kind::LocalQueue;
     fn apply(self, index: &mut Index) {
-        index.local_queues.insert(Indexed::key(&self), self);
+        let key = Indexed::key(&self);
+        let current = index
+            .local_queues
+            .get(&key)
+            .and_then(|q| q.metadata.resource_version.as_deref());
+        if newer(current, self.metadata.resource_version.as_deref()) {
+            index.local_queues.insert(key, self);
+        }
     }
     fn remove(index: &mut Index, key: &str) {
         index.local_queues.remove(key);

@@ -1,6 +1,7 @@
 //! The whole controller process against the kube-rs mock API server: it lists every kind,
 //! reports ready only once every cache is synced, runs a pass, releases the waiting job's gang
-//! and writes its status, serves metrics, and stops cleanly.
+//! and writes its status, then writes nothing more while nothing changes, serves metrics, and
+//! stops cleanly.
 
 mod support;
 
@@ -77,6 +78,8 @@ async fn api_server(
 ) {
     let lists = lists();
     let mut held = Vec::new();
+    // Pods as created, so that a gate removal answers with the whole pod, as a server would.
+    let mut pods: BTreeMap<String, Value> = BTreeMap::new();
     while let Some((request, respond)) = handle.next_request().await {
         let method = request.method().to_string();
         let path = request.uri().path().to_owned();
@@ -129,9 +132,18 @@ async fn api_server(
             queue
         } else if method == "PATCH" {
             let name = path.rsplit('/').next().unwrap_or_default();
-            json!({"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": name, "namespace": "team-a"}})
+            let mut pod = pods.get(name).cloned().unwrap_or_else(|| {
+                json!({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": name, "namespace": "team-a"}})
+            });
+            pod["spec"]["schedulingGates"] = json!([]);
+            pod["metadata"]["resourceVersion"] = json!("12");
+            pod
         } else {
+            if path.ends_with("/pods") {
+                let name = body["metadata"]["name"].as_str().unwrap_or_default();
+                pods.insert(name.to_owned(), body.clone());
+            }
             body
         };
         respond.send_response(reply(if method == "POST" { 201 } else { 200 }, object));
@@ -174,6 +186,7 @@ async fn the_controller_syncs_admits_releases_and_stops() {
         Options {
             metrics_addr: ([127, 0, 0, 1], port).into(),
             debounce: Duration::from_millis(10),
+            tick: Duration::from_millis(50),
             ..Options::default()
         },
         async move {
@@ -209,6 +222,30 @@ async fn the_controller_syncs_admits_releases_and_stops() {
         last_create < first_ungate,
         "every pod exists before a gate opens: {seen:?}"
     );
+
+    // Then the controller goes quiet: passes keep running (every 50 ms), but with nothing
+    // changed they write nothing. At most the queues' statuses and the release's Event may
+    // still be landing.
+    let mut after = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, async {
+            tokio::time::timeout(Duration::from_secs(1), writes.recv()).await
+        })
+        .await
+        {
+            Ok(Ok(Some(write))) => after.push(write),
+            Ok(Err(_)) => break,
+            _ => unreachable!("still writing after 20 s: {after:?}"),
+        }
+    }
+    assert!(
+        after
+            .iter()
+            .all(|(m, p)| (m == "PATCH" && p.contains("queues/"))
+                || (m == "POST" && p.ends_with("/events"))),
+        "{after:?}"
+    );
+    assert!(after.len() <= 3, "{after:?}");
 
     let (status, _) = get(port, "/readyz").await;
     assert!(status.contains("200"), "{status}");

@@ -597,3 +597,42 @@ fn provisioned_capacity_goes_to_the_job_that_bought_it_with_the_quota_it_held() 
     // Only a provisioning job can be told its capacity is ready.
     assert!(!s.capacity_ready(job("urgent", "q", 10, 1, 1, 8)));
 }
+
+#[test]
+fn a_held_queue_does_not_start_provisioned_capacity_either() {
+    let mut spec = provisioning(
+        gpu_queue(32),
+        ProvisioningPolicy {
+            managed_resources: vec![GPU.into()],
+            ..ProvisioningPolicy::default()
+        },
+    );
+    spec.stop_policy = StopPolicy::Hold;
+    let mut s = scheduler(
+        &fleet("h100", 1, 4),
+        vec![flavor("h100")],
+        vec![("q", spec)],
+    );
+    let big = in_one_block(job("big", "q", 0, 0, 4, 8));
+    // Restored as it was before the queue was held: provisioning, quota booked, no nodes.
+    let holding = muster_admission::Holding {
+        cluster_queue: "q".into(),
+        since: 0,
+        pod_sets: vec![muster_admission::PodSetPlacement {
+            name: "workers".into(),
+            flavor: "h100".into(),
+            domain: Vec::new(),
+            nodes: Vec::new(),
+        }],
+    };
+    s.restore(big.clone(), holding, true);
+    assert!(s.capacity_ready(big));
+    let d = s.cycle(1);
+    assert!(admitted(&d).is_empty(), "{d:?}");
+    assert_eq!(
+        reason_of(&d, "big").map(PendingReason::kind),
+        Some(PendingReasonKind::QueueStopped)
+    );
+    assert!(matches!(s.state("ns/big"), Some(JobState::Provisioning(_))));
+    assert_eq!(s.quota().usage("q", "h100", GPU).0.units_ceil(), 32);
+}

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use muster_api::cluster_queue::StopPolicy;
+
 use super::{Holding, JobState, Scheduler};
 use crate::cluster::with_flavor;
 use crate::decision::{Admitted, Decision, PendingReason, PodSetPlacement};
@@ -29,6 +31,22 @@ impl Scheduler {
             .collect();
         ready.sort_by(|(a, _), (b, _)| a.order_key().cmp(&b.order_key()));
         for (job, holding) in ready {
+            let stopped = self
+                .queues
+                .get(&holding.cluster_queue)
+                .is_some_and(|q| q.spec.stop_policy != StopPolicy::None);
+            if stopped {
+                // Hold admits nothing, bought capacity included; the job keeps its quota.
+                out.push(Decision::Pending {
+                    job: job.id.clone(),
+                    position: 0,
+                    reason: PendingReason::QueueStopped {
+                        cluster_queue: holding.cluster_queue.clone(),
+                    },
+                    eta: None,
+                });
+                continue;
+            }
             match self.place_held(&job, &holding) {
                 Ok(pod_sets) => {
                     let borrowing = pod_sets

@@ -564,6 +564,38 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
         .filter(|(_, p)| !p.deleting)
         .collect();
     if provision::is_provisioning(&status) {
+        let held = provision::holding(&status, now_s);
+        if !live.is_empty() {
+            // A release onto bought capacity was cut off or failed: finish it when the whole
+            // gang exists, else roll it back and admit again; the quota stays held meanwhile.
+            match recovered_admission(job, key, &live) {
+                Some(admitted) if live.len() == current.len() => {
+                    out.releases.push((key.to_owned(), admitted));
+                }
+                _ => {
+                    out.act(
+                        key,
+                        Action::DeletePods {
+                            job: key.to_owned(),
+                            pods: live.iter().map(|(k, _)| (*k).to_owned()).collect(),
+                        },
+                    );
+                    if let Some(held) = held {
+                        out.restore.push((admission_job(), held, true));
+                    }
+                }
+            }
+            return;
+        }
+        if let Some((_, retry_at, _)) = index.writes.failed.get(key)
+            && *retry_at > now_s
+        {
+            // The last release failed: wait out its backoff, keeping the quota.
+            if let Some(held) = held {
+                out.restore.push((admission_job(), held, true));
+            }
+            return;
+        }
         settle_provisioning(index, key, job, &status, now_t, out);
         return;
     }

@@ -431,3 +431,51 @@ fn a_drained_job_gives_its_requests_back() {
     let status = status_of(&index, "team-a/big");
     assert!(status.admission.is_none() && status.provisioning_request.is_none());
 }
+
+#[test]
+fn a_failed_release_onto_bought_capacity_is_rolled_back_and_retried_after_backoff() {
+    let mut index = buying(vec![big(), job("small", 2, 5)]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    autoscaler_says(&mut index, "big-1", &[("Provisioned", "True")]);
+    capacity_arrives(&mut index);
+    let pass = plan(&mut index, at(40));
+    let Some(release) = pass.actions.iter().find(|a| a.kind() == "release") else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    let Action::Release { gang, .. } = release else {
+        unreachable!()
+    };
+    // The release fails after creating one pod, which the watch then shows.
+    let made = gang.pods[0].clone();
+    for action in &pass.actions {
+        let result = if action.kind() == "release" {
+            Err("the API server went away".to_owned())
+        } else {
+            Ok(Vec::new())
+        };
+        index.landed(action, result, at(40).as_second());
+    }
+    index.apply(made.clone());
+    // The half-made gang is rolled back; nothing else gets big's quota meanwhile.
+    let pass = plan(&mut index, at(41));
+    assert_eq!(kinds(&pass.actions, "team-a/big"), ["delete_pods"]);
+    assert!(pass.actions.iter().all(|a| a.kind() != "release"));
+    land_all(&mut index, &pass.actions, 41);
+    index.delete(&made);
+    // Within the release's backoff: still nothing.
+    let pass = plan(&mut index, at(45));
+    assert!(
+        pass.actions.iter().all(|a| a.kind() != "release"),
+        "{:#?}",
+        pass.actions
+    );
+    land_all(&mut index, &pass.actions, 45);
+    assert_eq!(
+        status_of(&index, "team-a/big").phase,
+        Some(GpuJobPhase::Provisioning)
+    );
+    // After it: big is released onto its capacity again.
+    let pass = plan(&mut index, at(61));
+    assert_eq!(kinds(&pass.actions, "team-a/big"), ["release"]);
+}

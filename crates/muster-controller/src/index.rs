@@ -320,6 +320,28 @@ impl Index {
     /// pass. A failed release waits with backoff (its half-made pods are finished or rolled
     /// back by the next pass).
     pub fn landed(&mut self, action: &Action, result: Result<Vec<Written>, String>, now: i64) {
+        let term = self.writes.term;
+        self.landed_in(term, action, result, now);
+    }
+
+    /// [`Index::landed`] for an action planned in leadership term `term`. An action of an
+    /// earlier term (this replica lost the Lease and won it again meanwhile) only folds in what
+    /// it wrote: the bookkeeping of writes in flight started afresh with the new term, and must
+    /// not free a job that the new term is writing.
+    pub fn landed_in(
+        &mut self,
+        term: u64,
+        action: &Action,
+        result: Result<Vec<Written>, String>,
+        now: i64,
+    ) {
+        if term != self.writes.term {
+            if let Ok(written) = result {
+                self.fold_in(written);
+            }
+            self.version += 1;
+            return;
+        }
         if let Some(job) = action.job() {
             let left = self.writes.in_flight.get_mut(job).map_or(0, |n| {
                 *n = n.saturating_sub(1);
@@ -347,15 +369,7 @@ impl Index {
                 if let Action::Release { job, .. } = action {
                     self.writes.failed.remove(job);
                 }
-                for object in written {
-                    match object {
-                        Written::Job(job) => self.apply(*job),
-                        Written::Pod(pod) => self.apply(*pod),
-                        Written::Request(request) => self.apply(*request),
-                        Written::ClusterQueue(queue) => self.apply(*queue),
-                        Written::LocalQueue(queue) => self.apply(*queue),
-                    }
-                }
+                self.fold_in(written);
             }
             Err(error) => {
                 if let Action::Release { job, .. } | Action::Provision { job, .. } = action {
@@ -364,6 +378,34 @@ impl Index {
             }
         }
         self.version += 1;
+    }
+
+    /// Objects a write returned, folded in like watch events.
+    fn fold_in(&mut self, written: Vec<Written>) {
+        for object in written {
+            match object {
+                Written::Job(job) => self.apply(*job),
+                Written::Pod(pod) => self.apply(*pod),
+                Written::Request(request) => self.apply(*request),
+                Written::ClusterQueue(queue) => self.apply(*queue),
+                Written::LocalQueue(queue) => self.apply(*queue),
+            }
+        }
+    }
+
+    /// The leadership term whose writes are being tracked (see [`Index::landed_in`]).
+    pub fn term(&self) -> u64 {
+        self.writes.term
+    }
+
+    /// This replica starts leading: forget the writes of any earlier term (they may never have
+    /// landed; the API server shows what did) and start a new term.
+    pub fn start_term(&mut self) {
+        let term = self.writes.term + 1;
+        self.writes = crate::plan::Writes {
+            term,
+            ..crate::plan::Writes::default()
+        };
     }
 
     /// Every flavor's nodes, with no usage booked: built when nodes or flavors changed since

@@ -196,6 +196,8 @@ pub struct Writes {
     pub(crate) queues: BTreeSet<String>,
     /// Jobs whose releases failed: (failures, retry at, last error).
     pub(crate) failed: BTreeMap<String, (u32, i64, String)>,
+    /// The leadership term these writes belong to.
+    pub(crate) term: u64,
 }
 
 /// What is in flight for a job.

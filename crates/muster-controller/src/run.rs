@@ -26,7 +26,7 @@ use tokio::sync::{Notify, Semaphore, watch};
 use crate::executor::Executor;
 use crate::index::{Index, Indexed, Kind};
 use crate::metrics::Metrics;
-use crate::plan::{Writes, plan};
+use crate::plan::plan;
 
 /// How the controller runs.
 #[derive(Clone, Debug)]
@@ -274,7 +274,7 @@ async fn scheduling_loop(
             continue;
         }
         let started = Instant::now();
-        let actions = {
+        let (term, actions) = {
             let mut index = shared.index();
             if !index.ready() {
                 continue;
@@ -282,7 +282,7 @@ async fn scheduling_loop(
             if !leading {
                 // Writes promised under an earlier term may never have landed: start from
                 // what the API server shows.
-                index.writes = Writes::default();
+                index.start_term();
                 tracing::info!("leading: scheduling");
                 leading = true;
             }
@@ -299,7 +299,7 @@ async fn scheduling_loop(
                     "pass"
                 );
             }
-            pass.actions
+            (index.term(), pass.actions)
         };
         for action in actions {
             let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
@@ -313,7 +313,7 @@ async fn scheduling_loop(
                 }
                 shared.metrics.action(action.kind(), result.is_ok());
                 let now = k8s_openapi::jiff::Timestamp::now().as_second();
-                shared.index().landed(&action, result, now);
+                shared.index().landed_in(term, &action, result, now);
                 shared.wake.notify_one();
                 drop(permit);
             });

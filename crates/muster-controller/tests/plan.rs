@@ -553,3 +553,29 @@ fn a_job_stays_held_until_every_write_of_its_pass_has_landed() {
     let pass = plan(&mut index, at(14));
     assert!(releases(&pass.actions).is_empty(), "{:#?}", pass.actions);
 }
+
+#[test]
+fn a_write_of_an_earlier_leadership_term_never_frees_a_job_of_the_current_one() {
+    let mut index = cluster(16, vec![job("a", 2, 0)]);
+    let old_term = index.term();
+    let first = plan(&mut index, at(10));
+    assert_eq!(releases(&first.actions).len(), 1);
+    // The Lease is lost and won again while that release is still being written.
+    index.start_term();
+    let second = plan(&mut index, at(11));
+    assert_eq!(
+        releases(&second.actions).len(),
+        1,
+        "the new term starts afresh"
+    );
+    // The old term's release lands now: the new term's release is still in flight.
+    for action in &first.actions {
+        index.landed_in(old_term, action, Ok(Vec::new()), at(12).as_second());
+    }
+    let third = plan(&mut index, at(13));
+    assert!(
+        job_actions(&third.actions, "team-a/a").is_empty(),
+        "{:#?}",
+        third.actions
+    );
+}

@@ -172,6 +172,10 @@ pub struct Index {
     synced: BTreeSet<Kind>,
     /// Optional kinds that are watched (their API is served): required for readiness too.
     expected: BTreeSet<Kind>,
+    /// Recently deleted objects with the version they were deleted at, oldest first in
+    /// `tombstone_order`: a write's response for one of them is not folded in.
+    tombstones: BTreeMap<(Kind, String), Option<String>>,
+    tombstone_order: std::collections::VecDeque<(Kind, String)>,
     /// Bumped on every change: the scheduling loop runs when it moved.
     version: u64,
 }
@@ -182,18 +186,57 @@ impl Index {
         Index::default()
     }
 
-    /// Folds in an added or modified object.
+    /// Folds in an added or modified object, as a watch reports it.
     pub fn apply<K: Indexed>(&mut self, object: K) {
+        let key = object.key();
+        if self.tombstones.remove(&(K::KIND, key.clone())).is_some() {
+            self.tombstone_order
+                .retain(|k| *k != (K::KIND, key.clone()));
+        }
         if let Some(seen) = self.relisting.get_mut(&K::KIND) {
-            seen.insert(object.key());
+            seen.insert(key);
         }
         object.apply(self);
         self.version += 1;
     }
 
-    /// Removes a deleted object.
+    /// Folds in an object a write returned, unless the watch has already reported it deleted
+    /// (a response can land after the deletion's event, and must not bring the object back).
+    fn apply_written<K: Indexed>(&mut self, object: K) {
+        let key = (K::KIND, object.key());
+        if let Some(deleted_at) = self.tombstones.get(&key)
+            && !newer_than(
+                deleted_at.as_deref(),
+                object.meta().resource_version.as_deref(),
+            )
+        {
+            return;
+        }
+        if let Some(seen) = self.relisting.get_mut(&K::KIND) {
+            seen.insert(key.1);
+        }
+        object.apply(self);
+        self.version += 1;
+    }
+
+    /// Removes a deleted object, remembering its last version for a while (see
+    /// [`TOMBSTONES`]).
     pub fn delete<K: Indexed>(&mut self, object: &K) {
-        K::remove(self, &object.key());
+        let key = object.key();
+        K::remove(self, &key);
+        let entry = (K::KIND, key);
+        if self
+            .tombstones
+            .insert(entry.clone(), object.meta().resource_version.clone())
+            .is_none()
+        {
+            self.tombstone_order.push_back(entry);
+            if self.tombstone_order.len() > TOMBSTONES
+                && let Some(oldest) = self.tombstone_order.pop_front()
+            {
+                self.tombstones.remove(&oldest);
+            }
+        }
         self.version += 1;
     }
 
@@ -380,15 +423,15 @@ impl Index {
         self.version += 1;
     }
 
-    /// Objects a write returned, folded in like watch events.
+    /// Objects a write returned, folded in like watch events (but never over a deletion).
     fn fold_in(&mut self, written: Vec<Written>) {
         for object in written {
             match object {
-                Written::Job(job) => self.apply(*job),
-                Written::Pod(pod) => self.apply(*pod),
-                Written::Request(request) => self.apply(*request),
-                Written::ClusterQueue(queue) => self.apply(*queue),
-                Written::LocalQueue(queue) => self.apply(*queue),
+                Written::Job(job) => self.apply_written(*job),
+                Written::Pod(pod) => self.apply_written(*pod),
+                Written::Request(request) => self.apply_written(*request),
+                Written::ClusterQueue(queue) => self.apply_written(*queue),
+                Written::LocalQueue(queue) => self.apply_written(*queue),
             }
         }
     }
@@ -471,6 +514,22 @@ impl Index {
             }
         }
         self.pods.insert(key, record);
+    }
+}
+
+/// How many deletions the index remembers. A write's response lands within the request's
+/// timeout of its deletion, so a few thousand cover any burst of deletions in between.
+const TOMBSTONES: usize = 4096;
+
+/// Whether `incoming` is strictly newer than the version an object was deleted at (a
+/// re-created object); without numbers to compare, it is not.
+fn newer_than(deleted: Option<&str>, incoming: Option<&str>) -> bool {
+    match (
+        deleted.and_then(|v| v.parse::<u64>().ok()),
+        incoming.and_then(|v| v.parse::<u64>().ok()),
+    ) {
+        (Some(d), Some(i)) => i > d,
+        _ => false,
     }
 }
 

@@ -117,6 +117,36 @@ fn a_late_write_response_never_rolls_a_pod_or_request_back() {
 }
 
 #[test]
+fn a_write_response_never_brings_a_deleted_object_back() {
+    let mut index = cluster(32, Vec::new());
+    let mut a = job("a", 1, 0);
+    a.metadata.resource_version = Some("5".into());
+    index.apply(a.clone());
+    // The watch reports the job deleted; then the response of a write made before lands.
+    let mut gone = a.clone();
+    gone.metadata.resource_version = Some("7".into());
+    index.delete(&gone);
+    let mut response = a.clone();
+    response.metadata.resource_version = Some("6".into());
+    let action = Action::AddFinalizer {
+        job: "team-a/a".into(),
+    };
+    index.landed(
+        &action,
+        Ok(vec![muster_controller::executor::Written::Job(Box::new(
+            response,
+        ))]),
+        0,
+    );
+    assert!(index.job("team-a/a").is_none());
+    // A job created again under the same name is the watch's to report, and it is kept.
+    let mut again = a;
+    again.metadata.resource_version = Some("9".into());
+    index.apply(again);
+    assert!(index.job("team-a/a").is_some());
+}
+
+#[test]
 fn an_unreadable_node_holds_no_capacity_and_says_why() {
     let mut index = cluster(32, Vec::new());
     let bad: Node = object(json!({

@@ -826,17 +826,50 @@ fn settle_provisioning(
     let generation = job.metadata.generation;
     let admission_job = || Job::from_gpujob(job, |c| index.priority_classes.get(c).copied());
     let Some(policy) = provision::policy(index, status) else {
-        // The queue no longer provisions: give the request up and queue again.
+        // The queue no longer provisions (or is gone): give the request up and queue again.
+        // Its class is not known any more, so every name an attempt could have used goes.
         let mut next = status.clone();
         next.admission = None;
         next.provisioning_request = None;
         next.phase = Some(GpuJobPhase::Queued);
+        let mut requests = Vec::new();
+        let mut templates = Vec::new();
+        for class in ["queued-provisioning.gke.io", ""] {
+            let any = ProvisioningPolicy {
+                class_name: class.to_owned(),
+                ..ProvisioningPolicy::default()
+            };
+            if let Action::Unprovision {
+                requests: r,
+                templates: t,
+                ..
+            } = unprovision(job, &any, status)
+            {
+                for name in r {
+                    if !requests.contains(&name) {
+                        requests.push(name);
+                    }
+                }
+                templates = t;
+            }
+        }
+        out.act(
+            key,
+            Action::Unprovision {
+                job: key.to_owned(),
+                requests,
+                templates,
+            },
+        );
         out.act(
             key,
             Action::JobStatus {
                 job: key.to_owned(),
                 status: Box::new(next),
-                event: None,
+                event: Some(Note::normal(
+                    "ProvisioningStopped",
+                    "the job's ClusterQueue no longer buys capacity: the request was given up and the job queues again",
+                )),
             },
         );
         return;

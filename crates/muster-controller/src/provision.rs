@@ -188,12 +188,33 @@ pub(crate) fn start(
             })
             .collect(),
     });
-    next.pending_reason = Some(PendingReason {
-        kind: PendingReasonKind::Provisioning,
-        message: format!(
+    // What the state machine says of a request the autoscaler has not answered yet, so that
+    // the next pass, finding the request, has nothing new to write.
+    let fresh = step(
+        &Record {
+            attempts: attempt,
+            requested: true,
+            retry_at: None,
+            released: false,
+            active: true,
+        },
+        &Observed::Waiting {
+            accepted: false,
+            message: String::new(),
+        },
+        policy,
+        now.0.as_second(),
+    );
+    let message = match fresh {
+        Step::Wait { message } => message,
+        _ => format!(
             "quota reserved in ClusterQueue {cluster_queue}; asked the autoscaler ({}) for the capacity with ProvisioningRequest {first}",
             policy.class_name
         ),
+    };
+    next.pending_reason = Some(PendingReason {
+        kind: PendingReasonKind::Provisioning,
+        message,
         eta: None,
     });
     crate::status::set_condition(

@@ -419,14 +419,12 @@ fn a_drained_job_gives_its_requests_back() {
     queue.spec.stop_policy = muster_api::cluster_queue::StopPolicy::HoldAndDrain;
     index.apply(queue);
     let pass = plan(&mut index, at(20));
-    land_all(&mut index, &pass.actions, 20);
-    let pass = plan(&mut index, at(30));
     let kinds = kinds(&pass.actions, "team-a/big");
     assert!(
         kinds.contains(&"evict") && kinds.contains(&"unprovision"),
         "{kinds:?}"
     );
-    land_all(&mut index, &pass.actions, 30);
+    land_all(&mut index, &pass.actions, 20);
     assert!(index.provisioning_request("team-a/big-1").is_none());
     let status = status_of(&index, "team-a/big");
     assert!(status.admission.is_none() && status.provisioning_request.is_none());
@@ -478,4 +476,24 @@ fn a_failed_release_onto_bought_capacity_is_rolled_back_and_retried_after_backof
     // After it: big is released onto its capacity again.
     let pass = plan(&mut index, at(61));
     assert_eq!(kinds(&pass.actions, "team-a/big"), ["release"]);
+}
+
+#[test]
+fn a_queue_that_stops_buying_gives_the_request_up_and_queues_the_job_again() {
+    let mut index = buying(vec![big()]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    assert!(index.provisioning_request("team-a/big-1").is_some());
+    let mut queue: ClusterQueue = index.cluster_queue("research").cloned().unwrap_or_default();
+    queue.spec.provisioning = None;
+    index.apply(queue);
+    let pass = plan(&mut index, at(20));
+    assert_eq!(
+        kinds(&pass.actions, "team-a/big"),
+        ["unprovision", "job_status"]
+    );
+    land_all(&mut index, &pass.actions, 20);
+    assert!(index.provisioning_request("team-a/big-1").is_none());
+    let status = status_of(&index, "team-a/big");
+    assert!(status.admission.is_none() && status.provisioning_request.is_none());
 }

@@ -70,13 +70,36 @@ mod erased {
     }
 }
 
-/// Answers lists from `lists()`, holds watches open (never answering), 404s the
-/// ProvisioningRequest probe, echoes writes; reports every write on `writes`.
+/// Answers lists from `lists`, holds watches open (never answering), 404s paths it has no
+/// list for (such as the ProvisioningRequest probe, unless given), echoes writes; reports
+/// every write on `writes`.
 async fn api_server(
     mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
     writes: mpsc::UnboundedSender<(String, String)>,
+    lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
 ) {
-    let lists = lists();
+    let jobs: BTreeMap<String, Value> = lists
+        .get("/apis/muster.dev/v1alpha1/gpujobs")
+        .map(|(_, items)| {
+            items
+                .iter()
+                .map(|j| {
+                    (
+                        j["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        j.clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    // The listed ClusterQueue: a status write answers with it (spec included).
+    let queues = lists
+        .get("/apis/muster.dev/v1alpha1/clusterqueues")
+        .and_then(|(_, items)| items.first().cloned())
+        .unwrap_or_default();
     let mut held = Vec::new();
     // Pods as created, so that a gate removal answers with the whole pod, as a server would.
     let mut pods: BTreeMap<String, Value> = BTreeMap::new();
@@ -118,12 +141,17 @@ async fn api_server(
         }
         let _ = writes.send((method.clone(), path.clone()));
         let object = if path.contains("/gpujobs/") {
-            let mut job = serde_json::to_value(support::job("a", 2, 0)).unwrap_or_default();
+            let name = path
+                .split("/gpujobs/")
+                .nth(1)
+                .and_then(|rest| rest.split('/').next())
+                .unwrap_or_default();
+            let mut job = jobs.get(name).cloned().unwrap_or_default();
             job["status"] = body["status"].clone();
             job["metadata"]["resourceVersion"] = json!("11");
             job
         } else if path.contains("/clusterqueues/") {
-            let mut queue = serde_json::to_value(support::cluster_queue(32)).unwrap_or_default();
+            let mut queue = queues.clone();
             queue["status"] = body["status"].clone();
             queue
         } else if path.contains("/localqueues/") {
@@ -178,7 +206,7 @@ async fn get(port: u16, path: &str) -> (String, String) {
 async fn the_controller_syncs_admits_releases_and_stops() {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let (writes_tx, mut writes) = mpsc::unbounded_channel();
-    tokio::spawn(api_server(handle, writes_tx));
+    tokio::spawn(api_server(handle, writes_tx, lists()));
     let port = free_port().await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(run(
@@ -261,4 +289,81 @@ async fn the_controller_syncs_admits_releases_and_stops() {
         matches!(finished, Ok(Ok(Ok(())))),
         "the controller stops cleanly"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_without_a_block_gets_a_provisioning_request_once_the_api_is_served() {
+    let value = |v: &dyn erased::Json| v.json();
+    let mut lists = lists();
+    // 4 pods of 8 GPUs in one block: more than the two nodes hold; the queue buys capacity.
+    lists.insert(
+        "/apis/muster.dev/v1alpha1/gpujobs",
+        ("GpuJobList", vec![value(&support::job("big", 4, 0))]),
+    );
+    let mut queue = value(&support::cluster_queue(32));
+    queue["spec"]["provisioning"] = json!({"className": "queued-provisioning.gke.io"});
+    lists.insert(
+        "/apis/muster.dev/v1alpha1/clusterqueues",
+        ("ClusterQueueList", vec![queue]),
+    );
+    lists.insert(
+        "/apis/autoscaling.x-k8s.io/v1/provisioningrequests",
+        ("ProvisioningRequestList", Vec::new()),
+    );
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let (writes_tx, mut writes) = mpsc::unbounded_channel();
+    tokio::spawn(api_server(handle, writes_tx, lists));
+    let port = free_port().await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(run(
+        Client::new(service, "default"),
+        Options {
+            metrics_addr: ([127, 0, 0, 1], port).into(),
+            debounce: Duration::from_millis(10),
+            tick: Duration::from_millis(50),
+            ..Options::default()
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    // Every write until the controller has been quiet for a second.
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match tokio::time::timeout_at(deadline, async {
+            tokio::time::timeout(Duration::from_secs(1), writes.recv()).await
+        })
+        .await
+        {
+            Ok(Ok(Some(write))) => seen.push(write),
+            Ok(Err(_)) => break,
+            _ => unreachable!("still writing after 20 s: {seen:?}"),
+        }
+    }
+    let job_writes: Vec<&(String, String)> = seen
+        .iter()
+        .filter(|(_, p)| !p.contains("queues/") && !p.ends_with("/events"))
+        .collect();
+    assert_eq!(
+        job_writes,
+        [
+            &(
+                "POST".to_owned(),
+                "/api/v1/namespaces/team-a/podtemplates".to_owned()
+            ),
+            &(
+                "POST".to_owned(),
+                "/apis/autoscaling.x-k8s.io/v1/namespaces/team-a/provisioningrequests".to_owned()
+            ),
+            &(
+                "PATCH".to_owned(),
+                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/big/status".to_owned()
+            ),
+        ],
+        "one request, asked once, and no pod: {seen:?}"
+    );
+    let _ = stop.send(());
+    let finished = tokio::time::timeout(Duration::from_secs(20), controller).await;
+    assert!(matches!(finished, Ok(Ok(Ok(())))));
 }

@@ -812,6 +812,56 @@ fn unprovision(job: &GpuJob, policy: &ProvisioningPolicy, status: &GpuJobStatus)
     }
 }
 
+/// The job's ClusterQueue no longer buys capacity (or is gone): give the request up and queue
+/// the job again. Its class is not known any more, so every name an attempt could have used
+/// goes.
+fn stop_provisioning(key: &str, job: &GpuJob, status: &GpuJobStatus, out: &mut Settled) {
+    let mut next = status.clone();
+    next.admission = None;
+    next.provisioning_request = None;
+    next.phase = Some(GpuJobPhase::Queued);
+    let mut requests = Vec::new();
+    let mut templates = Vec::new();
+    for class in ["queued-provisioning.gke.io", ""] {
+        let any = ProvisioningPolicy {
+            class_name: class.to_owned(),
+            ..ProvisioningPolicy::default()
+        };
+        if let Action::Unprovision {
+            requests: r,
+            templates: t,
+            ..
+        } = unprovision(job, &any, status)
+        {
+            for name in r {
+                if !requests.contains(&name) {
+                    requests.push(name);
+                }
+            }
+            templates = t;
+        }
+    }
+    out.act(
+        key,
+        Action::Unprovision {
+            job: key.to_owned(),
+            requests,
+            templates,
+        },
+    );
+    out.act(
+        key,
+        Action::JobStatus {
+            job: key.to_owned(),
+            status: Box::new(next),
+            event: Some(Note::normal(
+                "ProvisioningStopped",
+                "the job's ClusterQueue no longer buys capacity: the request was given up and the job queues again",
+            )),
+        },
+    );
+}
+
 /// A job waiting for bought capacity: follow the autoscaler (see [`provision`]).
 fn settle_provisioning(
     index: &Index,
@@ -826,52 +876,7 @@ fn settle_provisioning(
     let generation = job.metadata.generation;
     let admission_job = || Job::from_gpujob(job, |c| index.priority_classes.get(c).copied());
     let Some(policy) = provision::policy(index, status) else {
-        // The queue no longer provisions (or is gone): give the request up and queue again.
-        // Its class is not known any more, so every name an attempt could have used goes.
-        let mut next = status.clone();
-        next.admission = None;
-        next.provisioning_request = None;
-        next.phase = Some(GpuJobPhase::Queued);
-        let mut requests = Vec::new();
-        let mut templates = Vec::new();
-        for class in ["queued-provisioning.gke.io", ""] {
-            let any = ProvisioningPolicy {
-                class_name: class.to_owned(),
-                ..ProvisioningPolicy::default()
-            };
-            if let Action::Unprovision {
-                requests: r,
-                templates: t,
-                ..
-            } = unprovision(job, &any, status)
-            {
-                for name in r {
-                    if !requests.contains(&name) {
-                        requests.push(name);
-                    }
-                }
-                templates = t;
-            }
-        }
-        out.act(
-            key,
-            Action::Unprovision {
-                job: key.to_owned(),
-                requests,
-                templates,
-            },
-        );
-        out.act(
-            key,
-            Action::JobStatus {
-                job: key.to_owned(),
-                status: Box::new(next),
-                event: Some(Note::normal(
-                    "ProvisioningStopped",
-                    "the job's ClusterQueue no longer buys capacity: the request was given up and the job queues again",
-                )),
-            },
-        );
+        stop_provisioning(key, job, status, out);
         return;
     };
     let step = if index.provisioning_api() {

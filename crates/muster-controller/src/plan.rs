@@ -781,9 +781,15 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
         && reason.kind == PendingReasonKind::Backoff
         && reason.eta.as_ref().is_some_and(|eta| seconds(eta) > now_s)
     {
+        let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
+        let queue = index
+            .local_queues
+            .get(&format!("{namespace}/{}", job.spec.queue_name))
+            .map(|q| q.spec.cluster_queue.clone())
+            .unwrap_or_default();
         *summary
             .pending
-            .entry((String::new(), "Backoff".to_owned()))
+            .entry((queue, "Backoff".to_owned()))
             .or_default() += 1;
         return;
     }

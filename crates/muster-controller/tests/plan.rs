@@ -143,7 +143,17 @@ fn pods_not_ready_in_time_evict_the_gang_and_requeue_it_with_backoff() {
     assert_eq!(reason.kind, PendingReasonKind::Backoff);
     assert_eq!(reason.eta.map(|t| t.0), Some(at(311 + 30)));
     land_all(&mut index, &pass.actions, 311);
-    assert!(releases(&plan(&mut index, at(320)).actions).is_empty());
+    let waiting = plan(&mut index, at(320));
+    assert!(releases(&waiting.actions).is_empty());
+    assert_eq!(
+        waiting
+            .summary
+            .pending
+            .get(&("research".to_owned(), "Backoff".to_owned())),
+        Some(&1),
+        "counted under its ClusterQueue: {:?}",
+        waiting.summary.pending
+    );
     let pass = plan(&mut index, at(342));
     let released = releases(&pass.actions);
     assert_eq!(released.len(), 1);

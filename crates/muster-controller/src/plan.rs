@@ -410,6 +410,15 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
     plan.actions = actions;
     index.writes.busy.extend(busy);
     index.writes.finalizing.extend(finalizing);
+    // Requests no job needs any more (a failed delete, a cut-off attempt) are deleted.
+    for (job, request, templates) in provision::orphans(index) {
+        plan.actions.push(Action::Unprovision {
+            job: job.clone(),
+            requests: vec![request],
+            templates,
+        });
+        index.writes.busy.entry(job).or_insert(Busy::Other);
+    }
 
     // Releases found half-done are finished before anything new is promised.
     for (key, admitted) in releases {

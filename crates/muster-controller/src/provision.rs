@@ -51,6 +51,72 @@ pub(crate) fn request_keys(job: &GpuJob, policy: &ProvisioningPolicy, attempt: u
         .collect()
 }
 
+/// `namespace/name` keys every request of `attempt` could have, whatever the class (the
+/// queue's class may have changed since the requests were made).
+pub(crate) fn possible_request_keys(job: &GpuJob, attempt: u32) -> Vec<String> {
+    let mut keys = Vec::new();
+    for class in ["queued-provisioning.gke.io", ""] {
+        let any = ProvisioningPolicy {
+            class_name: class.to_owned(),
+            ..ProvisioningPolicy::default()
+        };
+        for key in request_keys(job, &any, attempt) {
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+    }
+    keys
+}
+
+/// Muster's ProvisioningRequests that no job needs any more: their job is gone or finished,
+/// or has moved on to another attempt or to no request at all (a delete that failed, or a
+/// request made just before the controller stopped). Each with its job's key and the
+/// `namespace/name` of its PodTemplates. Jobs with writes in flight are left alone: their
+/// status may be about to name the request.
+pub(crate) fn orphans(index: &Index) -> Vec<(String, String, Vec<String>)> {
+    let mut out = Vec::new();
+    for (key, request) in &index.provisioning_requests {
+        let meta = &request.metadata;
+        let Some(job_name) = meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(muster_provisioning::objects::JOB_LABEL))
+        else {
+            continue;
+        };
+        if meta.deletion_timestamp.is_some() {
+            continue;
+        }
+        let namespace = meta.namespace.clone().unwrap_or_default();
+        let job_key = format!("{namespace}/{job_name}");
+        if index.writes.busy.contains_key(&job_key) || index.writes.in_flight.contains_key(&job_key)
+        {
+            continue;
+        }
+        let wanted = index.jobs.get(&job_key).is_some_and(|job| {
+            let status = job.status.clone().unwrap_or_default();
+            let live = status.provisioning_request.is_some()
+                && !matches!(
+                    status.phase,
+                    Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)
+                );
+            live && possible_request_keys(job, attempts(&status)).contains(key)
+        });
+        if wanted {
+            continue;
+        }
+        let templates = request
+            .spec
+            .pod_sets
+            .iter()
+            .map(|p| format!("{namespace}/{}", p.pod_template_ref.name))
+            .collect();
+        out.push((job_key, key.clone(), templates));
+    }
+    out
+}
+
 /// What the autoscaler says about the job's current attempt.
 pub(crate) fn observed(
     index: &Index,

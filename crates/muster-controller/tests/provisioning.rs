@@ -497,3 +497,48 @@ fn a_queue_that_stops_buying_gives_the_request_up_and_queues_the_job_again() {
     let status = status_of(&index, "team-a/big");
     assert!(status.admission.is_none() && status.provisioning_request.is_none());
 }
+
+#[test]
+fn a_request_whose_delete_failed_is_deleted_by_a_later_pass() {
+    let mut index = buying(vec![big()]);
+    let pass = plan(&mut index, at(10));
+    // The request is in flight: never taken for an orphan meanwhile.
+    let again = plan(&mut index, at(11));
+    assert!(again.actions.iter().all(|a| a.kind() != "unprovision"));
+    land_all(&mut index, &pass.actions, 10);
+    land_all(&mut index, &again.actions, 11);
+    autoscaler_says(&mut index, "big-1", &[("Failed", "True")]);
+    let pass = plan(&mut index, at(20));
+    assert_eq!(
+        kinds(&pass.actions, "team-a/big"),
+        ["unprovision", "job_status"]
+    );
+    // The status lands; the delete fails.
+    for action in &pass.actions {
+        if action.kind() == "unprovision" {
+            index.landed(action, Err("timeout".into()), at(20).as_second());
+        } else {
+            support::land(&mut index, action, 20);
+        }
+    }
+    assert!(index.provisioning_request("team-a/big-1").is_some());
+    let pass = plan(&mut index, at(21));
+    let Some(Action::Unprovision {
+        requests,
+        templates,
+        ..
+    }) = pass.actions.iter().find(|a| a.kind() == "unprovision")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    assert_eq!(requests, &["team-a/big-1"]);
+    assert_eq!(templates, &["team-a/big-1-workers"]);
+    land_all(&mut index, &pass.actions, 21);
+    assert!(index.provisioning_request("team-a/big-1").is_none());
+    assert!(
+        plan(&mut index, at(22))
+            .actions
+            .iter()
+            .all(|a| a.kind() != "unprovision")
+    );
+}

@@ -649,8 +649,25 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
                 }
             });
         let action = if let Some((policy, message)) = revoked {
-            let why = format!("the autoscaler took the capacity back: {message}");
-            if policy.on_capacity_revoked == muster_api::cluster_queue::RevokedPolicy::Fail {
+            // Requeued like a failed request: after the provisioning backoff, and only while
+            // the job's requests stay within retry.limit + 1 (a gang longer than the capacity's
+            // maximum run does not buy capacity for ever).
+            let attempts = provision::attempts(&status);
+            let limit = policy
+                .retry
+                .as_ref()
+                .and_then(|r| r.limit)
+                .unwrap_or(muster_api::cluster_queue::RetryPolicy::DEFAULT_LIMIT);
+            let fail = policy.on_capacity_revoked == muster_api::cluster_queue::RevokedPolicy::Fail;
+            let spent = i64::from(attempts) > i64::from(limit);
+            if fail || spent {
+                let why = if fail {
+                    format!("the autoscaler took the capacity back: {message}")
+                } else {
+                    format!(
+                        "the autoscaler took the capacity back: {message}; gave up after {attempts} requests (retry.limit is {limit})"
+                    )
+                };
                 Some(Action::Evict {
                     job: key.to_owned(),
                     status: Box::new(status::finished(&status, generation, false, &why, now_t)),
@@ -658,7 +675,11 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
                     event: Note::warning("CapacityRevoked", why),
                 })
             } else {
-                Some(evict(Eviction::Other(why)))
+                let retry_at = now_s.saturating_add(muster_provisioning::state::backoff(
+                    policy.retry.as_ref(),
+                    attempts,
+                ));
+                Some(evict(Eviction::CapacityRevoked { message, retry_at }))
             }
         } else if job.spec.suspend {
             Some(evict(Eviction::Suspended))
@@ -830,11 +851,24 @@ fn unprovision(job: &GpuJob, policy: &ProvisioningPolicy, status: &GpuJobStatus)
 /// The job's ClusterQueue no longer buys capacity (or is gone): give the request up and queue
 /// the job again. Its class is not known any more, so every name an attempt could have used
 /// goes.
-fn stop_provisioning(key: &str, job: &GpuJob, status: &GpuJobStatus, out: &mut Settled) {
+fn stop_provisioning(
+    key: &str,
+    job: &GpuJob,
+    status: &GpuJobStatus,
+    now_t: &Time,
+    out: &mut Settled,
+) {
     let mut next = status.clone();
     next.admission = None;
     next.provisioning_request = None;
     next.phase = Some(GpuJobPhase::Queued);
+    status::provisioning_given_up(
+        &mut next,
+        "ProvisioningStopped",
+        "the ClusterQueue no longer buys capacity",
+        job.metadata.generation,
+        now_t,
+    );
     let mut requests = Vec::new();
     let mut templates = Vec::new();
     for class in ["queued-provisioning.gke.io", ""] {
@@ -891,7 +925,7 @@ fn settle_provisioning(
     let generation = job.metadata.generation;
     let admission_job = || Job::from_gpujob(job, |c| index.priority_classes.get(c).copied());
     let Some(policy) = provision::policy(index, status) else {
-        stop_provisioning(key, job, status, out);
+        stop_provisioning(key, job, status, now_t, out);
         return;
     };
     let step = if index.provisioning_api() {
@@ -964,6 +998,13 @@ fn settle_provisioning(
             next.admission = None;
             next.provisioning_request = None;
             next.phase = Some(GpuJobPhase::Queued);
+            status::provisioning_given_up(
+                &mut next,
+                "ProvisioningStopped",
+                "the job no longer waits for bought capacity",
+                generation,
+                now_t,
+            );
             out.act(
                 key,
                 Action::JobStatus {
@@ -983,6 +1024,7 @@ fn reason_key(reason: &str) -> &'static str {
         "Preempted" => "preempted",
         "Suspended" => "suspended",
         "BackoffLimitExceeded" => "failed",
+        "CapacityRevoked" => "capacity_revoked",
         _ => "other",
     }
 }

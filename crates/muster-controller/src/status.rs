@@ -221,6 +221,13 @@ pub enum Eviction {
     Suspended,
     /// Admission asked for it (e.g. its queue drains).
     Other(String),
+    /// The autoscaler took the bought capacity back; the job may ask again at `retry_at`.
+    CapacityRevoked {
+        /// The autoscaler's message.
+        message: String,
+        /// When it may be admitted (and buy) again, seconds.
+        retry_at: i64,
+    },
 }
 
 impl Eviction {
@@ -232,6 +239,7 @@ impl Eviction {
             Eviction::Preempted { .. } => "Preempted",
             Eviction::Suspended => "Suspended",
             Eviction::Other(_) => "Evicted",
+            Eviction::CapacityRevoked { .. } => "CapacityRevoked",
         }
     }
 
@@ -245,6 +253,9 @@ impl Eviction {
             Eviction::Preempted { by } => format!("preempted to make room for {by}"),
             Eviction::Suspended => "spec.suspend is true; the gang was evicted".to_owned(),
             Eviction::Other(why) => why.clone(),
+            Eviction::CapacityRevoked { message, .. } => format!(
+                "the autoscaler took the capacity back ({message}); the gang was evicted and asks again after the provisioning backoff"
+            ),
         }
     }
 }
@@ -271,6 +282,7 @@ pub fn evicted(
     );
     for type_ in [
         conditions::QUOTA_RESERVED,
+        conditions::PROVISIONED,
         conditions::ADMITTED,
         conditions::PODS_READY,
     ] {
@@ -295,13 +307,15 @@ pub fn evicted(
         next.restart_count = next.restart_count.saturating_add(1);
     }
     next.pending_reason = Some(match eviction {
-        Eviction::PodsReadyTimeout { retry_at } => muster_api::gpujob::PendingReason {
-            kind: PendingReasonKind::Backoff,
-            message: message.clone(),
-            eta: k8s_openapi::jiff::Timestamp::from_second(*retry_at)
-                .ok()
-                .map(Time),
-        },
+        Eviction::PodsReadyTimeout { retry_at } | Eviction::CapacityRevoked { retry_at, .. } => {
+            muster_api::gpujob::PendingReason {
+                kind: PendingReasonKind::Backoff,
+                message: message.clone(),
+                eta: k8s_openapi::jiff::Timestamp::from_second(*retry_at)
+                    .ok()
+                    .map(Time),
+            }
+        }
         Eviction::Suspended => muster_api::gpujob::PendingReason {
             kind: PendingReasonKind::Suspended,
             message: message.clone(),
@@ -426,4 +440,28 @@ pub struct LocalQueueCounts {
     pub admitted: i32,
     /// Quota held per flavor.
     pub usage: std::collections::BTreeMap<String, muster_api::Resources>,
+}
+
+/// A job that gives its bought capacity up (or stops waiting for it) no longer has quota
+/// reserved for it nor capacity provisioned: both conditions turn False.
+pub(crate) fn provisioning_given_up(
+    status: &mut GpuJobStatus,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) {
+    for type_ in [conditions::QUOTA_RESERVED, conditions::PROVISIONED] {
+        if status.conditions.iter().any(|c| c.type_ == type_) {
+            set_condition(
+                &mut status.conditions,
+                type_,
+                false,
+                reason,
+                message,
+                generation,
+                now,
+            );
+        }
+    }
 }

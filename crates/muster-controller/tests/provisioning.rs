@@ -271,6 +271,7 @@ fn revoked_capacity_evicts_the_running_gang_and_gives_the_request_back() {
     for pod in &gang.pods {
         index.apply(with_phase(pod.clone(), "Running", true));
     }
+    let first_gang = gang.pods.clone();
     let pass = plan(&mut index, at(30));
     land_all(&mut index, &pass.actions, 30);
     autoscaler_says(&mut index, "big-1", &[("CapacityRevoked", "True")]);
@@ -284,6 +285,61 @@ fn revoked_capacity_evicts_the_running_gang_and_gives_the_request_back() {
     let status = status_of(&index, "team-a/big");
     assert!(status.admission.is_none() && status.provisioning_request.is_none());
     assert_eq!(status.requeue_count, 1);
+    // It asks again after the provisioning backoff (60 s here), like a failed request.
+    assert_eq!(
+        status.pending_reason.map(|r| (r.kind, r.eta.map(|t| t.0))),
+        Some((PendingReasonKind::Backoff, Some(at(100))))
+    );
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Provisioned" && c.status == "False"),
+        "no longer on provisioned capacity"
+    );
+    assert!(
+        plan(&mut index, at(90))
+            .actions
+            .iter()
+            .all(|a| a.kind() != "provision")
+    );
+    // The evicted pods go, as do the nodes the autoscaler took back.
+    for pod in &first_gang {
+        index.delete(pod);
+    }
+    for n in ["n5", "n6", "n7", "n8"] {
+        index.delete(&support::node(n, "b3"));
+    }
+    // The second request (retry.limit 1) gets capacity, which is taken back too: the job has
+    // made retry.limit + 1 requests and fails rather than buying for ever.
+    let pass = plan(&mut index, at(101));
+    assert!(pass.actions.iter().any(|a| a.kind() == "provision"));
+    land_all(&mut index, &pass.actions, 101);
+    autoscaler_says(&mut index, "big-2", &[("Provisioned", "True")]);
+    capacity_arrives(&mut index);
+    let pass = plan(&mut index, at(110));
+    land_all(&mut index, &pass.actions, 110);
+    let Some(Action::Release { gang, .. }) = pass.actions.iter().find(|a| a.kind() == "release")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    for pod in &gang.pods {
+        index.apply(with_phase(pod.clone(), "Running", true));
+    }
+    let pass = plan(&mut index, at(120));
+    land_all(&mut index, &pass.actions, 120);
+    autoscaler_says(&mut index, "big-2", &[("CapacityRevoked", "True")]);
+    let pass = plan(&mut index, at(130));
+    land_all(&mut index, &pass.actions, 130);
+    let status = status_of(&index, "team-a/big");
+    assert_eq!(status.phase, Some(GpuJobPhase::Failed));
+    let finished = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Finished")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(finished.contains("gave up after 2 requests"), "{finished}");
 }
 
 #[test]

@@ -423,7 +423,24 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
     // Releases found half-done are finished before anything new is promised.
     for (key, admitted) in releases {
         match release_action(index, &key, &admitted, &now_t, false) {
-            Ok((action, job)) => {
+            Ok((mut action, job)) => {
+                // A release onto bought capacity, finished after a restart, says so.
+                let bought = index
+                    .jobs
+                    .get(&key)
+                    .and_then(|j| j.status.as_ref())
+                    .is_some_and(|s| s.provisioning_request.is_some());
+                if bought && let Action::Release { status, .. } = &mut action {
+                    status::set_condition(
+                        &mut status.conditions,
+                        conditions::PROVISIONED,
+                        true,
+                        "Provisioned",
+                        "the autoscaler provisioned the capacity",
+                        index.jobs.get(&key).and_then(|j| j.metadata.generation),
+                        &now_t,
+                    );
+                }
                 restore.push((job, holding(&admitted, now.as_second()), false));
                 index.writes.busy.insert(key, Busy::Release(admitted));
                 plan.actions.push(action);

@@ -598,3 +598,50 @@ fn a_request_whose_delete_failed_is_deleted_by_a_later_pass() {
             .all(|a| a.kind() != "unprovision")
     );
 }
+
+#[test]
+fn a_release_onto_bought_capacity_cut_off_after_every_pod_exists_is_finished_as_provisioned() {
+    let mut index = buying(vec![big()]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    autoscaler_says(&mut index, "big-1", &[("Provisioned", "True")]);
+    capacity_arrives(&mut index);
+    let pass = plan(&mut index, at(40));
+    let Some(Action::Release { gang, .. }) = pass.actions.iter().find(|a| a.kind() == "release")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    // Every pod was created, then the controller stopped before the status was written.
+    let pods = gang.pods.clone();
+    let mut restarted = buying(vec![index.job("team-a/big").cloned().unwrap_or_default()]);
+    for n in ["n5", "n6", "n7", "n8"] {
+        let mut node = support::node(n, "b3");
+        if let Some(labels) = node.metadata.labels.as_mut() {
+            labels.insert("cloud.google.com/gke-nodepool".into(), "dws-pool-1".into());
+        }
+        restarted.apply(node);
+    }
+    restarted.apply(
+        index
+            .provisioning_request("team-a/big-1")
+            .cloned()
+            .unwrap_or_default(),
+    );
+    for pod in pods {
+        restarted.apply(pod);
+    }
+    let pass = plan(&mut restarted, at(50));
+    let Some(Action::Release { status, .. }) = pass.actions.iter().find(|a| a.kind() == "release")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Provisioned" && c.status == "True"),
+        "{:#?}",
+        status.conditions
+    );
+    assert_eq!(status.provisioning_request.as_deref(), Some("big-1"));
+}

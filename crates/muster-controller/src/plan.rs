@@ -866,8 +866,7 @@ fn unprovision(job: &GpuJob, policy: &ProvisioningPolicy, status: &GpuJobStatus)
 }
 
 /// The job's ClusterQueue no longer buys capacity (or is gone): give the request up and queue
-/// the job again. Its class is not known any more, so every name an attempt could have used
-/// goes.
+/// the job again.
 fn stop_provisioning(
     key: &str,
     job: &GpuJob,
@@ -886,27 +885,13 @@ fn stop_provisioning(
         job.metadata.generation,
         now_t,
     );
-    let mut requests = Vec::new();
-    let mut templates = Vec::new();
-    for class in ["queued-provisioning.gke.io", ""] {
-        let any = ProvisioningPolicy {
-            class_name: class.to_owned(),
-            ..ProvisioningPolicy::default()
-        };
-        if let Action::Unprovision {
-            requests: r,
-            templates: t,
-            ..
-        } = unprovision(job, &any, status)
-        {
-            for name in r {
-                if !requests.contains(&name) {
-                    requests.push(name);
-                }
-            }
-            templates = t;
-        }
-    }
+    // Its class is not known any more: every name an attempt could have used goes.
+    let any = ProvisioningPolicy::default();
+    let templates = match unprovision(job, &any, status) {
+        Action::Unprovision { templates, .. } => templates,
+        _ => Vec::new(),
+    };
+    let requests = provision::possible_request_keys(job, provision::attempts(status));
     out.act(
         key,
         Action::Unprovision {

@@ -874,13 +874,8 @@ fn stop_provisioning(
     now_t: &Time,
     out: &mut Settled,
 ) {
-    let mut next = status.clone();
-    next.admission = None;
-    next.provisioning_request = None;
-    next.phase = Some(GpuJobPhase::Queued);
-    status::provisioning_given_up(
-        &mut next,
-        "ProvisioningStopped",
+    let next = status::unprovisioned(
+        status,
         "the ClusterQueue no longer buys capacity",
         job.metadata.generation,
         now_t,
@@ -996,13 +991,8 @@ fn settle_provisioning(
         Step::Delete | Step::Revoked { .. } | Step::Nothing | Step::Create { .. } => {
             // Suspended (or nothing left to wait for): give the capacity up, queue again.
             out.act(key, unprovision(job, policy, status));
-            let mut next = status.clone();
-            next.admission = None;
-            next.provisioning_request = None;
-            next.phase = Some(GpuJobPhase::Queued);
-            status::provisioning_given_up(
-                &mut next,
-                "ProvisioningStopped",
+            let next = status::unprovisioned(
+                status,
                 "the job no longer waits for bought capacity",
                 generation,
                 now_t,

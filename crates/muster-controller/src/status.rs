@@ -465,3 +465,19 @@ pub(crate) fn provisioning_given_up(
         }
     }
 }
+
+/// The status of a job that gives its bought capacity up (or stops waiting for it) and queues
+/// again: no admission, no request, `QuotaReserved` and `Provisioned` False.
+pub(crate) fn unprovisioned(
+    current: &GpuJobStatus,
+    message: &str,
+    generation: Option<i64>,
+    now: &Time,
+) -> GpuJobStatus {
+    let mut next = current.clone();
+    next.admission = None;
+    next.provisioning_request = None;
+    next.phase = Some(GpuJobPhase::Queued);
+    provisioning_given_up(&mut next, "ProvisioningStopped", message, generation, now);
+    next
+}

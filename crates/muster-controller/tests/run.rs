@@ -178,6 +178,64 @@ async fn api_server(
     }
 }
 
+/// A controller running against the mock API server.
+struct Started {
+    /// Every write the server saw: (method, path).
+    writes: mpsc::UnboundedReceiver<(String, String)>,
+    /// The metrics server's port.
+    port: u16,
+    /// Stops the controller.
+    stop: tokio::sync::oneshot::Sender<()>,
+    controller: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// Starts the controller (passes every 50 ms) against a mock server answering `lists`.
+async fn start(lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>) -> Started {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let (writes_tx, writes) = mpsc::unbounded_channel();
+    tokio::spawn(api_server(handle, writes_tx, lists));
+    let port = free_port().await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(run(
+        Client::new(service, "default"),
+        Options {
+            metrics_addr: ([127, 0, 0, 1], port).into(),
+            debounce: Duration::from_millis(10),
+            tick: Duration::from_millis(50),
+            ..Options::default()
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    Started {
+        writes,
+        port,
+        stop,
+        controller,
+    }
+}
+
+/// The writes that come until none has come for a second; fails if writes still come at
+/// `deadline`.
+async fn until_quiet(
+    writes: &mut mpsc::UnboundedReceiver<(String, String)>,
+    deadline: tokio::time::Instant,
+) -> Vec<(String, String)> {
+    let mut seen = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, async {
+            tokio::time::timeout(Duration::from_secs(1), writes.recv()).await
+        })
+        .await
+        {
+            Ok(Ok(Some(write))) => seen.push(write),
+            Ok(Err(_)) => return seen,
+            _ => unreachable!("still writing at the deadline: {seen:?}"),
+        }
+    }
+}
+
 /// A free local port for the metrics server.
 async fn free_port() -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await;
@@ -204,23 +262,12 @@ async fn get(port: u16, path: &str) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_syncs_admits_releases_and_stops() {
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let (writes_tx, mut writes) = mpsc::unbounded_channel();
-    tokio::spawn(api_server(handle, writes_tx, lists()));
-    let port = free_port().await;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let controller = tokio::spawn(run(
-        Client::new(service, "default"),
-        Options {
-            metrics_addr: ([127, 0, 0, 1], port).into(),
-            debounce: Duration::from_millis(10),
-            tick: Duration::from_millis(50),
-            ..Options::default()
-        },
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let Started {
+        mut writes,
+        port,
+        stop,
+        controller,
+    } = start(lists()).await;
 
     // Every write the first passes make, until the job's status lands.
     let mut seen: Vec<(String, String)> = Vec::new();
@@ -254,18 +301,7 @@ async fn the_controller_syncs_admits_releases_and_stops() {
     // Then the controller goes quiet: passes keep running (every 50 ms), but with nothing
     // changed they write nothing. At most the queues' statuses and the release's Event may
     // still be landing.
-    let mut after = Vec::new();
-    loop {
-        match tokio::time::timeout_at(deadline, async {
-            tokio::time::timeout(Duration::from_secs(1), writes.recv()).await
-        })
-        .await
-        {
-            Ok(Ok(Some(write))) => after.push(write),
-            Ok(Err(_)) => break,
-            _ => unreachable!("still writing after 20 s: {after:?}"),
-        }
-    }
+    let after = until_quiet(&mut writes, deadline).await;
     assert!(
         after
             .iter()
@@ -310,37 +346,15 @@ async fn a_job_without_a_block_gets_a_provisioning_request_once_the_api_is_serve
         "/apis/autoscaling.x-k8s.io/v1/provisioningrequests",
         ("ProvisioningRequestList", Vec::new()),
     );
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let (writes_tx, mut writes) = mpsc::unbounded_channel();
-    tokio::spawn(api_server(handle, writes_tx, lists));
-    let port = free_port().await;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let controller = tokio::spawn(run(
-        Client::new(service, "default"),
-        Options {
-            metrics_addr: ([127, 0, 0, 1], port).into(),
-            debounce: Duration::from_millis(10),
-            tick: Duration::from_millis(50),
-            ..Options::default()
-        },
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let Started {
+        mut writes,
+        stop,
+        controller,
+        ..
+    } = start(lists).await;
     // Every write until the controller has been quiet for a second.
-    let mut seen: Vec<(String, String)> = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        match tokio::time::timeout_at(deadline, async {
-            tokio::time::timeout(Duration::from_secs(1), writes.recv()).await
-        })
-        .await
-        {
-            Ok(Ok(Some(write))) => seen.push(write),
-            Ok(Err(_)) => break,
-            _ => unreachable!("still writing after 20 s: {seen:?}"),
-        }
-    }
+    let seen = until_quiet(&mut writes, deadline).await;
     let job_writes: Vec<&(String, String)> = seen
         .iter()
         .filter(|(_, p)| !p.contains("queues/") && !p.ends_with("/events"))

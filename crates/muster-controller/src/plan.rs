@@ -431,15 +431,8 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
                     .and_then(|j| j.status.as_ref())
                     .is_some_and(|s| s.provisioning_request.is_some());
                 if bought && let Action::Release { status, .. } = &mut action {
-                    status::set_condition(
-                        &mut status.conditions,
-                        conditions::PROVISIONED,
-                        true,
-                        "Provisioned",
-                        "the autoscaler provisioned the capacity",
-                        index.jobs.get(&key).and_then(|j| j.metadata.generation),
-                        &now_t,
-                    );
+                    let generation = index.jobs.get(&key).and_then(|j| j.metadata.generation);
+                    status::mark_provisioned(status, generation, &now_t);
                 }
                 restore.push((job, holding(&admitted, now.as_second()), false));
                 index.writes.busy.insert(key, Busy::Release(admitted));
@@ -1276,15 +1269,7 @@ fn on_bought_capacity(
     };
     if let Action::Release { gang, status, .. } = action {
         provision::consume(gang, job, policy, provision::attempts(&current), selector);
-        status::set_condition(
-            &mut status.conditions,
-            conditions::PROVISIONED,
-            true,
-            "Provisioned",
-            "the autoscaler provisioned the capacity",
-            job.metadata.generation,
-            now,
-        );
+        status::mark_provisioned(status, job.metadata.generation, now);
     }
 }
 

@@ -481,3 +481,16 @@ pub(crate) fn unprovisioned(
     provisioning_given_up(&mut next, "ProvisioningStopped", message, generation, now);
     next
 }
+
+/// Marks a job released onto capacity the autoscaler provisioned: `Provisioned=True`.
+pub(crate) fn mark_provisioned(status: &mut GpuJobStatus, generation: Option<i64>, now: &Time) {
+    set_condition(
+        &mut status.conditions,
+        conditions::PROVISIONED,
+        true,
+        "Provisioned",
+        "the autoscaler provisioned the capacity",
+        generation,
+        now,
+    );
+}

@@ -77,6 +77,18 @@ fn capacity_arrives(index: &mut Index) {
     }
 }
 
+/// The job failed: its Finished condition's message.
+fn failed_with(index: &Index, key: &str) -> String {
+    let status = status_of(index, key);
+    assert_eq!(status.phase, Some(GpuJobPhase::Failed));
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Finished")
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
 fn kinds(actions: &[Action], key: &str) -> Vec<&'static str> {
     actions
         .iter()
@@ -244,14 +256,7 @@ fn a_failed_request_is_retried_after_backoff_then_the_job_fails() {
     autoscaler_says(&mut index, "big-2", &[("Failed", "True")]);
     let pass = plan(&mut index, at(90));
     land_all(&mut index, &pass.actions, 90);
-    let status = status_of(&index, "team-a/big");
-    assert_eq!(status.phase, Some(GpuJobPhase::Failed));
-    let finished = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Finished")
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let finished = failed_with(&index, "team-a/big");
     assert!(finished.contains("FailedReason"), "{finished}");
 }
 
@@ -331,14 +336,7 @@ fn revoked_capacity_evicts_the_running_gang_and_gives_the_request_back() {
     autoscaler_says(&mut index, "big-2", &[("CapacityRevoked", "True")]);
     let pass = plan(&mut index, at(130));
     land_all(&mut index, &pass.actions, 130);
-    let status = status_of(&index, "team-a/big");
-    assert_eq!(status.phase, Some(GpuJobPhase::Failed));
-    let finished = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Finished")
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let finished = failed_with(&index, "team-a/big");
     assert!(finished.contains("gave up after 2 requests"), "{finished}");
 }
 

@@ -533,6 +533,17 @@ fn newer_than(deleted: Option<&str>, incoming: Option<&str>) -> bool {
     }
 }
 
+/// Inserts `object` unless the map holds a newer version of it (see [`newer`]).
+fn keep_newer<K: Indexed>(map: &mut BTreeMap<String, K>, object: K) {
+    let key = object.key();
+    let current = map
+        .get(&key)
+        .and_then(|o| o.meta().resource_version.as_deref());
+    if newer(current, object.meta().resource_version.as_deref()) {
+        map.insert(key, object);
+    }
+}
+
 /// Keeps the newer of two versions of an object: a write's response can overtake the watch
 /// event of an earlier change, which must not roll the object back. Resource versions are
 /// compared as numbers when both are (as etcd gives them); otherwise the incoming one wins.
@@ -549,14 +560,7 @@ fn newer(current: Option<&str>, incoming: Option<&str>) -> bool {
 impl Indexed for GpuJob {
     const KIND: Kind = Kind::GpuJob;
     fn apply(self, index: &mut Index) {
-        let key = Indexed::key(&self);
-        let current = index
-            .jobs
-            .get(&key)
-            .and_then(|j| j.metadata.resource_version.as_deref());
-        if newer(current, self.metadata.resource_version.as_deref()) {
-            index.jobs.insert(key, self);
-        }
+        keep_newer(&mut index.jobs, self);
     }
     fn remove(index: &mut Index, key: &str) {
         index.jobs.remove(key);
@@ -566,14 +570,7 @@ impl Indexed for GpuJob {
 impl Indexed for ClusterQueue {
     const KIND: Kind = Kind::ClusterQueue;
     fn apply(self, index: &mut Index) {
-        let key = Indexed::key(&self);
-        let current = index
-            .cluster_queues
-            .get(&key)
-            .and_then(|q| q.metadata.resource_version.as_deref());
-        if newer(current, self.metadata.resource_version.as_deref()) {
-            index.cluster_queues.insert(key, self);
-        }
+        keep_newer(&mut index.cluster_queues, self);
     }
     fn remove(index: &mut Index, key: &str) {
         index.cluster_queues.remove(key);
@@ -583,14 +580,7 @@ impl Indexed for ClusterQueue {
 impl Indexed for LocalQueue {
     const KIND: Kind = Kind::LocalQueue;
     fn apply(self, index: &mut Index) {
-        let key = Indexed::key(&self);
-        let current = index
-            .local_queues
-            .get(&key)
-            .and_then(|q| q.metadata.resource_version.as_deref());
-        if newer(current, self.metadata.resource_version.as_deref()) {
-            index.local_queues.insert(key, self);
-        }
+        keep_newer(&mut index.local_queues, self);
     }
     fn remove(index: &mut Index, key: &str) {
         index.local_queues.remove(key);
@@ -706,15 +696,8 @@ impl Indexed for PriorityClass {
 impl Indexed for ProvisioningRequest {
     const KIND: Kind = Kind::ProvisioningRequest;
     fn apply(self, index: &mut Index) {
-        let key = Indexed::key(&self);
-        let current = index
-            .provisioning_requests
-            .get(&key)
-            .and_then(|r| r.metadata.resource_version.as_deref());
         // A create's response must not hide conditions the watch has already brought.
-        if newer(current, self.metadata.resource_version.as_deref()) {
-            index.provisioning_requests.insert(key, self);
-        }
+        keep_newer(&mut index.provisioning_requests, self);
     }
     fn remove(index: &mut Index, key: &str) {
         index.provisioning_requests.remove(key);

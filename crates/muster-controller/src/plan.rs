@@ -411,7 +411,7 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
     index.writes.busy.extend(busy);
     index.writes.finalizing.extend(finalizing);
     // Requests no job needs any more (a failed delete, a cut-off attempt) are deleted.
-    for (job, request, templates) in provision::orphans(index) {
+    for (job, request, templates) in provision::orphans(index, now.as_second()) {
         plan.actions.push(Action::Unprovision {
             job: job.clone(),
             requests: vec![request],
@@ -608,16 +608,22 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
             }
             return;
         }
-        if let Some((_, retry_at, _)) = index.writes.failed.get(key)
-            && *retry_at > now_s
-        {
-            // The last release failed: wait out its backoff, keeping the quota.
+        if !current.is_empty() {
+            // The rolled-back pods are still terminating: the next release reuses their
+            // names, so it waits for them (holding the quota).
             if let Some(held) = held {
                 out.restore.push((admission_job(), held, true));
             }
             return;
         }
-        settle_provisioning(index, key, job, &status, now_t, out);
+        // After a failed release only the admission waits out its backoff; everything else
+        // the autoscaler or the owner says still counts.
+        let backing_off = index
+            .writes
+            .failed
+            .get(key)
+            .is_some_and(|(_, retry_at, _)| *retry_at > now_s);
+        settle_provisioning(index, key, job, &status, now_t, backing_off, out);
         return;
     }
     if let Some(held) = holding_of(job, &status, &current) {
@@ -908,6 +914,7 @@ fn settle_provisioning(
     job: &GpuJob,
     status: &GpuJobStatus,
     now_t: &Time,
+    backing_off: bool,
     out: &mut Settled,
 ) {
     use muster_provisioning::state::Step;
@@ -946,6 +953,11 @@ fn settle_provisioning(
                     out.busy.pop();
                     out.busy.push((key.to_owned(), Busy::Provision(held)));
                 }
+            }
+        }
+        Step::Admit { .. } if backing_off => {
+            if let Some(held) = provision::holding(status, now_s) {
+                out.restore.push((admission_job(), held, true));
             }
         }
         Step::Admit { node_selector } => {

@@ -69,15 +69,28 @@ pub(crate) fn possible_request_keys(job: &GpuJob, attempt: u32) -> Vec<String> {
     keys
 }
 
+/// How old a request must be before it can be taken for an orphan: longer than any write of
+/// the controller takes, retries included.
+pub(crate) const ORPHAN_AFTER_SECONDS: i64 = 300;
+
 /// Muster's ProvisioningRequests that no job needs any more: their job is gone or finished,
 /// or has moved on to another attempt or to no request at all (a delete that failed, or a
 /// request made just before the controller stopped). Each with its job's key and the
-/// `namespace/name` of its PodTemplates. Jobs with writes in flight are left alone: their
-/// status may be about to name the request.
-pub(crate) fn orphans(index: &Index) -> Vec<(String, String, Vec<String>)> {
+/// `namespace/name` of its PodTemplates. Jobs with writes in flight are left alone, and so are
+/// requests younger than [`ORPHAN_AFTER_SECONDS`]: a status that is about to name one may
+/// still be landing (written in an earlier leadership term, or by a replica that has just
+/// lost the Lease).
+pub(crate) fn orphans(index: &Index, now: i64) -> Vec<(String, String, Vec<String>)> {
     let mut out = Vec::new();
     for (key, request) in &index.provisioning_requests {
         let meta = &request.metadata;
+        let young = meta
+            .creation_timestamp
+            .as_ref()
+            .is_some_and(|t| now.saturating_sub(t.0.as_second()) < ORPHAN_AFTER_SECONDS);
+        if young {
+            continue;
+        }
         let Some(job_name) = meta
             .labels
             .as_ref()

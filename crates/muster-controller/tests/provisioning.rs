@@ -643,3 +643,26 @@ fn a_release_onto_bought_capacity_cut_off_after_every_pod_exists_is_finished_as_
     );
     assert_eq!(status.provisioning_request.as_deref(), Some("big-1"));
 }
+
+#[test]
+fn a_young_request_is_never_taken_for_an_orphan() {
+    let mut index = cluster(40, vec![job("small", 1, 0)]);
+    index.relist_begin::<ProvisioningRequest>();
+    index.relist_done::<ProvisioningRequest>();
+    // A request no job in the index names (yet): its job, or a status write of an earlier
+    // leadership term, may still be on its way.
+    let request: ProvisioningRequest = object(json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+        "metadata": {"name": "gone-1", "namespace": "team-a",
+                     "labels": {"muster.dev/job-name": "gone"},
+                     "creationTimestamp": at(5).to_string()},
+        "spec": {"provisioningClassName": "queued-provisioning.gke.io",
+                 "podSets": [{"podTemplateRef": {"name": "gone-1-workers"}, "count": 1}]}
+    }));
+    index.apply(request);
+    let pass = plan(&mut index, at(10));
+    assert!(pass.actions.iter().all(|a| a.kind() != "unprovision"));
+    land_all(&mut index, &pass.actions, 10);
+    let pass = plan(&mut index, at(400));
+    assert_eq!(kinds(&pass.actions, "team-a/gone"), ["unprovision"]);
+}

@@ -223,13 +223,45 @@ impl Index {
     /// [`TOMBSTONES`]).
     pub fn delete<K: Indexed>(&mut self, object: &K) {
         let key = object.key();
-        K::remove(self, &key);
-        let entry = (K::KIND, key);
-        if self
-            .tombstones
-            .insert(entry.clone(), object.meta().resource_version.clone())
-            .is_none()
-        {
+        let deleted = object.meta().resource_version.clone();
+        // A newer object of the same name (a write's response folded in before this event of
+        // the old one's deletion) stays.
+        let stored = self.stored_version(K::KIND, &key);
+        if !newer_than(deleted.as_deref(), stored.as_deref()) {
+            K::remove(self, &key);
+            self.remember_deleted(K::KIND, key, deleted);
+        }
+        self.version += 1;
+    }
+
+    /// The resource version the index holds for `key`, for the kinds it keeps versions of.
+    fn stored_version(&self, kind: Kind, key: &str) -> Option<String> {
+        let meta_version = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            meta.resource_version.clone()
+        };
+        match kind {
+            Kind::GpuJob => self.jobs.get(key).and_then(|o| meta_version(&o.metadata)),
+            Kind::ClusterQueue => self
+                .cluster_queues
+                .get(key)
+                .and_then(|o| meta_version(&o.metadata)),
+            Kind::LocalQueue => self
+                .local_queues
+                .get(key)
+                .and_then(|o| meta_version(&o.metadata)),
+            Kind::ProvisioningRequest => self
+                .provisioning_requests
+                .get(key)
+                .and_then(|o| meta_version(&o.metadata)),
+            Kind::Pod => self.pods.get(key).and_then(|p| p.resource_version.clone()),
+            _ => None,
+        }
+    }
+
+    /// Remembers a deletion (see [`TOMBSTONES`]).
+    fn remember_deleted(&mut self, kind: Kind, key: String, version: Option<String>) {
+        let entry = (kind, key);
+        if self.tombstones.insert(entry.clone(), version).is_none() {
             self.tombstone_order.push_back(entry);
             if self.tombstone_order.len() > TOMBSTONES
                 && let Some(oldest) = self.tombstone_order.pop_front()
@@ -237,7 +269,6 @@ impl Index {
                 self.tombstones.remove(&oldest);
             }
         }
-        self.version += 1;
     }
 
     /// A full list of `K` begins (the watch restarted): objects not listed again are gone.
@@ -251,6 +282,9 @@ impl Index {
         let stale: Vec<String> = self.keys(K::KIND).filter(|k| !seen.contains(k)).collect();
         for key in stale {
             K::remove(self, &key);
+            // Deleted while the watch was down: a late write's response must not bring it
+            // back either (its version is not known, so none is newer).
+            self.remember_deleted(K::KIND, key, None);
         }
         self.synced.insert(K::KIND);
         self.version += 1;
@@ -517,9 +551,10 @@ impl Index {
     }
 }
 
-/// How many deletions the index remembers. A write's response lands within the request's
-/// timeout of its deletion, so a few thousand cover any burst of deletions in between.
-const TOMBSTONES: usize = 4096;
+/// How many deletions the index remembers (about 100 bytes each). A write's response lands
+/// within the request's timeout of its deletion; this covers a burst of deletions across a
+/// 100,000-pod fleet in between.
+const TOMBSTONES: usize = 65_536;
 
 /// Whether `incoming` is strictly newer than the version an object was deleted at (a
 /// re-created object); without numbers to compare, it is not.

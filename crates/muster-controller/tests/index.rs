@@ -147,6 +147,41 @@ fn a_write_response_never_brings_a_deleted_object_back() {
 }
 
 #[test]
+fn the_deletion_of_an_old_object_leaves_a_newer_one_of_the_same_name() {
+    let mut index = cluster(32, Vec::new());
+    // The new pod (a write's response, version 12) is in before the old one's deletion event.
+    let mut new = other_pod("p", "n1", 8, "Pending");
+    new.metadata.resource_version = Some("12".into());
+    index.apply(new);
+    let mut old = other_pod("p", "n2", 8, "Running");
+    old.metadata.resource_version = Some("9".into());
+    index.delete(&old);
+    assert_eq!(
+        index.pod("other/p").and_then(|p| p.node.clone()).as_deref(),
+        Some("n1")
+    );
+}
+
+#[test]
+fn an_object_a_relist_finds_gone_is_not_brought_back_by_a_late_response() {
+    let mut index = cluster(32, vec![job("a", 1, 0)]);
+    let listed = index.job("team-a/a").cloned().unwrap_or_default();
+    // Deleted while the watch was down: the relist does not list it.
+    index.relist_begin::<GpuJob>();
+    index.relist_done::<GpuJob>();
+    index.landed(
+        &Action::AddFinalizer {
+            job: "team-a/a".into(),
+        },
+        Ok(vec![muster_controller::executor::Written::Job(Box::new(
+            listed,
+        ))]),
+        0,
+    );
+    assert!(index.job("team-a/a").is_none());
+}
+
+#[test]
 fn an_unreadable_node_holds_no_capacity_and_says_why() {
     let mut index = cluster(32, Vec::new());
     let bad: Node = object(json!({

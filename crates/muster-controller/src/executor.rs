@@ -441,7 +441,22 @@ impl Executor {
     ) -> Result<Vec<Written>, ExecuteError> {
         let mut written = Vec::new();
         for template in templates {
-            self.create(template, "creating PodTemplate").await?;
+            if self
+                .create(template, "creating PodTemplate")
+                .await?
+                .is_none()
+            {
+                // Left by a cut-off attempt of the same number, perhaps for other flavors:
+                // the request must count pods as this attempt describes them.
+                let (namespace, name) = named(template)?;
+                let key = format!("{namespace}/{name}");
+                self.delete::<k8s_openapi::api::core::v1::PodTemplate>(
+                    &key,
+                    "replacing PodTemplate",
+                )
+                .await?;
+                self.create(template, "creating PodTemplate").await?;
+            }
         }
         for request in requests {
             if let Some(created) = self.create(request, "creating ProvisioningRequest").await? {

@@ -455,3 +455,31 @@ async fn a_new_attempt_points_the_existing_service_at_its_own_pods() {
         "a fresh Service selects only the current attempt too"
     );
 }
+
+#[tokio::test]
+async fn a_template_left_by_a_cut_off_attempt_is_replaced() {
+    let action = Action::Provision {
+        job: "team-a/a".into(),
+        templates: vec![muster_provisioning_template("big-1-workers")],
+        requests: vec![muster_provisioning_request("big-1")],
+        status: Box::default(),
+        event: muster_controller::plan::Note {
+            warning: false,
+            reason: "Provisioning".into(),
+            message: "asked the cluster autoscaler".into(),
+        },
+    };
+    let (result, seen) = run(&action, BTreeMap::new(), vec!["big-1-workers".into()], true).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        calls(&seen)[..3],
+        [
+            ("POST", "/api/v1/namespaces/team-a/podtemplates"),
+            (
+                "DELETE",
+                "/api/v1/namespaces/team-a/podtemplates/big-1-workers"
+            ),
+            ("POST", "/api/v1/namespaces/team-a/podtemplates"),
+        ]
+    );
+}

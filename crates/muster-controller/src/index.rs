@@ -130,6 +130,12 @@ pub trait Indexed:
     fn apply(self, index: &mut Index);
     /// Removes the object with this key.
     fn remove(index: &mut Index, key: &str);
+    /// The resource version the index holds for `key` (`None` for kinds it keeps no version
+    /// of): an older copy never replaces it.
+    fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
+        let _ = (index, key);
+        None
+    }
     /// The object's key: `namespace/name` or `name`.
     fn key(&self) -> String {
         let meta = self.meta();
@@ -172,10 +178,13 @@ pub struct Index {
     synced: BTreeSet<Kind>,
     /// Optional kinds that are watched (their API is served): required for readiness too.
     expected: BTreeSet<Kind>,
-    /// Recently deleted objects with the version they were deleted at, oldest first in
-    /// `tombstone_order`: a write's response for one of them is not folded in.
-    tombstones: BTreeMap<(Kind, String), Option<String>>,
-    tombstone_order: std::collections::VecDeque<(Kind, String)>,
+    /// Recently deleted objects: (the deletion's sequence number, the version it was deleted
+    /// at). A write's response for one of them is not folded in.
+    tombstones: BTreeMap<(Kind, String), (u64, Option<String>)>,
+    /// Deletions, oldest first, by sequence number; an entry whose tombstone was forgotten or
+    /// replaced since is skipped when it falls off.
+    tombstone_order: std::collections::VecDeque<(u64, (Kind, String))>,
+    tombstone_seq: u64,
     /// Bumped on every change: the scheduling loop runs when it moved.
     version: u64,
 }
@@ -188,34 +197,34 @@ impl Index {
 
     /// Folds in an added or modified object, as a watch reports it.
     pub fn apply<K: Indexed>(&mut self, object: K) {
-        let key = object.key();
-        if self.tombstones.remove(&(K::KIND, key.clone())).is_some() {
-            self.tombstone_order
-                .retain(|k| *k != (K::KIND, key.clone()));
-        }
-        if let Some(seen) = self.relisting.get_mut(&K::KIND) {
-            seen.insert(key);
-        }
-        object.apply(self);
-        self.version += 1;
+        self.tombstones.remove(&(K::KIND, object.key()));
+        self.fold::<K>(object);
     }
 
     /// Folds in an object a write returned, unless the watch has already reported it deleted
     /// (a response can land after the deletion's event, and must not bring the object back).
     fn apply_written<K: Indexed>(&mut self, object: K) {
-        let key = (K::KIND, object.key());
-        if let Some(deleted_at) = self.tombstones.get(&key)
-            && !newer_than(
-                deleted_at.as_deref(),
-                object.meta().resource_version.as_deref(),
-            )
-        {
+        let incoming = object.meta().resource_version.as_deref();
+        let deleted = self.tombstones.get(&(K::KIND, object.key()));
+        if deleted.is_some_and(|(_, at)| !newer_than(at.as_deref(), incoming)) {
             return;
         }
+        self.fold::<K>(object);
+    }
+
+    /// Folds `object` in unless the index holds a newer version of it: a write's response can
+    /// overtake the watch event of an earlier change, and a late event or response must never
+    /// roll an object back.
+    fn fold<K: Indexed>(&mut self, object: K) {
+        let key = object.key();
+        let current = K::stored_version(self, &key);
+        let keep = newer(current, object.meta().resource_version.as_deref());
         if let Some(seen) = self.relisting.get_mut(&K::KIND) {
-            seen.insert(key.1);
+            seen.insert(key);
         }
-        object.apply(self);
+        if keep {
+            object.apply(self);
+        }
         self.version += 1;
     }
 
@@ -226,47 +235,24 @@ impl Index {
         let deleted = object.meta().resource_version.clone();
         // A newer object of the same name (a write's response folded in before this event of
         // the old one's deletion) stays.
-        let stored = self.stored_version(K::KIND, &key);
-        if !newer_than(deleted.as_deref(), stored.as_deref()) {
+        if !newer_than(deleted.as_deref(), K::stored_version(self, &key)) {
             K::remove(self, &key);
             self.remember_deleted(K::KIND, key, deleted);
         }
         self.version += 1;
     }
 
-    /// The resource version the index holds for `key`, for the kinds it keeps versions of.
-    fn stored_version(&self, kind: Kind, key: &str) -> Option<String> {
-        let meta_version = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-            meta.resource_version.clone()
-        };
-        match kind {
-            Kind::GpuJob => self.jobs.get(key).and_then(|o| meta_version(&o.metadata)),
-            Kind::ClusterQueue => self
-                .cluster_queues
-                .get(key)
-                .and_then(|o| meta_version(&o.metadata)),
-            Kind::LocalQueue => self
-                .local_queues
-                .get(key)
-                .and_then(|o| meta_version(&o.metadata)),
-            Kind::ProvisioningRequest => self
-                .provisioning_requests
-                .get(key)
-                .and_then(|o| meta_version(&o.metadata)),
-            Kind::Pod => self.pods.get(key).and_then(|p| p.resource_version.clone()),
-            _ => None,
-        }
-    }
-
     /// Remembers a deletion (see [`TOMBSTONES`]).
     fn remember_deleted(&mut self, kind: Kind, key: String, version: Option<String>) {
-        let entry = (kind, key);
-        if self.tombstones.insert(entry.clone(), version).is_none() {
-            self.tombstone_order.push_back(entry);
-            if self.tombstone_order.len() > TOMBSTONES
-                && let Some(oldest) = self.tombstone_order.pop_front()
+        self.tombstone_seq += 1;
+        let seq = self.tombstone_seq;
+        self.tombstones.insert((kind, key.clone()), (seq, version));
+        self.tombstone_order.push_back((seq, (kind, key)));
+        while self.tombstone_order.len() > TOMBSTONES {
+            if let Some((old, entry)) = self.tombstone_order.pop_front()
+                && self.tombstones.get(&entry).is_some_and(|(s, _)| *s == old)
             {
-                self.tombstones.remove(&oldest);
+                self.tombstones.remove(&entry);
             }
         }
     }
@@ -556,37 +542,24 @@ impl Index {
 /// 100,000-pod fleet in between.
 const TOMBSTONES: usize = 65_536;
 
+/// A resource version as a number, when it is one (as etcd gives them).
+fn version_number(version: Option<&str>) -> Option<u64> {
+    version.and_then(|v| v.parse().ok())
+}
+
 /// Whether `incoming` is strictly newer than the version an object was deleted at (a
 /// re-created object); without numbers to compare, it is not.
 fn newer_than(deleted: Option<&str>, incoming: Option<&str>) -> bool {
-    match (
-        deleted.and_then(|v| v.parse::<u64>().ok()),
-        incoming.and_then(|v| v.parse::<u64>().ok()),
-    ) {
+    match (version_number(deleted), version_number(incoming)) {
         (Some(d), Some(i)) => i > d,
         _ => false,
     }
 }
 
-/// Inserts `object` unless the map holds a newer version of it (see [`newer`]).
-fn keep_newer<K: Indexed>(map: &mut BTreeMap<String, K>, object: K) {
-    let key = object.key();
-    let current = map
-        .get(&key)
-        .and_then(|o| o.meta().resource_version.as_deref());
-    if newer(current, object.meta().resource_version.as_deref()) {
-        map.insert(key, object);
-    }
-}
-
-/// Keeps the newer of two versions of an object: a write's response can overtake the watch
-/// event of an earlier change, which must not roll the object back. Resource versions are
-/// compared as numbers when both are (as etcd gives them); otherwise the incoming one wins.
+/// Whether `incoming` may replace `current` (it is at least as new). Without numbers to
+/// compare, the incoming one wins.
 fn newer(current: Option<&str>, incoming: Option<&str>) -> bool {
-    match (
-        current.and_then(|v| v.parse::<u64>().ok()),
-        incoming.and_then(|v| v.parse::<u64>().ok()),
-    ) {
+    match (version_number(current), version_number(incoming)) {
         (Some(c), Some(i)) => i >= c,
         _ => true,
     }
@@ -595,7 +568,10 @@ fn newer(current: Option<&str>, incoming: Option<&str>) -> bool {
 impl Indexed for GpuJob {
     const KIND: Kind = Kind::GpuJob;
     fn apply(self, index: &mut Index) {
-        keep_newer(&mut index.jobs, self);
+        index.jobs.insert(Indexed::key(&self), self);
+    }
+    fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
+        index.jobs.get(key)?.metadata.resource_version.as_deref()
     }
     fn remove(index: &mut Index, key: &str) {
         index.jobs.remove(key);
@@ -605,7 +581,15 @@ impl Indexed for GpuJob {
 impl Indexed for ClusterQueue {
     const KIND: Kind = Kind::ClusterQueue;
     fn apply(self, index: &mut Index) {
-        keep_newer(&mut index.cluster_queues, self);
+        index.cluster_queues.insert(Indexed::key(&self), self);
+    }
+    fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
+        index
+            .cluster_queues
+            .get(key)?
+            .metadata
+            .resource_version
+            .as_deref()
     }
     fn remove(index: &mut Index, key: &str) {
         index.cluster_queues.remove(key);
@@ -615,7 +599,15 @@ impl Indexed for ClusterQueue {
 impl Indexed for LocalQueue {
     const KIND: Kind = Kind::LocalQueue;
     fn apply(self, index: &mut Index) {
-        keep_newer(&mut index.local_queues, self);
+        index.local_queues.insert(Indexed::key(&self), self);
+    }
+    fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
+        index
+            .local_queues
+            .get(key)?
+            .metadata
+            .resource_version
+            .as_deref()
     }
     fn remove(index: &mut Index, key: &str) {
         index.local_queues.remove(key);
@@ -673,15 +665,6 @@ impl Indexed for Pod {
     const KIND: Kind = Kind::Pod;
     fn apply(self, index: &mut Index) {
         let key = Indexed::key(&self);
-        let current = index
-            .pods
-            .get(&key)
-            .and_then(|p| p.resource_version.as_deref());
-        if !newer(current, self.metadata.resource_version.as_deref()) {
-            // A write's response that the watch has already overtaken: keep what is newer
-            // (such as the node a pod was bound to after it was created).
-            return;
-        }
         let record = match pod_record(&self) {
             Ok(record) => {
                 index.unreadable.remove(&format!("Pod {key}"));
@@ -698,6 +681,9 @@ impl Indexed for Pod {
         };
         index.remove_pod(&key);
         index.insert_pod(key, record);
+    }
+    fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
+        index.pods.get(key)?.resource_version.as_deref()
     }
     fn remove(index: &mut Index, key: &str) {
         index.remove_pod(key);
@@ -731,8 +717,17 @@ impl Indexed for PriorityClass {
 impl Indexed for ProvisioningRequest {
     const KIND: Kind = Kind::ProvisioningRequest;
     fn apply(self, index: &mut Index) {
-        // A create's response must not hide conditions the watch has already brought.
-        keep_newer(&mut index.provisioning_requests, self);
+        index
+            .provisioning_requests
+            .insert(Indexed::key(&self), self);
+    }
+    fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
+        index
+            .provisioning_requests
+            .get(key)?
+            .metadata
+            .resource_version
+            .as_deref()
     }
     fn remove(index: &mut Index, key: &str) {
         index.provisioning_requests.remove(key);

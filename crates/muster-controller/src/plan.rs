@@ -22,7 +22,6 @@ use crate::lifecycle::{Health, health, requeue_at};
 use crate::provision;
 use crate::release::{Gang, gang};
 use crate::status::{self, Eviction};
-use muster_api::cluster_queue::ProvisioningPolicy;
 
 /// The finalizer that lets Muster release a deleted job's quota and remove its pods first.
 pub const FINALIZER: &str = "muster.dev/gang";
@@ -423,17 +422,7 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
     // Releases found half-done are finished before anything new is promised.
     for (key, admitted) in releases {
         match release_action(index, &key, &admitted, &now_t, false) {
-            Ok((mut action, job)) => {
-                // A release onto bought capacity, finished after a restart, says so.
-                let bought = index
-                    .jobs
-                    .get(&key)
-                    .and_then(|j| j.status.as_ref())
-                    .is_some_and(|s| s.provisioning_request.is_some());
-                if bought && let Action::Release { status, .. } = &mut action {
-                    let generation = index.jobs.get(&key).and_then(|j| j.metadata.generation);
-                    status::mark_provisioned(status, generation, &now_t);
-                }
+            Ok((action, job)) => {
                 restore.push((job, holding(&admitted, now.as_second()), false));
                 index.writes.busy.insert(key, Busy::Release(admitted));
                 plan.actions.push(action);
@@ -668,15 +657,11 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
             // Requeued like a failed request: after the provisioning backoff, and only while
             // the job's requests stay within retry.limit + 1 (a gang longer than the capacity's
             // maximum run does not buy capacity for ever).
+            use muster_provisioning::state::{out_of_requests, retry_limit};
             let attempts = provision::attempts(&status);
-            let limit = policy
-                .retry
-                .as_ref()
-                .and_then(|r| r.limit)
-                .unwrap_or(muster_api::cluster_queue::RetryPolicy::DEFAULT_LIMIT);
+            let limit = retry_limit(policy.retry.as_ref());
             let fail = policy.on_capacity_revoked == muster_api::cluster_queue::RevokedPolicy::Fail;
-            let spent = i64::from(attempts) > i64::from(limit);
-            if fail || spent {
+            if fail || out_of_requests(policy.retry.as_ref(), attempts) {
                 let why = if fail {
                     format!("the autoscaler took the capacity back: {message}")
                 } else {
@@ -770,11 +755,9 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
                 out.act(key, action);
                 if keeps {
                     out.restore.push((admission_job(), held, false));
-                } else if let Some(policy) = provision::policy(index, &status)
-                    && status.provisioning_request.is_some()
-                {
+                } else if status.provisioning_request.is_some() {
                     // The gang leaves its bought capacity: give the requests back.
-                    out.act(key, unprovision(job, policy, &status));
+                    out.act(key, unprovision(job, &status));
                 }
             }
         }
@@ -842,25 +825,15 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
     out.submit.push(admission_job());
 }
 
-/// Deletes the job's requests and templates of its current attempt.
-fn unprovision(job: &GpuJob, policy: &ProvisioningPolicy, status: &GpuJobStatus) -> Action {
+/// Deletes the job's requests and templates of its current attempt. Every name the attempt
+/// could have used goes, whatever its queue's class is now (ones that never existed count as
+/// deleted), so a queue that changed or stopped buying leaves nothing behind.
+fn unprovision(job: &GpuJob, status: &GpuJobStatus) -> Action {
     let attempt = provision::attempts(status);
-    let namespace = job.metadata.namespace.clone().unwrap_or_default();
-    let name = job.metadata.name.clone().unwrap_or_default();
     Action::Unprovision {
-        job: format!("{namespace}/{name}"),
-        requests: provision::request_keys(job, policy, attempt),
-        templates: job
-            .spec
-            .pod_sets
-            .iter()
-            .map(|set| {
-                format!(
-                    "{namespace}/{}",
-                    muster_provisioning::objects::template_name(&name, attempt, &set.name)
-                )
-            })
-            .collect(),
+        job: provision::job_key(job),
+        requests: provision::possible_request_keys(job, attempt),
+        templates: provision::template_keys(job, attempt),
     }
 }
 
@@ -875,25 +848,12 @@ fn stop_provisioning(
 ) {
     let next = status::unprovisioned(
         status,
+        "ProvisioningStopped",
         "the ClusterQueue no longer buys capacity",
         job.metadata.generation,
         now_t,
     );
-    // Its class is not known any more: every name an attempt could have used goes.
-    let any = ProvisioningPolicy::default();
-    let templates = match unprovision(job, &any, status) {
-        Action::Unprovision { templates, .. } => templates,
-        _ => Vec::new(),
-    };
-    let requests = provision::possible_request_keys(job, provision::attempts(status));
-    out.act(
-        key,
-        Action::Unprovision {
-            job: key.to_owned(),
-            requests,
-            templates,
-        },
-    );
+    out.act(key, unprovision(job, status));
     out.act(
         key,
         Action::JobStatus {
@@ -972,7 +932,7 @@ fn settle_provisioning(
             }
         }
         Step::Retry { at, reason } => {
-            out.act(key, unprovision(job, policy, status));
+            out.act(key, unprovision(job, status));
             out.act(
                 key,
                 Action::JobStatus {
@@ -983,7 +943,7 @@ fn settle_provisioning(
             );
         }
         Step::Fail { reason } => {
-            out.act(key, unprovision(job, policy, status));
+            out.act(key, unprovision(job, status));
             out.act(
                 key,
                 Action::JobStatus {
@@ -995,9 +955,10 @@ fn settle_provisioning(
         }
         Step::Delete | Step::Revoked { .. } | Step::Nothing | Step::Create { .. } => {
             // Suspended (or nothing left to wait for): give the capacity up, queue again.
-            out.act(key, unprovision(job, policy, status));
+            out.act(key, unprovision(job, status));
             let next = status::unprovisioned(
                 status,
+                "ProvisioningStopped",
                 "the job no longer waits for bought capacity",
                 generation,
                 now_t,
@@ -1095,8 +1056,13 @@ fn release_action(
         .collect();
     let gang = gang(job, admitted, &flavors).map_err(|e| e.to_string())?;
     let current = job.status.clone().unwrap_or_default();
-    let status =
+    let bought = current.provisioning_request.is_some();
+    let mut status =
         status::admitted(&current, job.metadata.generation, admitted, now).unwrap_or(current);
+    if bought {
+        // Onto capacity the autoscaler provisioned (also a release finished after a restart).
+        status::mark_provisioned(&mut status, job.metadata.generation, now);
+    }
     let message = format!(
         "admitted by ClusterQueue {} onto {}",
         admitted.cluster_queue,
@@ -1245,7 +1211,7 @@ fn admit(
         Err(e) => fail_release(index, &key, now.0.as_second(), e),
         Ok((mut action, _)) => {
             if let Some(selector) = provisioned.get(&key) {
-                on_bought_capacity(index, &key, selector, &mut action, now);
+                on_bought_capacity(index, &key, selector, &mut action);
             }
             if let Some(created) = index
                 .jobs
@@ -1264,13 +1230,12 @@ fn admit(
 }
 
 /// A release onto bought capacity: its pods consume the job's requests and select the
-/// capacity's details; the status records that the capacity was provisioned.
+/// capacity's details (the status records the capacity: see [`release_action`]).
 fn on_bought_capacity(
     index: &Index,
     key: &str,
     selector: &BTreeMap<String, String>,
     action: &mut Action,
-    now: &Time,
 ) {
     let Some(job) = index.jobs.get(key) else {
         return;
@@ -1279,9 +1244,8 @@ fn on_bought_capacity(
     let Some(policy) = provision::policy(index, &current) else {
         return;
     };
-    if let Action::Release { gang, status, .. } = action {
+    if let Action::Release { gang, .. } = action {
         provision::consume(gang, job, policy, provision::attempts(&current), selector);
-        status::mark_provisioned(status, job.metadata.generation, now);
     }
 }
 
@@ -1414,12 +1378,10 @@ fn evict_held(
         pods,
         event: Note::warning(eviction.reason(), eviction.message()),
     });
-    if let Some(policy) = provision::policy(index, &status)
-        && status.provisioning_request.is_some()
-    {
+    if status.provisioning_request.is_some() {
         // The job leaves its bought capacity (or stops waiting for it): give the requests
         // back, so that nothing is paid for a job that no longer runs there.
-        plan.actions.push(unprovision(job, policy, &status));
+        plan.actions.push(unprovision(job, &status));
     }
     *plan
         .summary

@@ -18,7 +18,9 @@ use muster_api::gpujob::{
     conditions,
 };
 use muster_api::{GpuJob, ResourceFlavorSpec};
-use muster_provisioning::objects::{consume_annotations, objects, request_name, request_names};
+use muster_provisioning::objects::{
+    consume_annotations, objects, request_name, request_names, template_name,
+};
 use muster_provisioning::state::{Observed, Record, Step, combine, observe, step};
 
 use crate::index::Index;
@@ -48,6 +50,24 @@ pub(crate) fn request_keys(job: &GpuJob, policy: &ProvisioningPolicy, attempt: u
     request_names(&policy.class_name, job, attempt)
         .into_iter()
         .map(|n| format!("{namespace}/{n}"))
+        .collect()
+}
+
+/// The job's `namespace/name`.
+pub(crate) fn job_key(job: &GpuJob) -> String {
+    let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    format!("{namespace}/{name}")
+}
+
+/// `namespace/name` keys of the PodTemplates of `attempt`, one per pod set.
+pub(crate) fn template_keys(job: &GpuJob, attempt: u32) -> Vec<String> {
+    let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
+    let name = job.metadata.name.as_deref().unwrap_or_default();
+    job.spec
+        .pod_sets
+        .iter()
+        .map(|set| format!("{namespace}/{}", template_name(name, attempt, &set.name)))
         .collect()
 }
 
@@ -267,30 +287,9 @@ pub(crate) fn start(
             })
             .collect(),
     });
-    // What the state machine says of a request the autoscaler has not answered yet, so that
-    // the next pass, finding the request, has nothing new to write.
-    let fresh = step(
-        &Record {
-            attempts: attempt,
-            requested: true,
-            retry_at: None,
-            released: false,
-            active: true,
-        },
-        &Observed::Waiting {
-            accepted: false,
-            message: String::new(),
-        },
-        policy,
-        now.0.as_second(),
-    );
-    let message = match fresh {
-        Step::Wait { message } => message,
-        _ => format!(
-            "quota reserved in ClusterQueue {cluster_queue}; asked the autoscaler ({}) for the capacity with ProvisioningRequest {first}",
-            policy.class_name
-        ),
-    };
+    // What a pass says of a request the autoscaler has not answered yet, so that the next
+    // pass, finding the request, has nothing new to write.
+    let message = muster_provisioning::state::waiting_message(false, "");
     next.pending_reason = Some(PendingReason {
         kind: PendingReasonKind::Provisioning,
         message,
@@ -336,10 +335,8 @@ pub(crate) fn retrying(
     now: &Time,
     generation: Option<i64>,
 ) -> GpuJobStatus {
-    let mut next = status.clone();
-    next.admission = None;
-    next.provisioning_request = None;
-    next.phase = Some(GpuJobPhase::Queued);
+    let mut next =
+        crate::status::unprovisioned(status, "ProvisioningRetry", reason, generation, now);
     next.pending_reason = Some(PendingReason {
         kind: PendingReasonKind::Backoff,
         message: format!("{reason}; asking again at the retry time"),
@@ -347,16 +344,5 @@ pub(crate) fn retrying(
             .ok()
             .map(Time),
     });
-    for type_ in [conditions::QUOTA_RESERVED, conditions::PROVISIONED] {
-        crate::status::set_condition(
-            &mut next.conditions,
-            type_,
-            false,
-            "ProvisioningRetry",
-            reason,
-            generation,
-            now,
-        );
-    }
     next
 }

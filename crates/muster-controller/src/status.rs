@@ -6,6 +6,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use muster_admission::{Admitted, PendingReason};
+use muster_api::Amount;
 use muster_api::gpujob::{
     Admission, DomainAssignment, GpuJobPhase, GpuJobStatus, PendingReasonKind, PodSetAssignment,
     conditions,
@@ -154,7 +155,6 @@ pub fn cluster_queue(
     scheduler: &muster_admission::Scheduler,
 ) -> Option<muster_api::ClusterQueueStatus> {
     use muster_admission::JobState;
-    use muster_api::cluster_queue::{FlavorUsage, ResourceUsage};
     let (mut pending, mut admitted) = (0i32, 0i32);
     for (id, state) in scheduler.jobs() {
         match state {
@@ -174,25 +174,10 @@ pub fn cluster_queue(
             }
         }
     }
-    let mut flavors: Vec<FlavorUsage> = Vec::new();
-    for (flavor, resource, used, borrowed) in scheduler.quota().report(name) {
-        let usage = ResourceUsage {
-            total: used.to_quantity(),
-            borrowed: (!borrowed.is_zero()).then(|| borrowed.to_quantity()),
-            name: resource,
-        };
-        match flavors.iter_mut().find(|f| f.name == flavor) {
-            Some(f) => f.resources.push(usage),
-            None => flavors.push(FlavorUsage {
-                name: flavor,
-                resources: vec![usage],
-            }),
-        }
-    }
     let next = muster_api::ClusterQueueStatus {
         pending_jobs: pending,
         admitted_jobs: admitted,
-        flavors_usage: flavors,
+        flavors_usage: flavors_usage(scheduler.quota().report(name)),
         conditions: current.conditions.clone(),
     };
     (next != *current).then_some(next)
@@ -405,30 +390,43 @@ pub fn local_queue(
     current: &muster_api::LocalQueueStatus,
     counts: &LocalQueueCounts,
 ) -> Option<muster_api::LocalQueueStatus> {
-    use muster_api::cluster_queue::{FlavorUsage, ResourceUsage};
-    let flavors_usage = counts
-        .usage
-        .iter()
-        .map(|(flavor, resources)| FlavorUsage {
-            name: flavor.clone(),
-            resources: resources
-                .iter()
-                .filter(|(_, amount)| !amount.is_zero())
-                .map(|(resource, amount)| ResourceUsage {
-                    name: resource.to_owned(),
-                    total: amount.to_quantity(),
-                    borrowed: None,
-                })
-                .collect(),
-        })
-        .collect();
+    let rows = counts.usage.iter().flat_map(|(flavor, resources)| {
+        resources
+            .iter()
+            .filter(|(_, amount)| !amount.is_zero())
+            .map(|(resource, amount)| (flavor.clone(), resource.to_owned(), amount, Amount::ZERO))
+    });
     let next = muster_api::LocalQueueStatus {
         pending_jobs: counts.pending,
         admitted_jobs: counts.admitted,
-        flavors_usage,
+        flavors_usage: flavors_usage(rows),
         conditions: current.conditions.clone(),
     };
     (next != *current).then_some(next)
+}
+
+/// Quota usage rows (flavor, resource, in use, of which borrowed) as a queue's
+/// `flavorsUsage`: grouped by flavor in the rows' order, `borrowed` only when not zero.
+fn flavors_usage(
+    rows: impl IntoIterator<Item = (String, String, Amount, Amount)>,
+) -> Vec<muster_api::cluster_queue::FlavorUsage> {
+    use muster_api::cluster_queue::{FlavorUsage, ResourceUsage};
+    let mut flavors: Vec<FlavorUsage> = Vec::new();
+    for (flavor, resource, used, borrowed) in rows {
+        let usage = ResourceUsage {
+            total: used.to_quantity(),
+            borrowed: (!borrowed.is_zero()).then(|| borrowed.to_quantity()),
+            name: resource,
+        };
+        match flavors.iter_mut().find(|f| f.name == flavor) {
+            Some(f) => f.resources.push(usage),
+            None => flavors.push(FlavorUsage {
+                name: flavor,
+                resources: vec![usage],
+            }),
+        }
+    }
+    flavors
 }
 
 /// What a LocalQueue's jobs add up to in one pass.
@@ -442,34 +440,12 @@ pub struct LocalQueueCounts {
     pub usage: std::collections::BTreeMap<String, muster_api::Resources>,
 }
 
-/// A job that gives its bought capacity up (or stops waiting for it) no longer has quota
-/// reserved for it nor capacity provisioned: both conditions turn False.
-pub(crate) fn provisioning_given_up(
-    status: &mut GpuJobStatus,
-    reason: &str,
-    message: &str,
-    generation: Option<i64>,
-    now: &Time,
-) {
-    for type_ in [conditions::QUOTA_RESERVED, conditions::PROVISIONED] {
-        if status.conditions.iter().any(|c| c.type_ == type_) {
-            set_condition(
-                &mut status.conditions,
-                type_,
-                false,
-                reason,
-                message,
-                generation,
-                now,
-            );
-        }
-    }
-}
-
 /// The status of a job that gives its bought capacity up (or stops waiting for it) and queues
-/// again: no admission, no request, `QuotaReserved` and `Provisioned` False.
+/// again: no admission, no request, and neither quota reserved nor capacity provisioned
+/// (`QuotaReserved` and `Provisioned` False, with `reason` and `message`).
 pub(crate) fn unprovisioned(
     current: &GpuJobStatus,
+    reason: &str,
     message: &str,
     generation: Option<i64>,
     now: &Time,
@@ -478,7 +454,17 @@ pub(crate) fn unprovisioned(
     next.admission = None;
     next.provisioning_request = None;
     next.phase = Some(GpuJobPhase::Queued);
-    provisioning_given_up(&mut next, "ProvisioningStopped", message, generation, now);
+    for type_ in [conditions::QUOTA_RESERVED, conditions::PROVISIONED] {
+        set_condition(
+            &mut next.conditions,
+            type_,
+            false,
+            reason,
+            message,
+            generation,
+            now,
+        );
+    }
     next
 }
 

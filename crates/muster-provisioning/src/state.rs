@@ -206,15 +206,34 @@ pub fn backoff(retry: Option<&RetryPolicy>, attempts: u32) -> i64 {
     base.saturating_mul(1i64 << exponent).min(max)
 }
 
+/// `retry.limit`, or its default.
+pub fn retry_limit(retry: Option<&RetryPolicy>) -> i32 {
+    retry
+        .and_then(|r| r.limit)
+        .unwrap_or(RetryPolicy::DEFAULT_LIMIT)
+}
+
+/// Whether a job that has made `attempts` requests may make no more: `retry.limit` bounds the
+/// requests after the first, whatever became of them (failed, lapsed, or revoked after they
+/// got capacity), so that a gang longer than the capacity's maximum run does not buy for ever.
+pub fn out_of_requests(retry: Option<&RetryPolicy>, attempts: u32) -> bool {
+    i64::from(attempts) > i64::from(retry_limit(retry))
+}
+
+/// What a job waiting on a request the autoscaler has not decided says.
+pub fn waiting_message(accepted: bool, message: &str) -> String {
+    match (accepted, message.is_empty()) {
+        (true, true) => "queued by the autoscaler for capacity".to_owned(),
+        (true, false) => format!("queued by the autoscaler: {message}"),
+        (false, true) => "waiting for the autoscaler to accept the request".to_owned(),
+        (false, false) => format!("waiting for the autoscaler: {message}"),
+    }
+}
+
 /// Retry with backoff while attempts remain, else fail.
 fn retry_or_fail(record: &Record, policy: &ProvisioningPolicy, now: i64, why: String) -> Step {
-    let limit = policy
-        .retry
-        .as_ref()
-        .and_then(|r| r.limit)
-        .unwrap_or(RetryPolicy::DEFAULT_LIMIT);
-    let retries_used = record.attempts.saturating_sub(1);
-    if i64::from(retries_used) >= i64::from(limit) {
+    let limit = retry_limit(policy.retry.as_ref());
+    if out_of_requests(policy.retry.as_ref(), record.attempts) {
         Step::Fail {
             reason: format!(
                 "{why}; gave up after {} attempts (retry.limit is {limit})",
@@ -265,12 +284,7 @@ pub fn step(record: &Record, observed: &Observed, policy: &ProvisioningPolicy, n
             "the ProvisioningRequest was deleted before its capacity was used".to_owned(),
         ),
         Observed::Waiting { accepted, message } => Step::Wait {
-            message: match (accepted, message.is_empty()) {
-                (true, true) => "queued by the autoscaler for capacity".to_owned(),
-                (true, false) => format!("queued by the autoscaler: {message}"),
-                (false, true) => "waiting for the autoscaler to accept the request".to_owned(),
-                (false, false) => format!("waiting for the autoscaler: {message}"),
-            },
+            message: waiting_message(*accepted, message),
         },
         Observed::Provisioned { details } => {
             let mut node_selector = BTreeMap::new();

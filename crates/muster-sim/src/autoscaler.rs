@@ -6,7 +6,8 @@
 //! A job that admission decides to provision gets the hosts its accelerators need, all in one
 //! block of an autoscaler pool of its flavor. Once provisioned, the job, which has held its
 //! quota all along, is narrowed to a toleration for exactly those hosts (every host carries its
-//! own taint), so the capacity is its alone, and starts there; when the job ends or leaves, the hosts are given back (scale-down). A request
+//! own taint), so the capacity is its alone, and starts there; when the job ends or leaves,
+//! the hosts are given back (scale-down). A request
 //! larger than a block can never be served: it fails as a stockout. Retries after a stockout
 //! or an expired booking follow the ClusterQueue's `provisioning.retry`, through the same
 //! backoff function the controller uses.
@@ -17,7 +18,8 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use k8s_openapi::api::core::v1::Toleration;
 use muster_admission::{Job, Scheduler};
 use muster_api::ClusterQueueSpec;
-use muster_api::cluster_queue::{ProvisioningPolicy, RetryPolicy, RevokedPolicy};
+use muster_api::cluster_queue::{ProvisioningPolicy, RevokedPolicy};
+use muster_provisioning::state::out_of_requests;
 
 use crate::scenario::{AUTOSCALER_POOL_LABEL, AutoscalerSpec, CAPACITY_HOST_TAINT, Loaded};
 use crate::trace::Rng;
@@ -97,10 +99,8 @@ pub(crate) struct Autoscaler {
     attempts: Vec<u32>,
     /// Each job as submitted, to queue it again without the bought capacity's toleration.
     originals: Vec<Job>,
-    /// The retry policy of each job's ClusterQueue.
-    retry: BTreeMap<String, Option<RetryPolicy>>,
-    /// The ClusterQueues whose jobs fail when their capacity is revoked.
-    fail_on_revoke: BTreeSet<String>,
+    /// The provisioning policy of each ClusterQueue that buys capacity.
+    policies: BTreeMap<String, ProvisioningPolicy>,
     latency_total: i64,
     pub(crate) stats: ProvisioningStats,
 }
@@ -183,35 +183,19 @@ impl Autoscaler {
             .seed
             .or_else(|| pools.iter().find_map(|p| p.spec.seed))
             .unwrap_or(1);
-        let retry = loaded
+        let policies = loaded
             .cluster_queues
             .iter()
-            .map(|(n, q)| {
-                (
-                    n.clone(),
-                    q.provisioning.as_ref().and_then(|p| p.retry.clone()),
-                )
-            })
-            .collect();
-        let fail_on_revoke = loaded
-            .cluster_queues
-            .iter()
-            .filter(|(_, q)| {
-                q.provisioning
-                    .as_ref()
-                    .is_some_and(|p| p.on_capacity_revoked == RevokedPolicy::Fail)
-            })
-            .map(|(n, _)| n.clone())
+            .filter_map(|(n, q)| q.provisioning.clone().map(|p| (n.clone(), p)))
             .collect();
         Ok(Some(Autoscaler {
-            fail_on_revoke,
             attempts: vec![0; originals.len()],
             originals,
             pools,
             rng: Rng::new(seed),
             events: BinaryHeap::new(),
             requests: BTreeMap::new(),
-            retry,
+            policies,
             latency_total: 0,
             stats: ProvisioningStats::default(),
         }))
@@ -473,23 +457,14 @@ impl Autoscaler {
     /// capacity's maximum run does not buy capacity forever.
     pub(crate) fn spent(&mut self, i: usize, s: &mut Scheduler) -> Option<&'static str> {
         let id = self.originals[i].id.clone();
-        let queue = s
-            .job(&id)
-            .and_then(|j| s.cluster_queue_of_job(j))
-            .unwrap_or_default();
-        if self.fail_on_revoke.contains(&queue) {
+        let policy = self.policy_of(&id, s);
+        if policy.is_some_and(|p| p.on_capacity_revoked == RevokedPolicy::Fail) {
             self.stats.failed_on_revoke += 1;
             s.finish(&id);
             return Some("failed: capacity revoked (onCapacityRevoked: Fail)");
         }
-        let limit = self
-            .retry
-            .get(&queue)
-            .cloned()
-            .flatten()
-            .and_then(|r| r.limit)
-            .unwrap_or(RetryPolicy::DEFAULT_LIMIT);
-        if i64::from(self.attempts[i]) > i64::from(limit) {
+        let retry = policy.and_then(|p| p.retry.as_ref());
+        if out_of_requests(retry, self.attempts[i]) {
             self.stats.gave_up += 1;
             s.finish(&id);
             Some("gave up: capacity revoked after every provisioning retry")
@@ -502,17 +477,9 @@ impl Autoscaler {
     /// leaves the scheduler). Returns whether it gave up.
     fn retry_or_give_up(&mut self, i: usize, now: i64, s: &mut Scheduler) -> bool {
         let id = self.originals[i].id.clone();
-        let queue = s
-            .job(&id)
-            .and_then(|j| s.cluster_queue_of_job(j))
-            .unwrap_or_default();
-        let retry = self.retry.get(&queue).cloned().flatten();
-        let limit = retry
-            .as_ref()
-            .and_then(|r| r.limit)
-            .unwrap_or(RetryPolicy::DEFAULT_LIMIT);
+        let retry = self.policy_of(&id, s).and_then(|p| p.retry.clone());
         let attempts = self.attempts[i];
-        if i64::from(attempts) > i64::from(limit) {
+        if out_of_requests(retry.as_ref(), attempts) {
             self.stats.gave_up += 1;
             s.finish(&id);
             return true;
@@ -524,6 +491,12 @@ impl Autoscaler {
         let at = now + muster_provisioning::state::backoff(retry.as_ref(), attempts);
         self.events.push(Reverse((at, Event::Retry, i, attempts)));
         false
+    }
+
+    /// The provisioning policy of the ClusterQueue job `id` queues in.
+    fn policy_of(&self, id: &str, s: &Scheduler) -> Option<&ProvisioningPolicy> {
+        let queue = s.job(id).and_then(|j| s.cluster_queue_of_job(j))?;
+        self.policies.get(&queue)
     }
 
     /// The run's statistics.

@@ -176,31 +176,23 @@ impl Scheduler {
                     }
                     _ => continue,
                 }
-                let mut placement = PodSetPlacement {
-                    name: set.name.clone(),
-                    flavor: flavor.name.clone(),
-                    domain: Vec::new(),
-                    nodes: Vec::new(),
-                };
-                if opts.place {
-                    let Some(flavor_spec) = self.cluster.flavor(&flavor.name) else {
-                        continue;
-                    };
-                    let req = with_flavor(set, flavor_spec);
-                    match self.cluster.place(&flavor.name, &req, self.policy.as_ref()) {
-                        Some(Ok(mut fit)) => {
-                            if let Some(p) = fit.pod_sets.pop() {
-                                placement.domain = p.domain;
-                                placement.nodes = p.nodes;
-                            }
-                        }
+                let placement = if opts.place {
+                    match self.place_in(set, &flavor.name) {
+                        Some(Ok(placement)) => placement,
                         Some(Err(no_fit)) => {
                             first_no_fit.get_or_insert((no_fit, flavor.name.clone()));
                             continue;
                         }
                         None => continue,
                     }
-                }
+                } else {
+                    PodSetPlacement {
+                        name: set.name.clone(),
+                        flavor: flavor.name.clone(),
+                        domain: Vec::new(),
+                        nodes: Vec::new(),
+                    }
+                };
                 chosen = Some((flavor.name.clone(), placement, borrow_pass));
                 break 'passes;
             }
@@ -217,6 +209,31 @@ impl Scheduler {
                 resources: Vec::new(),
             }),
         }
+    }
+}
+
+impl Scheduler {
+    /// Places one pod set in `flavor` (with the flavor's labels and tolerations) and books its
+    /// pods on their nodes; `None` when the flavor has no nodes.
+    pub(super) fn place_in(
+        &mut self,
+        set: &PodSetRequest,
+        flavor: &str,
+    ) -> Option<Result<PodSetPlacement, NoFit>> {
+        let req = with_flavor(set, self.cluster.flavor(flavor)?);
+        let fit = self.cluster.place(flavor, &req, self.policy.as_ref())?;
+        Some(fit.map(|mut fit| {
+            let placed = fit.pod_sets.pop();
+            PodSetPlacement {
+                name: set.name.clone(),
+                flavor: flavor.to_owned(),
+                domain: placed
+                    .as_ref()
+                    .map(|p| p.domain.clone())
+                    .unwrap_or_default(),
+                nodes: placed.map(|p| p.nodes).unwrap_or_default(),
+            }
+        }))
     }
 }
 

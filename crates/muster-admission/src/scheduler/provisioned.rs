@@ -6,7 +6,6 @@ use std::sync::Arc;
 use muster_api::cluster_queue::StopPolicy;
 
 use super::{Holding, JobState, Scheduler};
-use crate::cluster::with_flavor;
 use crate::decision::{Admitted, Decision, PendingReason, PodSetPlacement};
 use crate::job::Job;
 
@@ -86,23 +85,8 @@ impl Scheduler {
         let start = self.cluster.mark();
         let mut placed = Vec::with_capacity(job.pod_sets.len());
         for (set, held) in job.pod_sets.iter().zip(&holding.pod_sets) {
-            let req = match self.cluster.flavor(&held.flavor) {
-                Some(spec) => with_flavor(set, spec),
-                None => {
-                    self.cluster.rollback(&start);
-                    return Err(Box::new(no_nodes(set, &held.flavor)));
-                }
-            };
-            match self.cluster.place(&held.flavor, &req, self.policy.as_ref()) {
-                Some(Ok(mut fit)) => {
-                    let p = fit.pod_sets.pop();
-                    placed.push(PodSetPlacement {
-                        name: set.name.clone(),
-                        flavor: held.flavor.clone(),
-                        domain: p.as_ref().map(|p| p.domain.clone()).unwrap_or_default(),
-                        nodes: p.map(|p| p.nodes).unwrap_or_default(),
-                    });
-                }
+            match self.place_in(set, &held.flavor) {
+                Some(Ok(placement)) => placed.push(placement),
                 Some(Err(no_fit)) => {
                     self.cluster.rollback(&start);
                     return Err(Box::new(no_fit));

@@ -362,17 +362,7 @@ async fn a_finalizer_conflict_is_retried_from_a_fresh_read() {
 async fn buying_capacity_creates_templates_then_requests_then_writes_status_and_cleans_up() {
     let templates = vec![muster_provisioning_template("big-1-workers")];
     let requests = vec![muster_provisioning_request("big-1")];
-    let action = Action::Provision {
-        job: "team-a/a".into(),
-        templates,
-        requests,
-        status: Box::default(),
-        event: muster_controller::plan::Note {
-            warning: false,
-            reason: "Provisioning".into(),
-            message: "asked the cluster autoscaler".into(),
-        },
-    };
+    let action = provision(templates, requests);
     // The request exists from an interrupted attempt: that counts as created.
     let (result, seen) = run(&action, BTreeMap::new(), vec!["big-1".into()], true).await;
     assert!(result.is_ok(), "{result:?}");
@@ -412,6 +402,24 @@ async fn buying_capacity_creates_templates_then_requests_then_writes_status_and_
             ),
         ]
     );
+}
+
+/// Buying capacity for job `a` with these objects.
+fn provision(
+    templates: Vec<k8s_openapi::api::core::v1::PodTemplate>,
+    requests: Vec<muster_api::ProvisioningRequest>,
+) -> Action {
+    Action::Provision {
+        job: "team-a/a".into(),
+        templates,
+        requests,
+        status: Box::default(),
+        event: muster_controller::plan::Note {
+            warning: false,
+            reason: "Provisioning".into(),
+            message: "asked the cluster autoscaler".into(),
+        },
+    }
 }
 
 fn muster_provisioning_template(name: &str) -> k8s_openapi::api::core::v1::PodTemplate {
@@ -458,17 +466,10 @@ async fn a_new_attempt_points_the_existing_service_at_its_own_pods() {
 
 #[tokio::test]
 async fn a_template_left_by_a_cut_off_attempt_is_replaced() {
-    let action = Action::Provision {
-        job: "team-a/a".into(),
-        templates: vec![muster_provisioning_template("big-1-workers")],
-        requests: vec![muster_provisioning_request("big-1")],
-        status: Box::default(),
-        event: muster_controller::plan::Note {
-            warning: false,
-            reason: "Provisioning".into(),
-            message: "asked the cluster autoscaler".into(),
-        },
-    };
+    let action = provision(
+        vec![muster_provisioning_template("big-1-workers")],
+        vec![muster_provisioning_request("big-1")],
+    );
     let (result, seen) = run(&action, BTreeMap::new(), vec!["big-1-workers".into()], true).await;
     assert!(result.is_ok(), "{result:?}");
     assert_eq!(

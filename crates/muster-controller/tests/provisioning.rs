@@ -89,6 +89,14 @@ fn failed_with(index: &Index, key: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The gang a pass releases.
+fn released(actions: &[Action]) -> &muster_controller::release::Gang {
+    match actions.iter().find(|a| a.kind() == "release") {
+        Some(Action::Release { gang, .. }) => gang,
+        _ => unreachable!("no release: {actions:#?}"),
+    }
+}
+
 fn kinds(actions: &[Action], key: &str) -> Vec<&'static str> {
     actions
         .iter()
@@ -269,10 +277,7 @@ fn revoked_capacity_evicts_the_running_gang_and_gives_the_request_back() {
     capacity_arrives(&mut index);
     let pass = plan(&mut index, at(20));
     land_all(&mut index, &pass.actions, 20);
-    let Some(Action::Release { gang, .. }) = pass.actions.iter().find(|a| a.kind() == "release")
-    else {
-        unreachable!("{:#?}", pass.actions)
-    };
+    let gang = released(&pass.actions);
     for pod in &gang.pods {
         index.apply(with_phase(pod.clone(), "Running", true));
     }
@@ -324,10 +329,7 @@ fn revoked_capacity_evicts_the_running_gang_and_gives_the_request_back() {
     capacity_arrives(&mut index);
     let pass = plan(&mut index, at(110));
     land_all(&mut index, &pass.actions, 110);
-    let Some(Action::Release { gang, .. }) = pass.actions.iter().find(|a| a.kind() == "release")
-    else {
-        unreachable!("{:#?}", pass.actions)
-    };
+    let gang = released(&pass.actions);
     for pod in &gang.pods {
         index.apply(with_phase(pod.clone(), "Running", true));
     }

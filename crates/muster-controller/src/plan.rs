@@ -17,7 +17,7 @@ use muster_admission::{Admitted, Cluster, Decision, Holding, Job, PodSetPlacemen
 use muster_api::gpujob::{GpuJobPhase, GpuJobStatus, PendingReasonKind, conditions};
 use muster_api::{ClusterQueueStatus, GpuJob, LocalQueueStatus};
 
-use crate::index::{Index, PodRecord};
+use crate::index::{Index, PodPhase, PodRecord};
 use crate::lifecycle::{Health, health, requeue_at};
 use crate::provision;
 use crate::release::{Gang, gang};
@@ -365,6 +365,40 @@ fn recovered_admission(job: &GpuJob, key: &str, pods: &[(&str, &PodRecord)]) -> 
     })
 }
 
+/// The release to finish for an admitted job whose gang was never wholly released: some pod
+/// of the current attempt still carries the gate (or is missing while others are gated), none
+/// has failed or is being deleted, and every pod's node is known. `None` when the gang was
+/// released (its health decides) or cannot be finished as it stands.
+fn unfinished_release(
+    job: &GpuJob,
+    key: &str,
+    held: &Holding,
+    current: &[(&str, &PodRecord)],
+) -> Option<Admitted> {
+    let gated = current.iter().any(|(_, p)| p.gated);
+    let intact = current
+        .iter()
+        .all(|(_, p)| !p.deleting && matches!(p.phase, PodPhase::Pending));
+    if !gated || !intact || job.spec.suspend {
+        return None;
+    }
+    let complete = held.pod_sets.iter().all(|set| {
+        let count = job
+            .spec
+            .pod_sets
+            .iter()
+            .find(|s| s.name == set.name)
+            .map_or(0, |s| usize::try_from(s.count).unwrap_or(0));
+        count > 0 && set.nodes.len() == count
+    });
+    complete.then(|| Admitted {
+        job: key.to_owned(),
+        cluster_queue: held.cluster_queue.clone(),
+        pod_sets: held.pod_sets.clone(),
+        borrowing: false,
+    })
+}
+
 /// What walking the jobs found, before admission's cycle.
 #[derive(Default)]
 struct Settled {
@@ -616,6 +650,14 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
         return;
     }
     if let Some(held) = holding_of(job, &status, &current) {
+        if let Some(admitted) = unfinished_release(job, key, &held, &current) {
+            // The status says admitted, yet gated pods remain and nothing is in flight: a
+            // release that another writer cut short (a replica that lost the Lease, a pod
+            // deleted under it). Finish it now rather than let the gang wait out its
+            // pods-ready timeout or spend a restart.
+            out.releases.push((key.to_owned(), admitted));
+            return;
+        }
         let expected: usize = held.pod_sets.iter().map(|p| p.nodes.len()).sum();
         let timeout = job
             .spec

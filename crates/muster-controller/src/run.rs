@@ -42,7 +42,7 @@ pub struct Options {
     pub lease_namespace: String,
     /// The Lease's name.
     pub lease_name: String,
-    /// This replica's identity in the Lease (its pod name).
+    /// This replica's identity in the Lease: unique per process (see [`lease_identity`]).
     pub identity: String,
     /// Wait this long after a change before a pass, so a burst of events makes one pass.
     pub debounce: Duration,
@@ -60,12 +60,32 @@ impl Default for Options {
             leader_elect: false,
             lease_namespace: "default".to_owned(),
             lease_name: "muster-controller".to_owned(),
-            identity: "muster".to_owned(),
+            identity: lease_identity(None),
             debounce: Duration::from_millis(200),
             tick: Duration::from_secs(5),
             write_concurrency: 32,
         }
     }
+}
+
+/// A Lease identity unique to this process: `base_suffix`, where `base` names where it runs
+/// (the pod name, else the host name) and `suffix` is random per process, as client-go does.
+///
+/// Two replicas must never share an identity: the lease manager takes a Lease held under its
+/// own identity as its own, so two processes started with the same name (two operators running
+/// the controller from their machines, or two processes on one host) would both lead and
+/// release the same gangs.
+pub fn lease_identity(base: Option<&str>) -> String {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let base = base.map(str::trim).filter(|b| !b.is_empty()).unwrap_or("muster");
+    // RandomState is seeded from the operating system's randomness once per process; the
+    // process id and the time keep two processes apart even if that seeding were weak.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    if let Ok(elapsed) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        hasher.write_u128(elapsed.as_nanos());
+    }
+    format!("{base}_{:016x}", hasher.finish())
 }
 
 /// What the watches, the loop and the HTTP server share.

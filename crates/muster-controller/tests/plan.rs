@@ -289,6 +289,42 @@ fn a_restarted_controller_rolls_back_a_half_created_gang() {
     assert_eq!(releases(&plan(&mut restarted, at(21)).actions).len(), 1);
 }
 
+/// Another writer (a replica that also thought it led) wrote the job's admission, but its
+/// gang stayed half released: one pod missing, the other still gated. A controller that finds
+/// it finishes the release at once — the same pods on the same nodes, gates lifted — instead
+/// of waiting out the pods-ready timeout or spending a restart.
+#[test]
+fn an_admitted_gang_left_gated_by_another_writer_is_finished_at_once() {
+    let mut first = cluster(32, vec![job("a", 2, 0)]);
+    let pass = plan(&mut first, at(10));
+    let Action::Release { gang, status, .. } = releases(&pass.actions)[0].clone() else {
+        unreachable!()
+    };
+    let mut found = cluster(32, vec![job("a", 2, 0)]);
+    let mut admitted = found.job("team-a/a").cloned().unwrap_or_default();
+    admitted.status = Some(*status);
+    found.apply(admitted);
+    found.apply(gang.pods[0].clone());
+    let pass = plan(&mut found, at(11));
+    let finished = releases(&pass.actions);
+    assert_eq!(finished.len(), 1, "{:#?}", pass.actions);
+    let Action::Release { gang: again, .. } = finished[0] else {
+        unreachable!()
+    };
+    assert_eq!(again.pods, gang.pods, "the same pods, on the same nodes");
+    assert!(
+        !pass
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Evict { .. } | Action::DeletePods { .. })),
+        "{:#?}",
+        pass.actions
+    );
+    land_all(&mut found, &pass.actions, 11);
+    assert_eq!(status_of(&found, "team-a/a").restart_count, 0);
+    assert!(releases(&plan(&mut found, at(12)).actions).is_empty());
+}
+
 #[test]
 fn pods_of_an_earlier_attempt_are_deleted_before_the_job_runs_again() {
     let mut first = cluster(32, vec![job("a", 2, 0)]);

@@ -47,9 +47,13 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .context("starting the async runtime")?;
     runtime.block_on(async {
         let client = client(args.kubeconfig.as_ref()).await?;
-        let identity = std::env::var("POD_NAME")
+        // Where this replica runs, made unique per process: a pod name is unique, but two
+        // processes outside a cluster may share a host name, or have neither.
+        let base = std::env::var("POD_NAME")
             .or_else(|_| std::env::var("HOSTNAME"))
-            .unwrap_or_else(|_| "muster".to_owned());
+            .ok()
+            .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok());
+        let identity = muster_controller::run::lease_identity(base.as_deref());
         let lease_namespace = args
             .lease_namespace
             .clone()

@@ -207,45 +207,6 @@ fn a_missing_file_is_an_error_not_a_pass() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// Installs the CRDs on a real API server and applies the examples with a server-side dry run.
-/// Needs a cluster: set MUSTER_E2E_KUBECONFIG to its kubeconfig.
-#[test]
-#[ignore = "needs cluster"]
-fn crds_install_and_examples_apply_on_a_real_api_server() {
-    let Ok(kubeconfig) = std::env::var("MUSTER_E2E_KUBECONFIG") else {
-        unreachable!("set MUSTER_E2E_KUBECONFIG to run this test");
-    };
-    let kubectl = |args: &[&str]| {
-        let out = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(args)
-            .current_dir(repo())
-            .output()
-            .unwrap_or_else(|e| unreachable!("kubectl: {e}"));
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    kubectl(&["apply", "--server-side", "-f", "crds/"]);
-    kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "-f",
-        "crds/",
-    ]);
-    kubectl(&["apply", "--server-side", "-f", "deploy/examples/admin.yaml"]);
-    for job in [
-        "deploy/examples/gpu-block-job.yaml",
-        "deploy/examples/tpu-v5p-job.yaml",
-    ] {
-        kubectl(&["apply", "--server-side", "--dry-run=server", "-f", job]);
-    }
-}
-
 #[test]
 fn the_readme_simulation_runs_and_writes_its_reports() {
     let dir = match tempfile::tempdir() {

@@ -44,6 +44,40 @@ pub struct Metrics {
     pub api_errors: Family<Labels, Counter>,
     /// Actions carried out, by kind and result.
     pub actions: Family<Labels, Counter>,
+    /// API requests sent, by HTTP method (counted by the client, see [`ApiRequests`]).
+    pub api_requests: ApiRequests,
+}
+
+/// API requests the controller's client sent, by HTTP method: the work per job that the API
+/// server (and its write rate) pays for. Cheap to clone; clones count together.
+#[derive(Clone, Debug, Default)]
+pub struct ApiRequests(Family<Labels, Counter>);
+
+impl ApiRequests {
+    /// Counts one request with `method`.
+    pub fn count(&self, method: &http::Method) {
+        self.0
+            .get_or_create(&labels(&[("method", method.as_str())]))
+            .inc();
+    }
+
+    /// Requests counted so far with `method`.
+    pub fn get(&self, method: &str) -> u64 {
+        self.0.get_or_create(&labels(&[("method", method)])).get()
+    }
+
+    /// A client for `config` whose every request is counted here.
+    pub fn client(&self, config: kube::Config) -> Result<kube::Client, kube::Error> {
+        let requests = self.clone();
+        let counting =
+            tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+                requests.count(request.method());
+                request
+            });
+        Ok(kube::client::ClientBuilder::try_from(config)?
+            .with_layer(&counting)
+            .build())
+    }
 }
 
 impl Default for Metrics {
@@ -55,6 +89,11 @@ impl Default for Metrics {
 impl Metrics {
     /// A fresh registry with every metric registered under the `muster` prefix.
     pub fn new() -> Metrics {
+        Metrics::counting(ApiRequests::default())
+    }
+
+    /// [`Metrics::new`], exporting `api_requests` as `muster_api_requests_total`.
+    pub fn counting(api_requests: ApiRequests) -> Metrics {
         let mut registry = Registry::with_prefix("muster");
         let waits = || Histogram::new(exponential_buckets(1.0, 2.0, 18));
         let metrics = Metrics {
@@ -68,6 +107,7 @@ impl Metrics {
             preemptions: Counter::default(),
             api_errors: Family::default(),
             actions: Family::default(),
+            api_requests,
             registry: Registry::default(),
         };
         registry.register(
@@ -115,6 +155,11 @@ impl Metrics {
             "actions",
             "Actions carried out, by kind and result",
             metrics.actions.clone(),
+        );
+        registry.register(
+            "api_requests",
+            "API requests sent, by HTTP method",
+            metrics.api_requests.0.clone(),
         );
         Metrics {
             registry,

@@ -25,7 +25,7 @@ use tokio::sync::{Notify, Semaphore, watch};
 
 use crate::executor::Executor;
 use crate::index::{Index, Indexed, Kind};
-use crate::metrics::Metrics;
+use crate::metrics::{ApiRequests, Metrics};
 use crate::plan::plan;
 
 /// How the controller runs.
@@ -50,6 +50,9 @@ pub struct Options {
     pub tick: Duration,
     /// Actions in flight at once.
     pub write_concurrency: usize,
+    /// Counts the API requests of the client given to [`run`] when it was built with
+    /// [`ApiRequests::client`] (exported as `muster_api_requests_total`).
+    pub api_requests: ApiRequests,
 }
 
 impl Default for Options {
@@ -64,6 +67,7 @@ impl Default for Options {
             debounce: Duration::from_millis(200),
             tick: Duration::from_secs(5),
             write_concurrency: 32,
+            api_requests: ApiRequests::default(),
         }
     }
 }
@@ -77,7 +81,10 @@ impl Default for Options {
 /// release the same gangs.
 pub fn lease_identity(base: Option<&str>) -> String {
     use std::hash::{BuildHasher as _, Hasher as _};
-    let base = base.map(str::trim).filter(|b| !b.is_empty()).unwrap_or("muster");
+    let base = base
+        .map(str::trim)
+        .filter(|b| !b.is_empty())
+        .unwrap_or("muster");
     // RandomState is seeded from the operating system's randomness once per process; the
     // process id and the time keep two processes apart even if that seeding were weak.
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
@@ -231,7 +238,10 @@ pub async fn run(
     options: Options,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared {
+        metrics: Metrics::counting(options.api_requests.clone()),
+        ..Shared::default()
+    });
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;

@@ -30,3 +30,29 @@ fn a_pass_reports_admissions_pending_jobs_and_quota_usage() {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
 }
+
+/// Every request the controller's client sends is counted by method, whether or not the API
+/// server answers (here nothing listens).
+#[tokio::test]
+async fn the_client_counts_every_request_it_sends() {
+    use muster_controller::metrics::ApiRequests;
+    let requests = ApiRequests::default();
+    let Ok(url) = "http://127.0.0.1:9".parse::<http::Uri>() else {
+        unreachable!()
+    };
+    let client = match requests.client(kube::Config::new(url)) {
+        Ok(c) => c,
+        Err(e) => unreachable!("{e}"),
+    };
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client, "a");
+    let _ = pods.get("p").await;
+    let _ = pods.delete("p", &kube::api::DeleteParams::default()).await;
+    let _ = pods.get("q").await;
+    assert_eq!((requests.get("GET"), requests.get("DELETE")), (2, 1));
+    let metrics = Metrics::counting(requests);
+    let text = metrics.encode();
+    assert!(
+        text.contains("muster_api_requests_total{method=\"GET\"} 2"),
+        "{text}"
+    );
+}

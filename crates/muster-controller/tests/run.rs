@@ -388,11 +388,17 @@ async fn a_job_without_a_block_gets_a_provisioning_request_once_the_api_is_serve
 #[test]
 fn every_process_gets_its_own_lease_identity() {
     use muster_controller::run::lease_identity;
-    let (a, b) = (lease_identity(Some("ops-laptop")), lease_identity(Some("ops-laptop")));
+    let (a, b) = (
+        lease_identity(Some("ops-laptop")),
+        lease_identity(Some("ops-laptop")),
+    );
     assert_ne!(a, b);
     assert!(a.starts_with("ops-laptop_"), "{a}");
     let (c, d) = (lease_identity(None), lease_identity(Some("  ")));
     assert_ne!(c, d);
-    assert!(c.starts_with("muster_") && d.starts_with("muster_"), "{c} {d}");
+    assert!(
+        c.starts_with("muster_") && d.starts_with("muster_"),
+        "{c} {d}"
+    );
     assert_ne!(Options::default().identity, Options::default().identity);
 }

@@ -46,7 +46,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async {
-        let client = client(args.kubeconfig.as_ref()).await?;
+        let api_requests = muster_controller::metrics::ApiRequests::default();
+        let client = client(args.kubeconfig.as_ref(), &api_requests).await?;
         // Where this replica runs, made unique per process: a pod name is unique, but two
         // processes outside a cluster may share a host name, or have neither.
         let base = std::env::var("POD_NAME")
@@ -68,6 +69,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             lease_name: args.lease_name.clone(),
             identity,
             write_concurrency: args.write_concurrency,
+            api_requests,
             ..Options::default()
         };
         tracing::info!(?options, "starting");
@@ -76,7 +78,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+async fn client(
+    kubeconfig: Option<&PathBuf>,
+    requests: &muster_controller::metrics::ApiRequests,
+) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)
@@ -89,7 +94,9 @@ async fn client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
             .await
             .context("no in-cluster service account and no usable kubeconfig")?,
     };
-    kube::Client::try_from(config).context("building the Kubernetes client")
+    requests
+        .client(config)
+        .context("building the Kubernetes client")
 }
 
 /// Resolves on SIGTERM (how Kubernetes stops a pod) or Ctrl-C.

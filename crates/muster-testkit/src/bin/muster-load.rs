@@ -1,0 +1,108 @@
+//! `muster-load`: load runs of Muster on a real control plane.
+//!
+//! `muster-load kueue-baseline --kube-bin DIR --out DIR` reproduces Kueue's
+//! scheduler-performance baseline (15,000 single-pod jobs on 30 ClusterQueues in 5 cohorts)
+//! through a release build of `muster controller` and writes `summary.json` and `jobs.csv`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use muster_testkit::load::baseline::Baseline;
+use muster_testkit::load::kueue_baseline::{RunOptions, run};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "muster-load",
+    about = "Load runs of Muster on a real control plane"
+)]
+enum Command {
+    /// Kueue's scheduler-performance baseline through `muster controller`.
+    KueueBaseline {
+        /// The control-plane binaries (etcd, kube-apiserver, kube-scheduler, ...); default
+        /// $MUSTER_KUBE_BIN.
+        #[arg(long, env = "MUSTER_KUBE_BIN")]
+        kube_bin: PathBuf,
+        /// Where summary.json, jobs.csv and controller.log go.
+        #[arg(long)]
+        out: PathBuf,
+        /// The muster binary (default: the workspace's release build, built if missing).
+        #[arg(long)]
+        muster: Option<PathBuf>,
+        /// Scale every job set's count by this factor (1 is Kueue's baseline).
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// Nodes of 64 CPUs to run the pods on.
+        #[arg(long, default_value_t = 12)]
+        nodes: u32,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 1800)]
+        timeout: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    match main_inner() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("muster-load: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn main_inner() -> anyhow::Result<()> {
+    let Command::KueueBaseline {
+        kube_bin,
+        out,
+        muster,
+        scale,
+        nodes,
+        timeout,
+    } = Command::parse();
+    let muster = match muster {
+        Some(path) => path,
+        None => release_build()?,
+    };
+    let options = RunOptions {
+        kube_bin,
+        out: out.clone(),
+        muster,
+        baseline: Baseline::kueue().scaled(scale),
+        nodes,
+        timeout: Duration::from_secs(timeout),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let summary = runtime.block_on(run(&options))?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&summary).context("encoding the summary")?
+    );
+    eprintln!("wrote {}", out.join("summary.json").display());
+    anyhow::ensure!(
+        summary.finished == summary.jobs,
+        "only {} of {} jobs finished",
+        summary.finished,
+        summary.jobs
+    );
+    Ok(())
+}
+
+/// The workspace's release `muster`, built (`cargo build --release -p muster`) first so that
+/// it is never stale.
+fn release_build() -> anyhow::Result<PathBuf> {
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--release", "--locked", "-p", "muster"])
+            .current_dir(&workspace)
+            .status()
+            .context("running cargo build --release -p muster")?;
+    anyhow::ensure!(status.success(), "cargo build --release -p muster failed");
+    Ok(workspace.join("target/release/muster"))
+}

@@ -1,0 +1,55 @@
+//! Test tooling for Muster, used only as a dev-dependency: a real Kubernetes control plane on
+//! loopback ([`TestCluster`]), fake GPU nodes ([`nodes`]) and a fake kubelet that runs the pods
+//! bound to them ([`FakeKubelet`]).
+//!
+//! Tests need the control-plane binaries in the folder named by `MUSTER_KUBE_BIN`; without it
+//! they print one line and pass:
+//!
+//! ```no_run
+//! # async fn example() -> anyhow::Result<()> {
+//! use muster_testkit::{ClusterOptions, FakeKubelet, FakeNodes, KubeletOptions, NodeSpec};
+//!
+//! let cluster = muster_testkit::cluster_or_skip!(ClusterOptions::default(), Ok(()));
+//! let nodes = FakeNodes::start(cluster.client());
+//! nodes.create(&NodeSpec::new("gpu-1").gpus(8)).await?;
+//! let kubelet = FakeKubelet::start(cluster.client(), KubeletOptions::default());
+//! // ... create jobs, run `muster controller --kubeconfig <cluster.kubeconfig_path()>` ...
+//! # Ok(())
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+
+pub mod cluster;
+pub mod crds;
+mod credentials;
+pub mod kubelet;
+pub mod load;
+pub mod nodes;
+mod process;
+pub mod wait;
+
+pub use cluster::{ClusterOptions, Component, TestCluster};
+pub use kubelet::{FakeKubelet, KubeletOptions, KubeletStats};
+pub use nodes::{FakeNodes, NodeSpec, create_node, create_nodes, kill_node, repair_node};
+pub use wait::eventually;
+
+/// Starts a [`TestCluster`] with the given [`ClusterOptions`], or, when `MUSTER_KUBE_BIN` is not
+/// set, prints one line to stderr and `return`s from the enclosing test (with the second
+/// argument, if given, e.g. `Ok(())` in a test returning a `Result`). Panics if the cluster
+/// fails to start; the message ends with the failing component's log.
+#[macro_export]
+macro_rules! cluster_or_skip {
+    ($options:expr) => {
+        $crate::cluster_or_skip!($options, ())
+    };
+    ($options:expr, $skipped:expr) => {
+        match $crate::TestCluster::start($options).await {
+            ::std::result::Result::Ok(::std::option::Option::Some(cluster)) => cluster,
+            ::std::result::Result::Ok(::std::option::Option::None) => return $skipped,
+            ::std::result::Result::Err(error) => {
+                ::std::panic!("the test cluster did not start: {error:#}")
+            }
+        }
+    };
+}

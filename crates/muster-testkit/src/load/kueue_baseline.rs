@@ -1,0 +1,475 @@
+//! `muster-load kueue-baseline`: Kueue's scheduler-performance baseline through the whole
+//! system — a real control plane, fake nodes and kubelet, and a release build of
+//! `muster controller` as a separate process — measured from the API server's side.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use muster_api::quantity::Amount;
+use muster_api::{ClusterQueue, GpuJob, LocalQueue, ResourceFlavor};
+use serde::Serialize;
+use serde_json::json;
+
+use super::baseline::{Baseline, JobSet};
+use super::process_stats::{self, ProcessStats};
+use super::recorder::Recorder;
+use crate::kubelet::{FakeKubelet, KubeletOptions};
+use crate::nodes::{NodeSpec, create_nodes};
+use crate::{ClusterOptions, TestCluster};
+
+/// The label carrying a job's class.
+pub const CLASS_LABEL: &str = "load.muster.dev/class";
+/// The label of the run's nodes, which the flavor selects.
+const POOL_LABEL: &str = "load.muster.dev/pool";
+/// The field manager of the run's own writes.
+const MANAGER: &str = "muster-load";
+
+/// How to run.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// The control-plane binaries.
+    pub kube_bin: PathBuf,
+    /// Where `summary.json`, `jobs.csv` and the logs go.
+    pub out: PathBuf,
+    /// The `muster` binary to run as the controller.
+    pub muster: PathBuf,
+    /// The workload.
+    pub baseline: Baseline,
+    /// Nodes, 64 CPUs each.
+    pub nodes: u32,
+    /// Give up after this long.
+    pub timeout: Duration,
+}
+
+/// What a run measured (`summary.json`).
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Jobs created.
+    pub jobs: usize,
+    /// Jobs that finished within the time-out.
+    pub finished: usize,
+    /// From the first creation to the last finish, seconds.
+    pub wall_seconds: f64,
+    /// Mean seconds from creation to admission, per class.
+    pub time_to_admission_seconds: BTreeMap<String, f64>,
+    /// ∫ usage dt over the monitoring window ÷ (window × nominal quota), as Kueue records it.
+    pub cluster_queue_usage: f64,
+    /// Evictions seen, in all.
+    pub evictions: u32,
+    /// The controller's user + system CPU seconds over the run.
+    pub controller_cpu_seconds: f64,
+    /// The controller's peak resident memory, bytes.
+    pub controller_peak_rss_bytes: u64,
+    /// API requests the controller sent, by HTTP method (its `muster_api_requests_total`).
+    pub api_requests: BTreeMap<String, u64>,
+    /// The controller's API requests per job created.
+    pub api_requests_per_job: f64,
+    /// Pod status writes of the fake kubelet.
+    pub kubelet_writes: u64,
+    /// CPU-seconds of work the jobs ask for, divided by the nominal quota: the shortest
+    /// possible wall time if every queue ran at its nominal quota.
+    pub work_seconds_at_nominal: f64,
+}
+
+/// Runs the baseline and writes `summary.json` and `jobs.csv` into `options.out`.
+pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
+    std::fs::create_dir_all(&options.out)
+        .with_context(|| format!("creating {}", options.out.display()))?;
+    let cluster = TestCluster::start_in(&options.kube_bin, ClusterOptions::default()).await?;
+    let client = cluster.client();
+    setup(&client, &options.baseline, options.nodes).await?;
+    let kubelet = FakeKubelet::start(
+        client.clone(),
+        KubeletOptions {
+            max_start_delay: Duration::from_millis(50),
+            max_in_flight: 64,
+            ..KubeletOptions::default()
+        },
+    );
+    let mut controller = Controller::start(&options.muster, &cluster, &options.out)?;
+    controller.wait_ready(Duration::from_secs(120)).await?;
+
+    let start = Instant::now();
+    let recorder = Arc::new(Mutex::new(Recorder::default()));
+    let watches = [
+        tokio::spawn(watch_jobs(client.clone(), Arc::clone(&recorder), start)),
+        tokio::spawn(watch_queues(client.clone(), Arc::clone(&recorder), start)),
+    ];
+    let generated = generate(&client, &options.baseline, &recorder, start).await;
+    let deadline = start + options.timeout;
+    loop {
+        let left = recorder
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .unfinished();
+        if left == 0 || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // One more moment for the queues' last status (usage back to zero).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cost = controller.stats()?;
+    let api_requests = controller.api_requests().await.unwrap_or_default();
+    for watch in watches {
+        watch.abort();
+    }
+    let kubelet_writes = kubelet.status_writes();
+    controller.stop();
+    generated?;
+
+    let recorder = recorder
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let summary = summarize(
+        &recorder,
+        &options.baseline,
+        cost,
+        api_requests,
+        kubelet_writes,
+    );
+    write_reports(&options.out, &summary, &recorder)?;
+    Ok(summary)
+}
+
+fn summarize(
+    recorder: &Recorder,
+    baseline: &Baseline,
+    cost: ProcessStats,
+    api_requests: BTreeMap<String, u64>,
+    kubelet_writes: u64,
+) -> Summary {
+    let jobs = recorder.jobs.len();
+    let total: u64 = api_requests.values().sum();
+    #[expect(clippy::cast_precision_loss, reason = "ratios for a report")]
+    let per_job = total as f64 / jobs.max(1) as f64;
+    Summary {
+        jobs,
+        finished: recorder
+            .jobs
+            .values()
+            .filter(|j| j.finished.is_some())
+            .count(),
+        wall_seconds: recorder.wall().map_or(0.0, |d| d.as_secs_f64()),
+        time_to_admission_seconds: recorder.mean_time_to_admission(),
+        cluster_queue_usage: recorder.usage_share().unwrap_or(0.0),
+        evictions: recorder.jobs.values().map(|j| j.evictions).sum(),
+        controller_cpu_seconds: cost.cpu_seconds,
+        controller_peak_rss_bytes: cost.peak_rss_bytes,
+        api_requests,
+        api_requests_per_job: per_job,
+        kubelet_writes,
+        work_seconds_at_nominal: baseline.work_cpu_seconds()
+            / f64::from(baseline.nominal_cpus * baseline.cohorts * baseline.queues_per_cohort),
+    }
+}
+
+fn write_reports(out: &Path, summary: &Summary, recorder: &Recorder) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(summary).context("encoding the summary")?;
+    std::fs::write(out.join("summary.json"), json + "\n").context("writing summary.json")?;
+    let ms = |d: Option<Duration>| d.map_or(String::new(), |d| d.as_millis().to_string());
+    let mut csv = String::from("job,class,created_ms,admitted_ms,finished_ms,evictions\n");
+    for (key, job) in &recorder.jobs {
+        let _ = writeln!(
+            csv,
+            "{key},{},{},{},{},{}",
+            job.class,
+            ms(job.created),
+            ms(job.admitted),
+            ms(job.finished),
+            job.evictions
+        );
+    }
+    std::fs::write(out.join("jobs.csv"), csv).context("writing jobs.csv")
+}
+
+/// Nodes, the flavor, and per ClusterQueue its namespace and LocalQueue.
+async fn setup(client: &Client, baseline: &Baseline, nodes: u32) -> anyhow::Result<()> {
+    let specs: Vec<NodeSpec> = (0..nodes)
+        .map(|i| {
+            NodeSpec::new(format!("load-{i}"))
+                .label(POOL_LABEL, "cpu")
+                .capacity("cpu", "64")
+                .capacity("memory", "256Gi")
+                .capacity("pods", "1000")
+        })
+        .collect();
+    create_nodes(client, &specs).await?;
+    apply(
+        &Api::<ResourceFlavor>::all(client.clone()),
+        "rf",
+        json!({"apiVersion": "muster.dev/v1alpha1", "kind": "ResourceFlavor",
+               "metadata": {"name": "rf"},
+               "spec": {"nodeLabels": {POOL_LABEL: "cpu"},
+                        "topologyLevels": ["kubernetes.io/hostname"]}}),
+    )
+    .await?;
+    for (name, cohort) in baseline.queues() {
+        apply(
+            &Api::<Namespace>::all(client.clone()),
+            &name,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+        )
+        .await?;
+        apply(
+            &Api::<ClusterQueue>::all(client.clone()),
+            &name,
+            json!({"apiVersion": "muster.dev/v1alpha1", "kind": "ClusterQueue",
+                "metadata": {"name": name},
+                "spec": {"cohort": cohort,
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}},
+                    "preemption": {"reclaimWithinCohort": "Any",
+                                   "withinClusterQueue": "LowerPriority"},
+                    "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{
+                        "name": "rf", "resources": [{"name": "cpu",
+                            "nominalQuota": baseline.nominal_cpus.to_string(),
+                            "borrowingLimit": baseline.borrowing_limit_cpus.to_string()}]}]}]}}),
+        )
+        .await?;
+        apply(
+            &Api::<LocalQueue>::namespaced(client.clone(), &name),
+            &name,
+            json!({"apiVersion": "muster.dev/v1alpha1", "kind": "LocalQueue",
+                   "metadata": {"name": name, "namespace": name},
+                   "spec": {"clusterQueue": name}}),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+async fn apply<K>(api: &Api<K>, name: &str, value: serde_json::Value) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&value),
+    )
+    .await
+    .with_context(|| format!("applying {name}"))?;
+    Ok(())
+}
+
+/// Creates every job, each queue's sets concurrently, each set one job per interval (the
+/// pause comes before each creation, as in Kueue's generator).
+async fn generate(
+    client: &Client,
+    baseline: &Baseline,
+    recorder: &Arc<Mutex<Recorder>>,
+    start: Instant,
+) -> anyhow::Result<()> {
+    let mut tasks = Vec::new();
+    for (queue, _) in baseline.queues() {
+        for (index, set) in baseline.sets.iter().enumerate() {
+            let (client, recorder) = (client.clone(), Arc::clone(recorder));
+            let (queue, set) = (queue.clone(), set.clone());
+            tasks.push(tokio::spawn(async move {
+                generate_set(&client, &queue, index, &set, &recorder, start).await
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.context("a generator task stopped")??;
+    }
+    Ok(())
+}
+
+async fn generate_set(
+    client: &Client,
+    queue: &str,
+    index: usize,
+    set: &JobSet,
+    recorder: &Mutex<Recorder>,
+    start: Instant,
+) -> anyhow::Result<()> {
+    let jobs: Api<GpuJob> = Api::namespaced(client.clone(), queue);
+    for i in 0..set.count {
+        tokio::time::sleep(set.interval).await;
+        let name = format!("{}-{index}-{i}-0", set.class);
+        let job: GpuJob = serde_json::from_value(json!({
+            "apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
+            "metadata": {"name": name, "namespace": queue, "labels": {CLASS_LABEL: set.class}},
+            "spec": {"queueName": queue, "priority": set.priority, "podSets": [{
+                "name": "main", "count": 1,
+                "template": {
+                    "metadata": {"annotations": {
+                        "testkit.muster.dev/run-ms": set.run_time.as_millis().to_string()}},
+                    "spec": {"restartPolicy": "Never", "containers": [{
+                        "name": "main", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": set.cpus.to_string()}}}]}}}]}}))
+        .context("building a job")?;
+        let created = start.elapsed();
+        jobs.create(&PostParams::default(), &job)
+            .await
+            .with_context(|| format!("creating {queue}/{name}"))?;
+        recorder
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .created(&format!("{queue}/{name}"), set.class, created);
+    }
+    Ok(())
+}
+
+async fn watch_jobs(client: Client, recorder: Arc<Mutex<Recorder>>, start: Instant) {
+    let api: Api<GpuJob> = Api::all(client);
+    let mut events = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
+    while let Some(event) = events.next().await {
+        let Ok(watcher::Event::Apply(job) | watcher::Event::InitApply(job)) = event else {
+            continue;
+        };
+        let key = format!(
+            "{}/{}",
+            job.metadata.namespace.as_deref().unwrap_or_default(),
+            job.metadata.name.as_deref().unwrap_or_default()
+        );
+        let status = job.status.unwrap_or_default();
+        let admitted = status.admission.is_some();
+        let finished = matches!(
+            status.phase,
+            Some(muster_api::GpuJobPhase::Succeeded | muster_api::GpuJobPhase::Failed)
+        );
+        recorder
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .job_seen(&key, admitted, finished, start.elapsed());
+    }
+}
+
+async fn watch_queues(client: Client, recorder: Arc<Mutex<Recorder>>, start: Instant) {
+    let api: Api<ClusterQueue> = Api::all(client);
+    let mut events = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
+    while let Some(event) = events.next().await {
+        let Ok(watcher::Event::Apply(queue) | watcher::Event::InitApply(queue)) = event else {
+            continue;
+        };
+        let milli = |q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
+            Amount::parse(&q.0).map_or(0, |a| i64::try_from(a.milli()).unwrap_or(i64::MAX))
+        };
+        let nominal = queue
+            .spec
+            .resource_groups
+            .iter()
+            .flat_map(|g| &g.flavors)
+            .flat_map(|f| &f.resources)
+            .find(|r| r.name == "cpu")
+            .map_or(0, |r| milli(&r.nominal_quota));
+        let usage = queue
+            .status
+            .as_ref()
+            .into_iter()
+            .flat_map(|s| &s.flavors_usage)
+            .flat_map(|f| &f.resources)
+            .filter(|r| r.name == "cpu")
+            .map(|r| milli(&r.total))
+            .sum();
+        let name = queue.metadata.name.unwrap_or_default();
+        recorder
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .queue_seen(&name, nominal, usage, start.elapsed());
+    }
+}
+
+/// The `muster controller` process under test.
+struct Controller {
+    child: std::process::Child,
+    metrics: std::net::SocketAddr,
+}
+
+impl Controller {
+    fn start(muster: &Path, cluster: &TestCluster, out: &Path) -> anyhow::Result<Controller> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .context("picking a port for the controller's metrics")?
+            .port();
+        let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let log =
+            std::fs::File::create(out.join("controller.log")).context("creating controller.log")?;
+        let child = std::process::Command::new(muster)
+            .arg("controller")
+            .arg("--kubeconfig")
+            .arg(cluster.kubeconfig_path())
+            .arg("--metrics-addr")
+            .arg(metrics.to_string())
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", muster.display()))?;
+        Ok(Controller { child, metrics })
+    }
+
+    async fn wait_ready(&mut self, within: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                anyhow::bail!("the controller exited ({status}); see controller.log");
+            }
+            if get(self.metrics, "/readyz")
+                .await
+                .is_ok_and(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
+            {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the controller was not ready in time"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn stats(&self) -> anyhow::Result<ProcessStats> {
+        process_stats::read(self.child.id())
+    }
+
+    /// `muster_api_requests_total` by method.
+    async fn api_requests(&self) -> anyhow::Result<BTreeMap<String, u64>> {
+        let text = get(self.metrics, "/metrics").await?;
+        Ok(text
+            .lines()
+            .filter_map(|l| l.strip_prefix("muster_api_requests_total{method=\""))
+            .filter_map(|l| {
+                let (method, rest) = l.split_once("\"} ")?;
+                Some((method.to_owned(), rest.trim().parse().ok()?))
+            })
+            .collect())
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A plain HTTP/1.0 GET of `path` on `addr`: the response, head and body.
+async fn get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    Ok(response)
+}

@@ -195,6 +195,9 @@ pub struct Writes {
     pub(crate) queues: BTreeSet<String>,
     /// Jobs whose releases failed: (failures, retry at, last error).
     pub(crate) failed: BTreeMap<String, (u32, i64, String)>,
+    /// Waiting jobs whose status this term wrote within the last
+    /// [`status::PENDING_REFRESH_SECONDS`], and when.
+    pub(crate) refreshed: BTreeMap<String, i64>,
     /// The leadership term these writes belong to.
     pub(crate) term: u64,
 }
@@ -427,6 +430,10 @@ impl Settled {
 pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
     let now_t = Time(now);
     let mut plan = Plan::default();
+    index
+        .writes
+        .refreshed
+        .retain(|_, at| now.as_second() - *at < status::PENDING_REFRESH_SECONDS);
     let mut settled = Settled::default();
     for key in index.jobs.keys() {
         settle(index, key, &now_t, &mut settled, &mut plan.summary);
@@ -1182,6 +1189,18 @@ fn decide(
             }
             let current = job.status.clone().unwrap_or_default();
             let before = current.pending_reason.as_ref().map(|r| r.kind);
+            let now_s = now.0.as_second();
+            // The same reason with new figures (quota left, position, ETA) is written at most
+            // once per refresh interval: every admission or completion changes them for every
+            // job behind it. A new reason is written at once.
+            let refreshed_lately = index
+                .writes
+                .refreshed
+                .get(&key)
+                .is_some_and(|at| now_s - at < status::PENDING_REFRESH_SECONDS);
+            if before == Some(reason.kind()) && refreshed_lately {
+                return;
+            }
             if let Some(next) = status::pending(
                 &current,
                 job.metadata.generation,
@@ -1204,6 +1223,7 @@ fn decide(
                     status: Box::new(next),
                     event,
                 });
+                index.writes.refreshed.insert(key.clone(), now_s);
                 index.writes.busy.insert(key, Busy::Status);
             }
         }

@@ -51,6 +51,13 @@ fn changed(current: &GpuJobStatus, next: GpuJobStatus) -> Option<GpuJobStatus> {
 /// most this many position writes per queue.
 pub const SHOWN_POSITIONS: u32 = 100;
 
+/// How often, at most, a waiting job's status is rewritten while its reason stays the same
+/// and only its figures move (quota left, position, ETA), seconds. Every admission and every
+/// completion moves them for every job behind it; rewriting each at once would cost a status
+/// write per waiting job per event. A new reason is written at once; the figures shown are at
+/// most this old.
+pub const PENDING_REFRESH_SECONDS: i64 = 30;
+
 /// The status of a job that waits: phase Pending when it cannot be admitted as written (or
 /// has no queue), Queued otherwise; its position (among the first [`SHOWN_POSITIONS`]),
 /// reason and ETA (seconds since the epoch).

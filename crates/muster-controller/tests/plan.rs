@@ -516,7 +516,7 @@ fn a_running_gang_keeps_its_quota_while_a_status_write_is_in_flight() {
 }
 
 #[test]
-fn an_admission_at_the_head_of_a_long_queue_rewrites_only_the_positions_shown() {
+fn an_admission_at_the_head_of_a_long_queue_rewrites_the_positions_shown_once_per_refresh() {
     let shown = muster_controller::status::SHOWN_POSITIONS;
     let waiting = shown + 50;
     // 24 GPUs of quota: three single-pod jobs run, the rest wait in order of creation.
@@ -524,10 +524,12 @@ fn an_admission_at_the_head_of_a_long_queue_rewrites_only_the_positions_shown() 
         .map(|i| job(&format!("j{i:03}"), 1, i64::from(i)))
         .collect();
     let mut index = cluster(24, jobs);
-    for t in 1..=3 {
+    let refresh = muster_controller::status::PENDING_REFRESH_SECONDS;
+    for t in [1, 2, 3, 3 + refresh] {
         let pass = plan(&mut index, at(t));
         land_all(&mut index, &pass.actions, t);
     }
+    let t0 = 3 + refresh;
     let position =
         |index: &Index, i: u32| status_of(index, &format!("team-a/j{i:03}")).queue_position;
     assert_eq!(position(&index, 3), Some(1));
@@ -537,20 +539,38 @@ fn an_admission_at_the_head_of_a_long_queue_rewrites_only_the_positions_shown() 
         None,
         "beyond the shown positions"
     );
-    assert!(plan(&mut index, at(4)).actions.is_empty(), "settled");
+    assert!(plan(&mut index, at(t0 + 1)).actions.is_empty(), "settled");
     // More quota: the head starts, and everyone behind it moves up one place.
     index.apply(support::cluster_queue(32));
-    let pass = plan(&mut index, at(5));
+    let pass = plan(&mut index, at(t0 + 2));
     assert_eq!(releases(&pass.actions).len(), 1);
-    land_all(&mut index, &pass.actions, 5);
-    let pass = plan(&mut index, at(6));
-    let statuses = pass
+    land_all(&mut index, &pass.actions, t0 + 2);
+    let statuses = |pass: &muster_controller::plan::Plan| {
+        pass.actions
+            .iter()
+            .filter(|a| a.kind() == "job_status")
+            .count()
+    };
+    // The same reason with new figures waits for the refresh interval where the status was
+    // written within it; only the job that moves into the shown positions is written now
+    // (its status was not written within the interval).
+    let pass = plan(&mut index, at(t0 + 3));
+    let written: Vec<&str> = pass
         .actions
         .iter()
         .filter(|a| a.kind() == "job_status")
-        .count();
-    assert_eq!(statuses, shown as usize, "{} waiting jobs", waiting - 1);
-    land_all(&mut index, &pass.actions, 6);
+        .filter_map(Action::job)
+        .collect();
+    let newly_shown = format!("team-a/j{:03}", 3 + shown);
+    assert_eq!(written, [newly_shown.as_str()]);
+    land_all(&mut index, &pass.actions, t0 + 3);
+    assert_eq!(position(&index, 4), Some(2), "shown a little late");
+    // ...then the other shown positions move, and only those.
+    let later = t0 + 3 + refresh;
+    let pass = plan(&mut index, at(later));
+    assert_eq!(statuses(&pass), shown as usize - 1, "{} waiting jobs", waiting - 1);
+    land_all(&mut index, &pass.actions, later);
+    assert!(plan(&mut index, at(later + 1)).actions.is_empty(), "settled");
     assert_eq!(position(&index, 4), Some(1));
     assert_eq!(position(&index, 3 + shown), Some(shown.cast_signed()));
     assert_eq!(position(&index, 4 + shown), None);

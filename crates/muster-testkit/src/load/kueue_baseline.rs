@@ -74,6 +74,8 @@ pub struct Summary {
     pub api_requests: BTreeMap<String, u64>,
     /// The controller's API requests per job created.
     pub api_requests_per_job: f64,
+    /// The controller's actions carried out, by kind (its `muster_actions_total`).
+    pub actions: BTreeMap<String, u64>,
     /// Pod status writes of the fake kubelet.
     pub kubelet_writes: u64,
     /// CPU-seconds of work the jobs ask for, divided by the nominal quota: the shortest
@@ -120,7 +122,7 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
     // One more moment for the queues' last status (usage back to zero).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let cost = controller.stats()?;
-    let api_requests = controller.api_requests().await.unwrap_or_default();
+    let metrics = controller.metrics().await.unwrap_or_default();
     for watch in watches {
         watch.abort();
     }
@@ -136,7 +138,7 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
         &recorder,
         &options.baseline,
         cost,
-        api_requests,
+        &metrics,
         kubelet_writes,
     );
     write_reports(&options.out, &summary, &recorder)?;
@@ -147,9 +149,11 @@ fn summarize(
     recorder: &Recorder,
     baseline: &Baseline,
     cost: ProcessStats,
-    api_requests: BTreeMap<String, u64>,
+    metrics: &str,
     kubelet_writes: u64,
 ) -> Summary {
+    let api_requests = counter(metrics, "muster_api_requests_total", "method");
+    let actions = counter(metrics, "muster_actions_total", "kind");
     let jobs = recorder.jobs.len();
     let total: u64 = api_requests.values().sum();
     #[expect(clippy::cast_precision_loss, reason = "ratios for a report")]
@@ -169,6 +173,7 @@ fn summarize(
         controller_peak_rss_bytes: cost.peak_rss_bytes,
         api_requests,
         api_requests_per_job: per_job,
+        actions,
         kubelet_writes,
         work_seconds_at_nominal: baseline.work_cpu_seconds()
             / f64::from(baseline.nominal_cpus * baseline.cohorts * baseline.queues_per_cohort),
@@ -437,17 +442,9 @@ impl Controller {
         process_stats::read(self.child.id())
     }
 
-    /// `muster_api_requests_total` by method.
-    async fn api_requests(&self) -> anyhow::Result<BTreeMap<String, u64>> {
-        let text = get(self.metrics, "/metrics").await?;
-        Ok(text
-            .lines()
-            .filter_map(|l| l.strip_prefix("muster_api_requests_total{method=\""))
-            .filter_map(|l| {
-                let (method, rest) = l.split_once("\"} ")?;
-                Some((method.to_owned(), rest.trim().parse().ok()?))
-            })
-            .collect())
+    /// Its `/metrics` text.
+    async fn metrics(&self) -> anyhow::Result<String> {
+        get(self.metrics, "/metrics").await
     }
 
     fn stop(&mut self) {
@@ -462,6 +459,26 @@ impl Drop for Controller {
     }
 }
 
+/// The values of counter `name` in OpenMetrics `text`, summed by the value of `label` (the
+/// first label of each line).
+fn counter(text: &str, name: &str, label: &str) -> BTreeMap<String, u64> {
+    let prefix = format!("{name}{{{label}=\"");
+    let mut values = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(&prefix) else {
+            continue;
+        };
+        let Some((value_of_label, tail)) = rest.split_once('"') else {
+            continue;
+        };
+        let Some(count) = tail.rsplit(' ').next().and_then(|v| v.parse::<u64>().ok()) else {
+            continue;
+        };
+        *values.entry(value_of_label.to_owned()).or_default() += count;
+    }
+    values
+}
+
 /// A plain HTTP/1.0 GET of `path` on `addr`: the response, head and body.
 async fn get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -472,4 +489,23 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
     let mut response = String::new();
     stream.read_to_string(&mut response).await?;
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::counter;
+
+    #[test]
+    fn counters_are_summed_by_their_first_label() {
+        let text = "# TYPE muster_actions counter\n\
+            muster_actions_total{kind=\"release\",result=\"ok\"} 7\n\
+            muster_actions_total{kind=\"release\",result=\"error\"} 2\n\
+            muster_actions_total{kind=\"job_status\",result=\"ok\"} 5\n\
+            muster_api_requests_total{method=\"POST\"} 11\n# EOF\n";
+        let actions = counter(text, "muster_actions_total", "kind");
+        assert_eq!(actions.get("release"), Some(&9));
+        assert_eq!(actions.get("job_status"), Some(&5));
+        let requests = counter(text, "muster_api_requests_total", "method");
+        assert_eq!(requests.into_iter().collect::<Vec<_>>(), [("POST".to_owned(), 11)]);
+    }
 }

@@ -29,6 +29,8 @@ use crate::release::Gang;
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "muster";
+/// The field manager that owns Muster's finalizer entry (see [`Executor::add_finalizer`]).
+const FINALIZER_MANAGER: &str = "muster-finalizer";
 
 /// Why an action could not be completed (the next pass tries again).
 #[derive(Debug, thiserror::Error)]
@@ -224,7 +226,7 @@ impl Executor {
                 written.push(Written::Job(Box::new(job)));
             }
             Action::AddFinalizer { job } => {
-                written.push(Written::Job(Box::new(self.finalizer(job, true).await?)));
+                written.push(Written::Job(Box::new(self.add_finalizer(job).await?)));
             }
             Action::Finalize { job, pods } => written.extend(self.finalize(job, pods).await?),
             Action::Provision {
@@ -323,6 +325,7 @@ impl Executor {
         let gate_patches: Vec<_> = gang
             .pods
             .iter()
+            .filter(|pod| crate::release::is_gated(pod))
             .map(|pod| self.ungate(&pods, pod))
             .collect();
         let ungated: Vec<Written> = futures::stream::iter(gate_patches)
@@ -386,9 +389,27 @@ impl Executor {
         .await
     }
 
-    /// Adds or removes Muster's finalizer, on the job's latest version (read first, then
-    /// patched with its resourceVersion, so another controller's finalizer is never lost).
-    async fn finalizer(&self, key: &str, add: bool) -> Result<GpuJob, ExecuteError> {
+    /// Adds Muster's finalizer in one request: a server-side apply that owns only that entry
+    /// of `metadata.finalizers` (a set), so the finalizers of others are kept without reading
+    /// the job first.
+    async fn add_finalizer(&self, key: &str) -> Result<GpuJob, ExecuteError> {
+        let (namespace, name) = split(key)?;
+        let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
+        let body = serde_json::json!({"apiVersion": API_VERSION, "kind": "GpuJob",
+            "metadata": {"name": name, "finalizers": [FINALIZER]}});
+        let params = PatchParams::apply(FINALIZER_MANAGER);
+        let patch = Patch::Apply(&body);
+        self.call("adding GpuJob finalizer", key, || {
+            api.patch(name, &params, &patch)
+        })
+        .await
+    }
+
+    /// Removes Muster's finalizer, on the job's latest version (read first, then patched with
+    /// its resourceVersion, so another controller's finalizer is never lost). A merge patch
+    /// rather than an apply: the finalizer may have been added by an older Muster that did not
+    /// add it by apply, and an apply only removes entries its own manager owns.
+    async fn remove_finalizer(&self, key: &str) -> Result<GpuJob, ExecuteError> {
         let (namespace, name) = split(key)?;
         let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
         let params = PatchParams {
@@ -400,14 +421,10 @@ impl Executor {
         self.call("patching GpuJob finalizers", key, || async {
             let current = api.get(name).await?;
             let mut finalizers = current.metadata.finalizers.clone().unwrap_or_default();
-            if finalizers.iter().any(|f| f == FINALIZER) == add {
+            if !finalizers.iter().any(|f| f == FINALIZER) {
                 return Ok(current);
             }
-            if add {
-                finalizers.push(FINALIZER.to_owned());
-            } else {
-                finalizers.retain(|f| f != FINALIZER);
-            }
+            finalizers.retain(|f| f != FINALIZER);
             let body = serde_json::json!({"metadata": {
                 "finalizers": finalizers,
                 "resourceVersion": current.metadata.resource_version,
@@ -422,7 +439,7 @@ impl Executor {
         let mut written = self.delete_pods(pods).await?;
         // The Service is named like the job.
         self.delete::<Service>(job, "deleting Service").await?;
-        match self.finalizer(job, false).await {
+        match self.remove_finalizer(job).await {
             Ok(job) => written.push(Written::Job(Box::new(job))),
             Err(ExecuteError::Api { source, .. }) if is_code(&source, 404) => {}
             Err(e) => return Err(e),

@@ -180,6 +180,15 @@ pub fn gang(
     })
 }
 
+/// Whether `pod` carries Muster's admission gate (every pod of a gang of two or more is
+/// created with it; a gang of one is not).
+pub fn is_gated(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|gates| gates.iter().any(|g| g.name == ADMISSION_GATE))
+}
+
 /// Pod `index` of `set`, placed by `placement`, pinned to `node`.
 fn pod(
     ctx: &Context,
@@ -226,10 +235,14 @@ fn pod(
     tolerations.extend(flavor.tolerations.iter().cloned());
     spec.tolerations = (!tolerations.is_empty()).then_some(tolerations);
     let mut gates = spec.scheduling_gates.take().unwrap_or_default();
-    gates.push(PodSchedulingGate {
-        name: ADMISSION_GATE.to_owned(),
-    });
-    spec.scheduling_gates = Some(gates);
+    if ctx.hosts.len() > 1 {
+        // A gang of one is whole as soon as its pod exists: it needs no gate, and saves the
+        // request that would lift it.
+        gates.push(PodSchedulingGate {
+            name: ADMISSION_GATE.to_owned(),
+        });
+    }
+    spec.scheduling_gates = (!gates.is_empty()).then_some(gates);
     spec.hostname = Some(name.clone());
     spec.subdomain = Some(ctx.name.clone());
     let template_meta = set.template.metadata.clone().unwrap_or_default();

@@ -311,11 +311,11 @@ async fn a_64_pod_gang_costs_one_request_per_pod_and_gate_plus_two() {
 }
 
 #[tokio::test]
-async fn a_finalizer_conflict_is_retried_from_a_fresh_read() {
+async fn a_finalizer_is_added_in_one_apply_and_a_removal_conflict_is_retried_from_a_fresh_read() {
     let action = Action::AddFinalizer {
         job: "team-a/a".into(),
     };
-    // The fixture job already carries the finalizer: adding it only reads. Removing it reads,
+    // Adding the finalizer is one apply that names only Muster's entry. Removing it reads,
     // patches, and on a conflict reads again before patching again.
     let finalize = Action::Finalize {
         job: "team-a/a".into(),
@@ -326,9 +326,13 @@ async fn a_finalizer_conflict_is_retried_from_a_fresh_read() {
     assert_eq!(
         calls(&seen),
         [(
-            "GET",
+            "PATCH",
             "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a"
         )]
+    );
+    assert_eq!(
+        seen[0].body["metadata"]["finalizers"],
+        json!(["muster.dev/gang"])
     );
     let failures = BTreeMap::from([(2, 409)]);
     let (result, seen) = run(&finalize, failures, Vec::new(), true).await;

@@ -568,9 +568,17 @@ fn an_admission_at_the_head_of_a_long_queue_rewrites_the_positions_shown_once_pe
     // ...then the other shown positions move, and only those.
     let later = t0 + 3 + refresh;
     let pass = plan(&mut index, at(later));
-    assert_eq!(statuses(&pass), shown as usize - 1, "{} waiting jobs", waiting - 1);
+    assert_eq!(
+        statuses(&pass),
+        shown as usize - 1,
+        "{} waiting jobs",
+        waiting - 1
+    );
     land_all(&mut index, &pass.actions, later);
-    assert!(plan(&mut index, at(later + 1)).actions.is_empty(), "settled");
+    assert!(
+        plan(&mut index, at(later + 1)).actions.is_empty(),
+        "settled"
+    );
     assert_eq!(position(&index, 4), Some(1));
     assert_eq!(position(&index, 3 + shown), Some(shown.cast_signed()));
     assert_eq!(position(&index, 4 + shown), None);

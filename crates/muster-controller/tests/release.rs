@@ -192,3 +192,44 @@ fn an_admission_that_does_not_match_the_job_is_refused() {
         Err(ReleaseError::UnknownFlavor { .. })
     ));
 }
+
+#[test]
+fn a_gang_of_one_needs_no_gate_and_a_gang_of_two_gates_every_pod() {
+    use muster_controller::release::is_gated;
+    let admitted = |nodes: &[&str]| Admitted {
+        job: "team-a/train".into(),
+        cluster_queue: "research".into(),
+        pod_sets: vec![placement("workers", "h100", nodes)],
+        borrowing: false,
+    };
+    let one = gang(
+        &job(&serde_json::json!([set(
+            "workers",
+            1,
+            &serde_json::Value::Null
+        )])),
+        &admitted(&["n1"]),
+        &flavors(),
+    );
+    let two = gang(
+        &job(&serde_json::json!([set(
+            "workers",
+            2,
+            &serde_json::Value::Null
+        )])),
+        &admitted(&["n1", "n2"]),
+        &flavors(),
+    );
+    let (Ok(one), Ok(two)) = (one, two) else {
+        unreachable!("both gangs build")
+    };
+    assert!(!is_gated(&one.pods[0]));
+    assert_eq!(
+        one.pods[0]
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.clone()),
+        None
+    );
+    assert!(two.pods.iter().all(is_gated));
+}

@@ -134,13 +134,7 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
-    let summary = summarize(
-        &recorder,
-        &options.baseline,
-        cost,
-        &metrics,
-        kubelet_writes,
-    );
+    let summary = summarize(&recorder, &options.baseline, cost, &metrics, kubelet_writes);
     write_reports(&options.out, &summary, &recorder)?;
     Ok(summary)
 }
@@ -506,6 +500,9 @@ mod tests {
         assert_eq!(actions.get("release"), Some(&9));
         assert_eq!(actions.get("job_status"), Some(&5));
         let requests = counter(text, "muster_api_requests_total", "method");
-        assert_eq!(requests.into_iter().collect::<Vec<_>>(), [("POST".to_owned(), 11)]);
+        assert_eq!(
+            requests.into_iter().collect::<Vec<_>>(),
+            [("POST".to_owned(), 11)]
+        );
     }
 }

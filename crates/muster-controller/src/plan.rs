@@ -13,7 +13,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use muster_admission::{Admitted, Cluster, Decision, Holding, Job, PodSetPlacement, Scheduler};
+use muster_admission::{
+    Admitted, Cluster, Decision, Holding, Job, PendingReason, PodSetPlacement, Scheduler,
+};
 use muster_api::gpujob::{GpuJobPhase, GpuJobStatus, PendingReasonKind, conditions};
 use muster_api::{ClusterQueueStatus, GpuJob, LocalQueueStatus};
 
@@ -1171,62 +1173,7 @@ fn decide(
             position,
             reason,
             eta,
-        } => {
-            let queue = scheduler
-                .job(&key)
-                .and_then(|j| scheduler.cluster_queue_of_job(j))
-                .unwrap_or_default();
-            *plan
-                .summary
-                .pending
-                .entry((queue, format!("{:?}", reason.kind())))
-                .or_default() += 1;
-            let Some(job) = index.jobs.get(&key) else {
-                return;
-            };
-            if index.writes.busy.contains_key(&key) {
-                return;
-            }
-            let current = job.status.clone().unwrap_or_default();
-            let before = current.pending_reason.as_ref().map(|r| r.kind);
-            let now_s = now.0.as_second();
-            // The same reason with new figures (quota left, position, ETA) is written at most
-            // once per refresh interval: every admission or completion changes them for every
-            // job behind it. A new reason is written at once.
-            let refreshed_lately = index
-                .writes
-                .refreshed
-                .get(&key)
-                .is_some_and(|at| now_s - at < status::PENDING_REFRESH_SECONDS);
-            if before == Some(reason.kind()) && refreshed_lately {
-                return;
-            }
-            if let Some(next) = status::pending(
-                &current,
-                job.metadata.generation,
-                position,
-                &reason,
-                eta,
-                now,
-            ) {
-                let event = (before != Some(reason.kind())).then(|| {
-                    let invalid = reason.kind() == PendingReasonKind::InvalidJob;
-                    let note = reason.message();
-                    if invalid {
-                        Note::warning("InvalidJob", note)
-                    } else {
-                        Note::normal("Pending", note)
-                    }
-                });
-                plan.actions.push(Action::JobStatus {
-                    job: key.clone(),
-                    status: Box::new(next),
-                    event,
-                });
-                index.writes.refreshed.insert(key.clone(), now_s);
-                index.writes.busy.insert(key, Busy::Status);
-            }
-        }
+        } => wait(index, scheduler, key, position, &reason, eta, now, plan),
         Decision::Preempt { victims, for_job } => {
             for victim in victims {
                 if evict_held(
@@ -1252,6 +1199,75 @@ fn decide(
         } => {
             start_provisioning(index, key, &cluster_queue, &flavors, now, plan);
         }
+    }
+}
+
+/// A job that waits: counted under its queue and reason, and its status written when the
+/// reason changed, or when its figures moved and were last written a refresh interval ago.
+#[allow(clippy::too_many_arguments)]
+fn wait(
+    index: &mut Index,
+    scheduler: &Scheduler,
+    key: String,
+    position: u32,
+    reason: &PendingReason,
+    eta: Option<i64>,
+    now: &Time,
+    plan: &mut Plan,
+) {
+    let queue = scheduler
+        .job(&key)
+        .and_then(|j| scheduler.cluster_queue_of_job(j))
+        .unwrap_or_default();
+    *plan
+        .summary
+        .pending
+        .entry((queue, format!("{:?}", reason.kind())))
+        .or_default() += 1;
+    let Some(job) = index.jobs.get(&key) else {
+        return;
+    };
+    if index.writes.busy.contains_key(&key) {
+        return;
+    }
+    let current = job.status.clone().unwrap_or_default();
+    let before = current.pending_reason.as_ref().map(|r| r.kind);
+    let now_s = now.0.as_second();
+    // The same reason with new figures (quota left, position, ETA) is written at most
+    // once per refresh interval: every admission or completion changes them for every
+    // job behind it. A new reason is written at once.
+    let refreshed_lately = index
+        .writes
+        .refreshed
+        .get(&key)
+        .is_some_and(|at| now_s - at < status::PENDING_REFRESH_SECONDS);
+    if before == Some(reason.kind()) && refreshed_lately {
+        return;
+    }
+    if let Some(next) = status::pending(
+        &current,
+        job.metadata.generation,
+        position,
+        reason,
+        eta,
+        now,
+    ) {
+        let event = (before != Some(reason.kind())).then(|| {
+            let invalid = reason.kind() == PendingReasonKind::InvalidJob;
+            let note = reason.message();
+            if invalid {
+                Note::warning("InvalidJob", note)
+            } else {
+                Note::normal("Pending", note)
+            }
+        });
+        plan.actions.push(Action::JobStatus {
+            job: key.clone(),
+            status: Box::new(next),
+            event,
+        });
+        index.writes.refreshed.insert(key.clone(), now_s);
+        index.writes.busy.insert(key, Busy::Status);
     }
 }
 

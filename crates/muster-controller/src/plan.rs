@@ -1233,16 +1233,20 @@ fn wait(
     let current = job.status.clone().unwrap_or_default();
     let before = current.pending_reason.as_ref().map(|r| r.kind);
     let now_s = now.0.as_second();
-    // The same reason with new figures (quota left, position, ETA) is written at most
-    // once per refresh interval: every admission or completion changes them for every
-    // job behind it. A new reason is written at once.
-    let refreshed_lately = index
-        .writes
-        .refreshed
-        .get(&key)
-        .is_some_and(|at| now_s - at < status::PENDING_REFRESH_SECONDS);
-    if before == Some(reason.kind()) && refreshed_lately {
-        return;
+    // A new reason is written at once. The same reason with new figures (quota left,
+    // position, ETA) — which every admission or completion changes for every job behind it —
+    // is written only for jobs whose position is shown (or was), at most once per refresh
+    // interval; further back a job keeps the message of its last new reason.
+    if before == Some(reason.kind()) {
+        let shown = position > 0 && position <= status::SHOWN_POSITIONS;
+        let refreshed_lately = index
+            .writes
+            .refreshed
+            .get(&key)
+            .is_some_and(|at| now_s - at < status::PENDING_REFRESH_SECONDS);
+        if refreshed_lately || !(shown || current.queue_position.is_some()) {
+            return;
+        }
     }
     if let Some(next) = status::pending(
         &current,

@@ -43,18 +43,17 @@ fn changed(current: &GpuJobStatus, next: GpuJobStatus) -> Option<GpuJobStatus> {
     (next != *current).then_some(next)
 }
 
-/// How far back in its ClusterQueue a waiting job's `queuePosition` is shown. Every admission
-/// at a queue's head moves everyone behind it; showing each job its exact position would cost
-/// one status write per waiting job per admission, and a waiting job is not admitted while a
-/// write of its status is in flight. Further back the position is left out (the LocalQueue's
-/// and ClusterQueue's `pending` counts say how long the queue is), so an admission costs at
-/// most this many position writes per queue.
-pub const SHOWN_POSITIONS: u32 = 100;
+/// How far back in its ClusterQueue a waiting job's `queuePosition` is shown, and its figures
+/// (quota left, ETA) kept fresh. Every admission at a queue's head moves everyone behind it;
+/// showing each job its exact position would cost one status write per waiting job per
+/// admission. Further back the position is left out (the LocalQueue's and ClusterQueue's
+/// `pending` counts say how long the queue is) and a job's status is rewritten only when its
+/// reason changes.
+pub const SHOWN_POSITIONS: u32 = 10;
 
-/// How often, at most, a waiting job's status is rewritten while its reason stays the same
-/// and only its figures move (quota left, position, ETA), seconds. Every admission and every
-/// completion moves them for every job behind it; rewriting each at once would cost a status
-/// write per waiting job per event. A new reason is written at once; the figures shown are at
+/// How often, at most, the status of a waiting job among the first [`SHOWN_POSITIONS`] of its
+/// ClusterQueue is rewritten while its reason stays the same and only its figures move (quota
+/// left, position, ETA), seconds. A new reason is written at once; the figures shown are at
 /// most this old.
 pub const PENDING_REFRESH_SECONDS: i64 = 30;
 

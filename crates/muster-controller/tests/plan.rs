@@ -653,3 +653,49 @@ fn a_write_of_an_earlier_leadership_term_never_frees_a_job_of_the_current_one() 
         third.actions
     );
 }
+
+/// When only the figures of waiting jobs move (here the quota left), the jobs whose position
+/// is shown are rewritten once the refresh interval has passed; jobs further back keep the
+/// message of their last new reason, so a deep queue costs no write per job per event.
+#[test]
+fn new_figures_rewrite_only_the_jobs_whose_position_is_shown() {
+    let shown = muster_controller::status::SHOWN_POSITIONS;
+    let refresh = muster_controller::status::PENDING_REFRESH_SECONDS;
+    // 24 GPUs: one 2-pod gang (16) runs, the rest wait with 8 left.
+    let jobs = (0..shown + 21)
+        .map(|i| job(&format!("j{i:03}"), 2, i64::from(i)))
+        .collect();
+    let mut index = cluster(24, jobs);
+    for t in [1, 2, 3 + refresh] {
+        let pass = plan(&mut index, at(t));
+        land_all(&mut index, &pass.actions, t);
+    }
+    assert!(
+        plan(&mut index, at(4 + refresh)).actions.is_empty(),
+        "settled"
+    );
+    // 28 GPUs: 12 left, still not enough; every waiting job's message would change.
+    index.apply(support::cluster_queue(28));
+    let later = 5 + 2 * refresh;
+    let pass = plan(&mut index, at(later));
+    let written: Vec<&str> = pass
+        .actions
+        .iter()
+        .filter(|a| a.kind() == "job_status")
+        .filter_map(Action::job)
+        .collect();
+    assert_eq!(written.len(), shown as usize, "{written:?}");
+    land_all(&mut index, &pass.actions, later);
+    let message = |i: u32| {
+        status_of(&index, &format!("team-a/j{i:03}"))
+            .pending_reason
+            .map(|r| r.message)
+            .unwrap_or_default()
+    };
+    assert!(message(1).contains("12 of its own left"), "{}", message(1));
+    assert!(
+        message(shown + 5).contains("8 of its own left"),
+        "{}",
+        message(shown + 5)
+    );
+}

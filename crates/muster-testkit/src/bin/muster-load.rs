@@ -78,7 +78,13 @@ fn main_inner() -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let summary = runtime.block_on(run(&options))?;
+    // Ctrl-C or SIGTERM drops the run, and with it the control plane and the controller.
+    let summary = runtime.block_on(async {
+        tokio::select! {
+            summary = run(&options) => summary,
+            () = interrupted() => anyhow::bail!("interrupted"),
+        }
+    })?;
     println!(
         "{}",
         serde_json::to_string_pretty(&summary).context("encoding the summary")?
@@ -97,12 +103,43 @@ fn main_inner() -> anyhow::Result<()> {
 /// it is never stale.
 fn release_build() -> anyhow::Result<PathBuf> {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let status =
-        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--release", "--locked", "-p", "muster"])
-            .current_dir(&workspace)
-            .status()
-            .context("running cargo build --release -p muster")?;
+    let mut build =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    build
+        .args(["build", "--release", "--locked", "-p", "muster"])
+        .current_dir(&workspace);
+    // `cargo run` hands its program variables of its own (CARGO_PKG_*, CARGO_MANIFEST_DIR, a
+    // longer LD_LIBRARY_PATH); a build that saw them would not match the build `cargo run`
+    // made, and each would rebuild the other's dependencies every time.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy().into_owned();
+        let ours = name.starts_with("CARGO_")
+            && !["CARGO_HOME", "CARGO_TARGET_DIR"].contains(&name.as_str())
+            && !name.starts_with("CARGO_BUILD_")
+            && !name.starts_with("CARGO_REGISTRIES_");
+        if ours || name == "LD_LIBRARY_PATH" {
+            build.env_remove(&name);
+        }
+    }
+    let status = build
+        .status()
+        .context("running cargo build --release -p muster")?;
     anyhow::ensure!(status.success(), "cargo build --release -p muster failed");
     Ok(workspace.join("target/release/muster"))
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn interrupted() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
 }

@@ -1256,8 +1256,10 @@ fn wait(
         eta,
         now,
     ) {
-        let event = (before != Some(reason.kind())).then(|| {
-            let invalid = reason.kind() == PendingReasonKind::InvalidJob;
+        // An Event when the reason changes, and for an invalid job at once; a job's first
+        // reason is in its status (an Event for it too would be one more write per job).
+        let invalid = reason.kind() == PendingReasonKind::InvalidJob;
+        let event = (before != Some(reason.kind()) && (before.is_some() || invalid)).then(|| {
             let note = reason.message();
             if invalid {
                 Note::warning("InvalidJob", note)

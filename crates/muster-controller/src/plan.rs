@@ -137,26 +137,7 @@ impl Action {
         }
     }
 
-    /// How soon the action should go out among those of one pass (lower first): what frees
-    /// or takes capacity and quota, then other job updates, then queue statuses and the
-    /// statuses of waiting jobs, which only inform.
-    pub fn urgency(&self) -> u8 {
-        match self {
-            Action::JobStatus { status, .. }
-                if matches!(
-                    status.phase,
-                    Some(GpuJobPhase::Queued | GpuJobPhase::Pending)
-                ) =>
-            {
-                2
-            }
-            Action::ClusterQueueStatus { .. } | Action::LocalQueueStatus { .. } => 2,
-            Action::JobStatus { .. } | Action::AddFinalizer { .. } => 1,
-            _ => 0,
-        }
-    }
-
-    /// A short name of the action's kind, for logs and metrics.
+    /// A short name, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
             Action::Release { .. } => "release",

@@ -331,50 +331,27 @@ async fn scheduling_loop(
             }
             (index.term(), pass.actions)
         };
-        // The writes go out from a task of their own, so the next pass can run while they are
-        // in flight (jobs and queues with a write in flight are held by the index until it
-        // lands). At most `write_concurrency` are in flight across passes; within a pass, what
-        // frees or takes capacity goes first and the statuses of waiting jobs last.
-        tokio::spawn(dispatch(
-            Arc::clone(shared),
-            executor.clone(),
-            Arc::clone(&permits),
-            term,
-            actions,
-        ));
+        for action in actions {
+            let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+                break;
+            };
+            let (shared, executor) = (Arc::clone(shared), executor.clone());
+            tokio::spawn(async move {
+                let result = executor.execute(&action).await.map_err(|e| e.to_string());
+                if let Err(e) = &result {
+                    tracing::warn!(action = action.kind(), job = ?action.job(), error = %e, "write failed");
+                }
+                shared.metrics.action(action.kind(), result.is_ok());
+                let now = k8s_openapi::jiff::Timestamp::now().as_second();
+                shared.index().landed_in(term, &action, result, now);
+                shared.wake.notify_one();
+                drop(permit);
+            });
+        }
     }
     // Let writes in flight finish (each is idempotent, so a cut one is finished later).
     let all = u32::try_from(options.write_concurrency.max(1)).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(all)).await;
-}
-
-/// Carries out one pass's `actions`, most urgent first, each as soon as a write permit is
-/// free, folding what lands into the index.
-async fn dispatch(
-    shared: Arc<Shared>,
-    executor: Executor,
-    permits: Arc<Semaphore>,
-    term: u64,
-    mut actions: Vec<crate::plan::Action>,
-) {
-    actions.sort_by_key(crate::plan::Action::urgency);
-    for action in actions {
-        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-            break;
-        };
-        let (shared, executor) = (Arc::clone(&shared), executor.clone());
-        tokio::spawn(async move {
-            let result = executor.execute(&action).await.map_err(|e| e.to_string());
-            if let Err(e) = &result {
-                tracing::warn!(action = action.kind(), job = ?action.job(), error = %e, "write failed");
-            }
-            shared.metrics.action(action.kind(), result.is_ok());
-            let now = k8s_openapi::jiff::Timestamp::now().as_second();
-            shared.index().landed_in(term, &action, result, now);
-            shared.wake.notify_one();
-            drop(permit);
-        });
-    }
 }
 
 /// `/metrics`, `/livez` and `/readyz` until `stop`.

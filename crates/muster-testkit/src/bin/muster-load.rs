@@ -84,7 +84,10 @@ fn main_inner() -> anyhow::Result<()> {
             summary = run(&options) => summary,
             () = interrupted() => anyhow::bail!("interrupted"),
         }
-    })?;
+    });
+    // Tasks still running (watches, the kubelet) are not waited for.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    let summary = summary?;
     println!(
         "{}",
         serde_json::to_string_pretty(&summary).context("encoding the summary")?

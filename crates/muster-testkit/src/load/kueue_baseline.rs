@@ -13,7 +13,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt as _, watcher};
 use muster_api::quantity::Amount;
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ResourceFlavor};
 use serde::Serialize;
@@ -324,7 +324,9 @@ async fn generate_set(
 
 async fn watch_jobs(client: Client, recorder: Arc<Mutex<Recorder>>, start: Instant) {
     let api: Api<GpuJob> = Api::all(client);
-    let mut events = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
+    // Backed off: a watch that fails (the API server restarting or gone) must not spin.
+    let mut events =
+        std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
     while let Some(event) = events.next().await {
         let Ok(watcher::Event::Apply(job) | watcher::Event::InitApply(job)) = event else {
             continue;
@@ -349,7 +351,9 @@ async fn watch_jobs(client: Client, recorder: Arc<Mutex<Recorder>>, start: Insta
 
 async fn watch_queues(client: Client, recorder: Arc<Mutex<Recorder>>, start: Instant) {
     let api: Api<ClusterQueue> = Api::all(client);
-    let mut events = std::pin::pin!(watcher::watcher(api, watcher::Config::default()));
+    // Backed off: a watch that fails (the API server restarting or gone) must not spin.
+    let mut events =
+        std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
     while let Some(event) = events.next().await {
         let Ok(watcher::Event::Apply(queue) | watcher::Event::InitApply(queue)) = event else {
             continue;

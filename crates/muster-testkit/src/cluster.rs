@@ -4,6 +4,7 @@
 
 use std::ffi::OsString;
 use std::future::Future;
+use std::io::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -166,7 +167,9 @@ impl TestCluster {
     /// log.
     pub async fn start(options: ClusterOptions) -> anyhow::Result<Option<Self>> {
         let Some(bin) = Self::bin_dir() else {
-            eprintln!("{SKIP_MESSAGE}");
+            // Straight to stderr rather than through `eprintln!`, which the test harness
+            // captures and shows only for failing tests: a skip should be seen.
+            let _ = writeln!(std::io::stderr(), "{SKIP_MESSAGE}");
             return Ok(None);
         };
         Self::start_in(&bin, options).await.map(Some)

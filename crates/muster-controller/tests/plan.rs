@@ -17,6 +17,15 @@ fn releases(actions: &[Action]) -> Vec<&Action> {
         .collect()
 }
 
+/// The jobs whose status the actions write.
+fn statuses_written(actions: &[Action]) -> Vec<&str> {
+    actions
+        .iter()
+        .filter(|a| a.kind() == "job_status")
+        .filter_map(Action::job)
+        .collect()
+}
+
 fn job_actions<'a>(actions: &'a [Action], key: &str) -> Vec<&'a Action> {
     actions.iter().filter(|a| a.job() == Some(key)).collect()
 }
@@ -545,22 +554,11 @@ fn an_admission_at_the_head_of_a_long_queue_rewrites_the_positions_shown_once_pe
     let pass = plan(&mut index, at(t0 + 2));
     assert_eq!(releases(&pass.actions).len(), 1);
     land_all(&mut index, &pass.actions, t0 + 2);
-    let statuses = |pass: &muster_controller::plan::Plan| {
-        pass.actions
-            .iter()
-            .filter(|a| a.kind() == "job_status")
-            .count()
-    };
     // The same reason with new figures waits for the refresh interval where the status was
     // written within it; only the job that moves into the shown positions is written now
     // (its status was not written within the interval).
     let pass = plan(&mut index, at(t0 + 3));
-    let written: Vec<&str> = pass
-        .actions
-        .iter()
-        .filter(|a| a.kind() == "job_status")
-        .filter_map(Action::job)
-        .collect();
+    let written = statuses_written(&pass.actions);
     let newly_shown = format!("team-a/j{:03}", 3 + shown);
     assert_eq!(written, [newly_shown.as_str()]);
     land_all(&mut index, &pass.actions, t0 + 3);
@@ -569,7 +567,7 @@ fn an_admission_at_the_head_of_a_long_queue_rewrites_the_positions_shown_once_pe
     let later = t0 + 3 + refresh;
     let pass = plan(&mut index, at(later));
     assert_eq!(
-        statuses(&pass),
+        statuses_written(&pass.actions).len(),
         shown as usize - 1,
         "{} waiting jobs",
         waiting - 1
@@ -678,12 +676,7 @@ fn new_figures_rewrite_only_the_jobs_whose_position_is_shown() {
     index.apply(support::cluster_queue(28));
     let later = 5 + 2 * refresh;
     let pass = plan(&mut index, at(later));
-    let written: Vec<&str> = pass
-        .actions
-        .iter()
-        .filter(|a| a.kind() == "job_status")
-        .filter_map(Action::job)
-        .collect();
+    let written = statuses_written(&pass.actions);
     assert_eq!(written.len(), shown as usize, "{written:?}");
     land_all(&mut index, &pass.actions, later);
     let message = |i: u32| {

@@ -36,19 +36,31 @@ fn container_id(pod: &PodFacts<'_>, container: &Container) -> String {
     format!("fake://{}/{}", pod.uid, container.name)
 }
 
+/// One container's status: `state` is its `running` or `terminated` object.
+fn container_status(
+    pod: &PodFacts<'_>,
+    container: &Container,
+    ready: bool,
+    started: bool,
+    state: Value,
+) -> Value {
+    json!({
+        "name": container.name, "image": container.image,
+        "imageID": format!("fake://{}", container.image),
+        "containerID": container_id(pod, container), "ready": ready, "started": started,
+        "restartCount": 0, "state": state,
+    })
+}
+
 /// Init containers that ran and exited 0 as the pod started.
 fn init_statuses(pod: &PodFacts<'_>) -> Vec<Value> {
     pod.init_containers
         .iter()
         .map(|c| {
-            json!({
-                "name": c.name, "image": c.image, "imageID": format!("fake://{}", c.image),
-                "containerID": container_id(pod, c), "ready": true, "restartCount": 0,
-                "started": false,
-                "state": {"terminated": {"exitCode": 0, "reason": "Completed",
-                    "startedAt": pod.started, "finishedAt": pod.started,
-                    "containerID": container_id(pod, c)}},
-            })
+            let state = json!({"terminated": {"exitCode": 0, "reason": "Completed",
+                "startedAt": pod.started, "finishedAt": pod.started,
+                "containerID": container_id(pod, c)}});
+            container_status(pod, c, true, false, state)
         })
         .collect()
 }
@@ -65,11 +77,8 @@ pub(super) fn running(
         .containers
         .iter()
         .map(|c| {
-            json!({
-                "name": c.name, "image": c.image, "imageID": format!("fake://{}", c.image),
-                "containerID": container_id(pod, c), "ready": ready, "started": true,
-                "restartCount": 0, "state": {"running": {"startedAt": pod.started}},
-            })
+            let state = json!({"running": {"startedAt": pod.started}});
+            container_status(pod, c, ready, true, state)
         })
         .collect();
     let not_ready = (!ready).then_some("ContainersNotReady");
@@ -108,14 +117,10 @@ pub(super) fn finished(
         .containers
         .iter()
         .map(|c| {
-            json!({
-                "name": c.name, "image": c.image, "imageID": format!("fake://{}", c.image),
-                "containerID": container_id(pod, c), "ready": false, "started": false,
-                "restartCount": 0,
-                "state": {"terminated": {"exitCode": exit_code, "reason": container_reason,
-                    "startedAt": pod.started, "finishedAt": now,
-                    "containerID": container_id(pod, c)}},
-            })
+            let state = json!({"terminated": {"exitCode": exit_code,
+                "reason": container_reason, "startedAt": pod.started, "finishedAt": now,
+                "containerID": container_id(pod, c)}});
+            container_status(pod, c, false, false, state)
         })
         .collect();
     let ready_reason = if succeeded {

@@ -42,7 +42,7 @@ fn container_status(
     container: &Container,
     ready: bool,
     started: bool,
-    state: Value,
+    state: &Value,
 ) -> Value {
     json!({
         "name": container.name, "image": container.image,
@@ -60,7 +60,7 @@ fn init_statuses(pod: &PodFacts<'_>) -> Vec<Value> {
             let state = json!({"terminated": {"exitCode": 0, "reason": "Completed",
                 "startedAt": pod.started, "finishedAt": pod.started,
                 "containerID": container_id(pod, c)}});
-            container_status(pod, c, true, false, state)
+            container_status(pod, c, true, false, &state)
         })
         .collect()
 }
@@ -78,7 +78,7 @@ pub(super) fn running(
         .iter()
         .map(|c| {
             let state = json!({"running": {"startedAt": pod.started}});
-            container_status(pod, c, ready, true, state)
+            container_status(pod, c, ready, true, &state)
         })
         .collect();
     let not_ready = (!ready).then_some("ContainersNotReady");
@@ -120,7 +120,7 @@ pub(super) fn finished(
             let state = json!({"terminated": {"exitCode": exit_code,
                 "reason": container_reason, "startedAt": pod.started, "finishedAt": now,
                 "containerID": container_id(pod, c)}});
-            container_status(pod, c, false, false, state)
+            container_status(pod, c, false, false, &state)
         })
         .collect();
     let ready_reason = if succeeded {

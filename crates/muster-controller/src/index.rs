@@ -19,7 +19,7 @@ use muster_api::{
 use muster_topology::{NodeInfo, pod_usage};
 
 use crate::executor::Written;
-use crate::plan::Action;
+use crate::plan::{Action, Busy};
 use crate::release::{
     ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION, JOB_LABEL,
     POD_INDEX_LABEL, POD_SET_LABEL, parse_domain,
@@ -454,6 +454,34 @@ impl Index {
                 Written::LocalQueue(queue) => self.apply_written(*queue),
             }
         }
+    }
+
+    /// Queues a waiting job's status write of this pass for the sender (see
+    /// [`crate::deferred`]) instead of sending it now; gives back any other action.
+    pub fn defer(&mut self, action: Action) -> Result<(), Action> {
+        let Action::JobStatus { job, .. } = &action else {
+            return Err(action);
+        };
+        if !matches!(self.writes.busy.get(job), Some(Busy::Status)) {
+            return Err(action);
+        }
+        let job = job.clone();
+        self.writes.busy.insert(job.clone(), Busy::StatusQueued);
+        self.writes.deferred.put(&job, action);
+        Ok(())
+    }
+
+    /// The oldest queued status write, to send now, with the term it belongs to: its job is
+    /// marked as written to until [`Index::landed_in`].
+    pub fn next_deferred(&mut self) -> Option<(u64, Action)> {
+        let (job, action) = self.writes.deferred.pop()?;
+        self.writes.busy.insert(job, Busy::Status);
+        Some((self.writes.term, action))
+    }
+
+    /// How many status writes are queued and not yet sent.
+    pub fn deferred_len(&self) -> usize {
+        self.writes.deferred.len()
     }
 
     /// The leadership term whose writes are being tracked (see [`Index::landed_in`]).

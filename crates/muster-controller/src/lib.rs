@@ -9,9 +9,12 @@
 //!   `muster.dev/admission`, pinned to its node, with the environment a distributed job needs.
 //! - [`status`]: job and queue statuses, only when they change.
 //!
+//! - [`deferred`]: waiting jobs' status writes, queued apart from the writes that move work.
+//!
 //! The shell around them: [`executor`] carries actions out on the API server, and [`run`]
 //! watches, elects a leader, loops and serves metrics.
 
+pub mod deferred;
 pub mod executor;
 pub mod index;
 pub mod lifecycle;

@@ -46,6 +46,8 @@ pub struct Metrics {
     pub actions: Family<Labels, Counter>,
     /// API requests sent, by HTTP method (counted by the client, see [`ApiRequests`]).
     pub api_requests: ApiRequests,
+    /// Waiting jobs' status writes queued and not yet sent (see [`crate::deferred`]).
+    pub deferred_status_writes: Gauge,
 }
 
 /// API requests the controller's client sent, by HTTP method: the work per job that the API
@@ -108,12 +110,18 @@ impl Metrics {
             api_errors: Family::default(),
             actions: Family::default(),
             api_requests,
+            deferred_status_writes: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
             "admission_attempts",
             "Jobs a scheduling cycle tried to admit, by result",
             metrics.admission_attempts.clone(),
+        );
+        registry.register(
+            "deferred_status_writes",
+            "Waiting jobs' status writes queued and not yet sent",
+            metrics.deferred_status_writes.clone(),
         );
         registry.register(
             "cycle_duration_seconds",

@@ -202,6 +202,52 @@ pub struct Writes {
     pub(crate) refreshed: BTreeMap<String, i64>,
     /// The leadership term these writes belong to.
     pub(crate) term: u64,
+    /// Status writes of waiting jobs queued for the sender, not yet sent: each such job is
+    /// [`Busy::StatusQueued`] and counts one write in flight.
+    pub(crate) deferred: crate::deferred::DeferredStatuses,
+}
+
+impl Writes {
+    /// Whether a write for `job` is under way: queued status writes do not count (a pass
+    /// may replace or drop them, as nothing has been sent).
+    pub(crate) fn is_busy(&self, job: &str) -> bool {
+        self.busy
+            .get(job)
+            .is_some_and(|b| !matches!(b, Busy::StatusQueued))
+    }
+
+    /// Drops the queued status write of `job`, if any, with its count in flight.
+    pub(crate) fn drop_deferred(&mut self, job: &str) {
+        if !self.deferred.drop_job(job) {
+            return;
+        }
+        let left = self.in_flight.get_mut(job).map_or(0, |n| {
+            *n = n.saturating_sub(1);
+            *n
+        });
+        if left == 0 {
+            self.in_flight.remove(job);
+        }
+        if matches!(self.busy.get(job), Some(Busy::StatusQueued)) {
+            self.busy.remove(job);
+        }
+    }
+
+    /// Queued status writes whose job has since got another write, or is gone, are dropped:
+    /// the other write carries the whole status, and a gone job has none.
+    fn drop_superseded(&mut self, jobs: &BTreeMap<String, GpuJob>) {
+        let superseded: Vec<String> = self
+            .deferred
+            .jobs()
+            .filter(|j| {
+                !jobs.contains_key(*j) || !matches!(self.busy.get(*j), Some(Busy::StatusQueued))
+            })
+            .map(str::to_owned)
+            .collect();
+        for job in superseded {
+            self.drop_deferred(&job);
+        }
+    }
 }
 
 /// What is in flight for a job.
@@ -212,6 +258,9 @@ pub(crate) enum Busy {
     /// A status write for a waiting job: it still queues, but is not admitted until the
     /// write lands (two status writes in flight could land out of order).
     Status,
+    /// A status write for a waiting job, queued and not yet sent (see
+    /// [`crate::deferred`]): the job queues and may be admitted, which drops the write.
+    StatusQueued,
     /// A new ProvisioningRequest being created: the job holds its quota meanwhile.
     Provision(Holding),
     /// Anything else (eviction, deletion, finalizing): it neither holds nor queues.
@@ -504,6 +553,7 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
         decide(index, &scheduler, decision, &now_t, &provisioned, &mut plan);
     }
     queue_statuses(index, &scheduler, &mut plan);
+    index.writes.drop_superseded(&index.jobs);
     for action in &plan.actions {
         if let Some(job) = action.job() {
             *index.writes.in_flight.entry(job.to_owned()).or_default() += 1;
@@ -574,7 +624,9 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
             out.submit.push(admission_job());
             return;
         }
-        None => {}
+        // A queued status write holds nothing back: the pass decides afresh and replaces or
+        // drops it.
+        Some(Busy::StatusQueued) | None => {}
     }
     if job.metadata.deletion_timestamp.is_some() {
         if has_finalizer(job) {
@@ -1227,7 +1279,7 @@ fn wait(
     let Some(job) = index.jobs.get(&key) else {
         return;
     };
-    if index.writes.busy.contains_key(&key) {
+    if index.writes.is_busy(&key) {
         return;
     }
     let current = job.status.clone().unwrap_or_default();
@@ -1236,8 +1288,10 @@ fn wait(
     // A new reason is written at once. The same reason with new figures (quota left,
     // position, ETA) — which every admission or completion changes for every job behind it —
     // is written only for jobs whose position is shown (or was), at most once per refresh
-    // interval; further back a job keeps the message of its last new reason.
-    if before == Some(reason.kind()) {
+    // interval; further back a job keeps the message of its last new reason. A write still
+    // queued is always brought up to date: replacing it costs no request.
+    let queued = index.writes.deferred.contains(&key);
+    if before == Some(reason.kind()) && !queued {
         let shown = position > 0 && position <= status::SHOWN_POSITIONS;
         let refreshed_lately = index
             .writes
@@ -1248,31 +1302,48 @@ fn wait(
             return;
         }
     }
-    if let Some(next) = status::pending(
+    let Some(next) = status::pending(
         &current,
         job.metadata.generation,
         position,
         reason,
         eta,
         now,
-    ) {
-        // An Event when the reason changes, and for an invalid job at once; a job's first
-        // reason is in its status (an Event for it too would be one more write per job).
-        let invalid = reason.kind() == PendingReasonKind::InvalidJob;
-        let event = (before != Some(reason.kind()) && (before.is_some() || invalid)).then(|| {
-            let note = reason.message();
-            if invalid {
-                Note::warning("InvalidJob", note)
-            } else {
-                Note::normal("Pending", note)
-            }
-        });
-        plan.actions.push(Action::JobStatus {
-            job: key.clone(),
-            status: Box::new(next),
-            event,
-        });
-        index.writes.refreshed.insert(key.clone(), now_s);
+    ) else {
+        // The status already says it: a write still queued would say something older.
+        index.writes.drop_deferred(&key);
+        return;
+    };
+    if queued && before == Some(reason.kind()) {
+        // Back to the reason the status shows, only the figures differ: a job whose position
+        // is not shown keeps its status as it is.
+        let shown = position > 0 && position <= status::SHOWN_POSITIONS;
+        if !(shown || current.queue_position.is_some()) {
+            index.writes.drop_deferred(&key);
+            return;
+        }
+    }
+    // An Event when the reason changes, and for an invalid job at once; a job's first reason
+    // is in its status (an Event for it too would be one more write per job).
+    let invalid = reason.kind() == PendingReasonKind::InvalidJob;
+    let event = (before != Some(reason.kind()) && (before.is_some() || invalid)).then(|| {
+        let note = reason.message();
+        if invalid {
+            Note::warning("InvalidJob", note)
+        } else {
+            Note::normal("Pending", note)
+        }
+    });
+    let action = Action::JobStatus {
+        job: key.clone(),
+        status: Box::new(next),
+        event,
+    };
+    index.writes.refreshed.insert(key.clone(), now_s);
+    // A write still queued for the job is replaced in its turn; else a new one goes out (the
+    // run loop queues it: see [`Index::defer`]).
+    if let Err(action) = index.writes.deferred.replace(&key, action) {
+        plan.actions.push(action);
         index.writes.busy.insert(key, Busy::Status);
     }
 }
@@ -1287,10 +1358,12 @@ fn admit(
     plan: &mut Plan,
 ) {
     let key = admitted.job.clone();
-    if index.writes.busy.contains_key(&key) {
+    if index.writes.is_busy(&key) {
         // A status write is in flight; admit on the next pass.
         return;
     }
+    // A queued status write is dropped: the release writes the whole status.
+    index.writes.drop_deferred(&key);
     match release_action(index, &key, &admitted, now, true) {
         Err(e) => fail_release(index, &key, now.0.as_second(), e),
         Ok((mut action, _)) => {
@@ -1342,9 +1415,10 @@ fn start_provisioning(
     now: &Time,
     plan: &mut Plan,
 ) {
-    if index.writes.busy.contains_key(&key) {
+    if index.writes.is_busy(&key) {
         return;
     }
+    index.writes.drop_deferred(&key);
     let Some(job) = index.jobs.get(&key) else {
         return;
     };
@@ -1418,7 +1492,7 @@ fn waiting_for_nodes(
         .entry((cluster_queue, "Provisioning".to_owned()))
         .or_default() += 1;
     if next != current
-        && !index.writes.busy.contains_key(&key)
+        && !index.writes.is_busy(&key)
         && let Some(held) = provision::holding(&current, now)
     {
         plan.actions.push(Action::JobStatus {

@@ -100,6 +100,8 @@ pub fn lease_identity(base: Option<&str>) -> String {
 pub struct Shared {
     index: Mutex<Index>,
     wake: Notify,
+    /// Wakes the sender of queued status writes.
+    deferred_wake: Notify,
     /// The metrics.
     pub metrics: Metrics,
 }
@@ -287,8 +289,18 @@ async fn scheduling_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let permits = Arc::new(Semaphore::new(options.write_concurrency.max(1)));
+    let sender = tokio::spawn(send_deferred(
+        Arc::clone(shared),
+        executor.clone(),
+        leader.clone(),
+        Arc::clone(&permits),
+        (options.write_concurrency / 4).max(1),
+        stop.clone(),
+    ));
     let mut tick = tokio::time::interval(options.tick);
     let mut leading = false;
+    // How long the last pass planned, and when it ended.
+    let (mut last_pass, mut last_end) = (Duration::ZERO, Instant::now());
     loop {
         tokio::select! {
             () = shared.wake.notified() => tokio::time::sleep(options.debounce).await,
@@ -296,6 +308,10 @@ async fn scheduling_loop(
             _ = leader.changed() => {}
             _ = stop.changed() => break,
         }
+        // Passes take at most half of the loop's time: under a steady stream of events (a
+        // deep queue's status writes landing, pods starting) the next pass waits at least as
+        // long as the last one took, so the events it folds in are many per pass.
+        tokio::time::sleep_until((last_end + last_pass).into()).await;
         if !*leader.borrow() {
             if leading {
                 tracing::warn!("lost the lease: no more writes");
@@ -329,29 +345,104 @@ async fn scheduling_loop(
                     "pass"
                 );
             }
-            (index.term(), pass.actions)
+            // Waiting jobs' statuses go to the sender; everything else goes now.
+            let mut now_actions = Vec::with_capacity(pass.actions.len());
+            for action in pass.actions {
+                if let Err(action) = index.defer(action) {
+                    now_actions.push(action);
+                }
+            }
+            let queued = index.deferred_len();
+            shared
+                .metrics
+                .deferred_status_writes
+                .set(i64::try_from(queued).unwrap_or(i64::MAX));
+            if queued > 0 {
+                shared.deferred_wake.notify_one();
+            }
+            (index.term(), now_actions)
         };
+        last_pass = started.elapsed();
         for action in actions {
             let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
                 break;
             };
-            let (shared, executor) = (Arc::clone(shared), executor.clone());
-            tokio::spawn(async move {
-                let result = executor.execute(&action).await.map_err(|e| e.to_string());
-                if let Err(e) = &result {
-                    tracing::warn!(action = action.kind(), job = ?action.job(), error = %e, "write failed");
-                }
-                shared.metrics.action(action.kind(), result.is_ok());
-                let now = k8s_openapi::jiff::Timestamp::now().as_second();
-                shared.index().landed_in(term, &action, result, now);
-                shared.wake.notify_one();
-                drop(permit);
-            });
+            spawn_write(shared, &executor, term, action, permit, true);
         }
+        last_end = Instant::now();
     }
+    let _ = sender.await;
     // Let writes in flight finish (each is idempotent, so a cut one is finished later).
     let all = u32::try_from(options.write_concurrency.max(1)).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(all)).await;
+}
+
+/// Carries `action` out in a task of its own, holding `permit` until it has landed; wakes
+/// the loop afterwards when `wake`.
+fn spawn_write<P: Send + 'static>(
+    shared: &Arc<Shared>,
+    executor: &Executor,
+    term: u64,
+    action: crate::plan::Action,
+    permit: P,
+    wake: bool,
+) {
+    let (shared, executor) = (Arc::clone(shared), executor.clone());
+    tokio::spawn(async move {
+        let result = executor.execute(&action).await.map_err(|e| e.to_string());
+        if let Err(e) = &result {
+            tracing::warn!(action = action.kind(), job = ?action.job(), error = %e, "write failed");
+        }
+        shared.metrics.action(action.kind(), result.is_ok());
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        shared.index().landed_in(term, &action, result, now);
+        if wake {
+            shared.wake.notify_one();
+        }
+        drop(permit);
+    });
+}
+
+/// Sends the waiting jobs' status writes that passes queued (see [`crate::deferred`]),
+/// oldest first, at most `lane` at once and each also holding one of the loop's `permits`:
+/// releases and evictions keep most of the API server's attention. Only while leading.
+async fn send_deferred(
+    shared: Arc<Shared>,
+    executor: Executor,
+    leader: watch::Receiver<bool>,
+    permits: Arc<Semaphore>,
+    lane: usize,
+    mut stop: watch::Receiver<bool>,
+) {
+    let lane = Arc::new(Semaphore::new(lane));
+    loop {
+        tokio::select! {
+            () = shared.deferred_wake.notified() => {}
+            _ = stop.changed() => return,
+        }
+        while *leader.borrow() && !*stop.borrow() {
+            let Ok(own) = Arc::clone(&lane).acquire_owned().await else {
+                return;
+            };
+            let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+                return;
+            };
+            let next = {
+                let mut index = shared.index();
+                let next = index.next_deferred();
+                shared
+                    .metrics
+                    .deferred_status_writes
+                    .set(i64::try_from(index.deferred_len()).unwrap_or(i64::MAX));
+                next
+            };
+            let Some((term, action)) = next else {
+                break;
+            };
+            // Its landing need not wake the loop: the job's watch event does.
+            spawn_write(&shared, &executor, term, action, (own, permit), false);
+        }
+    }
 }
 
 /// `/metrics`, `/livez` and `/readyz` until `stop`.

@@ -641,7 +641,15 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
         }
         return;
     }
-    if !has_finalizer(job) && !index.writes.finalizing.contains(key) {
+    // A waiting job has nothing to clean up: the finalizer goes on with its release (see
+    // [`finalize_with`]), so a deep queue costs no write per job before it is admitted. A
+    // job that holds something or has pods and lacks it (admitted by an older version) gets
+    // it now.
+    let holds = status.admission.is_some()
+        || provision::is_provisioning(&status)
+        || !current.is_empty()
+        || !stale.is_empty();
+    if holds && !has_finalizer(job) && !index.writes.finalizing.contains(key) {
         out.actions.push(Action::AddFinalizer {
             job: key.to_owned(),
         });
@@ -1348,6 +1356,17 @@ fn wait(
     }
 }
 
+/// Adds Muster's finalizer beside a job's first write that creates something (a release, a
+/// ProvisioningRequest), unless it has it or it is being added.
+fn finalize_with(index: &mut Index, key: &str, plan: &mut Plan) {
+    let lacks = index.jobs.get(key).is_some_and(|j| !has_finalizer(j));
+    if lacks && index.writes.finalizing.insert(key.to_owned()) {
+        plan.actions.push(Action::AddFinalizer {
+            job: key.to_owned(),
+        });
+    }
+}
+
 /// Admission placed a job: release its gang (onto bought capacity, consuming its request,
 /// when it was provisioned).
 fn admit(
@@ -1380,6 +1399,7 @@ fn admit(
                     .push(now.0.as_second() - seconds(created));
             }
             plan.summary.admitted += 1;
+            finalize_with(index, &key, plan);
             index.writes.busy.insert(key, Busy::Release(admitted));
             plan.actions.push(action);
         }
@@ -1456,6 +1476,7 @@ fn start_provisioning(
                     status.provisioning_attempts
                 ),
             );
+            finalize_with(index, &key, plan);
             plan.actions.push(Action::Provision {
                 job: key.clone(),
                 templates: objects.templates,

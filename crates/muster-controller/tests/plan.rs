@@ -398,6 +398,38 @@ fn jobs_without_the_finalizer_get_it() {
 }
 
 #[test]
+fn a_waiting_job_gets_the_finalizer_only_with_its_release() {
+    // Quota for one 2-pod gang: a runs, b waits.
+    let (mut a, mut b) = (job("a", 2, 0), job("b", 2, 1));
+    a.metadata.finalizers = None;
+    b.metadata.finalizers = None;
+    let mut index = cluster(16, vec![a, b]);
+    let pass = plan(&mut index, at(10));
+    let finalized: Vec<&str> = pass
+        .actions
+        .iter()
+        .filter(|x| matches!(x, Action::AddFinalizer { .. }))
+        .filter_map(Action::job)
+        .collect();
+    assert_eq!(finalized, ["team-a/a"], "b waits: nothing to clean up yet");
+    land_all(&mut index, &pass.actions, 10);
+    report(
+        &mut index,
+        &releases(&pass.actions)[0].clone(),
+        "Succeeded",
+        false,
+    );
+    let pass = plan(&mut index, at(20));
+    assert!(
+        job_actions(&pass.actions, "team-a/b")
+            .iter()
+            .any(|x| matches!(x, Action::AddFinalizer { .. })),
+        "b's release brings its finalizer: {:#?}",
+        pass.actions
+    );
+}
+
+#[test]
 fn a_release_that_fails_is_retried_with_backoff_and_says_why() {
     let mut index = cluster(32, vec![job("a", 2, 0)]);
     let pass = plan(&mut index, at(10));

@@ -3,6 +3,10 @@
 //! `muster-load kueue-baseline --kube-bin DIR --out DIR` reproduces Kueue's
 //! scheduler-performance baseline (15,000 single-pod jobs on 30 ClusterQueues in 5 cohorts)
 //! through a release build of `muster controller` and writes `summary.json` and `jobs.csv`.
+//!
+//! `muster-load api-floor --kube-bin DIR` measures how fast a fresh API server on this
+//! machine takes pod creates and patches, with nothing else running: the floor under the
+//! baseline's figures.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use muster_testkit::load::api_floor::{FloorOptions, measure};
 use muster_testkit::load::baseline::Baseline;
 use muster_testkit::load::kueue_baseline::{RunOptions, run};
 
@@ -41,6 +46,18 @@ enum Command {
         #[arg(long, default_value_t = 1800)]
         timeout: u64,
     },
+    /// The API server's write rate on this machine, with nothing else running.
+    ApiFloor {
+        /// The control-plane binaries; default $MUSTER_KUBE_BIN.
+        #[arg(long, env = "MUSTER_KUBE_BIN")]
+        kube_bin: PathBuf,
+        /// Pods to create, then patch.
+        #[arg(long, default_value_t = 5000)]
+        objects: usize,
+        /// Requests in flight at once (the controller's default write concurrency).
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -53,15 +70,58 @@ fn main() -> ExitCode {
     }
 }
 
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
 fn main_inner() -> anyhow::Result<()> {
-    let Command::KueueBaseline {
-        kube_bin,
-        out,
-        muster,
-        scale,
-        nodes,
-        timeout,
-    } = Command::parse();
+    match Command::parse() {
+        Command::KueueBaseline {
+            kube_bin,
+            out,
+            muster,
+            scale,
+            nodes,
+            timeout,
+        } => kueue_baseline(kube_bin, out, muster, scale, nodes, timeout),
+        Command::ApiFloor {
+            kube_bin,
+            objects,
+            concurrency,
+        } => {
+            let options = FloorOptions {
+                kube_bin,
+                objects,
+                concurrency,
+            };
+            let runtime = runtime()?;
+            let floor = runtime.block_on(async {
+                tokio::select! {
+                    floor = measure(&options) => floor,
+                    () = interrupted() => anyhow::bail!("interrupted"),
+                }
+            });
+            runtime.shutdown_timeout(Duration::from_secs(5));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&floor?).context("encoding the figures")?
+            );
+            Ok(())
+        }
+    }
+}
+
+fn kueue_baseline(
+    kube_bin: PathBuf,
+    out: PathBuf,
+    muster: Option<PathBuf>,
+    scale: f64,
+    nodes: u32,
+    timeout: u64,
+) -> anyhow::Result<()> {
     let muster = match muster {
         Some(path) => path,
         None => release_build()?,
@@ -74,10 +134,7 @@ fn main_inner() -> anyhow::Result<()> {
         nodes,
         timeout: Duration::from_secs(timeout),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let runtime = runtime()?;
     // Ctrl-C or SIGTERM drops the run, and with it the control plane and the controller.
     let summary = runtime.block_on(async {
         tokio::select! {

@@ -110,6 +110,26 @@ impl Cluster {
         }
     }
 
+    /// Makes `nodes` of `flavor` full, whatever is released from them later (the nodes a
+    /// preemptor counted on); returns what it added per node, for [`Cluster::remove_usage`]
+    /// to take away again.
+    pub fn block(&mut self, flavor: &str, nodes: &[String]) -> Vec<(String, Resources)> {
+        let mut added = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let whole = self.flavors.get(flavor).and_then(|f| {
+                let id = f.topology.node_id(node)?;
+                let mut whole = f.topology.used(id);
+                whole.add_all(&f.topology.free(id));
+                Some(whole)
+            });
+            if let Some(whole) = whole {
+                self.add_usage(node, &whole);
+                added.push((node.clone(), whole));
+            }
+        }
+        added
+    }
+
     /// Places one pod set in `flavor` (the request already carries the flavor's labels and
     /// tolerations) and books its pods in every flavor.
     pub fn place(

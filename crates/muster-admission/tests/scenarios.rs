@@ -636,3 +636,90 @@ fn a_held_queue_does_not_start_provisioned_capacity_either() {
     assert!(matches!(s.state("ns/big"), Some(JobState::Provisioning(_))));
     assert_eq!(s.quota().usage("q", "h100", GPU).0.units_ceil(), 32);
 }
+
+/// The demo's loop, in three jobs: a gang needing a whole block evicts one low-priority gang
+/// and counts on the block's free hosts too; a second low-priority gang, served later in
+/// the same cycle, took those free hosts, so the preemptor evicted it next, and the first one
+/// came back onto the hosts it had left, and so on, every cycle. The preemptor's nodes are
+/// now its own from its preemption until it starts.
+#[test]
+fn a_preemptor_keeps_the_capacity_it_counted_on_until_it_starts() {
+    let policy = PreemptionPolicy {
+        within_cluster_queue: WithinClusterQueue::LowerPriority,
+        reclaim_within_cohort: ReclaimWithinCohort::Never,
+    };
+    let mut s = scheduler(
+        &fleet("h100", 1, 4),
+        vec![flavor("h100")],
+        vec![("q", preempting(gpu_queue(1000), policy))],
+    );
+    s.submit(in_one_block(job("low-1", "q", 0, 0, 2, 8)));
+    assert_eq!(admitted(&cycle(&mut s, 0)), vec!["low-1"]);
+    s.submit(in_one_block(job("high", "q", 100, 1, 4, 8)));
+    s.submit(in_one_block(job("low-2", "q", 0, 1, 2, 8)));
+    let mut preemptions = Vec::new();
+    let mut started = None;
+    for t in 1..12 {
+        let d = cycle(&mut s, t);
+        if admitted(&d).contains(&"high".to_owned()) {
+            started.get_or_insert(t);
+        }
+        // `cycle` lets the victims go at once, as the simulator does.
+        preemptions.extend(preempted(&d));
+    }
+    assert_eq!(preemptions, vec!["low-1"], "one eviction, then calm");
+    assert_eq!(
+        started,
+        Some(2),
+        "the preemptor starts as soon as its victim is gone"
+    );
+}
+
+/// The controller builds its scheduler afresh for every pass: a preemptor whose victim is
+/// still terminating is nominated again (`renominate`), and a job of another queue ordered
+/// before it cannot take the free hosts it counted on.
+#[test]
+fn a_renominated_preemptor_is_served_first_by_a_rebuilt_scheduler() {
+    let policy = PreemptionPolicy {
+        within_cluster_queue: WithinClusterQueue::LowerPriority,
+        reclaim_within_cohort: ReclaimWithinCohort::Never,
+    };
+    let build = || {
+        scheduler(
+            &fleet("h100", 1, 4),
+            vec![flavor("h100")],
+            vec![
+                ("a", preempting(gpu_queue(1000), policy.clone())),
+                ("b", gpu_queue(1000)),
+            ],
+        )
+    };
+    let low = in_one_block(job("low", "a", 0, 0, 2, 8));
+    let high = in_one_block(job("high", "a", 100, 1, 4, 8));
+    let mut first = build();
+    first.submit(low.clone());
+    assert_eq!(admitted(&first.cycle(0)), vec!["low"]);
+    first.submit(high.clone());
+    let d = first.cycle(1);
+    assert_eq!(preempted(&d), vec!["low"]);
+    assert_eq!(first.nominated().collect::<Vec<_>>(), vec!["ns/high"]);
+    let Some(JobState::Evicting(holding)) = first.state("ns/low").cloned() else {
+        unreachable!("low is leaving")
+    };
+
+    // The next pass: low's pods are still terminating, and a job of another queue that
+    // would be served first (higher priority) arrives.
+    let other = in_one_block(job("other", "b", 200, 2, 2, 8));
+    for renominated in [true, false] {
+        let mut next = build();
+        next.restore(low.clone(), holding.clone(), false);
+        next.submit(high.clone());
+        next.submit(other.clone());
+        if renominated {
+            next.renominate("ns/high");
+        }
+        let d = next.cycle(2);
+        let took = admitted(&d).contains(&"other".to_owned());
+        assert_eq!(took, !renominated, "renominated {renominated}: {d:#?}");
+    }
+}

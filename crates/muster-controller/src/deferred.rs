@@ -31,7 +31,7 @@ impl DeferredStatuses {
     /// Queues `action` for `job`, or replaces the write already queued for it (which keeps
     /// its turn).
     pub(crate) fn put(&mut self, job: &str, action: Action) {
-        let Err(action) = self.replace(job, action) else {
+        let Some(action) = self.replace(job, action) else {
             return;
         };
         let turn = self.next;
@@ -42,13 +42,13 @@ impl DeferredStatuses {
 
     /// Replaces the write queued for `job`, keeping its turn; gives `action` back when none
     /// is queued.
-    pub(crate) fn replace(&mut self, job: &str, action: Action) -> Result<(), Action> {
+    pub(crate) fn replace(&mut self, job: &str, action: Action) -> Option<Action> {
         match self.queued.get_mut(job) {
             Some((_, queued)) => {
                 *queued = action;
-                Ok(())
+                None
             }
-            None => Err(action),
+            None => Some(action),
         }
     }
 

@@ -171,6 +171,9 @@ pub struct Index {
     cluster: Option<(u64, muster_admission::Cluster)>,
     /// Writes started and not yet landed.
     pub(crate) writes: crate::plan::Writes,
+    /// Preemptors waiting for their victims to leave, as the last pass's cycle left them:
+    /// the next pass's scheduler, built afresh, serves them first again.
+    pub(crate) nominated: BTreeSet<String>,
     /// Objects that could not be read, with why (reported, never fatal).
     pub(crate) unreadable: BTreeMap<String, String>,
     /// Keys seen during a relist, per kind: what was not seen is gone.
@@ -457,18 +460,19 @@ impl Index {
     }
 
     /// Queues a waiting job's status write of this pass for the sender (see
-    /// [`crate::deferred`]) instead of sending it now; gives back any other action.
-    pub fn defer(&mut self, action: Action) -> Result<(), Action> {
+    /// [`crate::deferred`]) instead of sending it now; gives back any other action, to send
+    /// now.
+    pub fn defer(&mut self, action: Action) -> Option<Action> {
         let Action::JobStatus { job, .. } = &action else {
-            return Err(action);
+            return Some(action);
         };
         if !matches!(self.writes.busy.get(job), Some(Busy::Status)) {
-            return Err(action);
+            return Some(action);
         }
         let job = job.clone();
         self.writes.busy.insert(job.clone(), Busy::StatusQueued);
         self.writes.deferred.put(&job, action);
-        Ok(())
+        None
     }
 
     /// The oldest queued status write, to send now, with the term it belongs to: its job is

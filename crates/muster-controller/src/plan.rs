@@ -546,7 +546,11 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
     for job in submit {
         scheduler.submit(job);
     }
+    for id in &index.nominated {
+        scheduler.renominate(id);
+    }
     let decisions = scheduler.cycle(now.as_second());
+    index.nominated = scheduler.nominated().map(str::to_owned).collect();
 
     // (3) Decisions into writes.
     for decision in decisions {
@@ -1350,7 +1354,7 @@ fn wait(
     index.writes.refreshed.insert(key.clone(), now_s);
     // A write still queued for the job is replaced in its turn; else a new one goes out (the
     // run loop queues it: see [`Index::defer`]).
-    if let Err(action) = index.writes.deferred.replace(&key, action) {
+    if let Some(action) = index.writes.deferred.replace(&key, action) {
         plan.actions.push(action);
         index.writes.busy.insert(key, Busy::Status);
     }

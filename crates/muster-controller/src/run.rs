@@ -348,7 +348,7 @@ async fn scheduling_loop(
             // Waiting jobs' statuses go to the sender; everything else goes now.
             let mut now_actions = Vec::with_capacity(pass.actions.len());
             for action in pass.actions {
-                if let Err(action) = index.defer(action) {
+                if let Some(action) = index.defer(action) {
                     now_actions.push(action);
                 }
             }

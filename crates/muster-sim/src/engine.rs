@@ -35,6 +35,11 @@ pub struct JobRecord {
     pub preemptions: u32,
     /// How often its node failed under it and it restarted.
     pub restarts: u32,
+    /// GPU-seconds of its runs that ended before it finished and whose work was not kept
+    /// (all of such a run without checkpoints, what followed the last checkpoint with them).
+    pub lost_gpu_seconds: u64,
+    /// Seconds of work it asked for (its duration).
+    pub work: i64,
 }
 
 /// One point of the allocation timeline.
@@ -211,6 +216,8 @@ impl Books {
                     domain: String::new(),
                     preemptions: 0,
                     restarts: 0,
+                    lost_gpu_seconds: 0,
+                    work: j.duration,
                 })
                 .collect(),
             remaining: loaded.jobs.iter().map(|j| j.duration).collect(),
@@ -277,10 +284,15 @@ impl Books {
             self.running[i] = false;
             self.allocated -= self.records[i].gpus;
             self.pending += 1;
-            if let (Some(every), Some(start)) = (self.checkpoint, self.records[i].start) {
-                let kept = (now - start) / every * every;
+            let ran = self.records[i]
+                .start
+                .map_or(0, |start| (now - start).max(0));
+            let kept = self.checkpoint.map_or(0, |every| ran / every * every);
+            if self.checkpoint.is_some() {
                 self.remaining[i] = (self.remaining[i] - kept).max(1);
             }
+            let lost = u64::try_from(ran - kept).unwrap_or(0);
+            self.records[i].lost_gpu_seconds += self.records[i].gpus * lost;
         }
         self.attempt[i] += 1;
         if failed {

@@ -17,14 +17,15 @@ pub(crate) const SIZE_CLASSES: &[(&str, u64, u64)] = &[
 
 /// `jobs.csv`: one line per job.
 pub fn jobs_csv(run: &Run) -> String {
-    let mut out =
-        String::from("id,queue,gpus,submit,admit,start,end,wait,domain,preemptions,restarts\n");
+    let mut out = String::from(
+        "id,queue,gpus,submit,admit,start,end,wait,domain,preemptions,restarts,lost_gpu_seconds\n",
+    );
     let opt = |v: Option<i64>| v.map_or_else(String::new, |v| v.to_string());
     for r in &run.records {
         let wait = r.start.map(|s| s - r.submit);
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
             r.id,
             r.queue,
             r.gpus,
@@ -35,7 +36,8 @@ pub fn jobs_csv(run: &Run) -> String {
             opt(wait),
             r.domain,
             r.preemptions,
-            r.restarts
+            r.restarts,
+            r.lost_gpu_seconds
         );
     }
     out
@@ -144,6 +146,7 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
         (gpu_seconds as f64 / capacity as f64 * 1000.0).round() / 1000.0
     };
     let per_queue = per_queue(run);
+    let waste = waste(run, &finished, capacity);
     let mut summary = json!({
         "scenario": scenario,
         "policy": run.policy,
@@ -162,6 +165,9 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
         "fragmentedGpuSeconds": u64::try_from(fragmented).unwrap_or(u64::MAX),
         "queues": per_queue,
         "preemptions": run.records.iter().map(|r| u64::from(r.preemptions)).sum::<u64>(),
+        "preemptionsPerJob": {"max": waste.max_preemptions, "p99": waste.p99_preemptions},
+        "gpuSecondsLost": waste.lost,
+        "goodput": waste.goodput,
         "events": run.events,
         "cycles": run.cycles,
     });
@@ -183,6 +189,43 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
         m.insert("eventsPerSecond".into(), json!(rate));
     }
     summary
+}
+
+/// What preemptions and failures cost a run.
+struct Waste {
+    max_preemptions: u32,
+    p99_preemptions: u32,
+    /// GPU-seconds of runs that ended unfinished, less what checkpoints kept.
+    lost: u64,
+    /// The work that counted ÷ capacity.
+    goodput: f64,
+}
+
+fn waste(run: &Run, finished: &[&crate::engine::JobRecord], capacity: u128) -> Waste {
+    // Work that counted: every finished job's GPUs × its duration (its last run, and what
+    // earlier runs kept at checkpoints).
+    let useful: u128 = finished
+        .iter()
+        .map(|r| u128::from(r.gpus) * u128::try_from(r.work.max(0)).unwrap_or(0))
+        .sum();
+    #[expect(clippy::cast_precision_loss, reason = "a fraction for people to read")]
+    let goodput = if capacity == 0 {
+        0.0
+    } else {
+        (useful as f64 / capacity as f64 * 1000.0).round() / 1000.0
+    };
+    let mut per_job: Vec<u32> = run.records.iter().map(|r| r.preemptions).collect();
+    per_job.sort_unstable();
+    let p99 = per_job
+        .get((per_job.len() * 99).div_ceil(100).saturating_sub(1))
+        .copied()
+        .unwrap_or(0);
+    Waste {
+        max_preemptions: per_job.last().copied().unwrap_or(0),
+        p99_preemptions: p99,
+        lost: run.records.iter().map(|r| r.lost_gpu_seconds).sum(),
+        goodput,
+    }
 }
 
 /// Per LocalQueue: jobs, GPU-seconds of their finished runs, and the share of all of them.
@@ -242,7 +285,7 @@ pub fn text(summary: &Value) -> String {
     let w = &summary["waitSeconds"];
     let j = &summary["jctSeconds"];
     let mut out = format!(
-        "{} — policy {}\n  jobs {} (finished {}, never started {}), makespan {} s\n  wait  mean {} s, p50 {} s, p95 {} s, p99 {} s\n  JCT   mean {} s, p50 {} s, p95 {} s, p99 {} s\n  GPUs {}: mean allocation {}, preemptions {}\n",
+        "{} — policy {}\n  jobs {} (finished {}, never started {}), makespan {} s\n  wait  mean {} s, p50 {} s, p95 {} s, p99 {} s\n  JCT   mean {} s, p50 {} s, p95 {} s, p99 {} s\n  GPUs {}: mean allocation {}, goodput {}\n  preemptions {} (per job: max {}, p99 {}), GPU-seconds lost {}\n",
         summary["scenario"].as_str().unwrap_or_default(),
         summary["policy"].as_str().unwrap_or_default(),
         summary["jobs"],
@@ -259,7 +302,11 @@ pub fn text(summary: &Value) -> String {
         j["p99"],
         summary["gpus"],
         summary["gpuAllocationMean"],
+        summary["goodput"],
         summary["preemptions"],
+        summary["preemptionsPerJob"]["max"],
+        summary["preemptionsPerJob"]["p99"],
+        summary["gpuSecondsLost"],
     );
     if let Some(p) = summary.get("provisioning") {
         let _ = writeln!(

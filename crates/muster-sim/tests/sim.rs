@@ -263,6 +263,22 @@ fn failed_nodes_restart_their_gangs_and_checkpoints_keep_work() {
         busy(&with),
         busy(&without)
     );
+    // What the restarts threw away: without checkpoints a restarted job loses whole runs;
+    // with one every 10 s, less than 10 s of its GPUs per restart.
+    let lost = |r: &engine::Run| -> u64 { r.records.iter().map(|j| j.lost_gpu_seconds).sum() };
+    assert!(lost(&without) > 0);
+    for j in &with.records {
+        assert!(
+            j.lost_gpu_seconds < 10 * j.gpus * u64::from(j.restarts + j.preemptions).max(1),
+            "{j:?}"
+        );
+    }
+    for r in [&without, &with] {
+        let summary = muster_sim::report::summary("small", r, false);
+        assert_eq!(summary["gpuSecondsLost"], lost(r));
+        let goodput = summary["goodput"].as_f64().unwrap_or(-1.0);
+        assert!(goodput > 0.0 && goodput <= summary["gpuAllocationMean"].as_f64().unwrap_or(0.0));
+    }
 }
 
 #[test]

@@ -16,6 +16,7 @@ use crate::quota::{QuotaBook, QuotaCheck, Shortfall};
 use crate::reservation::Reservation;
 
 mod assign;
+mod nominate;
 mod preempt;
 mod provisioned;
 mod reserve;
@@ -88,6 +89,9 @@ struct CycleState {
     reservations: Vec<Reservation>,
     /// The release timeline and order for reservations, until the next admission.
     release: Option<ReleaseOrder>,
+    /// What the cycle holds for nominated preemptors (see [`nominate`]), taken back at its
+    /// end.
+    holds: Vec<nominate::Hold>,
     /// Shape → the reservations that bound a job of that shape which could not
     /// start, and why. Capacity and quota only shrink within a cycle and reservations only
     /// add constraints, so an identical job bound by at least those reservations fares no
@@ -134,6 +138,8 @@ pub struct Scheduler {
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// Every job shape seen, spelled out, with its index.
     shapes: BTreeMap<String, usize>,
+    /// Preemptors waiting for their victims to leave, with what they counted on.
+    nominations: BTreeMap<JobId, nominate::Nomination>,
     policy: Box<dyn Policy>,
 }
 
@@ -179,6 +185,7 @@ impl Scheduler {
             jobs: BTreeMap::new(),
             namespaces: BTreeMap::new(),
             shapes: BTreeMap::new(),
+            nominations: BTreeMap::new(),
             policy: Box::new(BestFit),
         }
     }
@@ -365,11 +372,14 @@ impl Scheduler {
         let mut out = Vec::new();
         self.drain_stopped(&mut out);
         self.start_provisioned(now, &mut out);
+        let mut state = CycleState::default();
+        // Preemptors first: what they evicted for is theirs.
+        let (nominated, mut positions) = self.serve_nominated(now, &mut state, &mut out);
 
         // Waiting jobs per ClusterQueue, in queue order; the rest are answered at once.
         let mut lists: BTreeMap<String, Vec<Arc<Job>>> = BTreeMap::new();
         for entry in self.jobs.values() {
-            if entry.state != JobState::Pending {
+            if entry.state != JobState::Pending || nominated.contains(&entry.job.id) {
                 continue;
             }
             let job = &entry.job;
@@ -395,8 +405,6 @@ impl Scheduler {
         }
 
         let mut cursor: BTreeMap<String, usize> = lists.keys().map(|q| (q.clone(), 0)).collect();
-        let mut positions: BTreeMap<String, u32> = BTreeMap::new();
-        let mut state = CycleState::default();
         let mut heads: BTreeMap<String, HeadKey> = BTreeMap::new();
         while let Some(cq) = self.next_queue(&lists, &cursor, &mut heads) {
             let Some(at) = cursor.get_mut(&cq) else { break };
@@ -408,15 +416,24 @@ impl Scheduler {
             let before = out.len();
             self.serve(&cq, &job, position, now, &mut state, &mut out);
             heads.remove(&cq);
-            if out[before..]
-                .iter()
-                .any(|d| matches!(d, Decision::Admit(_) | Decision::Provision { .. }))
-            {
-                // Usage changed: shares, borrowing and the release timeline may have too.
+            if out[before..].iter().any(|d| {
+                matches!(
+                    d,
+                    Decision::Admit(_)
+                        | Decision::Provision { .. }
+                        | Decision::Pending {
+                            reason: PendingReason::Preempting { .. },
+                            ..
+                        }
+                )
+            }) {
+                // Usage changed (or was held for a preemptor): shares, borrowing and the
+                // release timeline may have too.
                 heads.clear();
                 state.release = None;
             }
         }
+        self.release_holds(&mut state);
         self.cluster.commit();
         out
     }
@@ -541,25 +558,11 @@ impl Scheduler {
             state.strict_head.remove(cq);
             return;
         }
-        if let Some((victims, leaving)) = self.preempt(cq, job, &state.reservations, now) {
-            let fresh: Vec<JobId> = victims
-                .iter()
-                .filter(|v| !leaving.contains(*v))
-                .cloned()
-                .collect();
-            for v in &fresh {
-                if let Some(entry) = self.jobs.get_mut(v)
-                    && let JobState::Admitted(h) = entry.state.clone()
-                {
-                    entry.state = JobState::Evicting(h);
-                }
-            }
-            if !fresh.is_empty() {
-                out.push(Decision::Preempt {
-                    victims: fresh,
-                    for_job: job.id.clone(),
-                });
-            }
+        if let Some((victims, leaving, assignment)) =
+            self.preempt(cq, job, &state.reservations, now)
+        {
+            self.evict_for(job, &victims, &leaving, out);
+            self.nominate(cq, job, &victims, &assignment, state);
             out.push(pending(PendingReason::Preempting { victims }, None));
             return;
         }

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use muster_api::cluster_queue::{ReclaimWithinCohort, WithinClusterQueue};
 
-use super::{JobState, Options, Scheduler};
+use super::{Assignment, JobState, Options, Scheduler};
 use crate::job::{Job, JobId};
 use crate::reservation::Reservation;
 
@@ -16,15 +16,16 @@ type Candidate = (bool, bool, i32, std::cmp::Reverse<i64>, JobId);
 impl Scheduler {
     /// The smallest set of whole jobs whose eviction lets `job` be placed — quota and nodes —
     /// under the queue's preemption policy, with the jobs of that set already leaving (from
-    /// an earlier preemption or a drain). `None` when no such set exists. Jobs already leaving
-    /// are counted first, so a preemptor waits for them rather than evicting more.
+    /// an earlier preemption or a drain) and the assignment the job gets once they are gone.
+    /// `None` when no such set exists. Jobs already leaving are counted first, so a preemptor
+    /// waits for them rather than evicting more.
     pub(super) fn preempt(
         &mut self,
         cq: &str,
         job: &Job,
         reservations: &[Reservation],
         now: i64,
-    ) -> Option<(Vec<JobId>, BTreeSet<JobId>)> {
+    ) -> Option<(Vec<JobId>, BTreeSet<JobId>, Assignment)> {
         let mut candidates = self.preemption_candidates(cq, job)?;
         if candidates.iter().all(|c| !c.0) {
             return None;
@@ -97,7 +98,9 @@ impl Scheduler {
                 victims = fewer;
             }
         }
-        Some((victims, leaving))
+        let assignment =
+            self.fits_without(cq, job, &victims, opts_for(&victims), now, reservations)?;
+        Some((victims, leaving, assignment))
     }
     /// Jobs whose eviction the queue's policy allows for `job`, plus every job already
     /// leaving, as (not leaving, same queue, priority, newest first, id): sorted, that is

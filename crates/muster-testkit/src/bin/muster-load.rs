@@ -128,7 +128,7 @@ fn kueue_baseline(
     };
     let options = RunOptions {
         kube_bin,
-        out: out.clone(),
+        out,
         muster,
         baseline: Baseline::kueue().scaled(scale),
         nodes,
@@ -149,7 +149,7 @@ fn kueue_baseline(
         "{}",
         serde_json::to_string_pretty(&summary).context("encoding the summary")?
     );
-    eprintln!("wrote {}", out.join("summary.json").display());
+    eprintln!("wrote {}", options.out.join("summary.json").display());
     anyhow::ensure!(
         summary.finished == summary.jobs,
         "only {} of {} jobs finished",

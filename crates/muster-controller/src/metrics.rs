@@ -48,6 +48,13 @@ pub struct Metrics {
     pub api_requests: ApiRequests,
     /// Waiting jobs' status writes queued and not yet sent (see [`crate::deferred`]).
     pub deferred_status_writes: Gauge,
+    /// GPU-seconds of runs evicted (preempted, timed out, restarted, drained), from
+    /// admission to eviction.
+    pub gpu_seconds_lost: Counter,
+    /// GPU-seconds of runs that succeeded, from admission to the end.
+    pub gpu_seconds_completed: Counter,
+    /// Per finished job, how often it was evicted before.
+    pub job_evictions: Histogram,
 }
 
 /// API requests the controller's client sent, by HTTP method: the work per job that the API
@@ -111,12 +118,30 @@ impl Metrics {
             actions: Family::default(),
             api_requests,
             deferred_status_writes: Gauge::default(),
+            gpu_seconds_lost: Counter::default(),
+            gpu_seconds_completed: Counter::default(),
+            job_evictions: Histogram::new([0.0, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0].into_iter()),
             registry: Registry::default(),
         };
         registry.register(
             "admission_attempts",
             "Jobs a scheduling cycle tried to admit, by result",
             metrics.admission_attempts.clone(),
+        );
+        registry.register(
+            "gpu_seconds_lost",
+            "GPU-seconds of evicted runs, from admission to eviction (work lost unless checkpointed)",
+            metrics.gpu_seconds_lost.clone(),
+        );
+        registry.register(
+            "gpu_seconds_completed",
+            "GPU-seconds of runs that succeeded, from admission to the end",
+            metrics.gpu_seconds_completed.clone(),
+        );
+        registry.register(
+            "job_evictions",
+            "Per finished job, how often it was evicted before it finished",
+            metrics.job_evictions.clone(),
         );
         registry.register(
             "deferred_status_writes",
@@ -217,6 +242,12 @@ impl Metrics {
         }
         self.preemptions
             .inc_by(u64::try_from(summary.preempted).unwrap_or(u64::MAX));
+        self.gpu_seconds_lost.inc_by(summary.lost_gpu_seconds);
+        self.gpu_seconds_completed
+            .inc_by(summary.completed_gpu_seconds);
+        for requeues in &summary.finished_requeues {
+            self.job_evictions.observe(f64::from(*requeues));
+        }
     }
 
     /// Records an action's outcome.

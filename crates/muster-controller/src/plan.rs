@@ -286,6 +286,13 @@ pub struct Summary {
     pub to_running: Vec<i64>,
     /// Quota in use: (ClusterQueue, flavor, resource, amount in the resource's units).
     pub usage: Vec<(String, String, String, f64)>,
+    /// GPU (or TPU chip) seconds of runs evicted this pass, from admission to eviction: work
+    /// thrown away unless the job checkpointed (which the controller cannot see).
+    pub lost_gpu_seconds: u64,
+    /// GPU (or TPU chip) seconds of runs that succeeded this pass, from admission to the end.
+    pub completed_gpu_seconds: u64,
+    /// Per job that finished this pass (succeeded or failed), how often it was evicted.
+    pub finished_requeues: Vec<i32>,
 }
 
 /// One pass's writes and what it found.
@@ -859,6 +866,7 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
         match action {
             None => out.restore.push((admission_job(), held, false)),
             Some(action) => {
+                account(&action, &admission_job(), held.since, now_s, summary);
                 // A Running update keeps the admission; everything else gives it up.
                 let keeps = matches!(&action, Action::JobStatus { status, .. } if status.admission.is_some());
                 if let Action::Evict { event, .. } = &action {
@@ -938,6 +946,29 @@ fn settle(index: &Index, key: &str, now_t: &Time, out: &mut Settled, summary: &m
         return;
     }
     out.submit.push(admission_job());
+}
+
+/// Counts what a run that ends with `action` (an eviction, or the job's last status) cost
+/// and delivered: GPU-seconds from its admission at `since` to `now`, lost or completed, and
+/// for a finished job how often it was evicted.
+fn account(action: &Action, job: &Job, since: i64, now: i64, summary: &mut Summary) {
+    let gpu_seconds = job
+        .accelerators()
+        .saturating_mul(u64::try_from(now.saturating_sub(since)).unwrap_or(0));
+    match action {
+        Action::Evict { status, .. } => {
+            if status.phase != Some(GpuJobPhase::Failed) {
+                summary.lost_gpu_seconds += gpu_seconds;
+            } else {
+                summary.finished_requeues.push(status.requeue_count);
+            }
+        }
+        Action::JobStatus { status, .. } if status.phase == Some(GpuJobPhase::Succeeded) => {
+            summary.completed_gpu_seconds += gpu_seconds;
+            summary.finished_requeues.push(status.requeue_count);
+        }
+        _ => {}
+    }
 }
 
 /// Deletes the job's requests and templates of its current attempt. Every name the attempt
@@ -1550,7 +1581,7 @@ fn evict_held(
     }
     let (current, _) = split_pods(index, key, status.requeue_count);
     let pods = current.iter().map(|(k, _)| (*k).to_owned()).collect();
-    plan.actions.push(Action::Evict {
+    let action = Action::Evict {
         job: key.to_owned(),
         status: Box::new(status::evicted(
             &status,
@@ -1560,7 +1591,17 @@ fn evict_held(
         )),
         pods,
         event: Note::warning(eviction.reason(), eviction.message()),
-    });
+    };
+    let since = condition_time(&status, conditions::ADMITTED).unwrap_or(now.0.as_second());
+    let admission_job = Job::from_gpujob(job, |c| index.priority_classes.get(c).copied());
+    account(
+        &action,
+        &admission_job,
+        since,
+        now.0.as_second(),
+        &mut plan.summary,
+    );
+    plan.actions.push(action);
     if status.provisioning_request.is_some() {
         // The job leaves its bought capacity (or stops waiting for it): give the requests
         // back, so that nothing is paid for a job that no longer runs there.

@@ -177,6 +177,40 @@ fn pods_not_ready_in_time_evict_the_gang_and_requeue_it_with_backoff() {
 }
 
 #[test]
+fn evicted_and_finished_runs_are_counted_in_gpu_seconds() {
+    // Two gangs of 2 pods × 8 GPUs, both admitted at 10.
+    let mut index = cluster(32, vec![job("a", 2, 0), job("b", 2, 1)]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    let released = releases(&pass.actions);
+    assert_eq!(released.len(), 2);
+    let (a, b) = (released[0].clone(), released[1].clone());
+    report(&mut index, &a, "Running", true);
+    report(&mut index, &b, "Pending", false);
+    let pass = plan(&mut index, at(20));
+    land_all(&mut index, &pass.actions, 20);
+    report(&mut index, &a, "Succeeded", false);
+    let pass = plan(&mut index, at(70));
+    assert_eq!(
+        pass.summary.completed_gpu_seconds,
+        16 * 60,
+        "a: 16 GPUs, 10 to 70"
+    );
+    assert_eq!(pass.summary.finished_requeues, vec![0]);
+    assert_eq!(pass.summary.lost_gpu_seconds, 0);
+    land_all(&mut index, &pass.actions, 70);
+    // b's pods never become Ready: evicted at 311, its run thrown away.
+    let pass = plan(&mut index, at(311));
+    assert_eq!(
+        pass.summary.lost_gpu_seconds,
+        16 * 301,
+        "{:#?}",
+        pass.actions
+    );
+    assert!(pass.summary.finished_requeues.is_empty(), "b queues again");
+}
+
+#[test]
 fn a_failed_pod_restarts_the_whole_gang_until_the_backoff_limit() {
     let mut index = cluster(32, vec![job("a", 2, 0)]);
     let pass = plan(&mut index, at(10));

@@ -120,7 +120,7 @@ impl Metrics {
             deferred_status_writes: Gauge::default(),
             gpu_seconds_lost: Counter::default(),
             gpu_seconds_completed: Counter::default(),
-            job_evictions: Histogram::new([0.0, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0].into_iter()),
+            job_evictions: Histogram::new([0.0, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0]),
             registry: Registry::default(),
         };
         registry.register(

@@ -957,10 +957,10 @@ fn account(action: &Action, job: &Job, since: i64, now: i64, summary: &mut Summa
         .saturating_mul(u64::try_from(now.saturating_sub(since)).unwrap_or(0));
     match action {
         Action::Evict { status, .. } => {
-            if status.phase != Some(GpuJobPhase::Failed) {
-                summary.lost_gpu_seconds += gpu_seconds;
-            } else {
+            if status.phase == Some(GpuJobPhase::Failed) {
                 summary.finished_requeues.push(status.requeue_count);
+            } else {
+                summary.lost_gpu_seconds += gpu_seconds;
             }
         }
         Action::JobStatus { status, .. } if status.phase == Some(GpuJobPhase::Succeeded) => {

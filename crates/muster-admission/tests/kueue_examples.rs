@@ -129,6 +129,7 @@ fn c1() -> muster_api::ClusterQueueSpec {
         PreemptionPolicy {
             within_cluster_queue: WithinClusterQueue::LowerPriority,
             reclaim_within_cohort: ReclaimWithinCohort::LowerPriority,
+            ..PreemptionPolicy::default()
         },
     )
 }
@@ -139,6 +140,7 @@ fn c2() -> muster_api::ClusterQueueSpec {
         PreemptionPolicy {
             within_cluster_queue: WithinClusterQueue::Never,
             reclaim_within_cohort: ReclaimWithinCohort::Any,
+            ..PreemptionPolicy::default()
         },
     )
 }
@@ -149,6 +151,7 @@ fn standalone() -> muster_api::ClusterQueueSpec {
         PreemptionPolicy {
             within_cluster_queue: WithinClusterQueue::LowerPriority,
             reclaim_within_cohort: ReclaimWithinCohort::Never,
+            ..PreemptionPolicy::default()
         },
     )
 }
@@ -162,6 +165,7 @@ fn lender(lending: u64) -> muster_api::ClusterQueueSpec {
         PreemptionPolicy {
             within_cluster_queue: WithinClusterQueue::LowerPriority,
             reclaim_within_cohort: ReclaimWithinCohort::LowerPriority,
+            ..PreemptionPolicy::default()
         },
     )
 }

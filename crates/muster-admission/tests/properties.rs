@@ -47,6 +47,7 @@ fn specs(params: &[QueueParams]) -> Vec<(String, ClusterQueueSpec)> {
                 spec.preemption = Some(PreemptionPolicy {
                     within_cluster_queue: WithinClusterQueue::LowerPriority,
                     reclaim_within_cohort: ReclaimWithinCohort::Any,
+                    ..PreemptionPolicy::default()
                 });
             }
             (format!("q{i}"), spec)

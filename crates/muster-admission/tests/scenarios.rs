@@ -230,6 +230,7 @@ fn preemption_frees_one_block_not_scattered_hosts() {
                 PreemptionPolicy {
                     within_cluster_queue: WithinClusterQueue::LowerPriority,
                     reclaim_within_cohort: ReclaimWithinCohort::Never,
+                    ..PreemptionPolicy::default()
                 },
             ),
         )],
@@ -254,6 +255,7 @@ fn reclaim_settles_without_ping_pong() {
     let policy = PreemptionPolicy {
         within_cluster_queue: WithinClusterQueue::LowerPriority,
         reclaim_within_cohort: ReclaimWithinCohort::Any,
+        ..PreemptionPolicy::default()
     };
     let queue = || {
         preempting(
@@ -290,6 +292,7 @@ fn equal_priorities_never_preempt_each_other() {
     let policy = PreemptionPolicy {
         within_cluster_queue: WithinClusterQueue::LowerPriority,
         reclaim_within_cohort: ReclaimWithinCohort::Never,
+        ..PreemptionPolicy::default()
     };
     let mut s = scheduler(
         &fleet("h100", 1, 1),
@@ -526,6 +529,7 @@ fn a_provisioning_queue_preempts_only_when_it_allows_it(
         PreemptionPolicy {
             within_cluster_queue: WithinClusterQueue::LowerPriority,
             reclaim_within_cohort: ReclaimWithinCohort::Never,
+            ..PreemptionPolicy::default()
         },
     );
     let mut s = scheduler(
@@ -647,6 +651,7 @@ fn a_preemptor_keeps_the_capacity_it_counted_on_until_it_starts() {
     let policy = PreemptionPolicy {
         within_cluster_queue: WithinClusterQueue::LowerPriority,
         reclaim_within_cohort: ReclaimWithinCohort::Never,
+        ..PreemptionPolicy::default()
     };
     let mut s = scheduler(
         &fleet("h100", 1, 4),
@@ -683,6 +688,7 @@ fn a_renominated_preemptor_is_served_first_by_a_rebuilt_scheduler() {
     let policy = PreemptionPolicy {
         within_cluster_queue: WithinClusterQueue::LowerPriority,
         reclaim_within_cohort: ReclaimWithinCohort::Never,
+        ..PreemptionPolicy::default()
     };
     let build = || {
         scheduler(
@@ -721,5 +727,44 @@ fn a_renominated_preemptor_is_served_first_by_a_rebuilt_scheduler() {
         let d = next.cycle(2);
         let took = admitted(&d).contains(&"other".to_owned());
         assert_eq!(took, !renominated, "renominated {renominated}: {d:#?}");
+    }
+}
+
+/// A preemptor waits when evicting would throw away more GPU time than waiting costs: the
+/// victims ran 1,000 s on 16 GPUs, and the release timeline frees room for it in 100 s.
+/// Told not to weigh the two, it evicts, as Kueue does.
+#[test]
+fn a_preemptor_waits_when_waiting_costs_less_than_the_work_it_would_throw_away() {
+    for weighs in [true, false] {
+        let policy = PreemptionPolicy {
+            within_cluster_queue: WithinClusterQueue::LowerPriority,
+            reclaim_within_cohort: ReclaimWithinCohort::Never,
+            wait_when_cheaper: Some(weighs),
+        };
+        let mut s = scheduler(
+            &fleet("h100", 1, 4),
+            vec![flavor("h100")],
+            vec![("q", preempting(gpu_queue(1000), policy))],
+        );
+        s.submit(runs_for(job("long", "q", 0, 0, 2, 8), 10_000));
+        s.submit(runs_for(job("short", "q", 0, 1, 2, 8), 1_100));
+        assert_eq!(admitted(&cycle(&mut s, 0)).len(), 2);
+        s.submit(runs_for(job("high", "q", 100, 1_000, 2, 8), 500));
+        let d = cycle(&mut s, 1_000);
+        if weighs {
+            assert!(preempted(&d).is_empty(), "{d:#?}");
+            let Some(PendingReason::NoTopologyFit(_) | PendingReason::QuotaShort(_)) =
+                reason_of(&d, "high")
+            else {
+                unreachable!("high waits for capacity: {d:#?}")
+            };
+            let eta = d.iter().find_map(|x| match x {
+                Decision::Pending { job, eta, .. } if job == "ns/high" => *eta,
+                _ => None,
+            });
+            assert_eq!(eta, Some(1_100), "it starts when short ends");
+        } else {
+            assert_eq!(preempted(&d).len(), 1, "{d:#?}");
+        }
     }
 }

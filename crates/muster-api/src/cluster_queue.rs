@@ -133,6 +133,20 @@ pub struct PreemptionPolicy {
     /// Reclaim nominal quota lent to other queues of the cohort. Default Never.
     #[serde(default)]
     pub reclaim_within_cohort: ReclaimWithinCohort,
+    /// Wait instead of evicting when the victims would lose more GPU-seconds (GPUs × time
+    /// since their admission) than the preemptor would spend waiting (its GPUs × the time
+    /// until the capacity it needs frees, by the runtimes jobs announce). Default true;
+    /// without announced runtimes there is no such estimate and preemption goes ahead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_when_cheaper: Option<bool>,
+}
+
+impl PreemptionPolicy {
+    /// Whether a preemptor waits when that costs less than evicting (see
+    /// [`PreemptionPolicy::wait_when_cheaper`]).
+    pub fn waits_when_cheaper(&self) -> bool {
+        self.wait_when_cheaper.unwrap_or(true)
+    }
 }
 
 /// Preemption inside one ClusterQueue.

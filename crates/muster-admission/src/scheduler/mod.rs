@@ -560,6 +560,7 @@ impl Scheduler {
         }
         if let Some((victims, leaving, assignment)) =
             self.preempt(cq, job, &state.reservations, now)
+            && !self.cheaper_to_wait(cq, job, &victims, &leaving, &blocked, now, state)
         {
             self.evict_for(job, &victims, &leaving, out);
             self.nominate(cq, job, &victims, &assignment, state);
@@ -606,6 +607,61 @@ impl Scheduler {
             }
         }
         out.push(pending(reason, eta));
+    }
+
+    /// Whether `job` should wait rather than evict `victims` (those not already `leaving`):
+    /// they would lose more GPU-seconds — GPUs × time since their admission, all of it
+    /// unless they checkpoint — than it would spend waiting — its GPUs × the time until the
+    /// release timeline frees what it needs. Only when its queue's policy weighs the two
+    /// (the default) and the timeline knows when (announced runtimes); else it evicts.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the cycle's context, passed down once"
+    )]
+    fn cheaper_to_wait(
+        &mut self,
+        cq: &str,
+        job: &Job,
+        victims: &[JobId],
+        leaving: &BTreeSet<JobId>,
+        blocked: &Blocked,
+        now: i64,
+        state: &mut CycleState,
+    ) -> bool {
+        let weighs = self
+            .queues
+            .get(cq)
+            .and_then(|q| q.spec.preemption.as_ref())
+            .is_some_and(muster_api::cluster_queue::PreemptionPolicy::waits_when_cheaper);
+        if !weighs {
+            return false;
+        }
+        let lost: u64 = victims
+            .iter()
+            .filter(|v| !leaving.contains(*v))
+            .filter_map(|v| self.holding_of(v))
+            .map(|(victim, h)| {
+                victim
+                    .accelerators()
+                    .saturating_mul(u64::try_from(now - h.since).unwrap_or(0))
+            })
+            .sum();
+        if lost == 0 {
+            return false;
+        }
+        let release = state
+            .release
+            .get_or_insert_with(|| self.release_order(now))
+            .clone();
+        let starts = self
+            .reserve(cq, job, blocked, now, (&release.0, &release.1))
+            .and_then(|r| r.until);
+        starts.is_some_and(|t| {
+            let waiting = job
+                .accelerators()
+                .saturating_mul(u64::try_from(t - now).unwrap_or(0));
+            waiting <= lost
+        })
     }
 
     /// The queue whose next job is served next. Jobs that fit without borrowing go before

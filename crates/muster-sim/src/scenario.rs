@@ -39,6 +39,27 @@ pub struct Scenario {
     /// checkpoint, taken every this many seconds. Absent: restarts begin from scratch.
     #[serde(default)]
     pub checkpoint_seconds: Option<i64>,
+    /// One ClusterQueue and LocalQueue per virtual cluster of a CSV, besides `queues`.
+    #[serde(default)]
+    pub virtual_clusters: Option<VirtualClustersSpec>,
+}
+
+/// One ClusterQueue and one LocalQueue (both named after it) per virtual cluster of a
+/// `vc,node num` CSV — the Philly trace's `philly_vc_nodes_heliosartifact.csv` — with
+/// `nodes × gpusPerNode` GPUs of nominal quota in `flavor`: hard quotas, unless `cohort`
+/// puts them together to lend and borrow.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VirtualClustersSpec {
+    /// The CSV, relative to the scenario file.
+    pub path: String,
+    /// The ResourceFlavor (defined in `queues`) the quota is in.
+    pub flavor: String,
+    /// GPUs per node.
+    pub gpus_per_node: u32,
+    /// A cohort for every queue. Default: none (hard quotas).
+    #[serde(default)]
+    pub cohort: Option<String>,
 }
 
 /// Node failures: each node fails after an exponentially distributed time with mean
@@ -415,11 +436,63 @@ impl Loaded {
                 path: objects_path.display().to_string(),
                 message,
             })?;
+        if let Some(vcs) = loaded.scenario.virtual_clusters.clone() {
+            loaded.add_virtual_clusters(&dir, &vcs)?;
+        }
+        if loaded.cluster_queues.is_empty() {
+            return Err(ScenarioError::Invalid {
+                path: objects_path.display().to_string(),
+                message: "no ClusterQueue: the queue objects (or virtualClusters) must define at least one".into(),
+            });
+        }
         loaded.jobs = loaded.workload(path, seed)?;
         loaded
             .jobs
             .sort_by(|a, b| (a.submit, &a.id).cmp(&(b.submit, &b.id)));
         Ok(loaded)
+    }
+
+    /// A ClusterQueue and a LocalQueue per virtual cluster of `spec`'s CSV.
+    fn add_virtual_clusters(
+        &mut self,
+        dir: &Path,
+        spec: &VirtualClustersSpec,
+    ) -> Result<(), ScenarioError> {
+        let file = dir.join(&spec.path);
+        let text = read(&file)?;
+        let file = file.display().to_string();
+        if !self.flavors.iter().any(|(name, _)| *name == spec.flavor) {
+            return Err(ScenarioError::Invalid {
+                path: file,
+                message: format!(
+                    "virtualClusters.flavor {} is not a ResourceFlavor of the queue objects",
+                    spec.flavor
+                ),
+            });
+        }
+        for (vc, nodes) in trace::read_virtual_clusters(&file, &text)? {
+            let gpus = u64::from(nodes) * u64::from(spec.gpus_per_node);
+            let value = serde_json::json!({
+                "cohort": spec.cohort,
+                "namespaceSelector": {},
+                "resourceGroups": [{
+                    "coveredResources": ["nvidia.com/gpu"],
+                    "flavors": [{
+                        "name": spec.flavor,
+                        "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus.to_string()}]
+                    }]
+                }]
+            });
+            let queue: ClusterQueueSpec =
+                serde_json::from_value(value).map_err(|e| ScenarioError::Invalid {
+                    path: file.clone(),
+                    message: e.to_string(),
+                })?;
+            self.cluster_queues.push((vc.clone(), queue));
+            self.local_queues
+                .push((format!("{}/{vc}", self.scenario.namespace), vc));
+        }
+        Ok(())
     }
 
     fn read_objects(&mut self, objects: Vec<Value>) -> Result<(), String> {
@@ -460,9 +533,6 @@ impl Loaded {
                     ));
                 }
             }
-        }
-        if self.cluster_queues.is_empty() {
-            return Err("no ClusterQueue: the queue objects must define at least one".into());
         }
         Ok(())
     }

@@ -140,6 +140,34 @@ impl Row<'_> {
     }
 }
 
+/// Reads a `vc,node num` CSV (the Philly trace's `philly_vc_nodes_heliosartifact.csv`): each
+/// virtual cluster's name and node count, in file order. A name given twice is an error.
+pub fn read_virtual_clusters(file: &str, text: &str) -> Result<Vec<(String, u32)>, TraceError> {
+    let mut out: Vec<(String, u32)> = Vec::new();
+    for row in rows(file, text) {
+        let (name_column, name) = row.get(0, "vc")?;
+        let name = name.trim();
+        if name.is_empty() {
+            return Err(row.error(name_column, "vc is empty"));
+        }
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(row.error(name_column, format!("vc {name} is listed twice")));
+        }
+        let nodes = row.int(1, "node num")?;
+        let nodes = u32::try_from(nodes)
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| {
+                row.error(
+                    row.fields[1].0,
+                    format!("node num must be ≥ 1, got {nodes}"),
+                )
+            })?;
+        out.push((name.to_owned(), nodes));
+    }
+    Ok(out)
+}
+
 /// Reads Muster's CSV: a header line, then
 /// `id,submit,duration,queue,priority,pod_sets,topology,expected_runtime` per job. `pod_sets` is
 /// `name:count:resource=amount+resource=amount`, several separated by `;`.

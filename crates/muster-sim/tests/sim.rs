@@ -79,6 +79,61 @@ fn the_simulator_decides_what_the_cycle_decides() {
 }
 
 #[test]
+fn virtual_clusters_become_hard_quotas_of_their_nodes() {
+    let text = "vc,node num\nalpha,4\nbeta,2\n";
+    let vcs = trace::read_virtual_clusters("vcs.csv", text);
+    assert_eq!(
+        vcs.ok(),
+        Some(vec![("alpha".to_owned(), 4), ("beta".to_owned(), 2)])
+    );
+    let err = |text: &str| {
+        trace::read_virtual_clusters("vcs.csv", text)
+            .err()
+            .map(|e| e.to_string())
+    };
+    assert_eq!(
+        err("vc,node num\nalpha,four\n").as_deref(),
+        Some("vcs.csv:2:7: node num must be a whole number, got \"four\"")
+    );
+    assert_eq!(
+        err("vc,node num\nalpha,4\nalpha,2\n").as_deref(),
+        Some("vcs.csv:3:1: vc alpha is listed twice")
+    );
+    assert_eq!(
+        err("vc,node num\nalpha,0\n").as_deref(),
+        Some("vcs.csv:2:7: node num must be ≥ 1, got 0")
+    );
+
+    // The shipped scenario on the real trace: one hard quota per virtual cluster.
+    let path = manifest().join("../../simulations/philly-vc.yaml");
+    let trace = manifest().join("../../../shared/traces/philly/philly_vc_nodes_heliosartifact.csv");
+    let jobs = manifest().join("../../../shared/traces/philly/philly_jobs_pollux.csv");
+    if !trace.exists() || !jobs.exists() {
+        eprintln!(
+            "skipped: the Philly trace in {} is not present",
+            trace.display()
+        );
+        return;
+    }
+    let loaded = load(&path);
+    assert_eq!(loaded.cluster_queues.len(), 11);
+    let quota: u64 = loaded
+        .cluster_queues
+        .iter()
+        .map(|(_, q)| {
+            assert!(q.cohort.is_none(), "hard quotas");
+            q.resource_groups[0].flavors[0].resources[0]
+                .nominal_quota
+                .0
+                .parse::<u64>()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(quota, 352 * 8, "every node's GPUs, once");
+    assert_eq!(loaded.local_queues.len(), 11);
+}
+
+#[test]
 fn a_malformed_row_names_file_line_and_column() {
     let text = "id,submit,duration,queue,priority,pod_sets,topology,expected_runtime\n\
                 a,0,10,q,0,workers:1:nvidia.com/gpu=1,,\n\

@@ -70,11 +70,24 @@ fn main() -> ExitCode {
     }
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
+/// Runs `work` to its end, or until Ctrl-C or SIGTERM — which drops it, and with it any
+/// control plane and controller it started. Tasks still running afterwards (watches, the
+/// kubelet) are not waited for.
+fn until_interrupted<T>(
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("starting the async runtime")
+        .context("starting the async runtime")?;
+    let result = runtime.block_on(async {
+        tokio::select! {
+            result = work => result,
+            () = interrupted() => anyhow::bail!("interrupted"),
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    result
 }
 
 fn main_inner() -> anyhow::Result<()> {
@@ -97,17 +110,10 @@ fn main_inner() -> anyhow::Result<()> {
                 objects,
                 concurrency,
             };
-            let runtime = runtime()?;
-            let floor = runtime.block_on(async {
-                tokio::select! {
-                    floor = measure(&options) => floor,
-                    () = interrupted() => anyhow::bail!("interrupted"),
-                }
-            });
-            runtime.shutdown_timeout(Duration::from_secs(5));
+            let floor = until_interrupted(measure(&options))?;
             println!(
                 "{}",
-                serde_json::to_string_pretty(&floor?).context("encoding the figures")?
+                serde_json::to_string_pretty(&floor).context("encoding the figures")?
             );
             Ok(())
         }
@@ -134,17 +140,7 @@ fn kueue_baseline(
         nodes,
         timeout: Duration::from_secs(timeout),
     };
-    let runtime = runtime()?;
-    // Ctrl-C or SIGTERM drops the run, and with it the control plane and the controller.
-    let summary = runtime.block_on(async {
-        tokio::select! {
-            summary = run(&options) => summary,
-            () = interrupted() => anyhow::bail!("interrupted"),
-        }
-    });
-    // Tasks still running (watches, the kubelet) are not waited for.
-    runtime.shutdown_timeout(Duration::from_secs(5));
-    let summary = summary?;
+    let summary = until_interrupted(run(&options))?;
     println!(
         "{}",
         serde_json::to_string_pretty(&summary).context("encoding the summary")?

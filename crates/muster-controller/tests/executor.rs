@@ -493,20 +493,8 @@ async fn a_template_left_by_a_cut_off_attempt_is_replaced() {
 /// Event aside), with no request to lift a gate.
 #[tokio::test]
 async fn a_gang_of_one_is_released_without_a_gate_to_lift() {
-    let mut index = support::cluster(32, Vec::new());
-    index.apply(job("one", 1, 0));
-    let pass = plan(&mut index, at(10));
-    let action = pass
-        .actions
-        .into_iter()
-        .find(|a| matches!(a, Action::Release { .. }))
-        .unwrap_or_else(|| unreachable!("no release"));
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    let server = tokio::spawn(serve(handle, BTreeMap::new(), Vec::new()));
-    let (executor, _leader) = executor(Client::new(service, "default"), true, 16);
-    let result = executor.execute(&action).await;
-    drop(executor);
-    let seen = server.await.unwrap_or_default();
+    let (action, _) = release(1);
+    let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
     assert!(result.is_ok(), "{result:?}");
     let writes: Vec<(&str, &str)> = calls(&seen)
         .into_iter()
@@ -519,7 +507,7 @@ async fn a_gang_of_one_is_released_without_a_gate_to_lift() {
             ("POST", "/api/v1/namespaces/team-a/pods"),
             (
                 "PATCH",
-                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/one/status"
+                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status"
             ),
         ]
     );

@@ -89,6 +89,9 @@ struct CycleState {
     reservations: Vec<Reservation>,
     /// The release timeline and order for reservations, until the next admission.
     release: Option<ReleaseOrder>,
+    /// The reservation search a preemptor's weighing just made (job, its result), for the
+    /// wait that follows to take rather than search again.
+    weighed: Option<(JobId, Option<Reservation>)>,
     /// What the cycle holds for nominated preemptors (see [`nominate`]), taken back at its
     /// end.
     holds: Vec<nominate::Hold>,
@@ -579,11 +582,16 @@ impl Scheduler {
         let reservation =
             if reservable && !state.reserved_by.contains(cq) && state.reservations.len() < 64 {
                 state.reserved_by.insert(cq.to_owned());
-                let release = state
-                    .release
-                    .get_or_insert_with(|| self.release_order(now))
-                    .clone();
-                Some(self.reserve(cq, job, &blocked, now, (&release.0, &release.1)))
+                match state.weighed.take() {
+                    Some((weighed, found)) if weighed == job.id => Some(found),
+                    _ => {
+                        let release = state
+                            .release
+                            .get_or_insert_with(|| self.release_order(now))
+                            .clone();
+                        Some(self.reserve(cq, job, &blocked, now, (&release.0, &release.1)))
+                    }
+                }
             } else {
                 None
             };
@@ -653,9 +661,9 @@ impl Scheduler {
             .release
             .get_or_insert_with(|| self.release_order(now))
             .clone();
-        let starts = self
-            .reserve(cq, job, blocked, now, (&release.0, &release.1))
-            .and_then(|r| r.until);
+        let found = self.reserve(cq, job, blocked, now, (&release.0, &release.1));
+        let starts = found.as_ref().and_then(|r| r.until);
+        state.weighed = Some((job.id.clone(), found));
         starts.is_some_and(|t| {
             let waiting = job
                 .accelerators()

@@ -38,10 +38,11 @@ fn order_is_priority_then_creation_then_uid() {
             _ => None,
         })
         .collect();
-    // Equal priority and age: the UID decides ("uid-b-same" < "uid-old-low").
+    // Equal priority and age: the UID decides ("uid-b-same" < "uid-old-low"). Positions
+    // count the jobs still waiting: the admitted job is no longer ahead of anyone.
     assert_eq!(
         positions,
-        vec![("ns/b-same".to_owned(), 2), ("ns/old-low".to_owned(), 3)]
+        vec![("ns/b-same".to_owned(), 1), ("ns/old-low".to_owned(), 2)]
     );
 }
 

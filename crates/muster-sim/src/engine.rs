@@ -448,8 +448,8 @@ fn decide(
     for _ in 0..4 {
         *cycles += 1;
         let mut evicted = false;
-        let decisions = s.cycle(now);
-        (head_waiting, fragmented) = heads(&decisions);
+        let decisions = s.step(now);
+        (head_waiting, fragmented) = heads(s);
         for d in decisions {
             match d {
                 Decision::Admit(a) => books.admitted(&a, now),
@@ -542,27 +542,20 @@ fn autoscale(
 
 /// Whether some queue head waits for capacity or quota, and whether some waits because free
 /// capacity is fragmented.
-fn heads(decisions: &[Decision]) -> (bool, bool) {
+fn heads(s: &Scheduler) -> (bool, bool) {
     let mut waiting = false;
     let mut fragmented = false;
-    for d in decisions {
-        if let Decision::Pending {
-            position: 1,
-            reason,
-            ..
-        } = d
-        {
-            match reason {
-                PendingReason::NoTopologyFit(no_fit) => {
-                    waiting = true;
-                    fragmented |= no_fit.fragmented;
-                }
-                PendingReason::QuotaShort(_)
-                | PendingReason::NotCovered { .. }
-                | PendingReason::CapacityReserved { .. }
-                | PendingReason::Preempting { .. } => waiting = true,
-                _ => {}
+    for (_, reason) in s.head_reasons() {
+        match reason {
+            PendingReason::NoTopologyFit(no_fit) => {
+                waiting = true;
+                fragmented |= no_fit.fragmented;
             }
+            PendingReason::QuotaShort(_)
+            | PendingReason::NotCovered { .. }
+            | PendingReason::CapacityReserved { .. }
+            | PendingReason::Preempting { .. } => waiting = true,
+            _ => {}
         }
     }
     (waiting, fragmented)

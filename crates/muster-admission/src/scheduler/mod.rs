@@ -20,6 +20,7 @@ mod nominate;
 mod preempt;
 mod provisioned;
 mod reserve;
+mod waiting;
 
 /// Where a job stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,11 +101,69 @@ struct CycleState {
     /// add constraints, so an identical job bound by at least those reservations fares no
     /// better.
     memo: BTreeMap<MemoKey, Vec<(u64, PendingReason)>>,
+    /// Shape → the shortest expected runtime from which a job of that shape is ruled out by
+    /// the memo (`i64::MIN`: any; jobs without a runtime respect every reservation, so they
+    /// are ruled out whenever the shape has an entry).
+    ruled_out_from: BTreeMap<MemoKey, i64>,
+    /// The cycle's decisions depend on the time itself (a preemptor waited because waiting
+    /// was cheaper, which changes as time passes): the next cycle must run.
+    timed: bool,
+}
+
+impl CycleState {
+    /// Remembers that a job of `shape`, respecting the reservations in `mask`, cannot start
+    /// for `reason` this cycle.
+    fn remember(&mut self, shape: MemoKey, mask: u64, reason: PendingReason, now: i64) {
+        // A job respects reservation i when it would not finish before it starts: with
+        // runtime r, when now + r > until, i.e. r >= until - now + 1. It respects all of
+        // `mask` from the largest such bound.
+        let from = self
+            .reservations
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1u64 << (i % 64)) != 0)
+            .filter_map(|(_, r)| r.until)
+            .map(|t| t.saturating_sub(now).saturating_add(1))
+            .max()
+            .unwrap_or(i64::MIN);
+        let known = self.ruled_out_from.entry(shape).or_insert(i64::MAX);
+        *known = (*known).min(from);
+        self.memo.entry(shape).or_default().push((mask, reason));
+    }
+
+    /// Whether the memo already answers `queued` (an identical job failed respecting no more
+    /// reservations than it must).
+    fn ruled_out(&self, queued: &waiting::Queued) -> bool {
+        self.ruled_out_from
+            .get(&queued.shape)
+            .is_some_and(|from| queued.job.expected_runtime.is_none_or(|r| r >= *from))
+    }
 }
 
 /// A queue head's place in the cycle's order: (borrows, dominant share, priority, creation,
 /// UID, id).
 type HeadKey = (bool, u64, std::cmp::Reverse<i32>, i64, String, String);
+
+/// Each queue's place in the cycle's order while usage stays as it is.
+#[derive(Default)]
+struct Heads {
+    /// Per queue, its head's key.
+    keys: BTreeMap<String, HeadKey>,
+    /// Per job shape, whether it would borrow.
+    borrows: BTreeMap<MemoKey, bool>,
+}
+
+impl Heads {
+    /// Usage changed: every key may have.
+    fn clear(&mut self) {
+        self.keys.clear();
+        self.borrows.clear();
+    }
+
+    fn remove(&mut self, cq: &str) {
+        self.keys.remove(cq);
+    }
+}
 
 /// The release timeline (expected end, job), and every holder in release order.
 type ReleaseOrder = (Vec<(i64, JobId)>, Vec<JobId>);
@@ -144,6 +203,23 @@ pub struct Scheduler {
     /// Preemptors waiting for their victims to leave, with what they counted on.
     nominations: BTreeMap<JobId, nominate::Nomination>,
     policy: Box<dyn Policy>,
+    /// Jobs that hold capacity (every state but pending).
+    holders: BTreeSet<JobId>,
+    /// Of those, the ones holding quota while capacity is bought for them.
+    provisioning: BTreeSet<JobId>,
+    /// Of those, the ones told to leave.
+    evicting: BTreeSet<JobId>,
+    /// Admitted jobs with an expected runtime: (expected end, job).
+    ends: BTreeSet<(i64, JobId)>,
+    /// Waiting jobs per ClusterQueue, in queue order.
+    lists: waiting::Lists,
+    /// What the last cycle that ran found about waiting jobs.
+    found: waiting::Found,
+    /// Counts changes from outside (jobs, nodes, namespaces).
+    generation: u64,
+    /// After a cycle that changed nothing: the generation it saw and the time until which
+    /// the same inputs give the same decisions.
+    quiet: Option<(u64, i64)>,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -190,6 +266,14 @@ impl Scheduler {
             shapes: BTreeMap::new(),
             nominations: BTreeMap::new(),
             policy: Box::new(BestFit),
+            holders: BTreeSet::new(),
+            provisioning: BTreeSet::new(),
+            evicting: BTreeSet::new(),
+            ends: BTreeSet::new(),
+            lists: waiting::Lists::default(),
+            found: waiting::Found::default(),
+            generation: 0,
+            quiet: None,
         }
     }
 
@@ -203,7 +287,96 @@ impl Scheduler {
     /// Sets the labels of a namespace (ClusterQueues admit LocalQueues by their namespace's
     /// labels; a namespace never set has none).
     pub fn set_namespace(&mut self, name: &str, labels: BTreeMap<String, String>) {
+        if self.namespaces.get(name) == Some(&labels) {
+            return;
+        }
         self.namespaces.insert(name.to_owned(), labels);
+        self.generation += 1;
+        // Which ClusterQueue admits a waiting job may have changed: list them all again.
+        self.lists = waiting::Lists::default();
+        let waiting: Vec<(Arc<Job>, usize)> = self
+            .jobs
+            .values()
+            .filter(|e| e.state == JobState::Pending)
+            .map(|e| (Arc::clone(&e.job), e.shape))
+            .collect();
+        for (job, shape) in waiting {
+            self.enlist(job, shape);
+        }
+    }
+
+    /// Files a holder under its state's index (provisioning, evicting, expected end).
+    fn file(&mut self, id: &str, job: &Job, state: &JobState) {
+        match state {
+            JobState::Provisioning(_) => {
+                self.provisioning.insert(id.to_owned());
+            }
+            JobState::Evicting(_) => {
+                self.evicting.insert(id.to_owned());
+            }
+            JobState::Admitted(h) => {
+                if let Some(r) = job.expected_runtime {
+                    self.ends.insert((h.since.saturating_add(r), id.to_owned()));
+                }
+            }
+            JobState::Pending => {}
+        }
+    }
+
+    /// Takes a holder out of its state's index.
+    fn unfile(&mut self, id: &str, job: &Job, state: &JobState) {
+        match state {
+            JobState::Provisioning(_) => {
+                self.provisioning.remove(id);
+            }
+            JobState::Evicting(_) => {
+                self.evicting.remove(id);
+            }
+            JobState::Admitted(h) => {
+                if let Some(r) = job.expected_runtime {
+                    self.ends
+                        .remove(&(h.since.saturating_add(r), id.to_owned()));
+                }
+            }
+            JobState::Pending => {}
+        }
+    }
+
+    /// Lists a waiting job in its ClusterQueue, if it can queue there.
+    fn enlist(&mut self, job: Arc<Job>, shape: usize) {
+        if job.invalid.is_some() || job.suspended {
+            return;
+        }
+        if let Ok(cq) = self.cluster_queue_of(&job) {
+            self.lists.insert(&cq, waiting::Queued { job, shape });
+        }
+    }
+
+    /// Sets a job's state, keeping the holders and the waiting lists in step.
+    fn set_state(&mut self, id: &str, state: JobState) {
+        let Some(entry) = self.jobs.get_mut(id) else {
+            return;
+        };
+        let was_pending = entry.state == JobState::Pending;
+        let pending = state == JobState::Pending;
+        let old = std::mem::replace(&mut entry.state, state);
+        let (job, shape) = (Arc::clone(&entry.job), entry.shape);
+        self.unfile(id, &job, &old);
+        let state = self.jobs.get(id).map(|e| e.state.clone());
+        if let Some(state) = state {
+            self.file(id, &job, &state);
+        }
+        if pending {
+            self.holders.remove(id);
+            if !was_pending {
+                self.enlist(job, shape);
+            }
+        } else {
+            self.holders.insert(id.to_owned());
+            if was_pending {
+                self.lists.remove(&job);
+            }
+        }
     }
 
     /// Adds a pending job, or replaces a pending job of the same id. A job that holds
@@ -212,18 +385,29 @@ impl Scheduler {
         let spelled = format!("{}|{}|{:?}", job.local_queue, job.priority, job.pod_sets);
         let next = self.shapes.len();
         let shape = *self.shapes.entry(spelled).or_insert(next);
-        let state = match self.jobs.remove(&job.id) {
-            Some(old) => old.state,
-            None => JobState::Pending,
+        self.generation += 1;
+        let (state, old_job) = match self.jobs.remove(&job.id) {
+            Some(old) => {
+                if old.state == JobState::Pending {
+                    self.lists.remove(&old.job);
+                }
+                (old.state, Some(old.job))
+            }
+            None => (JobState::Pending, None),
         };
-        self.jobs.insert(
-            job.id.clone(),
-            Entry {
-                job: Arc::new(job),
-                shape,
-                state,
-            },
-        );
+        let job = Arc::new(job);
+        let id = job.id.clone();
+        if let Some(old) = &old_job {
+            self.unfile(&id, old, &state);
+        }
+        self.file(&id, &job, &state);
+        if state == JobState::Pending {
+            self.holders.remove(&id);
+            self.enlist(Arc::clone(&job), shape);
+        } else {
+            self.holders.insert(id.clone());
+        }
+        self.jobs.insert(id, Entry { job, shape, state });
     }
 
     /// Records a job admitted before this scheduler existed (a restart): books its quota and
@@ -232,28 +416,31 @@ impl Scheduler {
         let id = job.id.clone();
         self.submit(job);
         self.hold(&id, &holding);
-        if let Some(entry) = self.jobs.get_mut(&id) {
-            entry.state = if provisioning {
-                JobState::Provisioning(holding)
-            } else {
-                JobState::Admitted(holding)
-            };
-        }
+        let state = if provisioning {
+            JobState::Provisioning(holding)
+        } else {
+            JobState::Admitted(holding)
+        };
+        self.set_state(&id, state);
     }
 
     /// The job finished or was deleted: releases what it held and forgets it.
     pub fn finish(&mut self, id: &str) {
+        self.generation += 1;
         self.release_all(id);
-        self.jobs.remove(id);
+        if let Some(old) = self.jobs.remove(id) {
+            self.lists.remove(&old.job);
+            self.holders.remove(id);
+            self.unfile(id, &old.job, &old.state);
+        }
     }
 
     /// The job was evicted (or its provisioning failed): releases what it held and queues it
     /// again.
     pub fn requeue(&mut self, id: &str) {
+        self.generation += 1;
         self.release_all(id);
-        if let Some(entry) = self.jobs.get_mut(id) {
-            entry.state = JobState::Pending;
-        }
+        self.set_state(id, JobState::Pending);
     }
 
     /// Capacity bought for a provisioning job is ready: `job` is its definition narrowed to
@@ -293,6 +480,7 @@ impl Scheduler {
 
     /// The nodes, for changes from outside (pods Muster does not manage starting or ending).
     pub fn cluster_mut(&mut self) -> &mut Cluster {
+        self.generation += 1;
         &mut self.cluster
     }
 
@@ -367,11 +555,37 @@ impl Scheduler {
         }
     }
 
-    /// One scheduling cycle at time `now` (seconds): every pending job gets a decision, and
-    /// admissions, provisioning and evictions are applied to the scheduler's state before it
-    /// returns (so the next cycle, or a cycle that runs while the caller is still carrying
-    /// them out, cannot promise the same quota or nodes twice).
+    /// One scheduling cycle at time `now` (seconds) with every waiting job's explanation:
+    /// [`Scheduler::step`]'s decisions, then [`Scheduler::waiting`]. Costs what waits (one
+    /// decision per waiting job); a caller that needs only what changed calls `step`.
     pub fn cycle(&mut self, now: i64) -> Vec<Decision> {
+        let mut out = self.step(now);
+        out.extend(self.waiting());
+        out
+    }
+
+    /// One scheduling cycle at time `now` (seconds): the decisions that change something —
+    /// admit, provision, preempt, evict — applied to the scheduler's state before it returns
+    /// (so the next cycle, or one that runs while the caller is still carrying them out,
+    /// cannot promise the same quota or nodes twice). Why the others wait:
+    /// [`Scheduler::waiting`].
+    ///
+    /// A cycle costs what it must look at, not what waits. Each ClusterQueue's jobs are kept
+    /// in order between cycles; within a cycle, once a job shape has failed, every later job
+    /// of that shape that respects the same reservations is passed over without a look (it
+    /// would fail the same way). And after a cycle that changed nothing, the next one returns
+    /// at once unless something came in from outside (a job, a finish, a node) or time
+    /// reached the first moment at which the same inputs could decide differently (a running
+    /// job's expected end, a job being evicted, a preemptor that waits because waiting was
+    /// cheaper).
+    pub fn step(&mut self, now: i64) -> Vec<Decision> {
+        if let Some((generation, until)) = self.quiet
+            && generation == self.generation
+            && now < until
+        {
+            return Vec::new();
+        }
+        let nominated_before: Vec<JobId> = self.nominations.keys().cloned().collect();
         let mut out = Vec::new();
         self.drain_stopped(&mut out);
         self.start_provisioned(now, &mut out);
@@ -379,45 +593,29 @@ impl Scheduler {
         // Preemptors first: what they evicted for is theirs.
         let (nominated, mut positions) = self.serve_nominated(now, &mut state, &mut out);
 
-        // Waiting jobs per ClusterQueue, in queue order; the rest are answered at once.
-        let mut lists: BTreeMap<String, Vec<Arc<Job>>> = BTreeMap::new();
-        for entry in self.jobs.values() {
-            if entry.state != JobState::Pending || nominated.contains(&entry.job.id) {
+        let lists = std::mem::take(&mut self.lists);
+        let mut cursor: BTreeMap<String, usize> = BTreeMap::new();
+        for (cq, list) in &lists.by_queue {
+            let mut at = 0;
+            self.pass_over(cq, list, &mut at, &nominated, &state);
+            cursor.insert(cq.clone(), at);
+        }
+        let mut heads = Heads::default();
+        while let Some(cq) = self.next_queue(&lists.by_queue, &cursor, &mut heads) {
+            let Some(at) = cursor.get_mut(&cq) else { break };
+            let list = &lists.by_queue[&cq];
+            if state.ruled_out(&list[*at]) {
+                self.pass_ruled_out(&cq, list, at, &nominated, &state, &mut heads);
                 continue;
             }
-            let job = &entry.job;
-            let early = if let Some(why) = &job.invalid {
-                Some(PendingReason::InvalidJob(why.clone()))
-            } else if job.suspended {
-                Some(PendingReason::Suspended)
-            } else {
-                match self.cluster_queue_of(job) {
-                    Ok(cq) => {
-                        lists.entry(cq).or_default().push(Arc::clone(job));
-                        None
-                    }
-                    Err(why) => Some(PendingReason::UnknownQueue(why)),
-                }
-            };
-            if let Some(reason) = early {
-                out.push(waiting(job, 0, reason, None));
-            }
-        }
-        for list in lists.values_mut() {
-            list.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
-        }
-
-        let mut cursor: BTreeMap<String, usize> = lists.keys().map(|q| (q.clone(), 0)).collect();
-        let mut heads: BTreeMap<String, HeadKey> = BTreeMap::new();
-        while let Some(cq) = self.next_queue(&lists, &cursor, &mut heads) {
-            let Some(at) = cursor.get_mut(&cq) else { break };
-            let job = Arc::clone(&lists[&cq][*at]);
+            let job = Arc::clone(&list[*at].job);
             *at += 1;
             let position = positions.entry(cq.clone()).or_insert(0);
             *position += 1;
             let position = *position;
             let before = out.len();
             self.serve(&cq, &job, position, now, &mut state, &mut out);
+            self.pass_over(&cq, list, at, &nominated, &state);
             heads.remove(&cq);
             if out[before..].iter().any(|d| {
                 matches!(
@@ -438,7 +636,138 @@ impl Scheduler {
         }
         self.release_holds(&mut state);
         self.cluster.commit();
-        out
+        self.lists = lists;
+        self.settle_cycle(now, out, state, &nominated_before)
+    }
+
+    /// Moves `at` past the jobs of `list` (queue `cq`) that the cycle does not serve: all of
+    /// them when the queue is stopped or its StrictFIFO head is blocked (each would be told
+    /// so, and nothing else happens), else preemptors already served.
+    fn pass_over(
+        &self,
+        cq: &str,
+        list: &[waiting::Queued],
+        at: &mut usize,
+        nominated: &BTreeSet<JobId>,
+        state: &CycleState,
+    ) {
+        let stopped = self
+            .queues
+            .get(cq)
+            .is_none_or(|q| q.spec.stop_policy != StopPolicy::None);
+        if stopped || state.strict_head.contains_key(cq) {
+            *at = list.len();
+            return;
+        }
+        while let Some(queued) = list.get(*at) {
+            if nominated.contains(&queued.job.id) {
+                *at += 1;
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// Passes over the head of `list` (queue `cq`), which the memo rules out: serving it
+    /// would only tell it why it waits. Its queue keeps its place in the cycle's order as
+    /// serving it would have (the jobs behind it may rank differently: one that fits without
+    /// borrowing goes before other queues' borrowers), so the jobs behind it that the memo
+    /// also rules out are passed over too, as long as the queue would still be next; the
+    /// first that is not is left at the head.
+    fn pass_ruled_out(
+        &self,
+        cq: &str,
+        list: &[waiting::Queued],
+        at: &mut usize,
+        nominated: &BTreeSet<JobId>,
+        state: &CycleState,
+        heads: &mut Heads,
+    ) {
+        heads.keys.remove(cq);
+        let next_other = heads.keys.values().min().cloned();
+        *at += 1;
+        loop {
+            self.pass_over(cq, list, at, nominated, state);
+            let Some(queued) = list.get(*at) else { break };
+            if !state.ruled_out(queued) {
+                break;
+            }
+            let key = self.head_key(cq, queued, heads);
+            if next_other.as_ref().is_some_and(|other| &key > other) {
+                heads.keys.insert(cq.to_owned(), key);
+                break;
+            }
+            *at += 1;
+        }
+    }
+
+    /// The end of a cycle: waiting jobs come off the lists when they start, what the cycle
+    /// found about the rest is kept for [`Scheduler::waiting`], and, when it changed
+    /// nothing, how long the next may be skipped. Returns the decisions that change
+    /// something.
+    fn settle_cycle(
+        &mut self,
+        now: i64,
+        out: Vec<Decision>,
+        state: CycleState,
+        nominated_before: &[JobId],
+    ) -> Vec<Decision> {
+        let gone: BTreeSet<JobId> = out
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Admit(a) => Some(a.job.clone()),
+                Decision::Provision { job, .. } => Some(job.clone()),
+                _ => None,
+            })
+            .collect();
+        self.lists.remove_all(&gone);
+        let mut found = waiting::Found {
+            now,
+            untils: state.reservations.iter().map(|r| r.until).collect(),
+            memo: state.memo,
+            strict_head: state.strict_head,
+            ..waiting::Found::default()
+        };
+        let mut decisions = Vec::new();
+        for d in out {
+            match d {
+                Decision::Pending {
+                    job,
+                    position,
+                    reason,
+                    eta,
+                } => {
+                    if position == 1
+                        && let Some(cq) = self.lists.queue_of(&job)
+                    {
+                        found.heads.insert(cq.to_owned(), reason.clone());
+                    }
+                    found.served.insert(job, (reason, eta));
+                }
+                other => decisions.push(other),
+            }
+        }
+        self.found = found;
+        let changed = !decisions.is_empty() || !self.nominations.keys().eq(nominated_before.iter());
+        self.quiet = if changed || state.timed {
+            None
+        } else {
+            Some((self.generation, self.decisions_hold_until(now)))
+        };
+        decisions
+    }
+
+    /// The first time at which the same inputs could decide differently than at `now`: when
+    /// a running job reaches its expected end (the release timeline, and so reservations,
+    /// move from then on), or at once while a job is being evicted (it is on the timeline at
+    /// `now`).
+    fn decisions_hold_until(&self, now: i64) -> i64 {
+        if !self.evicting.is_empty() {
+            return now;
+        }
+        self.ends
+            .first()
+            .map_or(i64::MAX, |(end, _)| (*end).max(now))
     }
 
     /// Decides for one job, the next in the cycle's order.
@@ -607,11 +936,7 @@ impl Scheduler {
             Some(None) => {}
             None => {
                 let (key, respected) = key;
-                state
-                    .memo
-                    .entry(key)
-                    .or_default()
-                    .push((respected, reason.clone()));
+                state.remember(key, respected, reason.clone(), now);
             }
         }
         out.push(pending(reason, eta));
@@ -664,12 +989,15 @@ impl Scheduler {
         let found = self.reserve(cq, job, blocked, now, (&release.0, &release.1));
         let starts = found.as_ref().and_then(|r| r.until);
         state.weighed = Some((job.id.clone(), found));
-        starts.is_some_and(|t| {
+        let waits = starts.is_some_and(|t| {
             let waiting = job
                 .accelerators()
                 .saturating_mul(u64::try_from(t - now).unwrap_or(0));
             waiting <= lost
-        })
+        });
+        // What the victims would lose grows with time: a later cycle may decide otherwise.
+        state.timed |= waits;
+        waits
     }
 
     /// The queue whose next job is served next. Jobs that fit without borrowing go before
@@ -679,39 +1007,53 @@ impl Scheduler {
     /// cached per queue head and dropped whenever usage changes.
     fn next_queue(
         &self,
-        lists: &BTreeMap<String, Vec<Arc<Job>>>,
+        lists: &BTreeMap<String, Vec<waiting::Queued>>,
         cursor: &BTreeMap<String, usize>,
-        heads: &mut BTreeMap<String, HeadKey>,
+        heads: &mut Heads,
     ) -> Option<String> {
         let mut best: Option<(&HeadKey, &String)> = None;
         for (cq, list) in lists {
-            let Some(job) = cursor.get(cq).and_then(|at| list.get(*at)) else {
+            let Some(queued) = cursor.get(cq).and_then(|at| list.get(*at)) else {
                 continue;
             };
-            if !heads.contains_key(cq) {
-                let share = if self.quota.fair_sharing(cq) {
-                    self.quota.dominant_share(cq)
-                } else {
-                    0
-                };
-                let (priority, created, uid, id) = job.order_key();
-                let key = (
-                    self.needs_borrowing(cq, job),
-                    share,
-                    priority,
-                    created,
-                    uid.to_owned(),
-                    id.to_owned(),
-                );
-                heads.insert(cq.clone(), key);
+            if !heads.keys.contains_key(cq) {
+                let key = self.head_key(cq, queued, heads);
+                heads.keys.insert(cq.clone(), key);
             }
         }
-        for (cq, key) in heads.iter() {
+        for (cq, key) in &heads.keys {
             if best.is_none_or(|(b, _)| key < b) {
                 best = Some((key, cq));
             }
         }
         best.map(|(_, cq)| cq.clone())
+    }
+
+    /// The place in the cycle's order of queue `cq` with `queued` at its head.
+    fn head_key(&self, cq: &str, queued: &waiting::Queued, heads: &mut Heads) -> HeadKey {
+        let share = if self.quota.fair_sharing(cq) {
+            self.quota.dominant_share(cq)
+        } else {
+            0
+        };
+        // Identical jobs would borrow alike: asked once per shape until usage changes.
+        let borrows = match heads.borrows.get(&queued.shape) {
+            Some(b) => *b,
+            None => {
+                let b = self.needs_borrowing(cq, &queued.job);
+                heads.borrows.insert(queued.shape, b);
+                b
+            }
+        };
+        let (priority, created, uid, id) = queued.job.order_key();
+        (
+            borrows,
+            share,
+            priority,
+            created,
+            uid.to_owned(),
+            id.to_owned(),
+        )
     }
 
     /// Whether `job` could start in `cq` only by borrowing: some pod set has no flavor with
@@ -755,7 +1097,11 @@ impl Scheduler {
         if draining.is_empty() {
             return;
         }
-        for (id, entry) in &mut self.jobs {
+        let holders: Vec<JobId> = self.holders.iter().cloned().collect();
+        for id in holders {
+            let Some(entry) = self.jobs.get(&id) else {
+                continue;
+            };
             if let JobState::Admitted(h) | JobState::Provisioning(h) = entry.state.clone()
                 && draining.contains(&h.cluster_queue)
             {
@@ -766,7 +1112,7 @@ impl Scheduler {
                         h.cluster_queue
                     ),
                 });
-                entry.state = JobState::Evicting(h);
+                self.set_state(&id, JobState::Evicting(h));
             }
         }
     }
@@ -787,9 +1133,7 @@ impl Scheduler {
             since: now,
             pod_sets: assignment.pod_sets.clone(),
         };
-        if let Some(entry) = self.jobs.get_mut(&job.id) {
-            entry.state = JobState::Admitted(holding);
-        }
+        self.set_state(&job.id, JobState::Admitted(holding));
         out.push(Decision::Admit(Admitted {
             job: job.id.clone(),
             cluster_queue: cq.to_owned(),
@@ -843,13 +1187,14 @@ impl Scheduler {
             .iter()
             .map(|p| (p.name.clone(), p.flavor.clone()))
             .collect();
-        if let Some(entry) = self.jobs.get_mut(&job.id) {
-            entry.state = JobState::Provisioning(Holding {
+        self.set_state(
+            &job.id,
+            JobState::Provisioning(Holding {
                 cluster_queue: cq.to_owned(),
                 since: now,
                 pod_sets: assignment.pod_sets,
-            });
-        }
+            }),
+        );
         Some(Decision::Provision {
             job: job.id.clone(),
             cluster_queue: cq.to_owned(),

@@ -54,6 +54,7 @@ impl Scheduler {
             return;
         }
         if let Ok(cq) = self.cluster_queue_of(&entry.job) {
+            self.generation += 1;
             self.nominations.insert(
                 id.to_owned(),
                 Nomination {
@@ -227,10 +228,8 @@ impl Scheduler {
             .cloned()
             .collect();
         for v in &fresh {
-            if let Some(entry) = self.jobs.get_mut(v)
-                && let JobState::Admitted(h) = entry.state.clone()
-            {
-                entry.state = JobState::Evicting(h);
+            if let Some(JobState::Admitted(h)) = self.state(v).cloned() {
+                self.set_state(v, JobState::Evicting(h));
             }
         }
         if !fresh.is_empty() {

@@ -109,7 +109,10 @@ impl Scheduler {
         let policy = self.queues.get(cq)?.spec.preemption.clone()?;
         let cohort = self.quota.cohort(cq).map(str::to_owned);
         let mut candidates: Vec<Candidate> = Vec::new();
-        for (id, e) in &self.jobs {
+        for id in &self.holders {
+            let Some(e) = self.jobs.get(id) else {
+                continue;
+            };
             let (h, leaving) = match &e.state {
                 JobState::Admitted(h) => (h, false),
                 JobState::Evicting(h) => (h, true),

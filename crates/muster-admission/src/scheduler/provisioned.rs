@@ -19,8 +19,9 @@ impl Scheduler {
     /// joining) keeps holding its quota and is told why.
     pub(super) fn start_provisioned(&mut self, now: i64, out: &mut Vec<Decision>) {
         let mut ready: Vec<(Arc<Job>, Holding)> = self
-            .jobs
-            .values()
+            .provisioning
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
             .filter_map(|e| match &e.state {
                 JobState::Provisioning(h) if e.job.provisioned && !e.job.suspended => {
                     Some((Arc::clone(&e.job), h.clone()))
@@ -51,13 +52,14 @@ impl Scheduler {
                     let borrowing = pod_sets
                         .iter()
                         .any(|p| self.quota.is_borrowing(&holding.cluster_queue, &p.flavor));
-                    if let Some(entry) = self.jobs.get_mut(&job.id) {
-                        entry.state = JobState::Admitted(Holding {
+                    self.set_state(
+                        &job.id,
+                        JobState::Admitted(Holding {
                             cluster_queue: holding.cluster_queue.clone(),
                             since: now,
                             pod_sets: pod_sets.clone(),
-                        });
-                    }
+                        }),
+                    );
                     out.push(Decision::Admit(Admitted {
                         job: job.id.clone(),
                         cluster_queue: holding.cluster_queue,

@@ -15,18 +15,12 @@ impl Scheduler {
     /// Admitted jobs with their expected end (now for jobs being evicted), soonest first; jobs
     /// without an expected runtime never end as far as planning knows.
     pub(super) fn release_timeline(&self, now: i64) -> Vec<(i64, JobId)> {
-        let mut timeline: Vec<(i64, JobId)> = self
-            .jobs
+        let evicting = self.evicting.iter().map(|id| (now, id.clone()));
+        let ending = self
+            .ends
             .iter()
-            .filter_map(|(id, e)| match &e.state {
-                JobState::Evicting(_) => Some((now, id.clone())),
-                JobState::Admitted(h) => e
-                    .job
-                    .expected_runtime
-                    .map(|r| (h.since.saturating_add(r).max(now), id.clone())),
-                _ => None,
-            })
-            .collect();
+            .map(|(end, id)| ((*end).max(now), id.clone()));
+        let mut timeline: Vec<(i64, JobId)> = evicting.chain(ending).collect();
         timeline.sort();
         timeline
     }
@@ -38,10 +32,10 @@ impl Scheduler {
         let mut order: Vec<JobId> = timeline.iter().map(|(_, id)| id.clone()).collect();
         let on_timeline: std::collections::BTreeSet<&JobId> = order.iter().collect();
         let rest: Vec<JobId> = self
-            .jobs
+            .holders
             .iter()
-            .filter(|(id, e)| e.state != JobState::Pending && !on_timeline.contains(id))
-            .map(|(id, _)| id.clone())
+            .filter(|id| !on_timeline.contains(id))
+            .cloned()
             .collect();
         order.extend(rest);
         (timeline, order)

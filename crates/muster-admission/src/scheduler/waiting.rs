@@ -1,0 +1,219 @@
+//! The waiting jobs between cycles: every ClusterQueue's list in queue order, kept sorted as
+//! jobs come and go (a cycle never sorts), and what the last cycle found for each of them.
+//!
+//! A cycle decides afresh only for the jobs it serves: each queue's jobs until each job
+//! shape has failed once (see [`super::CycleState::memo`]), and every job behind them of a
+//! shape that failed is answered by that failure without being looked at. So the reasons the
+//! last cycle found are kept per job it served and per shape it ruled out, and
+//! [`Scheduler::waiting`] reads every waiting job's position and reason from them on demand.
+//! Nothing there is stale: a job ruled out by its shape waits for exactly the reason an
+//! identical job ahead of it was found to wait in the same cycle, and a cycle skipped because
+//! nothing changed (see [`Scheduler::step`]) would have found the same.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use muster_api::cluster_queue::StopPolicy;
+
+use super::{JobState, MemoKey, Scheduler};
+use crate::decision::{Decision, PendingReason};
+use crate::job::{Job, JobId};
+
+/// A job waiting in a ClusterQueue, with its shape (the memo's key).
+#[derive(Clone, Debug)]
+pub(super) struct Queued {
+    pub(super) job: Arc<Job>,
+    pub(super) shape: MemoKey,
+}
+
+/// Every ClusterQueue's waiting jobs, each list in queue order.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Lists {
+    pub(super) by_queue: BTreeMap<String, Vec<Queued>>,
+    /// The queue each listed job is in.
+    queue_of: BTreeMap<JobId, String>,
+}
+
+impl Lists {
+    /// Lists `job` in `cq`, in queue order.
+    pub(super) fn insert(&mut self, cq: &str, queued: Queued) {
+        let list = self.by_queue.entry(cq.to_owned()).or_default();
+        let key = queued.job.order_key();
+        let at = list.partition_point(|q| q.job.order_key() < key);
+        self.queue_of.insert(queued.job.id.clone(), cq.to_owned());
+        list.insert(at, queued);
+    }
+
+    /// Takes `job` (as it was listed) off its queue's list, if it is on one.
+    pub(super) fn remove(&mut self, job: &Job) {
+        let Some(cq) = self.queue_of.remove(&job.id) else {
+            return;
+        };
+        if let Some(list) = self.by_queue.get_mut(&cq) {
+            let key = job.order_key();
+            let at = list.partition_point(|q| q.job.order_key() < key);
+            if list.get(at).is_some_and(|q| q.job.id == job.id) {
+                list.remove(at);
+            } else if let Some(at) = list.iter().position(|q| q.job.id == job.id) {
+                list.remove(at);
+            }
+        }
+    }
+
+    /// Takes every job in `gone` off the lists (those a cycle admitted or sent provisioning).
+    pub(super) fn remove_all(&mut self, gone: &BTreeSet<JobId>) {
+        if gone.is_empty() {
+            return;
+        }
+        let mut touched = BTreeSet::new();
+        for id in gone {
+            if let Some(cq) = self.queue_of.remove(id) {
+                touched.insert(cq);
+            }
+        }
+        for cq in touched {
+            if let Some(list) = self.by_queue.get_mut(&cq) {
+                list.retain(|q| !gone.contains(&q.job.id));
+            }
+        }
+    }
+
+    /// The queue `id` is listed in.
+    pub(super) fn queue_of(&self, id: &str) -> Option<&str> {
+        self.queue_of.get(id).map(String::as_str)
+    }
+}
+
+/// What the last cycle that ran found about waiting jobs.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Found {
+    /// The cycle's time.
+    pub(super) now: i64,
+    /// Jobs it served and left waiting: reason and ETA.
+    pub(super) served: BTreeMap<JobId, (PendingReason, Option<i64>)>,
+    /// Shapes ruled out: reservations respected (bit mask) and the reason.
+    pub(super) memo: BTreeMap<MemoKey, Vec<(u64, PendingReason)>>,
+    /// The reservations' start times, by index (for which ones a job respects).
+    pub(super) untils: Vec<Option<i64>>,
+    /// StrictFIFO queues whose head could not start.
+    pub(super) strict_head: BTreeMap<String, JobId>,
+    /// Per queue, the reason its first job served in the cycle waits, if it waits.
+    pub(super) heads: BTreeMap<String, PendingReason>,
+}
+
+/// The reservations (by index, as a bit mask) that a job ending at `ends` must respect: those
+/// it would not finish before.
+pub(super) fn respected(untils: &[Option<i64>], ends: Option<i64>) -> u64 {
+    untils
+        .iter()
+        .enumerate()
+        .filter(|(_, until)| !matches!((ends, until), (Some(e), Some(t)) if e <= *t))
+        .fold(0u64, |mask, (i, _)| mask | (1u64 << (i % 64)))
+}
+
+impl Scheduler {
+    /// Every waiting job as the last cycle left it, as [`Decision::Pending`]: the jobs whose
+    /// bought capacity is not ready for them yet (position 0), every job in a ClusterQueue with
+    /// its exact position (1-based, among the jobs still waiting there; preemptors waiting for
+    /// their victims first, then queue order) and reason, and jobs that cannot queue (invalid,
+    /// suspended, no queue; position 0). Jobs submitted since the last cycle are not listed
+    /// until a cycle has decided about them.
+    pub fn waiting(&self) -> Vec<Decision> {
+        let found = &self.found;
+        let mut out = Vec::new();
+        for id in &self.holders {
+            if let Some((reason, eta)) = found.served.get(id) {
+                out.push(Decision::Pending {
+                    job: id.clone(),
+                    position: 0,
+                    reason: reason.clone(),
+                    eta: *eta,
+                });
+            }
+        }
+        for (id, entry) in &self.jobs {
+            if entry.state != JobState::Pending || self.lists.queue_of(id).is_some() {
+                continue;
+            }
+            let job = &entry.job;
+            let reason = if let Some(why) = &job.invalid {
+                PendingReason::InvalidJob(why.clone())
+            } else if job.suspended {
+                PendingReason::Suspended
+            } else {
+                match self.cluster_queue_of(job) {
+                    Err(why) => PendingReason::UnknownQueue(why),
+                    // Listed at the next change that lists it.
+                    Ok(_) => continue,
+                }
+            };
+            out.push(Decision::Pending {
+                job: id.clone(),
+                position: 0,
+                reason,
+                eta: None,
+            });
+        }
+        for (cq, list) in &self.lists.by_queue {
+            let mut position = 0u32;
+            let nominated = list
+                .iter()
+                .filter(|q| self.nominations.contains_key(&q.job.id));
+            let rest = list
+                .iter()
+                .filter(|q| !self.nominations.contains_key(&q.job.id));
+            for queued in nominated.chain(rest) {
+                let Some((reason, eta)) = self.found_reason(cq, queued) else {
+                    continue;
+                };
+                position += 1;
+                out.push(Decision::Pending {
+                    job: queued.job.id.clone(),
+                    position,
+                    reason,
+                    eta,
+                });
+            }
+        }
+        out
+    }
+
+    /// Why `queued` waits in `cq`, as the last cycle found; `None` when no cycle has seen it.
+    fn found_reason(&self, cq: &str, queued: &Queued) -> Option<(PendingReason, Option<i64>)> {
+        let found = &self.found;
+        if let Some(known) = found.served.get(&queued.job.id) {
+            return Some(known.clone());
+        }
+        let stopped = self
+            .queues
+            .get(cq)
+            .is_some_and(|q| q.spec.stop_policy != StopPolicy::None);
+        if stopped {
+            let reason = PendingReason::QueueStopped {
+                cluster_queue: cq.to_owned(),
+            };
+            return Some((reason, None));
+        }
+        if let Some(head) = found.strict_head.get(cq) {
+            let reason = PendingReason::BlockedByQueueHead { head: head.clone() };
+            return Some((reason, None));
+        }
+        let ends = queued
+            .job
+            .expected_runtime
+            .map(|r| found.now.saturating_add(r));
+        let mask = respected(&found.untils, ends);
+        found
+            .memo
+            .get(&queued.shape)?
+            .iter()
+            .find(|(m, _)| m & !mask == 0)
+            .map(|(_, reason)| (reason.clone(), None))
+    }
+
+    /// Per ClusterQueue, why the first job the last cycle served there still waits (queues
+    /// whose first job started, or that had none, are left out).
+    pub fn head_reasons(&self) -> impl Iterator<Item = (&str, &PendingReason)> {
+        self.found.heads.iter().map(|(q, r)| (q.as_str(), r))
+    }
+}

@@ -17,6 +17,7 @@ use crate::reservation::Reservation;
 
 mod assign;
 mod nominate;
+mod order;
 mod preempt;
 mod provisioned;
 mod reserve;
@@ -143,27 +144,6 @@ impl CycleState {
 /// A queue head's place in the cycle's order: (borrows, dominant share, priority, creation,
 /// UID, id).
 type HeadKey = (bool, u64, std::cmp::Reverse<i32>, i64, String, String);
-
-/// Each queue's place in the cycle's order while usage stays as it is.
-#[derive(Default)]
-struct Heads {
-    /// Per queue, its head's key.
-    keys: BTreeMap<String, HeadKey>,
-    /// Per job shape, whether it would borrow.
-    borrows: BTreeMap<MemoKey, bool>,
-}
-
-impl Heads {
-    /// Usage changed: every key may have.
-    fn clear(&mut self) {
-        self.keys.clear();
-        self.borrows.clear();
-    }
-
-    fn remove(&mut self, cq: &str) {
-        self.keys.remove(cq);
-    }
-}
 
 /// The release timeline (expected end, job), and every holder in release order.
 type ReleaseOrder = (Vec<(i64, JobId)>, Vec<JobId>);
@@ -591,32 +571,15 @@ impl Scheduler {
         self.start_provisioned(now, &mut out);
         let mut state = CycleState::default();
         // Preemptors first: what they evicted for is theirs.
-        let (nominated, mut positions) = self.serve_nominated(now, &mut state, &mut out);
+        let (nominated, positions) = self.serve_nominated(now, &mut state, &mut out);
 
         let lists = std::mem::take(&mut self.lists);
-        let mut cursor: BTreeMap<String, usize> = BTreeMap::new();
-        for (cq, list) in &lists.by_queue {
-            let mut at = 0;
-            self.pass_over(cq, list, &mut at, &nominated, &state);
-            cursor.insert(cq.clone(), at);
-        }
-        let mut heads = Heads::default();
-        while let Some(cq) = self.next_queue(&lists.by_queue, &cursor, &mut heads) {
-            let Some(at) = cursor.get_mut(&cq) else { break };
-            let list = &lists.by_queue[&cq];
-            if state.ruled_out(&list[*at]) {
-                self.pass_ruled_out(&cq, list, at, &nominated, &state, &mut heads);
-                continue;
-            }
-            let job = Arc::clone(&list[*at].job);
-            *at += 1;
-            let position = positions.entry(cq.clone()).or_insert(0);
-            *position += 1;
-            let position = *position;
+        let mut walk = order::Walk::new(&lists.by_queue, &positions);
+        while let Some(next) = self.next_job(&mut walk, &state, &nominated) {
+            let job = Arc::clone(&next.queued.job);
             let before = out.len();
-            self.serve(&cq, &job, position, now, &mut state, &mut out);
-            self.pass_over(&cq, list, at, &nominated, &state);
-            heads.remove(&cq);
+            self.serve(next.cq, &job, next.position, now, &mut state, &mut out);
+            walk.served(&next);
             if out[before..].iter().any(|d| {
                 matches!(
                     d,
@@ -630,7 +593,7 @@ impl Scheduler {
             }) {
                 // Usage changed (or was held for a preemptor): shares, borrowing and the
                 // release timeline may have too.
-                heads.clear();
+                walk.usage_changed();
                 state.release = None;
             }
         }
@@ -638,67 +601,6 @@ impl Scheduler {
         self.cluster.commit();
         self.lists = lists;
         self.settle_cycle(now, out, state, &nominated_before)
-    }
-
-    /// Moves `at` past the jobs of `list` (queue `cq`) that the cycle does not serve: all of
-    /// them when the queue is stopped or its StrictFIFO head is blocked (each would be told
-    /// so, and nothing else happens), else preemptors already served.
-    fn pass_over(
-        &self,
-        cq: &str,
-        list: &[waiting::Queued],
-        at: &mut usize,
-        nominated: &BTreeSet<JobId>,
-        state: &CycleState,
-    ) {
-        let stopped = self
-            .queues
-            .get(cq)
-            .is_none_or(|q| q.spec.stop_policy != StopPolicy::None);
-        if stopped || state.strict_head.contains_key(cq) {
-            *at = list.len();
-            return;
-        }
-        while let Some(queued) = list.get(*at) {
-            if nominated.contains(&queued.job.id) {
-                *at += 1;
-            } else {
-                break;
-            }
-        }
-    }
-
-    /// Passes over the head of `list` (queue `cq`), which the memo rules out: serving it
-    /// would only tell it why it waits. Its queue keeps its place in the cycle's order as
-    /// serving it would have (the jobs behind it may rank differently: one that fits without
-    /// borrowing goes before other queues' borrowers), so the jobs behind it that the memo
-    /// also rules out are passed over too, as long as the queue would still be next; the
-    /// first that is not is left at the head.
-    fn pass_ruled_out(
-        &self,
-        cq: &str,
-        list: &[waiting::Queued],
-        at: &mut usize,
-        nominated: &BTreeSet<JobId>,
-        state: &CycleState,
-        heads: &mut Heads,
-    ) {
-        heads.keys.remove(cq);
-        let next_other = heads.keys.values().min().cloned();
-        *at += 1;
-        loop {
-            self.pass_over(cq, list, at, nominated, state);
-            let Some(queued) = list.get(*at) else { break };
-            if !state.ruled_out(queued) {
-                break;
-            }
-            let key = self.head_key(cq, queued, heads);
-            if next_other.as_ref().is_some_and(|other| &key > other) {
-                heads.keys.insert(cq.to_owned(), key);
-                break;
-            }
-            *at += 1;
-        }
     }
 
     /// The end of a cycle: waiting jobs come off the lists when they start, what the cycle
@@ -998,62 +900,6 @@ impl Scheduler {
         // What the victims would lose grows with time: a later cycle may decide otherwise.
         state.timed |= waits;
         waits
-    }
-
-    /// The queue whose next job is served next. Jobs that fit without borrowing go before
-    /// jobs that would borrow (so a queue gets its own quota back before a borrower takes it
-    /// again, which is what keeps reclaim from ping-ponging); then the lowest dominant share
-    /// where the cohort uses fair sharing; then priority, creation time and UID. Keys are
-    /// cached per queue head and dropped whenever usage changes.
-    fn next_queue(
-        &self,
-        lists: &BTreeMap<String, Vec<waiting::Queued>>,
-        cursor: &BTreeMap<String, usize>,
-        heads: &mut Heads,
-    ) -> Option<String> {
-        let mut best: Option<(&HeadKey, &String)> = None;
-        for (cq, list) in lists {
-            let Some(queued) = cursor.get(cq).and_then(|at| list.get(*at)) else {
-                continue;
-            };
-            if !heads.keys.contains_key(cq) {
-                let key = self.head_key(cq, queued, heads);
-                heads.keys.insert(cq.clone(), key);
-            }
-        }
-        for (cq, key) in &heads.keys {
-            if best.is_none_or(|(b, _)| key < b) {
-                best = Some((key, cq));
-            }
-        }
-        best.map(|(_, cq)| cq.clone())
-    }
-
-    /// The place in the cycle's order of queue `cq` with `queued` at its head.
-    fn head_key(&self, cq: &str, queued: &waiting::Queued, heads: &mut Heads) -> HeadKey {
-        let share = if self.quota.fair_sharing(cq) {
-            self.quota.dominant_share(cq)
-        } else {
-            0
-        };
-        // Identical jobs would borrow alike: asked once per shape until usage changes.
-        let borrows = match heads.borrows.get(&queued.shape) {
-            Some(b) => *b,
-            None => {
-                let b = self.needs_borrowing(cq, &queued.job);
-                heads.borrows.insert(queued.shape, b);
-                b
-            }
-        };
-        let (priority, created, uid, id) = queued.job.order_key();
-        (
-            borrows,
-            share,
-            priority,
-            created,
-            uid.to_owned(),
-            id.to_owned(),
-        )
     }
 
     /// Whether `job` could start in `cq` only by borrowing: some pod set has no flavor with

@@ -1,0 +1,248 @@
+//! The cycle's order: which ClusterQueue's job is served next.
+//!
+//! The rule: the queue whose head has the least key goes next — jobs that fit without
+//! borrowing before jobs that would borrow, then the lowest dominant share where the cohort
+//! shares fairly, then priority, creation time and UID (see [`HeadKey`]). Keys hold while
+//! usage does; every admission (or hold for a preemptor) changes usage, and they are taken
+//! again.
+//!
+//! Serving a job that the memo already rules out (an identical job failed this cycle) only
+//! tells it why it waits. Such jobs are passed over, but they keep their part in the order:
+//! a queue reaches its next job that can start only once its ruled-out jobs ahead of it have
+//! had their turn. Serving the least head, over and over, from lists whose keys do not change
+//! reaches a queue's job `x` before another queue's job `y` exactly when the largest key up
+//! to `x` in its list is below the largest key up to `y` in its own. So each queue is
+//! represented by its next job that can start and the largest key from its cursor up to that
+//! job; the least of those goes next. Keys within a queue rise with queue order, apart from
+//! the borrowing flag in front, so the largest key is that of the last job up to there whose
+//! shape would borrow, or else that of the job itself: found per shape by bisection, not by
+//! walking the jobs passed over.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use muster_api::cluster_queue::StopPolicy;
+
+use super::waiting::Queued;
+use super::{CycleState, HeadKey, MemoKey, Scheduler};
+use crate::job::JobId;
+
+/// One queue's jobs of one shape: their indices in the queue's list.
+struct ShapeRun {
+    shape: MemoKey,
+    at: Vec<usize>,
+    /// The first entry of `at` not yet known to be passed over (the cursor and the memo only
+    /// move forward within a cycle).
+    scan: usize,
+}
+
+/// One queue's progress through a cycle.
+struct QueueWalk<'a> {
+    cq: &'a str,
+    list: &'a [Queued],
+    shapes: Vec<ShapeRun>,
+    cursor: usize,
+    done: bool,
+    /// Its key and the index of its next job to serve, while usage stays as it is.
+    next: Option<(HeadKey, usize)>,
+    /// Jobs served so far this cycle, preemptors served first included.
+    served: u32,
+}
+
+/// Every queue's progress through a cycle.
+pub(super) struct Walk<'a> {
+    queues: Vec<QueueWalk<'a>>,
+    /// Per job shape, whether it would borrow, while usage stays as it is.
+    borrows: BTreeMap<MemoKey, bool>,
+}
+
+/// The job a cycle serves next.
+pub(super) struct Next<'a> {
+    /// Its queue.
+    pub(super) cq: &'a str,
+    /// The job.
+    pub(super) queued: &'a Queued,
+    /// Its place among the jobs of its queue this cycle has served (1: the first).
+    pub(super) position: u32,
+    queue: usize,
+    at: usize,
+}
+
+impl<'a> Walk<'a> {
+    /// A walk over `lists`; `served` counts per queue the jobs served before it (preemptors).
+    pub(super) fn new(
+        lists: &'a BTreeMap<String, Vec<Queued>>,
+        served: &BTreeMap<String, u32>,
+    ) -> Walk<'a> {
+        let queues = lists
+            .iter()
+            .filter(|(_, list)| !list.is_empty())
+            .map(|(cq, list)| {
+                let mut by_shape: BTreeMap<MemoKey, Vec<usize>> = BTreeMap::new();
+                for (i, q) in list.iter().enumerate() {
+                    by_shape.entry(q.shape).or_default().push(i);
+                }
+                QueueWalk {
+                    cq: cq.as_str(),
+                    list: list.as_slice(),
+                    shapes: by_shape
+                        .into_iter()
+                        .map(|(shape, at)| ShapeRun { shape, at, scan: 0 })
+                        .collect(),
+                    cursor: 0,
+                    done: false,
+                    next: None,
+                    served: served.get(cq).copied().unwrap_or(0),
+                }
+            })
+            .collect();
+        Walk {
+            queues,
+            borrows: BTreeMap::new(),
+        }
+    }
+
+    /// Usage changed: every queue's key may have.
+    pub(super) fn usage_changed(&mut self) {
+        for q in &mut self.queues {
+            q.next = None;
+        }
+        self.borrows.clear();
+    }
+
+    /// The job `next` was served: its queue goes on behind it.
+    pub(super) fn served(&mut self, next: &Next<'_>) {
+        let (queue, at) = (next.queue, next.at);
+        if let Some(q) = self.queues.get_mut(queue) {
+            q.cursor = at + 1;
+            q.next = None;
+            q.served += 1;
+        }
+    }
+}
+
+impl Scheduler {
+    /// The job the cycle serves next, or `None` when every queue is through.
+    pub(super) fn next_job<'a>(
+        &self,
+        walk: &mut Walk<'a>,
+        state: &CycleState,
+        nominated: &BTreeSet<JobId>,
+    ) -> Option<Next<'a>> {
+        let Walk { queues, borrows } = walk;
+        for q in queues.iter_mut() {
+            if q.done || q.next.is_some() {
+                continue;
+            }
+            let stopped = self
+                .queues
+                .get(q.cq)
+                .is_none_or(|c| c.spec.stop_policy != StopPolicy::None);
+            // A stopped queue, or one behind its blocked StrictFIFO head, only tells its jobs
+            // so: nothing there changes anything else.
+            if stopped || state.strict_head.contains_key(q.cq) {
+                q.done = true;
+                continue;
+            }
+            match first_to_serve(q, state, nominated) {
+                None => q.done = true,
+                Some(at) => {
+                    let key = self.queue_key(q, at, borrows, nominated);
+                    q.next = Some((key, at));
+                }
+            }
+        }
+        let (queue, at) = queues
+            .iter()
+            .enumerate()
+            .filter_map(|(i, q)| q.next.as_ref().map(|(key, at)| (key, i, *at)))
+            .min_by(|a, b| a.0.cmp(b.0))
+            .map(|(_, i, at)| (i, at))?;
+        let q = &queues[queue];
+        Some(Next {
+            cq: q.cq,
+            queued: &q.list[at],
+            position: q.served + 1,
+            queue,
+            at,
+        })
+    }
+
+    /// The key of queue `q` whose next job to serve is at `at`: the largest key of its jobs
+    /// from the cursor up to that one (see the module's documentation).
+    fn queue_key(
+        &self,
+        q: &QueueWalk<'_>,
+        at: usize,
+        borrows: &mut BTreeMap<MemoKey, bool>,
+        nominated: &BTreeSet<JobId>,
+    ) -> HeadKey {
+        let share = if self.quota.fair_sharing(q.cq) {
+            self.quota.dominant_share(q.cq)
+        } else {
+            0
+        };
+        // The last job up to `at` whose shape would borrow.
+        let mut last_borrower: Option<usize> = None;
+        for run in &q.shapes {
+            // Preemptors served first are not in the queue's order.
+            let mut upto = run.at.partition_point(|i| *i <= at);
+            while !nominated.is_empty()
+                && upto > 0
+                && nominated.contains(&q.list[run.at[upto - 1]].job.id)
+            {
+                upto -= 1;
+            }
+            let Some(&last) = upto.checked_sub(1).and_then(|k| run.at.get(k)) else {
+                continue;
+            };
+            if last < q.cursor || last_borrower.is_some_and(|b| b > last) {
+                continue;
+            }
+            let would = *borrows
+                .entry(run.shape)
+                .or_insert_with(|| self.needs_borrowing(q.cq, &q.list[last].job));
+            if would {
+                last_borrower = Some(last);
+            }
+        }
+        let (borrowing, by) = match last_borrower {
+            Some(b) => (true, &q.list[b].job),
+            None => (false, &q.list[at].job),
+        };
+        let (priority, created, uid, id) = by.order_key();
+        (
+            borrowing,
+            share,
+            priority,
+            created,
+            uid.to_owned(),
+            id.to_owned(),
+        )
+    }
+}
+
+/// The index of the first job at or after `q`'s cursor that the cycle must serve: not a
+/// preemptor already served, not ruled out by the memo.
+fn first_to_serve(
+    q: &mut QueueWalk<'_>,
+    state: &CycleState,
+    nominated: &BTreeSet<JobId>,
+) -> Option<usize> {
+    let mut first: Option<usize> = None;
+    for run in &mut q.shapes {
+        while let Some(&i) = run.at.get(run.scan) {
+            let queued = &q.list[i];
+            let passed = i < q.cursor
+                || state.ruled_out(queued)
+                || (!nominated.is_empty() && nominated.contains(&queued.job.id));
+            if !passed {
+                break;
+            }
+            run.scan += 1;
+        }
+        if let Some(&i) = run.at.get(run.scan) {
+            first = Some(first.map_or(i, |f| f.min(i)));
+        }
+    }
+    first
+}

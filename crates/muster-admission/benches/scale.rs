@@ -1,6 +1,8 @@
 //! How a cycle's cost grows: 1,000 / 10,000 / 100,000 jobs × 1,000 / 10,000 hosts, each
-//! after a first cycle has admitted what fits, for a cycle where nothing changed, one after
-//! one admitted job finished, and one after one job arrived.
+//! once the scheduler has settled (cycles have admitted what fits, and the last changed
+//! nothing), for a cycle where nothing changed, one after one admitted job finished, and one
+//! after one job arrived. A cycle here is [`Scheduler::step`]: the decisions that change
+//! something; reading every waiting job's reason ([`Scheduler::waiting`]) is measured apart.
 //!
 //! Run: `cargo bench -p muster-admission --bench scale`
 
@@ -35,11 +37,16 @@ fn size(label: &str) -> (usize, u32) {
     (jobs, u32::try_from(hosts).unwrap_or(u32::MAX))
 }
 
-/// The scheduler after its first cycle at time 0.
+/// The scheduler once its cycles at time 0 have admitted what fits and the last one changed
+/// nothing.
 fn settled(label: &str) -> Scheduler {
     let (jobs, hosts) = size(label);
     let mut s = scheduler(jobs, hosts);
-    s.cycle(0);
+    for _ in 0..8 {
+        if s.step(0).is_empty() {
+            break;
+        }
+    }
     s
 }
 
@@ -47,7 +54,14 @@ fn settled(label: &str) -> Scheduler {
 fn nothing_changed(bencher: divan::Bencher, label: &str) {
     bencher
         .with_inputs(|| settled(label))
-        .bench_local_refs(|s| s.cycle(1).len());
+        .bench_local_refs(|s| s.step(1).len());
+}
+
+#[divan::bench(args = SIZES, sample_count = 3, sample_size = 1)]
+fn every_waiting_reason(bencher: divan::Bencher, label: &str) {
+    bencher
+        .with_inputs(|| settled(label))
+        .bench_local_refs(|s| s.waiting().len());
 }
 
 #[divan::bench(args = SIZES, sample_count = 3, sample_size = 1)]
@@ -64,7 +78,7 @@ fn one_completion(bencher: divan::Bencher, label: &str) {
             }
             s
         })
-        .bench_local_refs(|s| s.cycle(1).len());
+        .bench_local_refs(|s| s.step(1).len());
 }
 
 #[divan::bench(args = SIZES, sample_count = 3, sample_size = 1)]
@@ -76,7 +90,7 @@ fn one_arrival(bencher: divan::Bencher, label: &str) {
             s
         })
         .bench_local_refs(|s| {
-            s.cycle(1)
+            s.step(1)
                 .iter()
                 .filter(|d| matches!(d, Decision::Admit(_)))
                 .count()

@@ -4,9 +4,11 @@
 //! - [`Cluster`] holds every ResourceFlavor's nodes as a [`muster_topology::Topology`].
 //! - [`QuotaBook`] keeps quota and usage per ClusterQueue, flavor and resource, and what
 //!   cohorts lend and borrow, in exact integer arithmetic.
-//! - [`Scheduler`] keeps jobs between cycles; [`Scheduler::cycle`] returns a [`Decision`] for
-//!   every waiting job: admit (with flavors and nodes), provision, preempt, or pending with a
-//!   [`PendingReason`] and, where the timeline knows, an ETA.
+//! - [`Scheduler`] keeps jobs between cycles; [`Scheduler::step`] runs a cycle and returns
+//!   the [`Decision`]s that change something: admit (with flavors and nodes), provision,
+//!   preempt, evict. [`Scheduler::waiting`] gives every waiting job its exact position and a
+//!   [`PendingReason`] with, where the timeline knows, an ETA; [`Scheduler::cycle`] is both.
+//!   A cycle costs what changed, not what waits (see [`Scheduler::step`]).
 //!
 //! Pure and synchronous: the time is an argument, nothing is read or written outside.
 
@@ -23,4 +25,4 @@ pub use decision::{Admitted, Decision, PendingReason, PodSetPlacement};
 pub use job::{Job, JobId, quota_usage};
 pub use namespaces::selects;
 pub use quota::{QuotaBook, QuotaCheck, Shortfall};
-pub use scheduler::{Holding, JobState, Scheduler};
+pub use scheduler::{Holding, JobState, REASONS_REFRESH_SECONDS, Scheduler};

@@ -23,6 +23,11 @@ mod provisioned;
 mod reserve;
 mod waiting;
 
+/// How old the reasons [`Scheduler::waiting`] gives may get, seconds: a cycle skipped because
+/// nothing changed keeps the last full cycle's reasons, and a full cycle runs at least this
+/// often.
+pub const REASONS_REFRESH_SECONDS: i64 = 30;
+
 /// Where a job stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobState {
@@ -90,7 +95,7 @@ struct CycleState {
     reserved_by: BTreeSet<String>,
     reservations: Vec<Reservation>,
     /// The release timeline and order for reservations, until the next admission.
-    release: Option<ReleaseOrder>,
+    release: Option<std::rc::Rc<ReleaseOrder>>,
     /// The reservation search a preemptor's weighing just made (job, its result), for the
     /// wait that follows to take rather than search again.
     weighed: Option<(JobId, Option<Reservation>)>,
@@ -554,14 +559,18 @@ impl Scheduler {
     /// in order between cycles; within a cycle, once a job shape has failed, every later job
     /// of that shape that respects the same reservations is passed over without a look (it
     /// would fail the same way). And after a cycle that changed nothing, the next one returns
-    /// at once unless something came in from outside (a job, a finish, a node) or time
-    /// reached the first moment at which the same inputs could decide differently (a running
-    /// job's expected end, a job being evicted, a preemptor that waits because waiting was
-    /// cheaper).
+    /// at once unless something came in from outside (a job, a finish, a node), time reached
+    /// the first moment at which the same inputs could decide differently (a running job's
+    /// expected end, a job being evicted, a preemptor that waits because waiting was
+    /// cheaper), or the reasons are [`REASONS_REFRESH_SECONDS`] old. A skipped cycle decides
+    /// exactly what a full one would; only the wording of a reason may lag (time alone can
+    /// make a job respect a reservation it would have finished before, which changes the
+    /// figures it is told but never lets it start).
     pub fn step(&mut self, now: i64) -> Vec<Decision> {
         if let Some((generation, until)) = self.quiet
             && generation == self.generation
             && now < until
+            && now < self.found.now.saturating_add(REASONS_REFRESH_SECONDS)
         {
             return Vec::new();
         }
@@ -614,15 +623,16 @@ impl Scheduler {
         state: CycleState,
         nominated_before: &[JobId],
     ) -> Vec<Decision> {
-        let gone: BTreeSet<JobId> = out
+        let gone: Vec<Arc<Job>> = out
             .iter()
             .filter_map(|d| match d {
-                Decision::Admit(a) => Some(a.job.clone()),
-                Decision::Provision { job, .. } => Some(job.clone()),
+                Decision::Admit(a) => self.jobs.get(&a.job),
+                Decision::Provision { job, .. } => self.jobs.get(job),
                 _ => None,
             })
+            .map(|e| Arc::clone(&e.job))
             .collect();
-        self.lists.remove_all(&gone);
+        self.lists.remove_all(gone.iter().map(AsRef::as_ref));
         let mut found = waiting::Found {
             now,
             untils: state.reservations.iter().map(|r| r.until).collect(),
@@ -816,10 +826,11 @@ impl Scheduler {
                 match state.weighed.take() {
                     Some((weighed, found)) if weighed == job.id => Some(found),
                     _ => {
-                        let release = state
-                            .release
-                            .get_or_insert_with(|| self.release_order(now))
-                            .clone();
+                        let release = std::rc::Rc::clone(
+                            state
+                                .release
+                                .get_or_insert_with(|| std::rc::Rc::new(self.release_order(now))),
+                        );
                         Some(self.reserve(cq, job, &blocked, now, (&release.0, &release.1)))
                     }
                 }
@@ -884,10 +895,11 @@ impl Scheduler {
         if lost == 0 {
             return false;
         }
-        let release = state
-            .release
-            .get_or_insert_with(|| self.release_order(now))
-            .clone();
+        let release = std::rc::Rc::clone(
+            state
+                .release
+                .get_or_insert_with(|| std::rc::Rc::new(self.release_order(now))),
+        );
         let found = self.reserve(cq, job, blocked, now, (&release.0, &release.1));
         let starts = found.as_ref().and_then(|r| r.until);
         state.weighed = Some((job.id.clone(), found));

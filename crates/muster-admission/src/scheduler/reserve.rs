@@ -113,8 +113,11 @@ impl Scheduler {
                 if *end > t {
                     break;
                 }
-                if let Some((j, h)) = self.holding_of(id) {
-                    for (set, p) in j.pod_sets.iter().zip(&h.pod_sets) {
+                if let Some(e) = self.jobs.get(id)
+                    && let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
+                        &e.state
+                {
+                    for (set, p) in e.job.pod_sets.iter().zip(&h.pod_sets) {
                         book_at.remove(&h.cluster_queue, &p.flavor, &quota_usage(set));
                     }
                 }

@@ -10,7 +10,7 @@
 //! identical job ahead of it was found to wait in the same cycle, and a cycle skipped because
 //! nothing changed (see [`Scheduler::step`]) would have found the same.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use muster_api::cluster_queue::StopPolicy;
@@ -61,20 +61,9 @@ impl Lists {
     }
 
     /// Takes every job in `gone` off the lists (those a cycle admitted or sent provisioning).
-    pub(super) fn remove_all(&mut self, gone: &BTreeSet<JobId>) {
-        if gone.is_empty() {
-            return;
-        }
-        let mut touched = BTreeSet::new();
-        for id in gone {
-            if let Some(cq) = self.queue_of.remove(id) {
-                touched.insert(cq);
-            }
-        }
-        for cq in touched {
-            if let Some(list) = self.by_queue.get_mut(&cq) {
-                list.retain(|q| !gone.contains(&q.job.id));
-            }
+    pub(super) fn remove_all<'a>(&mut self, gone: impl IntoIterator<Item = &'a Job>) {
+        for job in gone {
+            self.remove(job);
         }
     }
 

@@ -95,7 +95,7 @@ struct CycleState {
     reserved_by: BTreeSet<String>,
     reservations: Vec<Reservation>,
     /// The release timeline and order for reservations, until the next admission.
-    release: Option<std::rc::Rc<ReleaseOrder>>,
+    release: Option<std::rc::Rc<reserve::ReleaseOrder>>,
     /// The reservation search a preemptor's weighing just made (job, its result), for the
     /// wait that follows to take rather than search again.
     weighed: Option<(JobId, Option<Reservation>)>,
@@ -149,9 +149,6 @@ impl CycleState {
 /// A queue head's place in the cycle's order: (borrows, dominant share, priority, creation,
 /// UID, id).
 type HeadKey = (bool, u64, std::cmp::Reverse<i32>, i64, String, String);
-
-/// The release timeline (expected end, job), and every holder in release order.
-type ReleaseOrder = (Vec<(i64, JobId)>, Vec<JobId>);
 
 /// A job shape (which includes its queue).
 type MemoKey = usize;
@@ -831,7 +828,7 @@ impl Scheduler {
                                 .release
                                 .get_or_insert_with(|| std::rc::Rc::new(self.release_order(now))),
                         );
-                        Some(self.reserve(cq, job, &blocked, now, (&release.0, &release.1)))
+                        Some(self.reserve(cq, job, &blocked, now, &release))
                     }
                 }
             } else {
@@ -900,7 +897,7 @@ impl Scheduler {
                 .release
                 .get_or_insert_with(|| std::rc::Rc::new(self.release_order(now))),
         );
-        let found = self.reserve(cq, job, blocked, now, (&release.0, &release.1));
+        let found = self.reserve(cq, job, blocked, now, &release);
         let starts = found.as_ref().and_then(|r| r.until);
         state.weighed = Some((job.id.clone(), found));
         let waits = starts.is_some_and(|t| {

@@ -1,5 +1,7 @@
 //! Reservations for blocked jobs, from the timeline of running jobs' expected ends.
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use muster_api::Resources;
@@ -11,7 +13,52 @@ use crate::job::{Job, JobId, quota_usage};
 use crate::quota::QuotaBook;
 use crate::reservation::Reservation;
 
+/// The order in which a reservation search releases jobs, and the quota book as it will be
+/// at times on the timeline; good while usage stays as it is (one cycle, until its next
+/// admission).
+pub(super) struct ReleaseOrder {
+    /// (expected end, job), soonest first.
+    pub(super) timeline: Vec<(i64, JobId)>,
+    /// Every holder in release order: the timeline, then jobs without a known end.
+    pub(super) order: Vec<JobId>,
+    /// Time → the quota book once every job on the timeline that ends by then is gone, as
+    /// far as asked for.
+    books: RefCell<BTreeMap<i64, QuotaBook>>,
+}
+
 impl Scheduler {
+    /// The quota book at time `t`: today's, less every job on `release`'s timeline that ends
+    /// by then. Reservations in one cycle mostly start at the same few times (jobs admitted
+    /// together end together), so each book is built once, from the latest earlier one.
+    fn book_at(&self, release: &ReleaseOrder, t: i64) -> QuotaBook {
+        let mut books = release.books.borrow_mut();
+        if let Some(book) = books.get(&t) {
+            return book.clone();
+        }
+        let (from, mut book) = match books.range(..t).next_back() {
+            Some((from, book)) => (Some(*from), book.clone()),
+            None => (None, self.quota.clone()),
+        };
+        let start = from.map_or(0, |f| {
+            release.timeline.partition_point(|(end, _)| *end <= f)
+        });
+        for (end, id) in &release.timeline[start..] {
+            if *end > t {
+                break;
+            }
+            if let Some(e) = self.jobs.get(id)
+                && let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
+                    &e.state
+            {
+                for (set, p) in e.job.pod_sets.iter().zip(&h.pod_sets) {
+                    book.remove(&h.cluster_queue, &p.flavor, &quota_usage(set));
+                }
+            }
+        }
+        books.insert(t, book.clone());
+        book
+    }
+
     /// Admitted jobs with their expected end (now for jobs being evicted), soonest first; jobs
     /// without an expected runtime never end as far as planning knows.
     pub(super) fn release_timeline(&self, now: i64) -> Vec<(i64, JobId)> {
@@ -27,7 +74,7 @@ impl Scheduler {
 
     /// The release timeline, then every other job that holds capacity (no known end): the
     /// order in which a reservation search releases jobs.
-    pub(super) fn release_order(&self, now: i64) -> (Vec<(i64, JobId)>, Vec<JobId>) {
+    pub(super) fn release_order(&self, now: i64) -> ReleaseOrder {
         let timeline = self.release_timeline(now);
         let mut order: Vec<JobId> = timeline.iter().map(|(_, id)| id.clone()).collect();
         let on_timeline: std::collections::BTreeSet<&JobId> = order.iter().collect();
@@ -38,7 +85,11 @@ impl Scheduler {
             .cloned()
             .collect();
         order.extend(rest);
-        (timeline, order)
+        ReleaseOrder {
+            timeline,
+            order,
+            books: RefCell::new(BTreeMap::new()),
+        }
     }
 
     pub(super) fn holding_of(&self, id: &str) -> Option<(Arc<Job>, Holding)> {
@@ -96,9 +147,9 @@ impl Scheduler {
         job: &Job,
         blocked: &Blocked,
         now: i64,
-        release: (&[(i64, JobId)], &[JobId]),
+        release: &ReleaseOrder,
     ) -> Option<Reservation> {
-        let (timeline, order) = release;
+        let (timeline, order) = (&release.timeline, &release.order);
         let known = timeline.len();
         let (k, assignment) = self.first_fitting_prefix(cq, job, order, now)?;
         let (until, assignment) = if k <= known {
@@ -107,22 +158,10 @@ impl Scheduler {
         } else {
             (None, None)
         };
-        let mut book_at = self.quota.clone();
-        if let Some(t) = until {
-            for (end, id) in timeline {
-                if *end > t {
-                    break;
-                }
-                if let Some(e) = self.jobs.get(id)
-                    && let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
-                        &e.state
-                {
-                    for (set, p) in e.job.pod_sets.iter().zip(&h.pod_sets) {
-                        book_at.remove(&h.cluster_queue, &p.flavor, &quota_usage(set));
-                    }
-                }
-            }
-        }
+        let book_at = match until {
+            Some(t) => self.book_at(release, t),
+            None => self.quota.clone(),
+        };
         let (nodes, need) = match assignment {
             Some(a) => (
                 a.pod_sets

@@ -193,6 +193,8 @@ pub struct Scheduler {
     evicting: BTreeSet<JobId>,
     /// Admitted jobs with an expected runtime: (expected end, job).
     ends: BTreeSet<(i64, JobId)>,
+    /// Admitted jobs without one.
+    unending: BTreeSet<JobId>,
     /// Waiting jobs per ClusterQueue, in queue order.
     lists: waiting::Lists,
     /// What the last cycle that ran found about waiting jobs.
@@ -252,6 +254,7 @@ impl Scheduler {
             provisioning: BTreeSet::new(),
             evicting: BTreeSet::new(),
             ends: BTreeSet::new(),
+            unending: BTreeSet::new(),
             lists: waiting::Lists::default(),
             found: waiting::Found::default(),
             generation: 0,
@@ -296,11 +299,14 @@ impl Scheduler {
             JobState::Evicting(_) => {
                 self.evicting.insert(id.to_owned());
             }
-            JobState::Admitted(h) => {
-                if let Some(r) = job.expected_runtime {
+            JobState::Admitted(h) => match job.expected_runtime {
+                Some(r) => {
                     self.ends.insert((h.since.saturating_add(r), id.to_owned()));
                 }
-            }
+                None => {
+                    self.unending.insert(id.to_owned());
+                }
+            },
             JobState::Pending => {}
         }
     }
@@ -314,12 +320,15 @@ impl Scheduler {
             JobState::Evicting(_) => {
                 self.evicting.remove(id);
             }
-            JobState::Admitted(h) => {
-                if let Some(r) = job.expected_runtime {
+            JobState::Admitted(h) => match job.expected_runtime {
+                Some(r) => {
                     self.ends
                         .remove(&(h.since.saturating_add(r), id.to_owned()));
                 }
-            }
+                None => {
+                    self.unending.remove(id);
+                }
+            },
             JobState::Pending => {}
         }
     }

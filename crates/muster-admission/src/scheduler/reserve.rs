@@ -59,31 +59,43 @@ impl Scheduler {
         book
     }
 
-    /// Admitted jobs with their expected end (now for jobs being evicted), soonest first; jobs
-    /// without an expected runtime never end as far as planning knows.
+    /// Admitted jobs with their expected end (now for jobs being evicted, and for jobs past
+    /// their expected end), soonest first, then by id; jobs without an expected runtime never
+    /// end as far as planning knows.
     pub(super) fn release_timeline(&self, now: i64) -> Vec<(i64, JobId)> {
-        let evicting = self.evicting.iter().map(|id| (now, id.clone()));
-        let ending = self
+        // Everything due now (being evicted, or overdue) ties at `now` and goes by id; the
+        // rest of the expected ends are kept in order already.
+        let overdue = self
             .ends
-            .iter()
-            .map(|(end, id)| ((*end).max(now), id.clone()));
-        let mut timeline: Vec<(i64, JobId)> = evicting.chain(ending).collect();
+            .range(..(now.saturating_add(1), String::new()))
+            .count();
+        let mut timeline: Vec<(i64, JobId)> =
+            Vec::with_capacity(self.evicting.len() + self.ends.len());
+        timeline.extend(self.evicting.iter().map(|id| (now, id.clone())));
+        timeline.extend(
+            self.ends
+                .iter()
+                .take(overdue)
+                .map(|(_, id)| (now, id.clone())),
+        );
         timeline.sort();
+        timeline.extend(self.ends.iter().skip(overdue).cloned());
         timeline
     }
 
-    /// The release timeline, then every other job that holds capacity (no known end): the
-    /// order in which a reservation search releases jobs.
+    /// The release timeline, then every other job that holds capacity (no known end), by id:
+    /// the order in which a reservation search releases jobs.
     pub(super) fn release_order(&self, now: i64) -> ReleaseOrder {
         let timeline = self.release_timeline(now);
-        let mut order: Vec<JobId> = timeline.iter().map(|(_, id)| id.clone()).collect();
-        let on_timeline: std::collections::BTreeSet<&JobId> = order.iter().collect();
-        let rest: Vec<JobId> = self
-            .holders
+        let mut order: Vec<JobId> = Vec::with_capacity(self.holders.len());
+        order.extend(timeline.iter().map(|(_, id)| id.clone()));
+        let mut rest: Vec<JobId> = self
+            .provisioning
             .iter()
-            .filter(|id| !on_timeline.contains(id))
+            .chain(&self.unending)
             .cloned()
             .collect();
+        rest.sort();
         order.extend(rest);
         ReleaseOrder {
             timeline,

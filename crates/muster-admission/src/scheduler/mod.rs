@@ -59,6 +59,26 @@ struct Entry {
     /// an index into the scheduler's shape table.
     shape: usize,
     state: JobState,
+    /// Its quota usage per pod set (what a release gives back), worked out once.
+    usage: Vec<Resources>,
+}
+
+impl Entry {
+    /// Returns what the entry holds, if anything, to `quota` and `cluster`.
+    fn release(&self, quota: &mut QuotaBook, cluster: &mut Cluster) {
+        if let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
+            &self.state
+        {
+            for ((set, usage), placement) in
+                self.job.pod_sets.iter().zip(&self.usage).zip(&h.pod_sets)
+            {
+                quota.remove(&h.cluster_queue, &placement.flavor, usage);
+                for node in &placement.nodes {
+                    cluster.remove_usage(node, &set.requests);
+                }
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -107,6 +127,8 @@ struct CycleState {
     /// add constraints, so an identical job bound by at least those reservations fares no
     /// better.
     memo: BTreeMap<MemoKey, Vec<(u64, PendingReason)>>,
+    /// Preemption candidates found this cycle, with the epoch they were found in.
+    candidates: (u64, preempt::Candidates),
     /// Shape → the shortest expected runtime from which a job of that shape is ruled out by
     /// the memo (`i64::MIN`: any; jobs without a runtime respect every reservation, so they
     /// are ruled out whenever the shape has an entry).
@@ -201,6 +223,9 @@ pub struct Scheduler {
     found: waiting::Found,
     /// Counts changes from outside (jobs, nodes, namespaces).
     generation: u64,
+    /// Counts changes of any job's state or of quota held for a preemptor (what cached
+    /// preemption candidates depend on).
+    epoch: u64,
     /// After a cycle that changed nothing: the generation it saw and the time until which
     /// the same inputs give the same decisions.
     quiet: Option<(u64, i64)>,
@@ -258,6 +283,7 @@ impl Scheduler {
             lists: waiting::Lists::default(),
             found: waiting::Found::default(),
             generation: 0,
+            epoch: 0,
             quiet: None,
         }
     }
@@ -350,6 +376,7 @@ impl Scheduler {
         };
         let was_pending = entry.state == JobState::Pending;
         let pending = state == JobState::Pending;
+        self.epoch += 1;
         let old = std::mem::replace(&mut entry.state, state);
         let (job, shape) = (Arc::clone(&entry.job), entry.shape);
         self.unfile(id, &job, &old);
@@ -398,7 +425,16 @@ impl Scheduler {
         } else {
             self.holders.insert(id.clone());
         }
-        self.jobs.insert(id, Entry { job, shape, state });
+        let usage = job.pod_sets.iter().map(quota_usage).collect();
+        self.jobs.insert(
+            id,
+            Entry {
+                job,
+                shape,
+                state,
+                usage,
+            },
+        );
     }
 
     /// Records a job admitted before this scheduler existed (a restart): books its quota and
@@ -493,19 +529,9 @@ impl Scheduler {
         }
     }
 
-    fn release(&mut self, job: &Job, holding: &Holding) {
-        release(&mut self.quota, &mut self.cluster, job, holding);
-    }
-
     fn release_all(&mut self, id: &str) {
-        let Some(entry) = self.jobs.get(id) else {
-            return;
-        };
-        let job = Arc::clone(&entry.job);
-        if let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
-            entry.state.clone()
-        {
-            self.release(&job, &h);
+        if let Some(entry) = self.jobs.get(id) {
+            entry.release(&mut self.quota, &mut self.cluster);
         }
     }
 
@@ -809,7 +835,7 @@ impl Scheduler {
             return;
         }
         if let Some((victims, leaving, assignment)) =
-            self.preempt(cq, job, &state.reservations, now)
+            self.preempt(cq, job, &state.reservations, now, &mut state.candidates)
             && !self.cheaper_to_wait(cq, job, &victims, &leaving, &blocked, now, state)
         {
             self.evict_for(job, &victims, &leaving, out);
@@ -1074,16 +1100,6 @@ fn waiting(job: &Job, position: u32, reason: PendingReason, eta: Option<i64>) ->
         position,
         reason,
         eta,
-    }
-}
-
-/// Returns a holding's quota and node usage.
-fn release(quota: &mut QuotaBook, cluster: &mut Cluster, job: &Job, holding: &Holding) {
-    for (set, placement) in job.pod_sets.iter().zip(&holding.pod_sets) {
-        quota.remove(&holding.cluster_queue, &placement.flavor, &quota_usage(set));
-        for node in &placement.nodes {
-            cluster.remove_usage(node, &set.requests);
-        }
     }
 }
 

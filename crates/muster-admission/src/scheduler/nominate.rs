@@ -119,6 +119,7 @@ impl Scheduler {
 
     /// Holds a nomination's nodes and quota for the rest of the cycle.
     fn hold_nominated(&mut self, nomination: &Nomination, state: &mut CycleState) {
+        self.epoch += 1;
         for (flavor, nodes) in &nomination.nodes {
             for (node, usage) in self.cluster.block(flavor, nodes) {
                 state.holds.push(Hold::Node(node, usage));
@@ -194,7 +195,9 @@ impl Scheduler {
                 *positions.entry(cq).or_insert(0) += 1;
                 continue;
             }
-            let Some((victims, leaving, assignment)) = self.preempt(&cq, &job, &[], now) else {
+            let Some((victims, leaving, assignment)) =
+                self.preempt(&cq, &job, &[], now, &mut state.candidates)
+            else {
                 self.nominations.remove(&job.id);
                 continue;
             };

@@ -1,7 +1,8 @@
 //! Preemption of whole gangs: the smallest set of victims whose departure makes a feasible
 //! placement for the preemptor.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 
 use muster_api::cluster_queue::{ReclaimWithinCohort, WithinClusterQueue};
 
@@ -11,7 +12,11 @@ use crate::reservation::Reservation;
 
 /// A preemption candidate: (not already leaving, in the preemptor's queue, priority, newest
 /// admission first, id).
-type Candidate = (bool, bool, i32, std::cmp::Reverse<i64>, JobId);
+pub(super) type Candidate = (bool, bool, i32, std::cmp::Reverse<i64>, JobId);
+
+/// Preemption candidates per (ClusterQueue, preemptor priority), sorted, while usage stays as
+/// it is: identical preemptors in one cycle look at the same jobs.
+pub(super) type Candidates = BTreeMap<(String, i32), Rc<Vec<Candidate>>>;
 
 impl Scheduler {
     /// The smallest set of whole jobs whose eviction lets `job` be placed — quota and nodes —
@@ -25,47 +30,61 @@ impl Scheduler {
         job: &Job,
         reservations: &[Reservation],
         now: i64,
+        known: &mut (u64, Candidates),
     ) -> Option<(Vec<JobId>, BTreeSet<JobId>, Assignment)> {
-        let mut candidates = self.preemption_candidates(cq, job)?;
+        if known.0 != self.epoch {
+            *known = (self.epoch, Candidates::new());
+        }
+        let known = &mut known.1;
+        let key = (cq.to_owned(), job.priority);
+        let candidates = match known.get(&key) {
+            Some(c) => Rc::clone(c),
+            None => {
+                let mut found = self.preemption_candidates(cq, job)?;
+                found.sort();
+                let found = Rc::new(found);
+                known.insert(key, Rc::clone(&found));
+                found
+            }
+        };
         if candidates.iter().all(|c| !c.0) {
             return None;
         }
-        candidates.sort();
         let leaving: BTreeSet<JobId> = candidates
             .iter()
             .filter(|c| !c.0)
             .map(|c| c.4.clone())
             .collect();
-        let other_queue: BTreeSet<JobId> = candidates
-            .iter()
-            .filter(|c| c.0 && !c.1)
-            .map(|c| c.4.clone())
-            .collect();
         // Reclaiming from other queues is only for quota the preemptor owns: no borrowing.
-        let opts_for = |victims: &[JobId]| Options {
+        let opts_for = |victims: &[&Candidate]| Options {
             place: true,
-            no_borrow: victims.iter().any(|v| other_queue.contains(v)),
+            no_borrow: victims.iter().any(|c| c.0 && !c.1),
+        };
+        let ids = |victims: &[&Candidate]| -> Vec<JobId> {
+            victims.iter().map(|c| c.4.clone()).collect()
         };
         // Remove candidates in order until the preemptor fits. Another queue's job is taken
         // only while that queue still borrows: reclaiming stops at its nominal quota, so a
         // victim can never come straight back within its own quota and evict in turn.
         let start = (self.cluster.mark(), self.quota.clone());
-        let mut victims: Vec<JobId> = Vec::new();
+        let mut victims: Vec<&Candidate> = Vec::new();
         let mut found = false;
-        for c in &candidates {
+        for c in candidates.iter() {
             let id = &c.4;
-            if other_queue.contains(id) {
-                let still_borrowing = self.holding_of(id).is_some_and(|(_, h)| {
-                    h.pod_sets
+            if c.0 && !c.1 {
+                let still_borrowing = self.jobs.get(id).is_some_and(|e| match &e.state {
+                    JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) => h
+                        .pod_sets
                         .iter()
-                        .any(|p| self.quota.is_borrowing(&h.cluster_queue, &p.flavor))
+                        .any(|p| self.quota.is_borrowing(&h.cluster_queue, &p.flavor)),
+                    JobState::Pending => false,
                 });
                 if !still_borrowing {
                     continue;
                 }
             }
             self.release_tentatively(std::slice::from_ref(id));
-            victims.push(id.clone());
+            victims.push(c);
             let mark = self.cluster.mark();
             let fits = self
                 .try_assign(cq, job, opts_for(&victims), reservations, now)
@@ -86,22 +105,29 @@ impl Scheduler {
         let mut i = victims.len().saturating_sub(1);
         while i > 0 {
             i -= 1;
-            if leaving.contains(&victims[i]) {
+            if !victims[i].0 {
                 continue;
             }
             let mut fewer = victims.clone();
             fewer.remove(i);
             if self
-                .fits_without(cq, job, &fewer, opts_for(&fewer), now, reservations)
+                .fits_without(cq, job, &ids(&fewer), opts_for(&fewer), now, reservations)
                 .is_some()
             {
                 victims = fewer;
             }
         }
-        let assignment =
-            self.fits_without(cq, job, &victims, opts_for(&victims), now, reservations)?;
-        Some((victims, leaving, assignment))
+        let assignment = self.fits_without(
+            cq,
+            job,
+            &ids(&victims),
+            opts_for(&victims),
+            now,
+            reservations,
+        )?;
+        Some((ids(&victims), leaving, assignment))
     }
+
     /// Jobs whose eviction the queue's policy allows for `job`, plus every job already
     /// leaving, as (not leaving, same queue, priority, newest first, id): sorted, that is
     /// Kueue's order — already leaving, other queues' borrowers, lowest priority, newest.

@@ -9,7 +9,7 @@ use muster_topology::Constraint;
 
 use super::{Assignment, Blocked, Holding, JobState, Options, Scheduler};
 use crate::cluster::ClusterMark;
-use crate::job::{Job, JobId, quota_usage};
+use crate::job::{Job, JobId};
 use crate::quota::QuotaBook;
 use crate::reservation::Reservation;
 
@@ -50,8 +50,8 @@ impl Scheduler {
                 && let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
                     &e.state
             {
-                for (set, p) in e.job.pod_sets.iter().zip(&h.pod_sets) {
-                    book.remove(&h.cluster_queue, &p.flavor, &quota_usage(set));
+                for (usage, p) in e.usage.iter().zip(&h.pod_sets) {
+                    book.remove(&h.cluster_queue, &p.flavor, usage);
                 }
             }
         }
@@ -117,11 +117,8 @@ impl Scheduler {
     /// Releases `ids` tentatively (the caller restores the cluster mark and the quota book).
     pub(super) fn release_tentatively(&mut self, ids: &[JobId]) {
         for id in ids {
-            if let Some(e) = self.jobs.get(id)
-                && let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
-                    &e.state
-            {
-                super::release(&mut self.quota, &mut self.cluster, &e.job, h);
+            if let Some(e) = self.jobs.get(id) {
+                e.release(&mut self.quota, &mut self.cluster);
             }
         }
     }

@@ -615,7 +615,7 @@ impl Scheduler {
         let (nominated, positions) = self.serve_nominated(now, &mut state, &mut out);
 
         let lists = std::mem::take(&mut self.lists);
-        let mut walk = order::Walk::new(&lists.by_queue, &positions);
+        let mut walk = order::Walk::new(&lists.by_queue, &positions, &self.quota);
         while let Some(next) = self.next_job(&mut walk, &state, &nominated) {
             let job = Arc::clone(&next.queued.job);
             let before = out.len();
@@ -634,7 +634,7 @@ impl Scheduler {
             }) {
                 // Usage changed (or was held for a preemptor): shares, borrowing and the
                 // release timeline may have too.
-                walk.usage_changed();
+                walk.usage_changed(next.cq);
                 state.release = None;
             }
         }

@@ -16,7 +16,8 @@
 //! job; the least of those goes next. Keys within a queue rise with queue order, apart from
 //! the borrowing flag in front, so the largest key is that of the last job up to there whose
 //! shape would borrow, or else that of the job itself: found per shape by bisection, not by
-//! walking the jobs passed over.
+//! walking the jobs passed over. A key depends on usage only through the queue's own quota
+//! and its cohort's, so an admission takes again only the keys of the queues that share them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,6 +26,7 @@ use muster_api::cluster_queue::StopPolicy;
 use super::waiting::Queued;
 use super::{CycleState, HeadKey, MemoKey, Scheduler};
 use crate::job::JobId;
+use crate::quota::QuotaBook;
 
 /// One queue's jobs of one shape: their indices in the queue's list.
 struct ShapeRun {
@@ -38,6 +40,10 @@ struct ShapeRun {
 /// One queue's progress through a cycle.
 struct QueueWalk<'a> {
     cq: &'a str,
+    /// Its cohort: its key depends only on its own and its cohort's usage.
+    cohort: Option<String>,
+    /// Per job shape, whether it would borrow, while that usage stays as it is.
+    borrows: BTreeMap<MemoKey, bool>,
     list: &'a [Queued],
     shapes: Vec<ShapeRun>,
     cursor: usize,
@@ -51,8 +57,6 @@ struct QueueWalk<'a> {
 /// Every queue's progress through a cycle.
 pub(super) struct Walk<'a> {
     queues: Vec<QueueWalk<'a>>,
-    /// Per job shape, whether it would borrow, while usage stays as it is.
-    borrows: BTreeMap<MemoKey, bool>,
 }
 
 /// The job a cycle serves next.
@@ -72,6 +76,7 @@ impl<'a> Walk<'a> {
     pub(super) fn new(
         lists: &'a BTreeMap<String, Vec<Queued>>,
         served: &BTreeMap<String, u32>,
+        quota: &QuotaBook,
     ) -> Walk<'a> {
         let queues = lists
             .iter()
@@ -83,6 +88,8 @@ impl<'a> Walk<'a> {
                 }
                 QueueWalk {
                     cq: cq.as_str(),
+                    cohort: quota.cohort(cq).map(str::to_owned),
+                    borrows: BTreeMap::new(),
                     list: list.as_slice(),
                     shapes: by_shape
                         .into_iter()
@@ -95,18 +102,23 @@ impl<'a> Walk<'a> {
                 }
             })
             .collect();
-        Walk {
-            queues,
-            borrows: BTreeMap::new(),
-        }
+        Walk { queues }
     }
 
-    /// Usage changed: every queue's key may have.
-    pub(super) fn usage_changed(&mut self) {
+    /// Usage changed in queue `cq`: the keys of the queues that share its quota (itself and
+    /// its cohort) may have; no other queue's did.
+    pub(super) fn usage_changed(&mut self, cq: &str) {
+        let cohort = self
+            .queues
+            .iter()
+            .find(|q| q.cq == cq)
+            .and_then(|q| q.cohort.clone());
         for q in &mut self.queues {
-            q.next = None;
+            if q.cq == cq || (cohort.is_some() && q.cohort == cohort) {
+                q.next = None;
+                q.borrows.clear();
+            }
         }
-        self.borrows.clear();
     }
 
     /// The job `next` was served: its queue goes on behind it.
@@ -128,7 +140,7 @@ impl Scheduler {
         state: &CycleState,
         nominated: &BTreeSet<JobId>,
     ) -> Option<Next<'a>> {
-        let Walk { queues, borrows } = walk;
+        let Walk { queues } = walk;
         for q in queues.iter_mut() {
             if q.done || q.next.is_some() {
                 continue;
@@ -146,7 +158,7 @@ impl Scheduler {
             match first_to_serve(q, state, nominated) {
                 None => q.done = true,
                 Some(at) => {
-                    let key = self.queue_key(q, at, borrows, nominated);
+                    let key = self.queue_key(q, at, nominated);
                     q.next = Some((key, at));
                 }
             }
@@ -169,13 +181,7 @@ impl Scheduler {
 
     /// The key of queue `q` whose next job to serve is at `at`: the largest key of its jobs
     /// from the cursor up to that one (see the module's documentation).
-    fn queue_key(
-        &self,
-        q: &QueueWalk<'_>,
-        at: usize,
-        borrows: &mut BTreeMap<MemoKey, bool>,
-        nominated: &BTreeSet<JobId>,
-    ) -> HeadKey {
+    fn queue_key(&self, q: &mut QueueWalk<'_>, at: usize, nominated: &BTreeSet<JobId>) -> HeadKey {
         let share = if self.quota.fair_sharing(q.cq) {
             self.quota.dominant_share(q.cq)
         } else {
@@ -198,7 +204,8 @@ impl Scheduler {
             if last < q.cursor || last_borrower.is_some_and(|b| b > last) {
                 continue;
             }
-            let would = *borrows
+            let would = *q
+                .borrows
                 .entry(run.shape)
                 .or_insert_with(|| self.needs_borrowing(q.cq, &q.list[last].job));
             if would {

@@ -32,6 +32,10 @@ use crate::quota::QuotaBook;
 struct ShapeRun {
     shape: MemoKey,
     at: Vec<usize>,
+    /// Per entry of `at`, the shortest expected runtime from there to the end of the run
+    /// (`i64::MAX` for none announced): the memo rules out a job of the shape whose runtime
+    /// reaches a bound, so the whole rest of the run at once when this does.
+    shortest_from: Vec<i64>,
     /// The first entry of `at` not yet known to be passed over (the cursor and the memo only
     /// move forward within a cycle).
     scan: usize,
@@ -48,8 +52,11 @@ struct QueueWalk<'a> {
     shapes: Vec<ShapeRun>,
     cursor: usize,
     done: bool,
-    /// Its key and the index of its next job to serve, while usage stays as it is.
-    next: Option<(HeadKey, usize)>,
+    /// The index of its next job to serve: it moves only when this queue is served (the
+    /// cursor, and the memo of this queue's shapes, change only then).
+    at: Option<usize>,
+    /// Its key, while usage stays as it is.
+    key: Option<HeadKey>,
     /// Jobs served so far this cycle, preemptors served first included.
     served: u32,
 }
@@ -93,11 +100,26 @@ impl<'a> Walk<'a> {
                     list: list.as_slice(),
                     shapes: by_shape
                         .into_iter()
-                        .map(|(shape, at)| ShapeRun { shape, at, scan: 0 })
+                        .map(|(shape, at)| {
+                            let mut shortest_from = vec![i64::MAX; at.len()];
+                            let mut shortest = i64::MAX;
+                            for (k, i) in at.iter().enumerate().rev() {
+                                let runtime = list[*i].job.expected_runtime.unwrap_or(i64::MAX);
+                                shortest = shortest.min(runtime);
+                                shortest_from[k] = shortest;
+                            }
+                            ShapeRun {
+                                shape,
+                                at,
+                                shortest_from,
+                                scan: 0,
+                            }
+                        })
                         .collect(),
                     cursor: 0,
                     done: false,
-                    next: None,
+                    at: None,
+                    key: None,
                     served: served.get(cq).copied().unwrap_or(0),
                 }
             })
@@ -115,7 +137,7 @@ impl<'a> Walk<'a> {
             .and_then(|q| q.cohort.clone());
         for q in &mut self.queues {
             if q.cq == cq || (cohort.is_some() && q.cohort == cohort) {
-                q.next = None;
+                q.key = None;
                 q.borrows.clear();
             }
         }
@@ -126,7 +148,8 @@ impl<'a> Walk<'a> {
         let (queue, at) = (next.queue, next.at);
         if let Some(q) = self.queues.get_mut(queue) {
             q.cursor = at + 1;
-            q.next = None;
+            q.at = None;
+            q.key = None;
             q.served += 1;
         }
     }
@@ -142,7 +165,7 @@ impl Scheduler {
     ) -> Option<Next<'a>> {
         let Walk { queues } = walk;
         for q in queues.iter_mut() {
-            if q.done || q.next.is_some() {
+            if q.done || q.key.is_some() {
                 continue;
             }
             let stopped = self
@@ -155,18 +178,22 @@ impl Scheduler {
                 q.done = true;
                 continue;
             }
-            match first_to_serve(q, state, nominated) {
+            let at = match q.at {
+                Some(at) => Some(at),
+                None => first_to_serve(q, state, nominated),
+            };
+            match at {
                 None => q.done = true,
                 Some(at) => {
-                    let key = self.queue_key(q, at, nominated);
-                    q.next = Some((key, at));
+                    q.at = Some(at);
+                    q.key = Some(self.queue_key(q, at, nominated));
                 }
             }
         }
         let (queue, at) = queues
             .iter()
             .enumerate()
-            .filter_map(|(i, q)| q.next.as_ref().map(|(key, at)| (key, i, *at)))
+            .filter_map(|(i, q)| Some((q.key.as_ref()?, i, q.at?)))
             .min_by(|a, b| a.0.cmp(b.0))
             .map(|(_, i, at)| (i, at))?;
         let q = &queues[queue];
@@ -237,10 +264,18 @@ fn first_to_serve(
 ) -> Option<usize> {
     let mut first: Option<usize> = None;
     for run in &mut q.shapes {
-        while let Some(&i) = run.at.get(run.scan) {
-            let queued = &q.list[i];
-            let passed = i < q.cursor
-                || state.ruled_out(queued)
+        // Jobs before the cursor have been served.
+        let cursor = q.cursor;
+        run.scan += run.at[run.scan..].partition_point(|i| *i < cursor);
+        let from = state.ruled_out_from.get(&run.shape).copied();
+        while run.scan < run.at.len() {
+            if from.is_some_and(|f| run.shortest_from[run.scan] >= f) {
+                // Every job left of this shape is ruled out.
+                run.scan = run.at.len();
+                break;
+            }
+            let queued = &q.list[run.at[run.scan]];
+            let passed = state.ruled_out(queued)
                 || (!nominated.is_empty() && nominated.contains(&queued.job.id));
             if !passed {
                 break;

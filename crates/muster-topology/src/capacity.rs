@@ -16,8 +16,6 @@ pub(crate) const CAPACITY_INDEX_LIMIT: usize = 16;
 /// Pod capacity of one request shape, per node and per domain.
 #[derive(Clone, Debug)]
 pub(crate) struct CapacityIndex {
-    /// The shape: eligibility key, request and count, spelled out.
-    pub(crate) key: String,
     /// Which nodes the shape may use.
     pub(crate) eligible: Arc<[bool]>,
     /// The per-pod request.

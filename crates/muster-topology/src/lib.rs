@@ -23,5 +23,5 @@ mod tree;
 pub use node::{InputError, NodeInfo, pod_usage};
 pub use place::{Fit, NoFit, NoFitKind, PodSetFit, place};
 pub use policy::{BestFit, FragmentationAware, POLICY_NAMES, Policy, Spread, Unit, by_name};
-pub use request::{Constraint, Mismatch, PodSetRequest, RequestError, tolerated};
+pub use request::{Constraint, Eligibility, Mismatch, PodSetRequest, RequestError, tolerated};
 pub use tree::{DenseRequest, Domain, DomainId, Mark, NodeId, NodeState, Topology};

@@ -51,6 +51,18 @@ pub struct PodSetRequest {
     pub constraint: Constraint,
 }
 
+/// The parts of a [`PodSetRequest`] that decide which nodes it may use: the node selector,
+/// the required node affinity and the tolerations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Eligibility {
+    /// Node labels every pod requires.
+    pub node_selector: BTreeMap<String, String>,
+    /// Required node affinity terms.
+    pub affinity: Vec<NodeSelectorTerm>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+}
+
 /// A pod set that cannot be turned into a request.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
@@ -129,13 +141,21 @@ impl PodSetRequest {
         })
     }
 
-    /// Two requests with the same key accept exactly the same nodes: the selector, affinity
-    /// and tolerations, spelled out.
-    pub fn eligibility_key(&self) -> String {
-        format!(
-            "{:?}|{:?}|{:?}",
-            self.node_selector, self.affinity, self.tolerations
-        )
+    /// What decides which nodes this pod set may use (capacity aside): two requests with
+    /// the same eligibility accept exactly the same nodes.
+    pub fn eligibility(&self) -> Eligibility {
+        Eligibility {
+            node_selector: self.node_selector.clone(),
+            affinity: self.affinity.clone(),
+            tolerations: self.tolerations.clone(),
+        }
+    }
+
+    /// Whether this request's eligibility is `other` (compared in place, without a copy).
+    pub fn has_eligibility(&self, other: &Eligibility) -> bool {
+        self.node_selector == other.node_selector
+            && self.affinity == other.affinity
+            && self.tolerations == other.tolerations
     }
 
     /// Whether `node` passes the required node affinity and has only taints the pods tolerate

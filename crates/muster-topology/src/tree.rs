@@ -14,7 +14,7 @@ use muster_api::Resources;
 use crate::capacity::{CAPACITY_INDEX_LIMIT, CapacityIndex};
 use crate::labels::LabelIndex;
 use crate::node::NodeInfo;
-use crate::request::PodSetRequest;
+use crate::request::{Eligibility, PodSetRequest};
 
 /// Index of a domain in the arena.
 pub type DomainId = usize;
@@ -85,8 +85,9 @@ pub struct Topology {
     labels: LabelIndex,
     /// Pod capacity of the request shapes placed most recently, kept current.
     capacities: Vec<CapacityIndex>,
-    /// Node eligibility by [`PodSetRequest::eligibility_key`].
-    eligible: BTreeMap<String, Arc<[bool]>>,
+    /// Node eligibility per [`Eligibility`], in the order first asked for (a handful in
+    /// practice: compared in place, they cost less to find than a spelled-out key).
+    eligible: Vec<(Eligibility, Arc<[bool]>)>,
 }
 
 /// How many distinct eligibility vectors a topology keeps before it starts over (each costs one
@@ -159,7 +160,7 @@ impl Topology {
             journal: Vec::new(),
             labels: LabelIndex::new(),
             capacities: Vec::new(),
-            eligible: BTreeMap::new(),
+            eligible: Vec::new(),
         };
         // Domains by (parent, value), created breadth-first per path so parents come first.
         let mut index: BTreeMap<(DomainId, String), DomainId> = BTreeMap::new();
@@ -249,8 +250,7 @@ impl Topology {
     /// affinity and tolerations and kept for the topology's lifetime: the many jobs of a queue
     /// that share a flavor pay for the label checks once.
     pub fn eligibility(&mut self, req: &PodSetRequest) -> Arc<[bool]> {
-        let key = req.eligibility_key();
-        if let Some(known) = self.eligible.get(&key) {
+        if let Some((_, known)) = self.eligible.iter().find(|(e, _)| req.has_eligibility(e)) {
             return Arc::clone(known);
         }
         let selector = self.labels.resolve(&req.node_selector);
@@ -269,7 +269,8 @@ impl Topology {
         if self.eligible.len() >= ELIGIBILITY_CACHE_LIMIT {
             self.eligible.clear();
         }
-        self.eligible.insert(key, Arc::clone(&computed));
+        self.eligible
+            .push((req.eligibility(), Arc::clone(&computed)));
         computed
     }
 
@@ -280,8 +281,13 @@ impl Topology {
         // Capacities are not capped at the pod set's count: how much room a node or domain has
         // beyond the count is what lets best fit find the tightest one (and spread the
         // emptiest), even for one-pod sets.
-        let key = format!("{}|{:?}", req.eligibility_key(), request);
-        if let Some(i) = self.capacities.iter().position(|c| c.key == key) {
+        // One eligibility is one `Arc` from the cache above, so a shape is its eligibility's
+        // `Arc` and its dense request.
+        if let Some(i) = self
+            .capacities
+            .iter()
+            .position(|c| Arc::ptr_eq(&c.eligible, eligible) && c.request == request)
+        {
             return i;
         }
         let node: Vec<u32> = (0..self.nodes.len())
@@ -298,7 +304,6 @@ impl Topology {
             self.capacities.remove(0);
         }
         self.capacities.push(CapacityIndex {
-            key,
             eligible: Arc::clone(eligible),
             request,
             node,

@@ -217,6 +217,8 @@ pub struct Scheduler {
     ends: BTreeSet<(i64, JobId)>,
     /// Admitted jobs without one.
     unending: BTreeSet<JobId>,
+    /// Admitted and evicting jobs per ClusterQueue: the jobs preemption may pick from.
+    running_in: BTreeMap<String, BTreeSet<JobId>>,
     /// Waiting jobs per ClusterQueue, in queue order.
     lists: waiting::Lists,
     /// What the last cycle that ran found about waiting jobs.
@@ -276,6 +278,7 @@ impl Scheduler {
             nominations: BTreeMap::new(),
             policy: Box::new(BestFit),
             holders: BTreeSet::new(),
+            running_in: BTreeMap::new(),
             provisioning: BTreeSet::new(),
             evicting: BTreeSet::new(),
             ends: BTreeSet::new(),
@@ -322,18 +325,43 @@ impl Scheduler {
             JobState::Provisioning(_) => {
                 self.provisioning.insert(id.to_owned());
             }
-            JobState::Evicting(_) => {
+            JobState::Evicting(h) => {
                 self.evicting.insert(id.to_owned());
+                self.file_running(id, &h.cluster_queue);
             }
-            JobState::Admitted(h) => match job.expected_runtime {
-                Some(r) => {
-                    self.ends.insert((h.since.saturating_add(r), id.to_owned()));
+            JobState::Admitted(h) => {
+                match job.expected_runtime {
+                    Some(r) => {
+                        self.ends.insert((h.since.saturating_add(r), id.to_owned()));
+                    }
+                    None => {
+                        self.unending.insert(id.to_owned());
+                    }
                 }
-                None => {
-                    self.unending.insert(id.to_owned());
-                }
-            },
+                self.file_running(id, &h.cluster_queue);
+            }
             JobState::Pending => {}
+        }
+    }
+
+    fn file_running(&mut self, id: &str, cq: &str) {
+        match self.running_in.get_mut(cq) {
+            Some(ids) => {
+                ids.insert(id.to_owned());
+            }
+            None => {
+                self.running_in
+                    .insert(cq.to_owned(), BTreeSet::from([id.to_owned()]));
+            }
+        }
+    }
+
+    fn unfile_running(&mut self, id: &str, cq: &str) {
+        if let Some(ids) = self.running_in.get_mut(cq) {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.running_in.remove(cq);
+            }
         }
     }
 
@@ -343,18 +371,22 @@ impl Scheduler {
             JobState::Provisioning(_) => {
                 self.provisioning.remove(id);
             }
-            JobState::Evicting(_) => {
+            JobState::Evicting(h) => {
                 self.evicting.remove(id);
+                self.unfile_running(id, &h.cluster_queue);
             }
-            JobState::Admitted(h) => match job.expected_runtime {
-                Some(r) => {
-                    self.ends
-                        .remove(&(h.since.saturating_add(r), id.to_owned()));
+            JobState::Admitted(h) => {
+                match job.expected_runtime {
+                    Some(r) => {
+                        self.ends
+                            .remove(&(h.since.saturating_add(r), id.to_owned()));
+                    }
+                    None => {
+                        self.unending.remove(id);
+                    }
                 }
-                None => {
-                    self.unending.remove(id);
-                }
-            },
+                self.unfile_running(id, &h.cluster_queue);
+            }
             JobState::Pending => {}
         }
     }

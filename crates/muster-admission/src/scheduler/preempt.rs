@@ -135,40 +135,52 @@ impl Scheduler {
         let policy = self.queues.get(cq)?.spec.preemption.clone()?;
         let cohort = self.quota.cohort(cq).map(str::to_owned);
         let mut candidates: Vec<Candidate> = Vec::new();
-        for id in &self.holders {
-            let Some(e) = self.jobs.get(id) else {
-                continue;
-            };
-            let (h, leaving) = match &e.state {
-                JobState::Admitted(h) => (h, false),
-                JobState::Evicting(h) => (h, true),
-                _ => continue,
-            };
-            let same_queue = h.cluster_queue == cq;
-            let lower = e.job.priority < job.priority;
-            let eligible = if same_queue {
-                policy.within_cluster_queue == WithinClusterQueue::LowerPriority && lower
+        // Only the queue's own jobs and, when it has one, its cohort's can be chosen; jobs
+        // already leaving count wherever they are.
+        for (queue, ids) in &self.running_in {
+            let same_queue = queue == cq;
+            let related =
+                same_queue || (cohort.is_some() && self.quota.cohort(queue) == cohort.as_deref());
+            let ids: Box<dyn Iterator<Item = &JobId>> = if related {
+                Box::new(ids.iter())
             } else {
-                cohort.is_some()
-                    && self.quota.cohort(&h.cluster_queue) == cohort.as_deref()
-                    && match policy.reclaim_within_cohort {
+                Box::new(ids.iter().filter(|id| self.evicting.contains(*id)))
+            };
+            for id in ids {
+                let Some(e) = self.jobs.get(id) else {
+                    continue;
+                };
+                let (h, leaving) = match &e.state {
+                    JobState::Admitted(h) => (h, false),
+                    JobState::Evicting(h) => (h, true),
+                    _ => continue,
+                };
+                let lower = e.job.priority < job.priority;
+                let eligible = if !related {
+                    false
+                } else if same_queue {
+                    policy.within_cluster_queue == WithinClusterQueue::LowerPriority && lower
+                } else {
+                    let reclaims = match policy.reclaim_within_cohort {
                         ReclaimWithinCohort::Never => false,
                         ReclaimWithinCohort::LowerPriority => lower,
                         ReclaimWithinCohort::Any => true,
-                    }
-                    && (leaving
-                        || h.pod_sets
-                            .iter()
-                            .any(|p| self.quota.is_borrowing(&h.cluster_queue, &p.flavor)))
-            };
-            if eligible || leaving {
-                candidates.push((
-                    !leaving,
-                    same_queue,
-                    e.job.priority,
-                    std::cmp::Reverse(h.since),
-                    id.clone(),
-                ));
+                    };
+                    reclaims
+                        && (leaving
+                            || h.pod_sets
+                                .iter()
+                                .any(|p| self.quota.is_borrowing(&h.cluster_queue, &p.flavor)))
+                };
+                if eligible || leaving {
+                    candidates.push((
+                        !leaving,
+                        same_queue,
+                        e.job.priority,
+                        std::cmp::Reverse(h.since),
+                        id.clone(),
+                    ));
+                }
             }
         }
         Some(candidates)

@@ -190,6 +190,8 @@ pub struct Index {
     tombstone_seq: u64,
     /// Bumped on every change: the scheduling loop runs when it moved.
     version: u64,
+    /// Admission's scheduler as the last pass left it (see [`crate::kept`]).
+    pub(crate) kept: crate::kept::Slot,
 }
 
 impl Index {
@@ -501,6 +503,11 @@ impl Index {
             term,
             ..crate::plan::Writes::default()
         };
+    }
+
+    /// Counts changes of nodes' placement facts and of flavors.
+    pub(crate) fn topology_version(&self) -> u64 {
+        self.topology_version
     }
 
     /// Every flavor's nodes, with no usage booked: built when nodes or flavors changed since

@@ -17,6 +17,7 @@
 pub mod deferred;
 pub mod executor;
 pub mod index;
+mod kept;
 pub mod lifecycle;
 pub mod metrics;
 pub mod plan;

@@ -40,6 +40,10 @@ pub struct Metrics {
     pub evictions: Family<Labels, Counter>,
     /// Jobs preempted.
     pub preemptions: Counter,
+    /// Passes that built admission's scheduler afresh instead of bringing the kept one up to
+    /// date (see `kept`): a change of queues, flavors, nodes or namespaces, or a job whose
+    /// state moved other than by arriving, waiting or leaving.
+    pub scheduler_rebuilds: Counter,
     /// Failed API requests (after retries), by action.
     pub api_errors: Family<Labels, Counter>,
     /// Actions carried out, by kind and result.
@@ -114,6 +118,7 @@ impl Metrics {
             time_to_running: waits(),
             evictions: Family::default(),
             preemptions: Counter::default(),
+            scheduler_rebuilds: Counter::default(),
             api_errors: Family::default(),
             actions: Family::default(),
             api_requests,
@@ -127,21 +132,6 @@ impl Metrics {
             "admission_attempts",
             "Jobs a scheduling cycle tried to admit, by result",
             metrics.admission_attempts.clone(),
-        );
-        registry.register(
-            "gpu_seconds_lost",
-            "GPU-seconds of evicted runs, from admission to eviction (work lost unless checkpointed)",
-            metrics.gpu_seconds_lost.clone(),
-        );
-        registry.register(
-            "gpu_seconds_completed",
-            "GPU-seconds of runs that succeeded, from admission to the end",
-            metrics.gpu_seconds_completed.clone(),
-        );
-        registry.register(
-            "job_evictions",
-            "Per finished job, how often it was evicted before it finished",
-            metrics.job_evictions.clone(),
         );
         registry.register(
             "deferred_status_writes",
@@ -173,12 +163,7 @@ impl Metrics {
             "Seconds from a job's creation to all of its pods Ready",
             metrics.time_to_running.clone(),
         );
-        registry.register(
-            "evictions",
-            "Gangs evicted, by reason",
-            metrics.evictions.clone(),
-        );
-        registry.register("preemptions", "Jobs preempted", metrics.preemptions.clone());
+        metrics.register_outcomes(&mut registry);
         registry.register(
             "api_errors",
             "API requests that failed after retries, by action",
@@ -200,9 +185,42 @@ impl Metrics {
         }
     }
 
+    /// Registers what passes did to jobs: evictions, preemptions, GPU-seconds, rebuilds.
+    fn register_outcomes(&self, registry: &mut Registry) {
+        registry.register(
+            "gpu_seconds_lost",
+            "GPU-seconds of evicted runs, from admission to eviction (work lost unless checkpointed)",
+            self.gpu_seconds_lost.clone(),
+        );
+        registry.register(
+            "gpu_seconds_completed",
+            "GPU-seconds of runs that succeeded, from admission to the end",
+            self.gpu_seconds_completed.clone(),
+        );
+        registry.register(
+            "job_evictions",
+            "Per finished job, how often it was evicted before it finished",
+            self.job_evictions.clone(),
+        );
+        registry.register(
+            "evictions",
+            "Gangs evicted, by reason",
+            self.evictions.clone(),
+        );
+        registry.register("preemptions", "Jobs preempted", self.preemptions.clone());
+        registry.register(
+            "scheduler_rebuilds",
+            "Passes that built the admission scheduler afresh",
+            self.scheduler_rebuilds.clone(),
+        );
+    }
+
     /// Records what one pass found.
     pub fn observe(&self, summary: &Summary, seconds: f64) {
         self.cycle_seconds.observe(seconds);
+        if summary.scheduler_rebuilt {
+            self.scheduler_rebuilds.inc();
+        }
         let admitted = u64::try_from(summary.admitted).unwrap_or(u64::MAX);
         self.admission_attempts
             .get_or_create(&labels(&[("result", "admitted")]))

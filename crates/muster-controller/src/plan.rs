@@ -3,8 +3,8 @@
 //!
 //! A pass (1) walks every job and settles what the cluster already shows — gangs that
 //! finished, broke, timed out or were suspended; releases a restarted controller left
-//! half-done; stale pods of an earlier attempt — (2) rebuilds admission's [`Scheduler`] from
-//! the index and runs one cycle, and (3) turns its decisions into writes. Every admission is
+//! half-done; stale pods of an earlier attempt — (2) brings admission's [`Scheduler`] up to
+//! the index (the one the last pass left, or one rebuilt from the index) and runs one cycle, and (3) turns its decisions into writes. Every admission is
 //! recorded in the index as the pass returns, before any write goes out, so a pass that runs
 //! while those writes are in flight books the same quota and nodes again instead of
 //! promising them twice.
@@ -17,7 +17,7 @@ use muster_admission::{
     Admitted, Cluster, Decision, Holding, Job, PendingReason, PodSetPlacement, Scheduler,
 };
 use muster_api::gpujob::{GpuJobPhase, GpuJobStatus, PendingReasonKind, conditions};
-use muster_api::{ClusterQueueStatus, GpuJob, LocalQueueStatus};
+use muster_api::{ClusterQueueStatus, GpuJob, LocalQueueStatus, Resources};
 
 use crate::index::{Index, PodPhase, PodRecord};
 use crate::lifecycle::{Health, health, requeue_at};
@@ -272,6 +272,9 @@ pub(crate) enum Busy {
 pub struct Summary {
     /// Jobs the cycle considered.
     pub considered: usize,
+    /// Whether the pass built admission's scheduler afresh (else it brought the one the
+    /// last pass left up to the index).
+    pub scheduler_rebuilt: bool,
     /// Admissions.
     pub admitted: usize,
     /// Gangs evicted, by reason.
@@ -530,7 +533,8 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
         }
     }
 
-    // (2) Admission's cycle over a scheduler rebuilt from the index.
+    // (2) Admission's cycle over the scheduler the last pass left, brought up to the index
+    // (or one rebuilt from it: see `kept`).
     // A held job's pods of its current attempt are booked through its admission; pods of
     // earlier attempts still terminating are booked as ordinary pods.
     let held: BTreeMap<String, i32> = restore
@@ -544,18 +548,13 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
             (j.id.clone(), attempt)
         })
         .collect();
-    let cluster = index.empty_cluster().clone();
-    let mut scheduler = scheduler(index, cluster, &held);
-    for (job, holding, provisioning) in restore {
-        scheduler.restore(job, holding, provisioning);
-    }
     plan.summary.considered = submit.len();
-    for job in submit {
-        scheduler.submit(job);
-    }
-    for id in &index.nominated {
-        scheduler.renominate(id);
-    }
+    let (mut scheduler, basis) =
+        crate::kept::scheduler_for(index, &held, submit, restore, |index, usage| {
+            let cluster = index.empty_cluster().clone();
+            scheduler(index, cluster, usage)
+        });
+    plan.summary.scheduler_rebuilt = basis.rebuilt();
     let decisions = scheduler.cycle(now.as_second());
     index.nominated = scheduler.nominated().map(str::to_owned).collect();
 
@@ -579,6 +578,7 @@ pub fn plan(index: &mut Index, now: Timestamp) -> Plan {
                 .push((name.clone(), flavor, resource, amount));
         }
     }
+    crate::kept::keep(index, scheduler, basis);
     plan
 }
 
@@ -1140,24 +1140,16 @@ fn has_finalizer(job: &GpuJob) -> bool {
         .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
 }
 
-/// The scheduler for one pass: nodes per flavor with the usage of every pod that belongs to
-/// no held admission (a held job's nodes are booked by restoring it), queues and namespaces.
-/// Pods outside any gang arrive summed per node.
-fn scheduler(index: &Index, mut cluster: Cluster, held: &BTreeMap<String, i32>) -> Scheduler {
-    for (node, usage) in &index.base_usage {
+/// A scheduler built afresh: nodes per flavor with `usage` booked per node (pods that belong
+/// to no held admission; a held job's nodes are booked by restoring it), queues and
+/// namespaces.
+fn scheduler(
+    index: &Index,
+    mut cluster: Cluster,
+    usage: &BTreeMap<String, Resources>,
+) -> Scheduler {
+    for (node, usage) in usage {
         cluster.add_usage(node, usage);
-    }
-    for (job, pods) in &index.pods_by_job {
-        let attempt = held.get(job);
-        for pod in pods.iter().filter_map(|k| index.pods.get(k)) {
-            let booked = pod
-                .member
-                .as_ref()
-                .is_some_and(|m| Some(&m.attempt) == attempt);
-            if let (Some(node), Some(usage), false) = (&pod.node, &pod.usage, booked) {
-                cluster.add_usage(node, usage);
-            }
-        }
     }
     // Without the ProvisioningRequest API no capacity can be bought: queues wait for
     // today's nodes instead.

@@ -17,8 +17,9 @@ pub struct Unit {
 }
 
 /// A way to choose among units. Ties are broken by the units' order (label value, then name),
-/// so every policy is deterministic.
-pub trait Policy {
+/// so every policy is deterministic. A policy is `Send`: the controller keeps its scheduler
+/// (and so its policy) from one pass to the next, on whichever thread runs the pass.
+pub trait Policy: Send {
     /// The policy's name, as `--policy` takes it.
     fn name(&self) -> &'static str;
 

@@ -1,0 +1,359 @@
+//! Admission's scheduler, kept from one pass to the next.
+//!
+//! A scheduler built afresh every pass costs what waits: every waiting job submitted again
+//! and a full cycle over all of them, even when one pod finished or nothing changed at all.
+//! A pass instead brings the kept scheduler up to what the index shows, when the difference
+//! is one a scheduler takes in as it happens: jobs that arrived, changed while waiting or
+//! are gone, and usage of pods outside any admission that moved. The scheduler's own caches
+//! (its queues kept in order, the memo, the quiet cycle after one that changed nothing) then
+//! carry over, so a pass costs what changed.
+//!
+//! Anything else — a queue, flavor, node or namespace that changed; a held job whose holding
+//! is not the one the scheduler gave it (a release that failed, an eviction that landed); a
+//! preemption in progress; a job whose definition changed while it held capacity — and the
+//! pass builds the scheduler afresh, as every pass once did. Either way the scheduler holds
+//! the same jobs, quota and node usage, so it decides the same.
+//!
+//! One difference is deliberate: a job whose release is still in flight is counted from its
+//! admission, where a scheduler built afresh counts it from the current pass (it has no
+//! other time for it until the status lands).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use muster_admission::{Holding, Job, JobState, Scheduler};
+use muster_api::{ClusterQueueSpec, Resources};
+
+use crate::index::Index;
+
+/// The scheduler a pass left, with what it was built from.
+pub(crate) struct Kept {
+    scheduler: Scheduler,
+    inputs: Inputs,
+    usage: OutsideUsage,
+}
+
+/// What a scheduler is built from besides jobs and node usage: when any of it changes, the
+/// scheduler is built afresh.
+#[derive(PartialEq)]
+struct Inputs {
+    topology: u64,
+    buys: bool,
+    cluster_queues: BTreeMap<String, ClusterQueueSpec>,
+    local_queues: BTreeMap<String, String>,
+    namespaces: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl Inputs {
+    fn of(index: &Index) -> Inputs {
+        Inputs {
+            topology: index.topology_version(),
+            buys: index.provisioning_api(),
+            cluster_queues: index
+                .cluster_queues
+                .iter()
+                .map(|(name, q)| (name.clone(), q.spec.clone()))
+                .collect(),
+            local_queues: index
+                .local_queues
+                .iter()
+                .map(|(key, q)| (key.clone(), q.spec.cluster_queue.clone()))
+                .collect(),
+            namespaces: index.namespaces.clone(),
+        }
+    }
+
+    /// Whether `index` shows these inputs still (compared in place: no copies).
+    fn hold_in(&self, index: &Index) -> bool {
+        self.topology == index.topology_version()
+            && self.buys == index.provisioning_api()
+            && self
+                .cluster_queues
+                .iter()
+                .eq(index.cluster_queues.iter().map(|(n, q)| (n, &q.spec)))
+            && self.local_queues.iter().eq(index
+                .local_queues
+                .iter()
+                .map(|(k, q)| (k, &q.spec.cluster_queue)))
+            && self.namespaces == index.namespaces
+    }
+}
+
+/// Per node, the usage of pods no held admission books: pods outside any gang (summed by
+/// the index) and gang pods of attempts that hold nothing (a finished or earlier attempt).
+#[derive(Default)]
+pub(crate) struct OutsideUsage {
+    /// The index's sums of pods outside any gang, as the scheduler was given them.
+    base: BTreeMap<String, Resources>,
+    /// Gang pods that no admission books, summed per node.
+    members: BTreeMap<String, Resources>,
+}
+
+impl OutsideUsage {
+    /// What `index` shows, with `held` naming each held job's current attempt (its pods are
+    /// booked through its admission).
+    fn members_of(index: &Index, held: &BTreeMap<String, i32>) -> BTreeMap<String, Resources> {
+        let mut members: BTreeMap<String, Resources> = BTreeMap::new();
+        for (job, pods) in &index.pods_by_job {
+            let attempt = held.get(job);
+            for pod in pods.iter().filter_map(|k| index.pods.get(k)) {
+                let booked = pod
+                    .member
+                    .as_ref()
+                    .is_some_and(|m| Some(&m.attempt) == attempt);
+                if let (Some(node), Some(usage), false) = (&pod.node, &pod.usage, booked) {
+                    members.entry(node.clone()).or_default().add_all(usage);
+                }
+            }
+        }
+        members
+    }
+
+    /// The usage on `node`.
+    fn on(&self, node: &str) -> Resources {
+        let mut total = self.base.get(node).cloned().unwrap_or_default();
+        if let Some(m) = self.members.get(node) {
+            total.add_all(m);
+        }
+        total
+    }
+}
+
+/// What a pass's scheduler was built from, handed back to [`keep`] after the cycle.
+pub(crate) struct Basis {
+    /// Unchanged inputs of a kept scheduler (`None`: read them from the index).
+    inputs: Option<Inputs>,
+    usage: OutsideUsage,
+}
+
+/// The scheduler for a pass: the kept one brought up to `index`, or one built afresh by
+/// `build` (given the usage to book per node) when the kept one cannot be. `submit` are the
+/// waiting jobs, `restore` the held ones (with their holding and whether capacity is being
+/// bought), `held` each held job's current attempt.
+pub(crate) fn scheduler_for(
+    index: &mut Index,
+    held: &BTreeMap<String, i32>,
+    submit: Vec<Job>,
+    restore: Vec<(Job, Holding, bool)>,
+    build: impl FnOnce(&mut Index, &BTreeMap<String, Resources>) -> Scheduler,
+) -> (Scheduler, Basis) {
+    let members = OutsideUsage::members_of(index, held);
+    if let Some(mut kept) = index.kept.take()
+        && kept.inputs.hold_in(index)
+        && kept.catch_up(&submit, &restore, &index.nominated)
+    {
+        kept.book(index, members);
+        let Kept {
+            scheduler,
+            inputs,
+            usage,
+        } = kept;
+        let basis = Basis {
+            inputs: Some(inputs),
+            usage,
+        };
+        return (scheduler, basis);
+    }
+    let usage = OutsideUsage {
+        base: index.base_usage.clone(),
+        members,
+    };
+    let mut total = usage.base.clone();
+    for (node, m) in &usage.members {
+        total.entry(node.clone()).or_default().add_all(m);
+    }
+    let mut scheduler = build(index, &total);
+    for (job, holding, provisioning) in restore {
+        scheduler.restore(job, holding, provisioning);
+    }
+    for job in submit {
+        scheduler.submit(job);
+    }
+    for id in &index.nominated {
+        scheduler.renominate(id);
+    }
+    let basis = Basis {
+        inputs: None,
+        usage,
+    };
+    (scheduler, basis)
+}
+
+impl Basis {
+    /// Whether the scheduler was built afresh.
+    pub(crate) fn rebuilt(&self) -> bool {
+        self.inputs.is_none()
+    }
+}
+
+/// Keeps `scheduler` for the next pass, with what it was built from.
+pub(crate) fn keep(index: &mut Index, scheduler: Scheduler, basis: Basis) {
+    let inputs = basis.inputs.unwrap_or_else(|| Inputs::of(index));
+    index.kept = Slot(Some(Kept {
+        scheduler,
+        inputs,
+        usage: basis.usage,
+    }));
+}
+
+/// What the index wants of one job.
+enum Wanted<'a> {
+    Waiting(&'a Job),
+    Held(&'a Job, &'a Holding, bool),
+}
+
+impl Kept {
+    /// Brings the kept scheduler's jobs up to `submit` and `restore`; `false` (the kept
+    /// scheduler is then dropped) when a difference is not one it can take in.
+    fn catch_up(
+        &mut self,
+        submit: &[Job],
+        restore: &[(Job, Holding, bool)],
+        nominated: &BTreeSet<String>,
+    ) -> bool {
+        let mut wanted: BTreeMap<&str, Wanted<'_>> = BTreeMap::new();
+        for job in submit {
+            if wanted.insert(&job.id, Wanted::Waiting(job)).is_some() {
+                return false;
+            }
+        }
+        for (job, holding, provisioning) in restore {
+            if wanted
+                .insert(&job.id, Wanted::Held(job, holding, *provisioning))
+                .is_some()
+            {
+                return false;
+            }
+        }
+        if !self
+            .scheduler
+            .nominated()
+            .eq(nominated.iter().map(String::as_str))
+        {
+            return false;
+        }
+        let s = &self.scheduler;
+        let gone: Vec<String> = s
+            .jobs()
+            .filter(|(id, _)| !wanted.contains_key(id))
+            .map(|(id, _)| id.to_owned())
+            .collect();
+        let mut arrived: Vec<&Job> = Vec::new();
+        for (id, want) in &wanted {
+            let (state, known) = (s.state(id), s.job(id));
+            match (want, state) {
+                (Wanted::Waiting(job), None) => arrived.push(job),
+                (Wanted::Waiting(job), Some(JobState::Pending)) => {
+                    if known != Some(*job) {
+                        arrived.push(job);
+                    }
+                }
+                (Wanted::Held(job, h, false), Some(JobState::Admitted(k)))
+                | (Wanted::Held(job, h, true), Some(JobState::Provisioning(k)))
+                    if known == Some(*job)
+                        && k.cluster_queue == h.cluster_queue
+                        && k.pod_sets == h.pod_sets => {}
+                _ => return false,
+            }
+        }
+        for id in &gone {
+            self.scheduler.finish(id);
+        }
+        for job in arrived {
+            self.scheduler.submit(job.clone());
+        }
+        true
+    }
+
+    /// Books the usage outside admissions that moved since the last pass: the index's sums
+    /// per node (compared in place) and gang pods no admission books (`members`).
+    fn book(&mut self, index: &Index, members: BTreeMap<String, Resources>) {
+        let mut changed: BTreeSet<String> = BTreeSet::new();
+        let (mut old, mut new) = (
+            self.usage.base.iter().peekable(),
+            index.base_usage.iter().peekable(),
+        );
+        loop {
+            match (old.peek(), new.peek()) {
+                (None, None) => break,
+                (Some((n, _)), None) => {
+                    changed.insert((*n).clone());
+                    old.next();
+                }
+                (None, Some((n, _))) => {
+                    changed.insert((*n).clone());
+                    new.next();
+                }
+                (Some((a, ua)), Some((b, ub))) => match a.cmp(b) {
+                    std::cmp::Ordering::Less => {
+                        changed.insert((*a).clone());
+                        old.next();
+                    }
+                    std::cmp::Ordering::Greater => {
+                        changed.insert((*b).clone());
+                        new.next();
+                    }
+                    std::cmp::Ordering::Equal => {
+                        if ua != ub {
+                            changed.insert((*a).clone());
+                        }
+                        old.next();
+                        new.next();
+                    }
+                },
+            }
+        }
+        if members != self.usage.members {
+            changed.extend(self.usage.members.keys().cloned());
+            changed.extend(members.keys().cloned());
+        }
+        if changed.is_empty() {
+            return;
+        }
+        let before: Vec<(String, Resources)> = changed
+            .iter()
+            .map(|n| (n.clone(), self.usage.on(n)))
+            .collect();
+        for node in &changed {
+            match index.base_usage.get(node) {
+                Some(u) => {
+                    self.usage.base.insert(node.clone(), u.clone());
+                }
+                None => {
+                    self.usage.base.remove(node);
+                }
+            }
+        }
+        self.usage.members = members;
+        for (node, old) in before {
+            let now = self.usage.on(&node);
+            if now != old {
+                let cluster = self.scheduler.cluster_mut();
+                cluster.remove_usage(&node, &old);
+                cluster.add_usage(&node, &now);
+            }
+        }
+    }
+}
+
+/// The index's slot for the kept scheduler. A copy of the index starts without one (its
+/// first pass builds afresh, which decides the same).
+#[derive(Default)]
+pub(crate) struct Slot(Option<Kept>);
+
+impl Slot {
+    fn take(&mut self) -> Option<Kept> {
+        self.0.take()
+    }
+}
+
+impl Clone for Slot {
+    fn clone(&self) -> Slot {
+        Slot(None)
+    }
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "kept" } else { "none" })
+    }
+}

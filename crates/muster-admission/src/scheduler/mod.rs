@@ -79,6 +79,17 @@ impl Entry {
             }
         }
     }
+
+    /// Returns the quota the entry holds, if any, to `quota` (its nodes stay booked).
+    fn release_quota(&self, quota: &mut QuotaBook) {
+        if let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
+            &self.state
+        {
+            for (usage, placement) in self.usage.iter().zip(&h.pod_sets) {
+                quota.remove(&h.cluster_queue, &placement.flavor, usage);
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -647,7 +658,8 @@ impl Scheduler {
         let (nominated, positions) = self.serve_nominated(now, &mut state, &mut out);
 
         let lists = std::mem::take(&mut self.lists);
-        let mut walk = order::Walk::new(&lists.by_queue, &positions, &self.quota);
+        let mut walk =
+            order::Walk::new(&lists.by_queue, &positions, &self.quota, self.shapes.len());
         while let Some(next) = self.next_job(&mut walk, &state, &nominated) {
             let job = Arc::clone(&next.queued.job);
             let before = out.len();

@@ -34,7 +34,8 @@ struct ShapeRun {
     at: Vec<usize>,
     /// Per entry of `at`, the shortest expected runtime from there to the end of the run
     /// (`i64::MAX` for none announced): the memo rules out a job of the shape whose runtime
-    /// reaches a bound, so the whole rest of the run at once when this does.
+    /// reaches a bound, so the whole rest of the run at once when this does. Worked out the
+    /// first time the memo rules the shape out (empty until then).
     shortest_from: Vec<i64>,
     /// The first entry of `at` not yet known to be passed over (the cursor and the memo only
     /// move forward within a cycle).
@@ -79,43 +80,47 @@ pub(super) struct Next<'a> {
 }
 
 impl<'a> Walk<'a> {
-    /// A walk over `lists`; `served` counts per queue the jobs served before it (preemptors).
+    /// A walk over `lists`; `served` counts per queue the jobs served before it (preemptors);
+    /// `shapes` is how many job shapes there are (each job's shape is below it).
     pub(super) fn new(
         lists: &'a BTreeMap<String, Vec<Queued>>,
         served: &BTreeMap<String, u32>,
         quota: &QuotaBook,
+        shapes: usize,
     ) -> Walk<'a> {
+        // Each queue's jobs grouped by shape: `slot[shape]` is the shape's run in the queue
+        // being grouped (shapes are small dense numbers), reset after each queue.
+        let mut slot: Vec<usize> = vec![usize::MAX; shapes];
         let queues = lists
             .iter()
             .filter(|(_, list)| !list.is_empty())
             .map(|(cq, list)| {
-                let mut by_shape: BTreeMap<MemoKey, Vec<usize>> = BTreeMap::new();
+                let mut runs: Vec<ShapeRun> = Vec::new();
                 for (i, q) in list.iter().enumerate() {
-                    by_shape.entry(q.shape).or_default().push(i);
+                    if q.shape >= slot.len() {
+                        slot.resize(q.shape + 1, usize::MAX);
+                    }
+                    let r = &mut slot[q.shape];
+                    if *r == usize::MAX {
+                        *r = runs.len();
+                        runs.push(ShapeRun {
+                            shape: q.shape,
+                            at: Vec::new(),
+                            shortest_from: Vec::new(),
+                            scan: 0,
+                        });
+                    }
+                    runs[*r].at.push(i);
+                }
+                for run in &runs {
+                    slot[run.shape] = usize::MAX;
                 }
                 QueueWalk {
                     cq: cq.as_str(),
                     cohort: quota.cohort(cq).map(str::to_owned),
                     borrows: BTreeMap::new(),
                     list: list.as_slice(),
-                    shapes: by_shape
-                        .into_iter()
-                        .map(|(shape, at)| {
-                            let mut shortest_from = vec![i64::MAX; at.len()];
-                            let mut shortest = i64::MAX;
-                            for (k, i) in at.iter().enumerate().rev() {
-                                let runtime = list[*i].job.expected_runtime.unwrap_or(i64::MAX);
-                                shortest = shortest.min(runtime);
-                                shortest_from[k] = shortest;
-                            }
-                            ShapeRun {
-                                shape,
-                                at,
-                                shortest_from,
-                                scan: 0,
-                            }
-                        })
-                        .collect(),
+                    shapes: runs,
                     cursor: 0,
                     done: false,
                     at: None,
@@ -268,6 +273,15 @@ fn first_to_serve(
         let cursor = q.cursor;
         run.scan += run.at[run.scan..].partition_point(|i| *i < cursor);
         let from = state.ruled_out_from.get(&run.shape).copied();
+        if from.is_some() && run.shortest_from.is_empty() {
+            run.shortest_from = vec![i64::MAX; run.at.len()];
+            let mut shortest = i64::MAX;
+            for (k, i) in run.at.iter().enumerate().rev() {
+                let runtime = q.list[*i].job.expected_runtime.unwrap_or(i64::MAX);
+                shortest = shortest.min(runtime);
+                run.shortest_from[k] = shortest;
+            }
+        }
         while run.scan < run.at.len() {
             if from.is_some_and(|f| run.shortest_from[run.scan] >= f) {
                 // Every job left of this shape is ruled out.

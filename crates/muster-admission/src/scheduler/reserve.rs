@@ -160,7 +160,7 @@ impl Scheduler {
     ) -> Option<Reservation> {
         let (timeline, order) = (&release.timeline, &release.order);
         let known = timeline.len();
-        let (k, assignment) = self.first_fitting_prefix(cq, job, order, now)?;
+        let (k, assignment) = self.first_fitting_prefix(cq, job, order, known, now)?;
         let (until, assignment) = if k <= known {
             let until = if k == 0 { now } else { timeline[k - 1].0 };
             (Some(until), Some(assignment))
@@ -187,10 +187,7 @@ impl Scheduler {
                     place: false,
                     no_borrow: true,
                 };
-                if self
-                    .fits_without(cq, job, order, nominal, now, &[])
-                    .is_none()
-                {
+                if !self.fits_quota_without(cq, job, order, nominal, now) {
                     need.clear();
                 }
                 if nodes.is_empty() && need.is_empty() {
@@ -210,14 +207,38 @@ impl Scheduler {
         })
     }
 
+    /// Whether `job` fits the quota once `ids` are gone, without placing it (`opts.place` is
+    /// false, and then no check reads the nodes: only quota is released). Changes nothing.
+    fn fits_quota_without(
+        &mut self,
+        cq: &str,
+        job: &Job,
+        ids: &[JobId],
+        opts: Options,
+        now: i64,
+    ) -> bool {
+        debug_assert!(!opts.place);
+        let book = self.quota.clone();
+        for id in ids {
+            if let Some(e) = self.jobs.get(id) {
+                e.release_quota(&mut self.quota);
+            }
+        }
+        let fits = self.try_assign(cq, job, opts, &[], now).is_ok();
+        self.quota = book;
+        fits
+    }
+
     /// The smallest `k` such that `job` fits once the first `k` jobs of `order` are gone, with
-    /// its assignment then; `None` when it fits not even with all of them gone. Changes
-    /// nothing.
+    /// its assignment then; `None` when it fits not even with all of them gone. Past the
+    /// first `exact` jobs only whether it fits matters, not where: once it is known not to
+    /// fit within them, the `k` returned is some prefix past them that fits. Changes nothing.
     fn first_fitting_prefix(
         &mut self,
         cq: &str,
         job: &Job,
         order: &[JobId],
+        exact: usize,
         now: i64,
     ) -> Option<(usize, Assignment)> {
         let opts = Options {
@@ -246,8 +267,9 @@ impl Scheduler {
             self.quota = start.1;
             return None;
         };
-        // Bisect between the last failure and the first success.
-        while hi.0 > lo.0 + 1 {
+        // Bisect between the last failure and the first success, while it can end within
+        // the first `exact`.
+        while hi.0 > lo.0 + 1 && lo.0 < exact {
             self.cluster.rollback(&lo.1);
             self.quota = lo.2.clone();
             let mid = lo.0 + (hi.0 - lo.0) / 2;

@@ -342,6 +342,7 @@ async fn scheduling_loop(
                     evicted = ?pass.summary.evicted,
                     preempted = pass.summary.preempted,
                     actions = pass.actions.len(),
+                    scheduler_rebuilt = pass.summary.scheduler_rebuilt,
                     "pass"
                 );
             }

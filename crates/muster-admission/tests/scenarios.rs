@@ -769,3 +769,36 @@ fn a_preemptor_waits_when_waiting_costs_less_than_the_work_it_would_throw_away()
         }
     }
 }
+
+#[test]
+fn reasons_skipped_by_quiet_cycles_are_never_older_than_the_refresh_interval() {
+    // One job runs (no announced end), one waits on quota: after the cycle that changed
+    // nothing, the next cycles are skipped until the reasons are REASONS_REFRESH_SECONDS old.
+    let refresh = muster_admission::REASONS_REFRESH_SECONDS;
+    let mut s = scheduler(
+        &fleet("h100", 1, 2),
+        vec![flavor("h100")],
+        vec![("q", gpu_queue(8))],
+    );
+    s.submit(job("running", "q", 0, 1, 1, 8));
+    s.submit(job("waiting", "q", 0, 2, 1, 8));
+    assert_eq!(admitted(&s.step(100)), vec!["running"]);
+    assert!(s.step(101).is_empty(), "nothing changed");
+    assert_eq!(s.reasons_as_of(), 101);
+    for t in 102..101 + refresh {
+        assert!(s.step(t).is_empty());
+        assert_eq!(s.reasons_as_of(), 101, "skipped at {t}");
+    }
+    assert!(s.step(101 + refresh).is_empty());
+    assert_eq!(s.reasons_as_of(), 101 + refresh, "refreshed in full");
+    assert!(
+        s.waiting()
+            .iter()
+            .any(|d| matches!(d, Decision::Pending { job, .. } if job == "ns/waiting")),
+        "the waiting job is still explained"
+    );
+    // Anything from outside ends the quiet at once.
+    s.submit(job("another", "q", 0, 3, 1, 8));
+    assert!(s.step(102 + refresh).is_empty());
+    assert_eq!(s.reasons_as_of(), 102 + refresh);
+}

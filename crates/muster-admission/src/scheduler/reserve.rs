@@ -123,7 +123,8 @@ impl Scheduler {
         }
     }
 
-    /// Whether `job` fits once `ids` are gone; the assignment if so. Changes nothing.
+    /// Whether `job` fits once `ids` are gone; the assignment if so. Changes nothing. Without
+    /// `opts.place` no check reads the nodes, so only the quota `ids` hold is released.
     pub(super) fn fits_without(
         &mut self,
         cq: &str,
@@ -135,7 +136,15 @@ impl Scheduler {
     ) -> Option<Assignment> {
         let mark = self.cluster.mark();
         let book = self.quota.clone();
-        self.release_tentatively(ids);
+        if opts.place {
+            self.release_tentatively(ids);
+        } else {
+            for id in ids {
+                if let Some(e) = self.jobs.get(id) {
+                    e.release_quota(&mut self.quota);
+                }
+            }
+        }
         let result = self.try_assign(cq, job, opts, reservations, now).ok();
         self.cluster.rollback(&mark);
         self.quota = book;
@@ -187,7 +196,10 @@ impl Scheduler {
                     place: false,
                     no_borrow: true,
                 };
-                if !self.fits_quota_without(cq, job, order, nominal, now) {
+                if self
+                    .fits_without(cq, job, order, nominal, now, &[])
+                    .is_none()
+                {
                     need.clear();
                 }
                 if nodes.is_empty() && need.is_empty() {
@@ -205,28 +217,6 @@ impl Scheduler {
             need,
             book_at,
         })
-    }
-
-    /// Whether `job` fits the quota once `ids` are gone, without placing it (`opts.place` is
-    /// false, and then no check reads the nodes: only quota is released). Changes nothing.
-    fn fits_quota_without(
-        &mut self,
-        cq: &str,
-        job: &Job,
-        ids: &[JobId],
-        opts: Options,
-        now: i64,
-    ) -> bool {
-        debug_assert!(!opts.place);
-        let book = self.quota.clone();
-        for id in ids {
-            if let Some(e) = self.jobs.get(id) {
-                e.release_quota(&mut self.quota);
-            }
-        }
-        let fits = self.try_assign(cq, job, opts, &[], now).is_ok();
-        self.quota = book;
-        fits
     }
 
     /// The smallest `k` such that `job` fits once the first `k` jobs of `order` are gone, with

@@ -200,6 +200,13 @@ impl Scheduler {
             .map(|(_, reason)| (reason.clone(), None))
     }
 
+    /// When the reasons [`Scheduler::waiting`] gives were worked out: the time of the last
+    /// cycle that ran in full. A cycle skipped as quiet keeps them, never for more than
+    /// [`super::REASONS_REFRESH_SECONDS`].
+    pub fn reasons_as_of(&self) -> i64 {
+        self.found.now
+    }
+
     /// Per ClusterQueue, why the first job the last cycle served there still waits (queues
     /// whose first job started, or that had none, are left out).
     pub fn head_reasons(&self) -> impl Iterator<Item = (&str, &PendingReason)> {

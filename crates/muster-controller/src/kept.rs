@@ -267,41 +267,19 @@ impl Kept {
     /// Books the usage outside admissions that moved since the last pass: the index's sums
     /// per node (compared in place) and gang pods no admission books (`members`).
     fn book(&mut self, index: &Index, members: BTreeMap<String, Resources>) {
-        let mut changed: BTreeSet<String> = BTreeSet::new();
-        let (mut old, mut new) = (
-            self.usage.base.iter().peekable(),
-            index.base_usage.iter().peekable(),
+        let mut changed: BTreeSet<String> = index
+            .base_usage
+            .iter()
+            .filter(|(node, usage)| self.usage.base.get(*node) != Some(usage))
+            .map(|(node, _)| node.clone())
+            .collect();
+        changed.extend(
+            self.usage
+                .base
+                .keys()
+                .filter(|node| !index.base_usage.contains_key(*node))
+                .cloned(),
         );
-        loop {
-            match (old.peek(), new.peek()) {
-                (None, None) => break,
-                (Some((n, _)), None) => {
-                    changed.insert((*n).clone());
-                    old.next();
-                }
-                (None, Some((n, _))) => {
-                    changed.insert((*n).clone());
-                    new.next();
-                }
-                (Some((a, ua)), Some((b, ub))) => match a.cmp(b) {
-                    std::cmp::Ordering::Less => {
-                        changed.insert((*a).clone());
-                        old.next();
-                    }
-                    std::cmp::Ordering::Greater => {
-                        changed.insert((*b).clone());
-                        new.next();
-                    }
-                    std::cmp::Ordering::Equal => {
-                        if ua != ub {
-                            changed.insert((*a).clone());
-                        }
-                        old.next();
-                        new.next();
-                    }
-                },
-            }
-        }
         if members != self.usage.members {
             changed.extend(self.usage.members.keys().cloned());
             changed.extend(members.keys().cloned());

@@ -83,7 +83,7 @@ impl Scheduler {
                     continue;
                 }
             }
-            self.release_tentatively(std::slice::from_ref(id));
+            self.release_tentatively(std::slice::from_ref(id), true);
             victims.push(c);
             let mark = self.cluster.mark();
             let fits = self
@@ -134,53 +134,60 @@ impl Scheduler {
     fn preemption_candidates(&self, cq: &str, job: &Job) -> Option<Vec<Candidate>> {
         let policy = self.queues.get(cq)?.spec.preemption.clone()?;
         let cohort = self.quota.cohort(cq).map(str::to_owned);
-        let mut candidates: Vec<Candidate> = Vec::new();
+        let related = |queue: &str| {
+            queue == cq || (cohort.is_some() && self.quota.cohort(queue) == cohort.as_deref())
+        };
+        let queue_of = |id: &JobId| match self.jobs.get(id).map(|e| &e.state) {
+            Some(JobState::Admitted(h) | JobState::Evicting(h)) => Some(h.cluster_queue.as_str()),
+            _ => None,
+        };
         // Only the queue's own jobs and, when it has one, its cohort's can be chosen; jobs
-        // already leaving count wherever they are.
-        for (queue, ids) in &self.running_in {
-            let same_queue = queue == cq;
-            let related =
-                same_queue || (cohort.is_some() && self.quota.cohort(queue) == cohort.as_deref());
-            let ids: Box<dyn Iterator<Item = &JobId>> = if related {
-                Box::new(ids.iter())
-            } else {
-                Box::new(ids.iter().filter(|id| self.evicting.contains(*id)))
+        // already leaving count wherever they are (those of other queues are looked at apart,
+        // so that unrelated queues' running jobs cost nothing).
+        let chosen = self
+            .running_in
+            .iter()
+            .filter(|(queue, _)| related(queue))
+            .flat_map(|(_, ids)| ids);
+        let leaving_elsewhere = self
+            .evicting
+            .iter()
+            .filter(|id| queue_of(id).is_some_and(|q| !related(q)));
+        let mut candidates: Vec<Candidate> = Vec::new();
+        for id in chosen.chain(leaving_elsewhere) {
+            let Some(e) = self.jobs.get(id) else {
+                continue;
             };
-            for id in ids {
-                let Some(e) = self.jobs.get(id) else {
-                    continue;
+            let (h, leaving) = match &e.state {
+                JobState::Admitted(h) => (h, false),
+                JobState::Evicting(h) => (h, true),
+                _ => continue,
+            };
+            let same_queue = h.cluster_queue == cq;
+            let lower = e.job.priority < job.priority;
+            let eligible = if same_queue {
+                policy.within_cluster_queue == WithinClusterQueue::LowerPriority && lower
+            } else {
+                let reclaims = match policy.reclaim_within_cohort {
+                    ReclaimWithinCohort::Never => false,
+                    ReclaimWithinCohort::LowerPriority => lower,
+                    ReclaimWithinCohort::Any => true,
                 };
-                let (h, leaving) = match &e.state {
-                    JobState::Admitted(h) => (h, false),
-                    JobState::Evicting(h) => (h, true),
-                    _ => continue,
-                };
-                let lower = e.job.priority < job.priority;
-                let eligible = if !related {
-                    false
-                } else if same_queue {
-                    policy.within_cluster_queue == WithinClusterQueue::LowerPriority && lower
-                } else {
-                    let reclaims = match policy.reclaim_within_cohort {
-                        ReclaimWithinCohort::Never => false,
-                        ReclaimWithinCohort::LowerPriority => lower,
-                        ReclaimWithinCohort::Any => true,
-                    };
-                    reclaims
-                        && (leaving
-                            || h.pod_sets
-                                .iter()
-                                .any(|p| self.quota.is_borrowing(&h.cluster_queue, &p.flavor)))
-                };
-                if eligible || leaving {
-                    candidates.push((
-                        !leaving,
-                        same_queue,
-                        e.job.priority,
-                        std::cmp::Reverse(h.since),
-                        id.clone(),
-                    ));
-                }
+                related(&h.cluster_queue)
+                    && reclaims
+                    && (leaving
+                        || h.pod_sets
+                            .iter()
+                            .any(|p| self.quota.is_borrowing(&h.cluster_queue, &p.flavor)))
+            };
+            if eligible || leaving {
+                candidates.push((
+                    !leaving,
+                    same_queue,
+                    e.job.priority,
+                    std::cmp::Reverse(h.since),
+                    id.clone(),
+                ));
             }
         }
         Some(candidates)

@@ -114,11 +114,16 @@ impl Scheduler {
         }
     }
 
-    /// Releases `ids` tentatively (the caller restores the cluster mark and the quota book).
-    pub(super) fn release_tentatively(&mut self, ids: &[JobId]) {
+    /// Releases `ids` tentatively: their quota and, with `nodes`, their nodes (the caller
+    /// restores the cluster mark and the quota book).
+    pub(super) fn release_tentatively(&mut self, ids: &[JobId], nodes: bool) {
         for id in ids {
             if let Some(e) = self.jobs.get(id) {
-                e.release(&mut self.quota, &mut self.cluster);
+                if nodes {
+                    e.release(&mut self.quota, &mut self.cluster);
+                } else {
+                    e.release_quota(&mut self.quota);
+                }
             }
         }
     }
@@ -136,15 +141,7 @@ impl Scheduler {
     ) -> Option<Assignment> {
         let mark = self.cluster.mark();
         let book = self.quota.clone();
-        if opts.place {
-            self.release_tentatively(ids);
-        } else {
-            for id in ids {
-                if let Some(e) = self.jobs.get(id) {
-                    e.release_quota(&mut self.quota);
-                }
-            }
-        }
+        self.release_tentatively(ids, opts.place);
         let result = self.try_assign(cq, job, opts, reservations, now).ok();
         self.cluster.rollback(&mark);
         self.quota = book;
@@ -245,7 +242,7 @@ impl Scheduler {
         while found.is_none() && released < order.len() {
             let target = (released + step).min(order.len());
             step *= 2;
-            self.release_tentatively(&order[released..target]);
+            self.release_tentatively(&order[released..target], true);
             released = target;
             match self.try_in_place(cq, job, opts, now) {
                 Some(a) => found = Some((target, a)),
@@ -263,7 +260,7 @@ impl Scheduler {
             self.cluster.rollback(&lo.1);
             self.quota = lo.2.clone();
             let mid = lo.0 + (hi.0 - lo.0) / 2;
-            self.release_tentatively(&order[lo.0..mid]);
+            self.release_tentatively(&order[lo.0..mid], true);
             match self.try_in_place(cq, job, opts, now) {
                 Some(a) => hi = (mid, a),
                 None => lo = (mid, self.cluster.mark(), self.quota.clone()),

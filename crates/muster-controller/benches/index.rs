@@ -15,8 +15,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ResourceFlavor};
-use muster_controller::index::Index;
 use muster_controller::plan::plan;
+use muster_controller::state::State;
 // What the API server holds once a write succeeded, folded in as the executor folds it: the
 // tests' helper.
 #[path = "../tests/support/mod.rs"]
@@ -141,8 +141,8 @@ spec:
 }
 
 /// The fleet's index with every cache synced.
-fn fleet(jobs: usize) -> Index {
-    let mut index = Index::new();
+fn fleet(jobs: usize) -> State {
+    let mut index = State::new();
     index.relist_begin::<Node>();
     for i in 0..NODES {
         index.apply(node(i));
@@ -230,7 +230,7 @@ fn main() {
 
 /// Folding in 10,000 node and 100,000 pod watch events.
 #[divan::bench(sample_count = 5)]
-fn fold_in_fleet_events() -> Index {
+fn fold_in_fleet_events() -> State {
     fleet(0)
 }
 

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::plan::Action;
+use crate::action::Action;
 
 /// Queued status writes of waiting jobs, oldest first.
 #[derive(Clone, Debug, Default)]

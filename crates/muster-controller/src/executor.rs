@@ -24,7 +24,8 @@ use muster_api::validation::ADMISSION_GATE;
 use muster_api::{API_VERSION, ClusterQueue, GpuJob, GpuJobStatus, LocalQueue};
 use tokio::sync::watch;
 
-use crate::plan::{Action, FINALIZER, Note};
+use crate::action::{Action, FINALIZER, Note};
+pub use crate::index::Written;
 use crate::release::Gang;
 
 /// The field manager of every write.
@@ -51,22 +52,6 @@ pub enum ExecuteError {
         /// The API error.
         source: kube::Error,
     },
-}
-
-/// An object as the API server returned it after a write: folded into the index at once, so
-/// the next pass sees the write even before its watch event arrives.
-#[derive(Clone, Debug)]
-pub enum Written {
-    /// A job.
-    Job(Box<GpuJob>),
-    /// A pod.
-    Pod(Box<Pod>),
-    /// A ProvisioningRequest.
-    Request(Box<muster_api::ProvisioningRequest>),
-    /// A ClusterQueue (its status written).
-    ClusterQueue(Box<ClusterQueue>),
-    /// A LocalQueue (its status written).
-    LocalQueue(Box<LocalQueue>),
 }
 
 /// Retry policy for one request.

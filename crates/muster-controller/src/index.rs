@@ -1,6 +1,7 @@
 //! The controller's picture of the cluster: every object admission needs, updated one watch
-//! event at a time. Pure and synchronous: the watch loop feeds it, the scheduling loop reads a
-//! snapshot from it (see [`crate::plan`]).
+//! event (or write response) at a time. Pure and synchronous, and the bottom of the
+//! controller: it knows nothing of passes, actions or writes in flight (those are
+//! [`crate::ledger`]'s), only what the API server shows.
 //!
 //! Only what placement and the gang lifecycle need is kept. A pod is reduced to its node, its
 //! requests while it holds them, its phase and readiness, and — for Muster's own pods — the
@@ -18,8 +19,6 @@ use muster_api::{
 };
 use muster_topology::{NodeInfo, pod_usage};
 
-use crate::executor::Written;
-use crate::plan::{Action, Busy};
 use crate::release::{
     ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION, JOB_LABEL,
     POD_INDEX_LABEL, POD_SET_LABEL, parse_domain,
@@ -147,7 +146,23 @@ pub trait Indexed:
     }
 }
 
-/// What a controller knows about the cluster, plus its own promises not yet visible there.
+/// An object as the API server returned it after a write: folded into the index at once, so
+/// the next pass sees the write even before its watch event arrives.
+#[derive(Clone, Debug)]
+pub enum Written {
+    /// A job.
+    Job(Box<GpuJob>),
+    /// A pod.
+    Pod(Box<Pod>),
+    /// A ProvisioningRequest.
+    Request(Box<muster_api::ProvisioningRequest>),
+    /// A ClusterQueue (its status written).
+    ClusterQueue(Box<ClusterQueue>),
+    /// A LocalQueue (its status written).
+    LocalQueue(Box<LocalQueue>),
+}
+
+/// What a controller knows about the cluster.
 #[derive(Clone, Debug, Default)]
 pub struct Index {
     pub(crate) jobs: BTreeMap<String, GpuJob>,
@@ -169,11 +184,6 @@ pub struct Index {
     topology_version: u64,
     /// Every flavor's nodes with no usage, as of `.0` (a topology version).
     cluster: Option<(u64, muster_admission::Cluster)>,
-    /// Writes started and not yet landed.
-    pub(crate) writes: crate::plan::Writes,
-    /// Preemptors waiting for their victims to leave, as the last pass's cycle left them:
-    /// the next pass's scheduler, built afresh, serves them first again.
-    pub(crate) nominated: BTreeSet<String>,
     /// Objects that could not be read, with why (reported, never fatal).
     pub(crate) unreadable: BTreeMap<String, String>,
     /// Keys seen during a relist, per kind: what was not seen is gone.
@@ -190,8 +200,6 @@ pub struct Index {
     tombstone_seq: u64,
     /// Bumped on every change: the scheduling loop runs when it moved.
     version: u64,
-    /// Admission's scheduler as the last pass left it (see [`crate::kept`]).
-    pub(crate) kept: crate::kept::Slot,
 }
 
 impl Index {
@@ -383,73 +391,8 @@ impl Index {
             .map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
-    /// An action's writes landed, or failed: the objects the API server returned are folded
-    /// in at once, and once its last action in flight has landed the job is free for the next
-    /// pass. A failed release waits with backoff (its half-made pods are finished or rolled
-    /// back by the next pass).
-    pub fn landed(&mut self, action: &Action, result: Result<Vec<Written>, String>, now: i64) {
-        let term = self.writes.term;
-        self.landed_in(term, action, result, now);
-    }
-
-    /// [`Index::landed`] for an action planned in leadership term `term`. An action of an
-    /// earlier term (this replica lost the Lease and won it again meanwhile) only folds in what
-    /// it wrote: the bookkeeping of writes in flight started afresh with the new term, and must
-    /// not free a job that the new term is writing.
-    pub fn landed_in(
-        &mut self,
-        term: u64,
-        action: &Action,
-        result: Result<Vec<Written>, String>,
-        now: i64,
-    ) {
-        if term != self.writes.term {
-            if let Ok(written) = result {
-                self.fold_in(written);
-            }
-            self.version += 1;
-            return;
-        }
-        if let Some(job) = action.job() {
-            let left = self.writes.in_flight.get_mut(job).map_or(0, |n| {
-                *n = n.saturating_sub(1);
-                *n
-            });
-            if left == 0 {
-                self.writes.in_flight.remove(job);
-                self.writes.busy.remove(job);
-            }
-        }
-        match action {
-            Action::AddFinalizer { job } => {
-                self.writes.finalizing.remove(job);
-            }
-            Action::ClusterQueueStatus { name, .. } => {
-                self.writes.queues.remove(name);
-            }
-            Action::LocalQueueStatus { key, .. } => {
-                self.writes.queues.remove(&format!("lq:{key}"));
-            }
-            _ => {}
-        }
-        match result {
-            Ok(written) => {
-                if let Action::Release { job, .. } = action {
-                    self.writes.failed.remove(job);
-                }
-                self.fold_in(written);
-            }
-            Err(error) => {
-                if let Action::Release { job, .. } | Action::Provision { job, .. } = action {
-                    crate::plan::fail_release(self, job, now, error);
-                }
-            }
-        }
-        self.version += 1;
-    }
-
     /// Objects a write returned, folded in like watch events (but never over a deletion).
-    fn fold_in(&mut self, written: Vec<Written>) {
+    pub(crate) fn fold_in(&mut self, written: Vec<Written>) {
         for object in written {
             match object {
                 Written::Job(job) => self.apply_written(*job),
@@ -459,50 +402,6 @@ impl Index {
                 Written::LocalQueue(queue) => self.apply_written(*queue),
             }
         }
-    }
-
-    /// Queues a waiting job's status write of this pass for the sender (see
-    /// [`crate::deferred`]) instead of sending it now; gives back any other action, to send
-    /// now.
-    pub fn defer(&mut self, action: Action) -> Option<Action> {
-        let Action::JobStatus { job, .. } = &action else {
-            return Some(action);
-        };
-        if !matches!(self.writes.busy.get(job), Some(Busy::Status)) {
-            return Some(action);
-        }
-        let job = job.clone();
-        self.writes.busy.insert(job.clone(), Busy::StatusQueued);
-        self.writes.deferred.put(&job, action);
-        None
-    }
-
-    /// The oldest queued status write, to send now, with the term it belongs to: its job is
-    /// marked as written to until [`Index::landed_in`].
-    pub fn next_deferred(&mut self) -> Option<(u64, Action)> {
-        let (job, action) = self.writes.deferred.pop()?;
-        self.writes.busy.insert(job, Busy::Status);
-        Some((self.writes.term, action))
-    }
-
-    /// How many status writes are queued and not yet sent.
-    pub fn deferred_len(&self) -> usize {
-        self.writes.deferred.len()
-    }
-
-    /// The leadership term whose writes are being tracked (see [`Index::landed_in`]).
-    pub fn term(&self) -> u64 {
-        self.writes.term
-    }
-
-    /// This replica starts leading: forget the writes of any earlier term (they may never have
-    /// landed; the API server shows what did) and start a new term.
-    pub fn start_term(&mut self) {
-        let term = self.writes.term + 1;
-        self.writes = crate::plan::Writes {
-            term,
-            ..crate::plan::Writes::default()
-        };
     }
 
     /// Counts changes of nodes' placement facts and of flavors.

@@ -130,16 +130,18 @@ pub(crate) struct Basis {
 /// waiting jobs, `restore` the held ones (with their holding and whether capacity is being
 /// bought), `held` each held job's current attempt.
 pub(crate) fn scheduler_for(
+    slot: &mut Slot,
     index: &mut Index,
+    nominated: &BTreeSet<String>,
     held: &BTreeMap<String, i32>,
     submit: Vec<Job>,
     restore: Vec<(Job, Holding, bool)>,
     build: impl FnOnce(&mut Index, &BTreeMap<String, Resources>) -> Scheduler,
 ) -> (Scheduler, Basis) {
     let members = OutsideUsage::members_of(index, held);
-    if let Some(mut kept) = index.kept.take()
+    if let Some(mut kept) = slot.take()
         && kept.inputs.hold_in(index)
-        && kept.catch_up(&submit, &restore, &index.nominated)
+        && kept.catch_up(&submit, &restore, nominated)
     {
         kept.book(index, members);
         let Kept {
@@ -168,7 +170,7 @@ pub(crate) fn scheduler_for(
     for job in submit {
         scheduler.submit(job);
     }
-    for id in &index.nominated {
+    for id in nominated {
         scheduler.renominate(id);
     }
     let basis = Basis {
@@ -186,9 +188,9 @@ impl Basis {
 }
 
 /// Keeps `scheduler` for the next pass, with what it was built from.
-pub(crate) fn keep(index: &mut Index, scheduler: Scheduler, basis: Basis) {
+pub(crate) fn keep(slot: &mut Slot, index: &Index, scheduler: Scheduler, basis: Basis) {
     let inputs = basis.inputs.unwrap_or_else(|| Inputs::of(index));
-    index.kept = Slot(Some(Kept {
+    *slot = Slot(Some(Kept {
         scheduler,
         inputs,
         usage: basis.usage,
@@ -313,7 +315,7 @@ impl Kept {
     }
 }
 
-/// The index's slot for the kept scheduler. A copy of the index starts without one (its
+/// The state's slot for the kept scheduler. A copy of the state starts without one (its
 /// first pass builds afresh, which decides the same).
 #[derive(Default)]
 pub(crate) struct Slot(Option<Kept>);

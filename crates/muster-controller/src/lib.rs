@@ -1,27 +1,41 @@
 //! Muster's controller: runs the admission cycle on a Kubernetes cluster and turns its
 //! decisions into gangs of pods that start together.
 //!
-//! The pure parts, each testable without a cluster:
-//! - [`index`]: the objects admission needs, updated one watch event at a time.
-//! - [`plan`]: one scheduling pass, from the index to the writes that carry it out.
-//! - [`lifecycle`]: an admitted gang's health from its pods and nodes.
-//! - [`release`]: the objects of one admitted gang — a headless Service and every pod, gated by
-//!   `muster.dev/admission`, pinned to its node, with the environment a distributed job needs.
-//! - [`status`]: job and queue statuses, only when they change.
-//!
-//! - [`deferred`]: waiting jobs' status writes, queued apart from the writes that move work.
+//! The modules form layers, each using only those below it (a test, `tests/layers.rs`, holds
+//! them to it). From the bottom:
+//! - [`index`]: what the cluster shows — the objects admission needs, updated one watch event
+//!   at a time. It knows nothing of passes or writes.
+//! - [`release`], [`status`], [`lifecycle`]: the objects of one admitted gang (a headless
+//!   Service and every pod, gated by `muster.dev/admission`, pinned to its node); job and
+//!   queue statuses, only when they change; an admitted gang's health from its pods and nodes.
+//! - [`action`] and [`ledger`]: the writes a pass plans, and those in flight (by leadership
+//!   term); [`deferred`]: waiting jobs' status writes, queued apart from the writes that move
+//!   work. [`state`]: the index and the ledger together, where watches and landings come in.
+//! - [`job`]: one job's lifecycle as a state machine, from what the cluster shows for it to
+//!   its phase and next step.
+//! - [`plan`]: one scheduling pass — settle every job (`settle`), run admission's cycle
+//!   (`kept`), turn decisions into writes (`decide`), write queue statuses (`queues`).
 //!
 //! The shell around them: [`executor`] carries actions out on the API server, and [`run`]
 //! watches, elects a leader, loops and serves metrics.
 
+pub mod action;
+mod decide;
 pub mod deferred;
 pub mod executor;
+mod holding;
 pub mod index;
+pub mod job;
 mod kept;
+pub mod ledger;
 pub mod lifecycle;
 pub mod metrics;
 pub mod plan;
 mod provision;
+mod queues;
 pub mod release;
 pub mod run;
+mod settle;
+pub mod state;
 pub mod status;
+pub mod summary;

@@ -8,7 +8,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
-use crate::plan::Summary;
+use crate::summary::Summary;
 
 /// Label pairs.
 pub type Labels = Vec<(String, String)>;

@@ -24,6 +24,7 @@ use muster_provisioning::objects::{
 use muster_provisioning::state::{Observed, Record, Step, combine, observe, step};
 
 use crate::index::Index;
+use crate::ledger::Ledger;
 use crate::release::Gang;
 
 /// The provisioning policy of the ClusterQueue named in the job's admission.
@@ -100,7 +101,11 @@ pub(crate) const ORPHAN_AFTER_SECONDS: i64 = 300;
 /// requests younger than [`ORPHAN_AFTER_SECONDS`]: a status that is about to name one may
 /// still be landing (written in an earlier leadership term, or by a replica that has just
 /// lost the Lease).
-pub(crate) fn orphans(index: &Index, now: i64) -> Vec<(String, String, Vec<String>)> {
+pub(crate) fn orphans(
+    index: &Index,
+    ledger: &Ledger,
+    now: i64,
+) -> Vec<(String, String, Vec<String>)> {
     let mut out = Vec::new();
     for (key, request) in &index.provisioning_requests {
         let meta = &request.metadata;
@@ -123,8 +128,7 @@ pub(crate) fn orphans(index: &Index, now: i64) -> Vec<(String, String, Vec<Strin
         }
         let namespace = meta.namespace.clone().unwrap_or_default();
         let job_key = format!("{namespace}/{job_name}");
-        if index.writes.busy.contains_key(&job_key) || index.writes.in_flight.contains_key(&job_key)
-        {
+        if ledger.touches(&job_key) {
             continue;
         }
         let wanted = index.jobs.get(&job_key).is_some_and(|job| {

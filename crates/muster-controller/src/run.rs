@@ -1,4 +1,4 @@
-//! The controller process: watches feed the [`Index`], the leader's scheduling loop plans
+//! The controller process: watches feed the [`State`]'s index, the leader's scheduling loop plans
 //! passes and hands their actions to the [`Executor`], and an HTTP server answers probes and
 //! metrics.
 //!
@@ -24,9 +24,10 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, Semaphore, watch};
 
 use crate::executor::Executor;
-use crate::index::{Index, Indexed, Kind};
+use crate::index::{Indexed, Kind};
 use crate::metrics::{ApiRequests, Metrics};
 use crate::plan::plan;
+use crate::state::State;
 
 /// How the controller runs.
 #[derive(Clone, Debug)]
@@ -98,7 +99,7 @@ pub fn lease_identity(base: Option<&str>) -> String {
 /// What the watches, the loop and the HTTP server share.
 #[derive(Debug, Default)]
 pub struct Shared {
-    index: Mutex<Index>,
+    state: Mutex<State>,
     wake: Notify,
     /// Wakes the sender of queued status writes.
     deferred_wake: Notify,
@@ -107,9 +108,9 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// The index, locked (a panic elsewhere never stops the controller from serving).
-    pub fn index(&self) -> MutexGuard<'_, Index> {
-        self.index.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The state, locked (a panic elsewhere never stops the controller from serving).
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -122,11 +123,11 @@ where
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
         match event {
-            Ok(Event::Init) => shared.index().relist_begin::<K>(),
-            Ok(Event::InitApply(object) | Event::Apply(object)) => shared.index().apply(object),
-            Ok(Event::Delete(object)) => shared.index().delete(&object),
+            Ok(Event::Init) => shared.state().relist_begin::<K>(),
+            Ok(Event::InitApply(object) | Event::Apply(object)) => shared.state().apply(object),
+            Ok(Event::Delete(object)) => shared.state().delete(&object),
             Ok(Event::InitDone) => {
-                shared.index().relist_done::<K>();
+                shared.state().relist_done::<K>();
                 tracing::info!(kind = ?K::KIND, "cache synced");
             }
             Err(e) => {
@@ -164,7 +165,7 @@ async fn start_watches(client: &Client, options: &Options, shared: &Arc<Shared>)
     // The first probe is awaited, so that a served API is expected before the first pass.
     let requests: Api<ProvisioningRequest> = scoped(client, ns);
     if served(&requests, true).await {
-        shared.index().expect_kind(Kind::ProvisioningRequest);
+        shared.state().expect_kind(Kind::ProvisioningRequest);
         tokio::spawn(watch_kind(requests, s()));
     } else {
         tokio::spawn(watch_when_served(requests, s()));
@@ -197,7 +198,7 @@ async fn watch_when_served(requests: Api<ProvisioningRequest>, shared: Arc<Share
         tokio::time::sleep(PROBE_EVERY).await;
         if served(&requests, false).await {
             tracing::info!("ProvisioningRequests are served now: watching them");
-            shared.index().expect_kind(Kind::ProvisioningRequest);
+            shared.state().expect_kind(Kind::ProvisioningRequest);
             watch_kind(requests, shared).await;
             return;
         }
@@ -321,18 +322,18 @@ async fn scheduling_loop(
         }
         let started = Instant::now();
         let (term, actions) = {
-            let mut index = shared.index();
-            if !index.ready() {
+            let mut state = shared.state();
+            if !state.ready() {
                 continue;
             }
             if !leading {
                 // Writes promised under an earlier term may never have landed: start from
                 // what the API server shows.
-                index.start_term();
+                state.start_term();
                 tracing::info!("leading: scheduling");
                 leading = true;
             }
-            let pass = plan(&mut index, k8s_openapi::jiff::Timestamp::now());
+            let pass = plan(&mut state, k8s_openapi::jiff::Timestamp::now());
             shared
                 .metrics
                 .observe(&pass.summary, started.elapsed().as_secs_f64());
@@ -349,11 +350,11 @@ async fn scheduling_loop(
             // Waiting jobs' statuses go to the sender; everything else goes now.
             let mut now_actions = Vec::with_capacity(pass.actions.len());
             for action in pass.actions {
-                if let Some(action) = index.defer(action) {
+                if let Some(action) = state.defer(action) {
                     now_actions.push(action);
                 }
             }
-            let queued = index.deferred_len();
+            let queued = state.deferred_len();
             shared
                 .metrics
                 .deferred_status_writes
@@ -361,7 +362,7 @@ async fn scheduling_loop(
             if queued > 0 {
                 shared.deferred_wake.notify_one();
             }
-            (index.term(), now_actions)
+            (state.term(), now_actions)
         };
         last_pass = started.elapsed();
         for action in actions {
@@ -384,7 +385,7 @@ fn spawn_write<P: Send + 'static>(
     shared: &Arc<Shared>,
     executor: &Executor,
     term: u64,
-    action: crate::plan::Action,
+    action: crate::action::Action,
     permit: P,
     wake: bool,
 ) {
@@ -396,7 +397,7 @@ fn spawn_write<P: Send + 'static>(
         }
         shared.metrics.action(action.kind(), result.is_ok());
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
-        shared.index().landed_in(term, &action, result, now);
+        shared.state().landed_in(term, &action, result, now);
         if wake {
             shared.wake.notify_one();
         }
@@ -429,12 +430,12 @@ async fn send_deferred(
                 return;
             };
             let next = {
-                let mut index = shared.index();
-                let next = index.next_deferred();
+                let mut state = shared.state();
+                let next = state.next_deferred();
                 shared
                     .metrics
                     .deferred_status_writes
-                    .set(i64::try_from(index.deferred_len()).unwrap_or(i64::MAX));
+                    .set(i64::try_from(state.deferred_len()).unwrap_or(i64::MAX));
                 next
             };
             let Some((term, action)) = next else {
@@ -470,7 +471,7 @@ async fn serve(addr: SocketAddr, shared: Arc<Shared>, mut stop: watch::Receiver<
         move || {
             let shared = Arc::clone(&shared);
             async move {
-                if shared.index().ready() {
+                if shared.state().ready() {
                     (StatusCode::OK, "ready")
                 } else {
                     (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")

@@ -5,13 +5,13 @@
 mod support;
 
 use muster_api::gpujob::{GpuJobPhase, PendingReasonKind};
-use muster_controller::index::Index;
 use muster_controller::plan::{Action, plan};
+use muster_controller::state::State;
 use support::{at, cluster, job, land, land_all, with_phase};
 
 /// Queues every waiting job's status write among `actions`, as the run loop does, and
 /// returns the rest (the writes that go out at once).
-fn defer_all(index: &mut Index, actions: Vec<Action>) -> Vec<Action> {
+fn defer_all(index: &mut State, actions: Vec<Action>) -> Vec<Action> {
     actions.into_iter().filter_map(|a| index.defer(a)).collect()
 }
 
@@ -32,7 +32,7 @@ fn statuses_written(actions: &[Action]) -> Vec<&str> {
 }
 
 /// Every pod of the released gang among `actions` reports `phase`.
-fn report(index: &mut Index, actions: &[Action], phase: &str) {
+fn report(index: &mut State, actions: &[Action], phase: &str) {
     for action in actions {
         if let Action::Release { gang, .. } = action {
             for pod in &gang.pods {
@@ -43,7 +43,7 @@ fn report(index: &mut Index, actions: &[Action], phase: &str) {
 }
 
 /// The queued writes, sent and landed in the order the sender takes them; their jobs.
-fn send_all(index: &mut Index, now: i64) -> Vec<(String, Action)> {
+fn send_all(index: &mut State, now: i64) -> Vec<(String, Action)> {
     let mut sent = Vec::new();
     while let Some((_, action)) = index.next_deferred() {
         sent.push((action.job().unwrap_or_default().to_owned(), action));

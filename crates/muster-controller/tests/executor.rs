@@ -12,8 +12,8 @@ use http::{Request, Response};
 use kube::Client;
 use kube::client::Body;
 use muster_controller::executor::{Executor, Retry};
-use muster_controller::index::Index;
 use muster_controller::plan::{Action, plan};
+use muster_controller::state::State;
 use serde_json::{Value, json};
 use support::{at, cluster, job};
 use tokio::sync::watch;
@@ -129,7 +129,7 @@ fn executor(client: Client, leading: bool, concurrency: usize) -> (Executor, wat
 }
 
 /// The release a fresh cluster gives job `a` of `count` pods.
-fn release(count: u32) -> (Action, Index) {
+fn release(count: u32) -> (Action, State) {
     let mut index = cluster(1024, vec![job("a", count, 0)]);
     let pass = plan(&mut index, at(10));
     let action = pass

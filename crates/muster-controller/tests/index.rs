@@ -7,8 +7,9 @@ mod support;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use muster_api::gpujob::PendingReasonKind;
 use muster_api::{ClusterQueue, GpuJob};
-use muster_controller::index::{Index, Kind, PodPhase};
+use muster_controller::index::{Kind, PodPhase};
 use muster_controller::plan::{Action, plan};
+use muster_controller::state::State;
 use serde_json::json;
 use support::{at, cluster, job, object, with_phase};
 
@@ -23,7 +24,7 @@ fn other_pod(name: &str, node: &str, gpus: u32, phase: &str) -> Pod {
     }))
 }
 
-fn pending_kind(index: &mut Index, key: &str) -> Option<PendingReasonKind> {
+fn pending_kind(index: &mut State, key: &str) -> Option<PendingReasonKind> {
     let pass = plan(index, at(10));
     pass.actions.iter().find_map(|a| match a {
         Action::JobStatus { job, status, .. } if job == key => {
@@ -35,7 +36,7 @@ fn pending_kind(index: &mut Index, key: &str) -> Option<PendingReasonKind> {
 
 #[test]
 fn the_first_pass_waits_for_every_cache() {
-    let mut index = Index::new();
+    let mut index = State::new();
     assert!(!index.ready());
     index.relist_begin::<GpuJob>();
     index.apply(job("a", 1, 0));
@@ -340,7 +341,7 @@ fn a_local_queue_reports_the_quota_its_jobs_hold_per_flavor() {
 #[test]
 fn the_per_node_sum_follows_pods_through_their_lives() {
     let mut index = cluster(64, Vec::new());
-    let gpus = |index: &Index| {
+    let gpus = |index: &State| {
         index
             .base_usage("n1")
             .map_or(0, |r| r.get("nvidia.com/gpu").milli() / 1000)

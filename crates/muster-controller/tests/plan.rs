@@ -6,8 +6,8 @@ mod support;
 
 use k8s_openapi::api::core::v1::Pod;
 use muster_api::gpujob::{GpuJobPhase, PendingReasonKind};
-use muster_controller::index::Index;
 use muster_controller::plan::{Action, plan};
+use muster_controller::state::State;
 use support::{at, cluster, job, land_all, with_phase};
 
 fn releases(actions: &[Action]) -> Vec<&Action> {
@@ -30,7 +30,7 @@ fn job_actions<'a>(actions: &'a [Action], key: &str) -> Vec<&'a Action> {
     actions.iter().filter(|a| a.job() == Some(key)).collect()
 }
 
-fn status_of(index: &Index, key: &str) -> muster_api::GpuJobStatus {
+fn status_of(index: &State, key: &str) -> muster_api::GpuJobStatus {
     index
         .job(key)
         .and_then(|j| j.status.clone())
@@ -38,7 +38,7 @@ fn status_of(index: &Index, key: &str) -> muster_api::GpuJobStatus {
 }
 
 /// Sets every current pod of `key` to `phase`/`ready`, as the kubelet would report.
-fn report(index: &mut Index, released: &Action, phase: &str, ready: bool) {
+fn report(index: &mut State, released: &Action, phase: &str, ready: bool) {
     let Action::Release { gang, .. } = released else {
         unreachable!("not a release")
     };
@@ -607,7 +607,7 @@ fn an_admission_at_the_head_of_a_long_queue_rewrites_the_positions_shown_once_pe
     }
     let t0 = 3;
     let position =
-        |index: &Index, i: u32| status_of(index, &format!("team-a/j{i:03}")).queue_position;
+        |index: &State, i: u32| status_of(index, &format!("team-a/j{i:03}")).queue_position;
     assert_eq!(position(&index, 3), Some(1));
     assert_eq!(position(&index, 2 + shown), Some(shown.cast_signed()));
     assert_eq!(

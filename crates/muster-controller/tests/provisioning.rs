@@ -11,13 +11,13 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use muster_api::gpujob::{GpuJobPhase, PendingReasonKind};
 use muster_api::{ClusterQueue, GpuJob, ProvisioningRequest};
-use muster_controller::index::Index;
 use muster_controller::plan::{Action, plan};
+use muster_controller::state::State;
 use serde_json::json;
 use support::{at, cluster, job, land_all, object, with_phase};
 
 /// The fixture cluster, its queue buying capacity (40 GPUs of quota), and `jobs`.
-fn buying(jobs: Vec<GpuJob>) -> Index {
+fn buying(jobs: Vec<GpuJob>) -> State {
     let mut index = cluster(40, jobs);
     let mut queue: ClusterQueue = index.cluster_queue("research").cloned().unwrap_or_default();
     queue.spec.provisioning = Some(object(json!({
@@ -36,7 +36,7 @@ fn big() -> GpuJob {
     job("big", 4, 0)
 }
 
-fn status_of(index: &Index, key: &str) -> muster_api::GpuJobStatus {
+fn status_of(index: &State, key: &str) -> muster_api::GpuJobStatus {
     index
         .job(key)
         .and_then(|j| j.status.clone())
@@ -44,7 +44,7 @@ fn status_of(index: &Index, key: &str) -> muster_api::GpuJobStatus {
 }
 
 /// The autoscaler sets `conditions` (type, status) on request `name`.
-fn autoscaler_says(index: &mut Index, name: &str, conditions: &[(&str, &str)]) {
+fn autoscaler_says(index: &mut State, name: &str, conditions: &[(&str, &str)]) {
     let mut request = index
         .provisioning_request(&format!("team-a/{name}"))
         .cloned()
@@ -67,7 +67,7 @@ fn autoscaler_says(index: &mut Index, name: &str, conditions: &[(&str, &str)]) {
 }
 
 /// New nodes in block b3, in the node pool the details name.
-fn capacity_arrives(index: &mut Index) {
+fn capacity_arrives(index: &mut State) {
     for n in ["n5", "n6", "n7", "n8"] {
         let mut node = support::node(n, "b3");
         if let Some(labels) = node.metadata.labels.as_mut() {
@@ -78,7 +78,7 @@ fn capacity_arrives(index: &mut Index) {
 }
 
 /// The job failed: its Finished condition's message.
-fn failed_with(index: &Index, key: &str) -> String {
+fn failed_with(index: &State, key: &str) -> String {
     let status = status_of(index, key);
     assert_eq!(status.phase, Some(GpuJobPhase::Failed));
     status

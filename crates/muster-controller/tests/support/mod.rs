@@ -6,8 +6,8 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
 use muster_controller::executor::Written;
-use muster_controller::index::Index;
 use muster_controller::plan::Action;
+use muster_controller::state::State;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -83,8 +83,8 @@ pub fn job(name: &str, count: u32, created: i64) -> GpuJob {
 }
 
 /// A cluster of two blocks of two 8-GPU nodes, one queue with `gpus` of quota, and `jobs`.
-pub fn cluster(gpus: u32, jobs: Vec<GpuJob>) -> Index {
-    let mut index = Index::new();
+pub fn cluster(gpus: u32, jobs: Vec<GpuJob>) -> State {
+    let mut index = State::new();
     index.relist_begin::<GpuJob>();
     for j in jobs {
         index.apply(j);
@@ -135,7 +135,7 @@ pub fn with_phase(mut pod: Pod, phase: &str, ready: bool) -> Pod {
 
 /// What the API server holds after `action` succeeded, folded in the way the executor folds
 /// its responses (deleted pods are gone at once).
-pub fn land(index: &mut Index, action: &Action, now: i64) {
+pub fn land(index: &mut State, action: &Action, now: i64) {
     let bump = |mut j: GpuJob| {
         let rv: u64 = j
             .metadata
@@ -146,7 +146,7 @@ pub fn land(index: &mut Index, action: &Action, now: i64) {
         j.metadata.resource_version = Some((rv + 1).to_string());
         j
     };
-    let job_of = |index: &Index, key: &str| index.job(key).cloned().unwrap_or_default();
+    let job_of = |index: &State, key: &str| index.job(key).cloned().unwrap_or_default();
     let mut written = Vec::new();
     let mut deleted: Vec<String> = Vec::new();
     match action {
@@ -231,7 +231,7 @@ pub fn land(index: &mut Index, action: &Action, now: i64) {
     }
 }
 
-pub fn land_all(index: &mut Index, actions: &[Action], now: i64) {
+pub fn land_all(index: &mut State, actions: &[Action], now: i64) {
     for action in actions {
         land(index, action, now);
     }

@@ -1,0 +1,175 @@
+//! What the controller writes: [`Action`]s, each one unit whose requests go in order, and the
+//! [`Note`]s (Kubernetes Events) that go with them. A pass plans actions; the executor carries
+//! them out; the ledger keeps track of those in flight.
+
+use muster_api::gpujob::GpuJobStatus;
+use muster_api::{ClusterQueueStatus, LocalQueueStatus};
+
+use crate::release::Gang;
+use crate::summary::Summary;
+
+/// The finalizer that lets Muster release a deleted job's quota and remove its pods first.
+pub const FINALIZER: &str = "muster.dev/gang";
+
+/// Something the controller writes, as one unit (its requests go in order).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Create the gang's Service and gated pods, lift every gate, then write the status.
+    Release {
+        /// The job, `namespace/name`.
+        job: String,
+        /// What to create.
+        gang: Box<Gang>,
+        /// The status once released.
+        status: Box<GpuJobStatus>,
+        /// The event to record.
+        event: Option<Note>,
+    },
+    /// Write the status (admission gone, requeued or finished), then delete the pods.
+    Evict {
+        /// The job.
+        job: String,
+        /// The status to write first.
+        status: Box<GpuJobStatus>,
+        /// The pods to delete, `namespace/name`.
+        pods: Vec<String>,
+        /// The event to record.
+        event: Note,
+    },
+    /// Delete pods that belong to no live admission (a rolled-back release, an old attempt).
+    DeletePods {
+        /// The job.
+        job: String,
+        /// The pods.
+        pods: Vec<String>,
+    },
+    /// Write a job's status.
+    JobStatus {
+        /// The job.
+        job: String,
+        /// The new status.
+        status: Box<GpuJobStatus>,
+        /// The event to record, on a transition.
+        event: Option<Note>,
+    },
+    /// Add Muster's finalizer to a job.
+    AddFinalizer {
+        /// The job.
+        job: String,
+    },
+    /// A deleted job: remove its pods and Service, then its finalizer.
+    Finalize {
+        /// The job.
+        job: String,
+        /// Its pods.
+        pods: Vec<String>,
+    },
+    /// Ask the autoscaler for capacity: create the PodTemplates and ProvisioningRequests
+    /// (objects that exist count as created), then write the status.
+    Provision {
+        /// The job.
+        job: String,
+        /// One per pod set.
+        templates: Vec<k8s_openapi::api::core::v1::PodTemplate>,
+        /// One, or one per pod set.
+        requests: Vec<muster_api::ProvisioningRequest>,
+        /// The status: Provisioning, with the request and attempt.
+        status: Box<GpuJobStatus>,
+        /// The Event: which request, which attempt.
+        event: Note,
+    },
+    /// Delete a job's ProvisioningRequests and PodTemplates (`namespace/name`; ones already
+    /// gone count as deleted).
+    Unprovision {
+        /// The job.
+        job: String,
+        /// The requests.
+        requests: Vec<String>,
+        /// The templates.
+        templates: Vec<String>,
+    },
+    /// Write a ClusterQueue's status.
+    ClusterQueueStatus {
+        /// The ClusterQueue.
+        name: String,
+        /// The new status.
+        status: ClusterQueueStatus,
+    },
+    /// Write a LocalQueue's status.
+    LocalQueueStatus {
+        /// `namespace/name`.
+        key: String,
+        /// The new status.
+        status: LocalQueueStatus,
+    },
+}
+
+impl Action {
+    /// The job the action is about, if any.
+    pub fn job(&self) -> Option<&str> {
+        match self {
+            Action::Release { job, .. }
+            | Action::Evict { job, .. }
+            | Action::DeletePods { job, .. }
+            | Action::JobStatus { job, .. }
+            | Action::AddFinalizer { job }
+            | Action::Finalize { job, .. }
+            | Action::Provision { job, .. }
+            | Action::Unprovision { job, .. } => Some(job),
+            Action::ClusterQueueStatus { .. } | Action::LocalQueueStatus { .. } => None,
+        }
+    }
+
+    /// A short name, for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::Release { .. } => "release",
+            Action::Evict { .. } => "evict",
+            Action::DeletePods { .. } => "delete_pods",
+            Action::JobStatus { .. } => "job_status",
+            Action::AddFinalizer { .. } => "add_finalizer",
+            Action::Finalize { .. } => "finalize",
+            Action::Provision { .. } => "provision",
+            Action::Unprovision { .. } => "unprovision",
+            Action::ClusterQueueStatus { .. } => "cluster_queue_status",
+            Action::LocalQueueStatus { .. } => "local_queue_status",
+        }
+    }
+}
+
+/// A Kubernetes Event about a job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    /// Warning rather than Normal.
+    pub warning: bool,
+    /// PascalCase reason.
+    pub reason: String,
+    /// What a person reads.
+    pub message: String,
+}
+
+impl Note {
+    pub(crate) fn normal(reason: &str, message: impl Into<String>) -> Note {
+        Note {
+            warning: false,
+            reason: reason.to_owned(),
+            message: message.into(),
+        }
+    }
+    pub(crate) fn warning(reason: &str, message: impl Into<String>) -> Note {
+        Note {
+            warning: true,
+            reason: reason.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// One pass's writes and what it found.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// The writes, in order.
+    pub actions: Vec<Action>,
+    /// What it found.
+    pub summary: Summary,
+}

@@ -1,0 +1,458 @@
+//! Step 3 of a pass: admission's decisions turned into writes — a release for each admission,
+//! a status for each waiting job whose reason changed, evictions for preemptions, requests
+//! for capacity to buy. Each is recorded in the ledger as it is planned, so that the next
+//! pass neither repeats nor contradicts it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use muster_admission::{Admitted, Decision, Job, PendingReason, Scheduler};
+use muster_api::gpujob::PendingReasonKind;
+
+use crate::action::{Action, Note, Plan};
+use crate::holding::{admitted_at, seconds, split_pods};
+use crate::index::Index;
+use crate::job::{has_finalizer, unprovision};
+use crate::ledger::Busy;
+use crate::provision;
+use crate::release::gang;
+use crate::settle::{account, reason_key};
+use crate::state::State;
+use crate::status::{self, Eviction};
+
+/// The release of `admitted` for job `key` (objects, status, event) and the job as
+/// admission reads it; the error when its objects cannot be built.
+pub(crate) fn release_action(
+    index: &Index,
+    key: &str,
+    admitted: &Admitted,
+    now: &Time,
+    fresh: bool,
+) -> Result<(Action, Job), String> {
+    let job = index
+        .jobs
+        .get(key)
+        .ok_or_else(|| format!("GpuJob {key} is gone"))?;
+    let flavors: BTreeMap<_, _> = index
+        .flavors
+        .iter()
+        .map(|(n, f)| (n.clone(), f.spec.clone()))
+        .collect();
+    let gang = gang(job, admitted, &flavors).map_err(|e| e.to_string())?;
+    let current = job.status.clone().unwrap_or_default();
+    let bought = current.provisioning_request.is_some();
+    let mut status =
+        status::admitted(&current, job.metadata.generation, admitted, now).unwrap_or(current);
+    if bought {
+        // Onto capacity the autoscaler provisioned (also a release finished after a restart).
+        status::mark_provisioned(&mut status, job.metadata.generation, now);
+    }
+    let message = format!(
+        "admitted by ClusterQueue {} onto {}",
+        admitted.cluster_queue,
+        admitted
+            .pod_sets
+            .iter()
+            .map(|p| format!(
+                "{} pods of {} in {} [{}]",
+                p.nodes.len(),
+                p.name,
+                p.flavor,
+                crate::release::format_domain(&p.domain)
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    let action = Action::Release {
+        job: key.to_owned(),
+        gang: Box::new(gang),
+        status: Box::new(status),
+        event: fresh.then(|| Note::normal("Admitted", message)),
+    };
+    Ok((
+        action,
+        Job::from_gpujob(job, |c| index.priority_classes.get(c).copied()),
+    ))
+}
+
+pub(crate) fn decide(
+    state: &mut State,
+    scheduler: &Scheduler,
+    decision: Decision,
+    now: &Time,
+    provisioned: &BTreeMap<String, BTreeMap<String, String>>,
+    plan: &mut Plan,
+) {
+    match decision {
+        Decision::Admit(admitted) => admit(state, admitted, now, provisioned, plan),
+        Decision::Pending {
+            job: key, reason, ..
+        } if provisioned.contains_key(&key) => {
+            let queue = scheduler
+                .job(&key)
+                .and_then(|j| scheduler.cluster_queue_of_job(j))
+                .unwrap_or_default();
+            waiting_for_nodes(
+                state,
+                key,
+                queue,
+                &reason.message(),
+                now.0.as_second(),
+                plan,
+            );
+        }
+        Decision::Pending {
+            job: key,
+            position,
+            reason,
+            eta,
+        } => wait(state, scheduler, key, position, &reason, eta, now, plan),
+        Decision::Preempt { victims, for_job } => {
+            for victim in victims {
+                if evict_held(
+                    state,
+                    &victim,
+                    &Eviction::Preempted {
+                        by: for_job.clone(),
+                    },
+                    now,
+                    plan,
+                ) {
+                    plan.summary.preempted += 1;
+                }
+            }
+        }
+        Decision::Evict { job, reason } => {
+            evict_held(state, &job, &Eviction::Other(reason), now, plan);
+        }
+        Decision::Provision {
+            job: key,
+            cluster_queue,
+            flavors,
+        } => {
+            start_provisioning(state, key, &cluster_queue, &flavors, now, plan);
+        }
+    }
+}
+
+/// A job that waits: counted under its queue and reason, and its status written when the
+/// reason changed, or when its figures moved and were last written a refresh interval ago.
+#[allow(clippy::too_many_arguments)]
+fn wait(
+    state: &mut State,
+    scheduler: &Scheduler,
+    key: String,
+    position: u32,
+    reason: &PendingReason,
+    eta: Option<i64>,
+    now: &Time,
+    plan: &mut Plan,
+) {
+    let queue = scheduler
+        .job(&key)
+        .and_then(|j| scheduler.cluster_queue_of_job(j))
+        .unwrap_or_default();
+    *plan
+        .summary
+        .pending
+        .entry((queue, format!("{:?}", reason.kind())))
+        .or_default() += 1;
+    let Some(job) = state.index.jobs.get(&key) else {
+        return;
+    };
+    if state.ledger.is_busy(&key) {
+        return;
+    }
+    let current = job.status.clone().unwrap_or_default();
+    let before = current.pending_reason.as_ref().map(|r| r.kind);
+    let now_s = now.0.as_second();
+    // A new reason is written at once. The same reason with new figures (quota left,
+    // position, ETA) — which every admission or completion changes for every job behind it —
+    // is written only for jobs whose position is shown (or was), at most once per refresh
+    // interval; further back a job keeps the message of its last new reason. A write still
+    // queued is always brought up to date: replacing it costs no request.
+    let queued = state.ledger.deferred.contains(&key);
+    if before == Some(reason.kind()) && !queued {
+        let shown = position > 0 && position <= status::SHOWN_POSITIONS;
+        let refreshed_lately = state
+            .ledger
+            .refreshed
+            .get(&key)
+            .is_some_and(|at| now_s - at < status::PENDING_REFRESH_SECONDS);
+        if refreshed_lately || !(shown || current.queue_position.is_some()) {
+            return;
+        }
+    }
+    let Some(next) = status::pending(
+        &current,
+        job.metadata.generation,
+        position,
+        reason,
+        eta,
+        now,
+    ) else {
+        // The status already says it: a write still queued would say something older.
+        state.ledger.drop_deferred(&key);
+        return;
+    };
+    if queued && before == Some(reason.kind()) {
+        // Back to the reason the status shows, only the figures differ: a job whose position
+        // is not shown keeps its status as it is.
+        let shown = position > 0 && position <= status::SHOWN_POSITIONS;
+        if !(shown || current.queue_position.is_some()) {
+            state.ledger.drop_deferred(&key);
+            return;
+        }
+    }
+    // An Event when the reason changes, and for an invalid job at once; a job's first reason
+    // is in its status (an Event for it too would be one more write per job).
+    let invalid = reason.kind() == PendingReasonKind::InvalidJob;
+    let event = (before != Some(reason.kind()) && (before.is_some() || invalid)).then(|| {
+        let note = reason.message();
+        if invalid {
+            Note::warning("InvalidJob", note)
+        } else {
+            Note::normal("Pending", note)
+        }
+    });
+    let action = Action::JobStatus {
+        job: key.clone(),
+        status: Box::new(next),
+        event,
+    };
+    state.ledger.refreshed.insert(key.clone(), now_s);
+    // A write still queued for the job is replaced in its turn; else a new one goes out (the
+    // run loop queues it: see [`Index::defer`]).
+    if let Some(action) = state.ledger.deferred.replace(&key, action) {
+        plan.actions.push(action);
+        state.ledger.busy.insert(key, Busy::Status);
+    }
+}
+
+/// Adds Muster's finalizer beside a job's first write that creates something (a release, a
+/// ProvisioningRequest), unless it has it or it is being added.
+fn finalize_with(state: &mut State, key: &str, plan: &mut Plan) {
+    let lacks = state.index.jobs.get(key).is_some_and(|j| !has_finalizer(j));
+    if lacks && state.ledger.finalizing.insert(key.to_owned()) {
+        plan.actions.push(Action::AddFinalizer {
+            job: key.to_owned(),
+        });
+    }
+}
+
+/// Admission placed a job: release its gang (onto bought capacity, consuming its request,
+/// when it was provisioned).
+fn admit(
+    state: &mut State,
+    admitted: Admitted,
+    now: &Time,
+    provisioned: &BTreeMap<String, BTreeMap<String, String>>,
+    plan: &mut Plan,
+) {
+    let key = admitted.job.clone();
+    if state.ledger.is_busy(&key) {
+        // A status write is in flight; admit on the next pass.
+        return;
+    }
+    // A queued status write is dropped: the release writes the whole status.
+    state.ledger.drop_deferred(&key);
+    match release_action(&state.index, &key, &admitted, now, true) {
+        Err(e) => state.ledger.fail_release(&key, now.0.as_second(), e),
+        Ok((mut action, _)) => {
+            if let Some(selector) = provisioned.get(&key) {
+                on_bought_capacity(&state.index, &key, selector, &mut action);
+            }
+            if let Some(created) = state
+                .index
+                .jobs
+                .get(&key)
+                .and_then(|j| j.metadata.creation_timestamp.as_ref())
+            {
+                plan.summary
+                    .waited
+                    .push(now.0.as_second() - seconds(created));
+            }
+            plan.summary.admitted += 1;
+            finalize_with(state, &key, plan);
+            state.ledger.busy.insert(key, Busy::Release(admitted));
+            plan.actions.push(action);
+        }
+    }
+}
+
+/// A release onto bought capacity: its pods consume the job's requests and select the
+/// capacity's details (the status records the capacity: see [`release_action`]).
+fn on_bought_capacity(
+    index: &Index,
+    key: &str,
+    selector: &BTreeMap<String, String>,
+    action: &mut Action,
+) {
+    let Some(job) = index.jobs.get(key) else {
+        return;
+    };
+    let current = job.status.clone().unwrap_or_default();
+    let Some(policy) = provision::policy(index, &current) else {
+        return;
+    };
+    if let Action::Release { gang, .. } = action {
+        provision::consume(gang, job, policy, provision::attempts(&current), selector);
+    }
+}
+
+/// Admission decided to buy capacity: create the requests (or say why not).
+fn start_provisioning(
+    state: &mut State,
+    key: String,
+    cluster_queue: &str,
+    flavors: &[(String, String)],
+    now: &Time,
+    plan: &mut Plan,
+) {
+    if state.ledger.is_busy(&key) {
+        return;
+    }
+    state.ledger.drop_deferred(&key);
+    let Some(job) = state.index.jobs.get(&key) else {
+        return;
+    };
+    let Some(policy) = state
+        .index
+        .cluster_queues
+        .get(cluster_queue)
+        .and_then(|q| q.spec.provisioning.clone())
+    else {
+        return;
+    };
+    let specs: BTreeMap<String, muster_api::ResourceFlavorSpec> = state
+        .index
+        .flavors
+        .iter()
+        .map(|(n, f)| (n.clone(), f.spec.clone()))
+        .collect();
+    match provision::start(job, cluster_queue, flavors, &specs, &policy, now) {
+        Ok((objects, status)) => {
+            *plan
+                .summary
+                .pending
+                .entry((cluster_queue.to_owned(), "Provisioning".to_owned()))
+                .or_default() += 1;
+            let held = provision::holding(&status, now.0.as_second());
+            let names: Vec<&str> = objects
+                .requests
+                .iter()
+                .filter_map(|r| r.metadata.name.as_deref())
+                .collect();
+            let event = Note::normal(
+                "Provisioning",
+                format!(
+                    "asked the cluster autoscaler ({}) for the gang's capacity: ProvisioningRequest {} (attempt {})",
+                    policy.class_name,
+                    names.join(", "),
+                    status.provisioning_attempts
+                ),
+            );
+            finalize_with(state, &key, plan);
+            plan.actions.push(Action::Provision {
+                job: key.clone(),
+                templates: objects.templates,
+                requests: objects.requests,
+                status: Box::new(status),
+                event,
+            });
+            if let Some(held) = held {
+                state.ledger.busy.insert(key, Busy::Provision(held));
+            }
+        }
+        Err(e) => state.ledger.fail_release(&key, now.0.as_second(), e),
+    }
+}
+
+/// A job whose capacity is provisioned but does not hold the gang yet (its nodes are still
+/// joining): it keeps its quota and its status says what it waits for.
+fn waiting_for_nodes(
+    state: &mut State,
+    key: String,
+    cluster_queue: String,
+    message: &str,
+    now: i64,
+    plan: &mut Plan,
+) {
+    let Some(job) = state.index.jobs.get(&key) else {
+        return;
+    };
+    let current = job.status.clone().unwrap_or_default();
+    let next = provision::waiting(&current, message);
+    *plan
+        .summary
+        .pending
+        .entry((cluster_queue, "Provisioning".to_owned()))
+        .or_default() += 1;
+    if next != current
+        && !state.ledger.is_busy(&key)
+        && let Some(held) = provision::holding(&current, now)
+    {
+        plan.actions.push(Action::JobStatus {
+            job: key.clone(),
+            status: Box::new(next),
+            event: None,
+        });
+        // The write keeps the job provisioning: it holds its quota meanwhile.
+        state.ledger.busy.insert(key, Busy::Provision(held));
+    }
+}
+
+/// Evicts a job that holds an admission (from its status). Returns whether it did.
+fn evict_held(
+    state: &mut State,
+    key: &str,
+    eviction: &Eviction,
+    now: &Time,
+    plan: &mut Plan,
+) -> bool {
+    if state.ledger.busy.contains_key(key) {
+        return false;
+    }
+    let Some(job) = state.index.jobs.get(key) else {
+        return false;
+    };
+    let status = job.status.clone().unwrap_or_default();
+    if status.admission.is_none() {
+        return false;
+    }
+    let (current, _) = split_pods(&state.index, key, status.requeue_count);
+    let pods = current.iter().map(|(k, _)| (*k).to_owned()).collect();
+    let action = Action::Evict {
+        job: key.to_owned(),
+        status: Box::new(status::evicted(
+            &status,
+            job.metadata.generation,
+            eviction,
+            now,
+        )),
+        pods,
+        event: Note::warning(eviction.reason(), eviction.message()),
+    };
+    let since = admitted_at(&status).unwrap_or(now.0.as_second());
+    let admission_job = Job::from_gpujob(job, |c| state.index.priority_classes.get(c).copied());
+    account(
+        &action,
+        &admission_job,
+        since,
+        now.0.as_second(),
+        &mut plan.summary,
+    );
+    plan.actions.push(action);
+    if status.provisioning_request.is_some() {
+        // The job leaves its bought capacity (or stops waiting for it): give the requests
+        // back, so that nothing is paid for a job that no longer runs there.
+        plan.actions.push(unprovision(job, &status));
+    }
+    *plan
+        .summary
+        .evicted
+        .entry(reason_key(eviction.reason()))
+        .or_default() += 1;
+    state.ledger.busy.insert(key.to_owned(), Busy::Other);
+    true
+}

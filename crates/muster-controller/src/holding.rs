@@ -1,0 +1,195 @@
+//! What a job holds and what its pods say: its admission read back from its status or its
+//! pods, split by attempt. Pure readers of the index, shared by the job state machine and
+//! the pass's decisions.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use muster_admission::{Admitted, Holding, PodSetPlacement};
+use muster_api::GpuJob;
+use muster_api::gpujob::{GpuJobStatus, conditions};
+
+use crate::index::{Index, PodPhase, PodRecord};
+
+/// A job's pods, `(key, record)`.
+pub(crate) type Pods<'a> = Vec<(&'a str, &'a PodRecord)>;
+
+pub(crate) fn seconds(t: &Time) -> i64 {
+    t.0.as_second()
+}
+
+pub(crate) fn condition_time(status: &GpuJobStatus, type_: &str) -> Option<i64> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == "True")
+        .map(|c| seconds(&c.last_transition_time))
+}
+
+/// A job's pods of its current attempt, and those left over from earlier attempts.
+pub(crate) fn split_pods<'a>(
+    index: &'a Index,
+    key: &str,
+    attempt: i32,
+) -> (Vec<(&'a str, &'a PodRecord)>, Vec<String>) {
+    let (mut current, mut stale) = (Vec::new(), Vec::new());
+    for (k, pod) in index.pods_of(key) {
+        let Some(member) = &pod.member else { continue };
+        if member.attempt == attempt {
+            current.push((k, pod));
+        } else if !pod.deleting {
+            stale.push(k.to_owned());
+        }
+    }
+    (current, stale)
+}
+
+/// The admission a job holds, from its status (nodes there, or else its pods' pins).
+pub(crate) fn holding_of(
+    job: &GpuJob,
+    status: &GpuJobStatus,
+    pods: &[(&str, &PodRecord)],
+) -> Option<Holding> {
+    let admission = status.admission.as_ref()?;
+    let since = condition_time(status, conditions::ADMITTED).unwrap_or(0);
+    let pod_sets = admission
+        .pod_sets
+        .iter()
+        .map(|a| {
+            let count = job
+                .spec
+                .pod_sets
+                .iter()
+                .find(|s| s.name == a.name)
+                .map_or(0, |s| usize::try_from(s.count).unwrap_or(0));
+            let nodes = if a.nodes.len() == count {
+                a.nodes.clone()
+            } else {
+                pinned_nodes(pods, &a.name, count).unwrap_or_default()
+            };
+            PodSetPlacement {
+                name: a.name.clone(),
+                flavor: a.flavor.clone(),
+                domain: a
+                    .levels
+                    .iter()
+                    .cloned()
+                    .zip(
+                        a.domains
+                            .first()
+                            .map(|d| d.values.clone())
+                            .unwrap_or_default(),
+                    )
+                    .collect(),
+                nodes,
+            }
+        })
+        .collect();
+    Some(Holding {
+        cluster_queue: admission.cluster_queue.clone(),
+        since,
+        pod_sets,
+    })
+}
+
+/// The node of every pod of `pod_set` (by index), when each of the `count` pods exists and
+/// is pinned.
+pub(crate) fn pinned_nodes(
+    pods: &[(&str, &PodRecord)],
+    pod_set: &str,
+    count: usize,
+) -> Option<Vec<String>> {
+    let mut nodes = vec![None; count];
+    for (_, pod) in pods {
+        let member = pod.member.as_ref()?;
+        if member.pod_set == pod_set && member.index < count {
+            nodes[member.index].clone_from(&member.pinned);
+        }
+    }
+    nodes.into_iter().collect()
+}
+
+/// The admission a half-finished release carried, read back from its pods — when every pod
+/// of every pod set exists and they agree on queue and flavors. `None`: roll it back.
+pub(crate) fn recovered_admission(
+    job: &GpuJob,
+    key: &str,
+    pods: &[(&str, &PodRecord)],
+) -> Option<Admitted> {
+    let queue = pods.first()?.1.member.as_ref()?.cluster_queue.clone();
+    let mut pod_sets = Vec::with_capacity(job.spec.pod_sets.len());
+    for set in &job.spec.pod_sets {
+        let count = usize::try_from(set.count).ok()?;
+        let members: Vec<_> = pods
+            .iter()
+            .filter_map(|(_, p)| p.member.as_ref())
+            .filter(|m| m.pod_set == set.name)
+            .collect();
+        let first = members.first()?;
+        if members
+            .iter()
+            .any(|m| m.cluster_queue != queue || m.flavor != first.flavor)
+        {
+            return None;
+        }
+        pod_sets.push(PodSetPlacement {
+            name: set.name.clone(),
+            flavor: first.flavor.clone(),
+            domain: first.domain.clone(),
+            nodes: pinned_nodes(pods, &set.name, count)?,
+        });
+    }
+    let expected: usize = pod_sets.iter().map(|p| p.nodes.len()).sum();
+    (expected == pods.len() && !queue.is_empty()).then(|| Admitted {
+        job: key.to_owned(),
+        cluster_queue: queue,
+        pod_sets,
+        borrowing: false,
+    })
+}
+
+/// The release to finish for an admitted job whose gang was never wholly released: some pod
+/// of the current attempt still carries the gate (or is missing while others are gated), none
+/// has failed or is being deleted, and every pod's node is known. `None` when the gang was
+/// released (its health decides) or cannot be finished as it stands.
+pub(crate) fn unfinished_release(
+    job: &GpuJob,
+    key: &str,
+    held: &Holding,
+    current: &[(&str, &PodRecord)],
+) -> Option<Admitted> {
+    let gated = current.iter().any(|(_, p)| p.gated);
+    let intact = current
+        .iter()
+        .all(|(_, p)| !p.deleting && matches!(p.phase, PodPhase::Pending));
+    if !gated || !intact || job.spec.suspend {
+        return None;
+    }
+    let complete = held.pod_sets.iter().all(|set| {
+        let count = job
+            .spec
+            .pod_sets
+            .iter()
+            .find(|s| s.name == set.name)
+            .map_or(0, |s| usize::try_from(s.count).unwrap_or(0));
+        count > 0 && set.nodes.len() == count
+    });
+    complete.then(|| Admitted {
+        job: key.to_owned(),
+        cluster_queue: held.cluster_queue.clone(),
+        pod_sets: held.pod_sets.clone(),
+        borrowing: false,
+    })
+}
+
+/// The admission `admitted`, held since `since`.
+pub(crate) fn holding(admitted: &Admitted, since: i64) -> Holding {
+    Holding {
+        cluster_queue: admitted.cluster_queue.clone(),
+        since,
+        pod_sets: admitted.pod_sets.clone(),
+    }
+}
+
+/// When the job was admitted (its Admitted condition turned True), seconds.
+pub(crate) fn admitted_at(status: &GpuJobStatus) -> Option<i64> {
+    condition_time(status, conditions::ADMITTED)
+}

@@ -1,0 +1,556 @@
+//! One job's lifecycle as a state machine: from what the cluster shows for one job — its
+//! status, its pods and their nodes, its ProvisioningRequests — and the writes in flight for
+//! it, to its [`Phase`] and the [`Step`] a pass takes for it. Pure: [`step`] reads the index
+//! and the ledger and changes neither, so every situation is one row of a table test (see
+//! `tests.rs` beside this file).
+//!
+//! Where to look for "what happens when …":
+//! - a pod of a running gang fails, its node goes away, or the gang is not Ready in time:
+//!   [`step`], the admitted branch (`admitted`), through [`crate::lifecycle::health`];
+//! - a release was cut short (a replica died, a write failed): `admitted` and `cut_off`;
+//! - the autoscaler answers a ProvisioningRequest: `provisioning.rs`;
+//! - a job is deleted or suspended: [`step`] and `admitted`.
+
+mod provisioning;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use muster_admission::{Admitted, Holding};
+use muster_api::GpuJob;
+use muster_api::gpujob::{GpuJobPhase, GpuJobStatus, PendingReasonKind};
+
+use crate::action::{Action, FINALIZER, Note};
+use crate::holding::{
+    Pods, holding, holding_of, recovered_admission, seconds, split_pods, unfinished_release,
+};
+use crate::index::Index;
+use crate::ledger::{Busy, Ledger};
+use crate::lifecycle::{Health, health, requeue_at};
+use crate::provision;
+use crate::status::{self, Eviction};
+
+/// Where a job is in its life, as the cluster (and the writes in flight) show it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Queued or pending: holds nothing, may be admitted (or waits out a backoff).
+    Waiting,
+    /// Holds quota while the autoscaler provisions its capacity.
+    Provisioning,
+    /// Admitted: its gang is being created and ungated, or not every pod is Ready yet (and a
+    /// release cut short is finished or rolled back here).
+    Releasing,
+    /// Every pod of the gang is Ready.
+    Running,
+    /// Every pod succeeded; the status does not say so yet.
+    Finishing,
+    /// Its admission is gone (preempted, timed out, suspended, revoked) and its pods are
+    /// leaving, or an eviction is being written.
+    Evicting,
+    /// Its gang broke (a pod failed, a node went away) and starts again, or pods of an
+    /// earlier attempt are being removed.
+    Restarting,
+    /// Finished without success.
+    Failed,
+    /// Finished: every pod succeeded.
+    Succeeded,
+    /// Deleted: its pods and Service are removed, then Muster's finalizer.
+    Deleted,
+}
+
+/// How admission's cycle is to see a job this pass.
+#[derive(Clone, Debug, PartialEq)]
+pub enum InCycle {
+    /// Not at all: it neither holds nor queues.
+    Out,
+    /// It queues: the cycle may admit it.
+    Queued,
+    /// It holds `holding` (quota, and nodes unless `provisioning`: capacity being bought).
+    Holds {
+        /// What it holds.
+        holding: Holding,
+        /// Whether capacity is being bought for it (it holds quota, no nodes).
+        provisioning: bool,
+    },
+    /// It holds quota for capacity the autoscaler provisioned, and is placed there first,
+    /// on nodes matching `node_selector`.
+    OnBoughtCapacity {
+        /// Its quota.
+        holding: Holding,
+        /// What the provisioned nodes carry.
+        node_selector: BTreeMap<String, String>,
+    },
+    /// Its release was cut short: the pass finishes it now, as admitted.
+    FinishRelease(Admitted),
+    /// It waits out a backoff in `cluster_queue` (counted there, not queued).
+    BackingOff {
+        /// Its ClusterQueue ("" without one).
+        cluster_queue: String,
+    },
+}
+
+/// What a pass does for one job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// Where the job is.
+    pub phase: Phase,
+    /// Muster's finalizer goes on first (the job holds something and lacks it).
+    pub add_finalizer: bool,
+    /// Writes to make now, in order.
+    pub actions: Vec<Action>,
+    /// How the job counts while `actions` are in flight: a status write of a provisioning job
+    /// keeps its quota held; anything else neither holds nor queues.
+    pub(crate) busy: Option<Busy>,
+    /// How admission's cycle sees it.
+    pub in_cycle: InCycle,
+    /// The run the actions end began at this time (seconds): GPU time lost or completed.
+    pub ran_since: Option<i64>,
+    /// The gang became Ready this pass, this many seconds after the job was created.
+    pub to_running: Option<i64>,
+}
+
+impl Step {
+    fn new(phase: Phase) -> Step {
+        Step {
+            phase,
+            add_finalizer: false,
+            actions: Vec::new(),
+            busy: None,
+            in_cycle: InCycle::Out,
+            ran_since: None,
+            to_running: None,
+        }
+    }
+
+    fn with(mut self, in_cycle: InCycle) -> Step {
+        self.in_cycle = in_cycle;
+        self
+    }
+
+    fn holds(self, holding: Holding, provisioning: bool) -> Step {
+        self.with(InCycle::Holds {
+            holding,
+            provisioning,
+        })
+    }
+
+    fn holds_maybe(self, holding: Option<Holding>, provisioning: bool) -> Step {
+        match holding {
+            Some(h) => self.holds(h, provisioning),
+            None => self,
+        }
+    }
+
+    /// Adds a write that keeps the job busy (neither holding nor queuing) until it lands.
+    fn act(mut self, action: Action) -> Step {
+        self.actions.push(action);
+        self.busy = Some(Busy::Other);
+        self
+    }
+
+    /// A one-line description, for tests and logs: the phase, each write, and how the cycle
+    /// sees the job.
+    pub fn describe(&self) -> String {
+        let mut parts = vec![format!("{:?}", self.phase)];
+        if self.add_finalizer {
+            parts.push("AddFinalizer".to_owned());
+        }
+        for action in &self.actions {
+            parts.push(match action {
+                Action::Evict { event, .. } => format!("Evict({})", event.reason),
+                Action::JobStatus {
+                    status,
+                    event: Some(event),
+                    ..
+                } => format!("JobStatus({}, {})", phase_name(status), event.reason),
+                Action::JobStatus { status, .. } => format!("JobStatus({})", phase_name(status)),
+                other => crate::action::Action::kind(other).to_owned(),
+            });
+        }
+        parts.push(match &self.in_cycle {
+            InCycle::Out => "out".to_owned(),
+            InCycle::Queued => "queued".to_owned(),
+            InCycle::Holds {
+                provisioning: false,
+                ..
+            } => "holds".to_owned(),
+            InCycle::Holds {
+                provisioning: true, ..
+            } => "holds quota".to_owned(),
+            InCycle::OnBoughtCapacity { .. } => "on bought capacity".to_owned(),
+            InCycle::FinishRelease(_) => "finish release".to_owned(),
+            InCycle::BackingOff { .. } => "backing off".to_owned(),
+        });
+        parts.join(" · ")
+    }
+}
+
+fn phase_name(status: &GpuJobStatus) -> String {
+    status
+        .phase
+        .map_or_else(|| "-".to_owned(), |p| format!("{p:?}"))
+}
+
+/// The phase a job's status shows, for a job whose writes are in flight.
+fn shown_phase(job: &GpuJob, status: &GpuJobStatus) -> Phase {
+    if job.metadata.deletion_timestamp.is_some() {
+        return Phase::Deleted;
+    }
+    match status.phase {
+        Some(GpuJobPhase::Succeeded) => Phase::Succeeded,
+        Some(GpuJobPhase::Failed) => Phase::Failed,
+        _ if provision::is_provisioning(status) => Phase::Provisioning,
+        Some(GpuJobPhase::Running) => Phase::Running,
+        _ if status.admission.is_some() => Phase::Releasing,
+        _ => Phase::Waiting,
+    }
+}
+
+/// Whether Muster's finalizer is on the job.
+pub(crate) fn has_finalizer(job: &GpuJob) -> bool {
+    job.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
+}
+
+/// Deletes the job's requests and templates of its current attempt. Every name the attempt
+/// could have used goes, whatever its queue's class is now (ones that never existed count as
+/// deleted), so a queue that changed or stopped buying leaves nothing behind.
+pub(crate) fn unprovision(job: &GpuJob, status: &GpuJobStatus) -> Action {
+    let attempt = provision::attempts(status);
+    Action::Unprovision {
+        job: provision::job_key(job),
+        requests: provision::possible_request_keys(job, attempt),
+        templates: provision::template_keys(job, attempt),
+    }
+}
+
+/// The step of job `key` at `now`, from the index and the writes in flight; `None` when the
+/// index does not hold the job.
+pub fn step(index: &Index, ledger: &Ledger, key: &str, now: &Time) -> Option<Step> {
+    let job = index.jobs.get(key)?;
+    let now_s = now.0.as_second();
+    let default = GpuJobStatus::default();
+    let status = job.status.as_ref().unwrap_or(&default);
+    let (current, stale) = split_pods(index, key, status.requeue_count);
+    // Writes in flight: until they land the job holds (or queues) as they promised.
+    match ledger.busy.get(key) {
+        Some(Busy::Release(admitted)) => {
+            return Some(Step::new(Phase::Releasing).holds(holding(admitted, now_s), false));
+        }
+        Some(Busy::Provision(held)) => {
+            return Some(Step::new(Phase::Provisioning).holds(held.clone(), true));
+        }
+        Some(Busy::Other) => {
+            // An eviction or a finish in flight frees its quota one pass late, never early.
+            let held = holding_of(job, status, &current);
+            let provisioning = provision::is_provisioning(status);
+            return Some(Step::new(shown_phase(job, status)).holds_maybe(held, provisioning));
+        }
+        Some(Busy::Status) => return Some(Step::new(Phase::Waiting).with(InCycle::Queued)),
+        // A queued status write holds nothing back: the pass decides afresh and replaces or
+        // drops it.
+        Some(Busy::StatusQueued) | None => {}
+    }
+    if job.metadata.deletion_timestamp.is_some() {
+        let step = Step::new(Phase::Deleted);
+        if !has_finalizer(job) {
+            return Some(step);
+        }
+        let pods = index.pods_of(key).map(|(k, _)| k.to_owned()).collect();
+        return Some(step.act(Action::Finalize {
+            job: key.to_owned(),
+            pods,
+        }));
+    }
+    // A waiting job has nothing to clean up: the finalizer goes on with its release, so a
+    // deep queue costs no write per job before it is admitted. A job that holds something or
+    // has pods and lacks it (admitted by an older version) gets it now.
+    let holds = status.admission.is_some()
+        || provision::is_provisioning(status)
+        || !current.is_empty()
+        || !stale.is_empty();
+    let add_finalizer = holds && !has_finalizer(job) && !ledger.finalizing.contains(key);
+    let mut step = next(index, ledger, key, job, status, &current, stale, now);
+    step.add_finalizer = add_finalizer;
+    Some(step)
+}
+
+/// [`step`] for a job with no write in flight and not deleted.
+#[allow(clippy::too_many_arguments)]
+fn next(
+    index: &Index,
+    ledger: &Ledger,
+    key: &str,
+    job: &GpuJob,
+    status: &GpuJobStatus,
+    current: &Pods<'_>,
+    stale: Vec<String>,
+    now: &Time,
+) -> Step {
+    let now_s = now.0.as_second();
+    if !stale.is_empty() {
+        return Step::new(Phase::Restarting).act(Action::DeletePods {
+            job: key.to_owned(),
+            pods: stale,
+        });
+    }
+    match status.phase {
+        Some(GpuJobPhase::Succeeded) => return Step::new(Phase::Succeeded),
+        Some(GpuJobPhase::Failed) => return Step::new(Phase::Failed),
+        _ => {}
+    }
+    let live: Pods<'_> = current
+        .iter()
+        .copied()
+        .filter(|(_, p)| !p.deleting)
+        .collect();
+    if provision::is_provisioning(status) {
+        return provisioning::step(index, ledger, key, job, status, current, &live, now);
+    }
+    if let Some(held) = holding_of(job, status, current) {
+        return admitted(index, key, job, status, held, current, &live, now);
+    }
+    if !live.is_empty() {
+        // Pods of the current attempt but no admission in the status: a release that was
+        // cut off. Finish it when the whole gang exists, else roll it back.
+        return cut_off(job, key, current, &live, Step::new(Phase::Releasing));
+    }
+    if !current.is_empty() {
+        // Its pods are still terminating: it holds nodes through them, not quota.
+        return Step::new(Phase::Evicting);
+    }
+    if let Some((failures, retry_at, error)) = ledger.failed.get(key)
+        && *retry_at > now_s
+    {
+        let mut next = status.clone();
+        next.phase = Some(GpuJobPhase::Queued);
+        next.pending_reason = Some(muster_api::gpujob::PendingReason {
+            kind: PendingReasonKind::Backoff,
+            message: format!("releasing the gang failed {failures} times, last: {error}"),
+            eta: Timestamp::from_second(*retry_at).ok().map(Time),
+        });
+        let step = Step::new(Phase::Waiting);
+        if next == *status {
+            return step;
+        }
+        return step.act(Action::JobStatus {
+            job: key.to_owned(),
+            status: Box::new(next),
+            event: Some(Note::warning("ReleaseFailed", error.clone())),
+        });
+    }
+    if let Some(reason) = &status.pending_reason
+        && reason.kind == PendingReasonKind::Backoff
+        && reason.eta.as_ref().is_some_and(|eta| seconds(eta) > now_s)
+    {
+        let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
+        let cluster_queue = index
+            .local_queues
+            .get(&format!("{namespace}/{}", job.spec.queue_name))
+            .map(|q| q.spec.cluster_queue.clone())
+            .unwrap_or_default();
+        return Step::new(Phase::Waiting).with(InCycle::BackingOff { cluster_queue });
+    }
+    Step::new(Phase::Waiting).with(InCycle::Queued)
+}
+
+/// Pods of the current attempt exist, yet the status names no released gang: a release cut
+/// off. Finished when the whole gang exists and agrees on its admission, else rolled back
+/// (its live pods deleted).
+fn cut_off(job: &GpuJob, key: &str, current: &Pods<'_>, live: &Pods<'_>, step: Step) -> Step {
+    match recovered_admission(job, key, live) {
+        Some(admitted) if live.len() == current.len() => {
+            step.with(InCycle::FinishRelease(admitted))
+        }
+        _ => step.act(Action::DeletePods {
+            job: key.to_owned(),
+            pods: live.iter().map(|(k, _)| (*k).to_owned()).collect(),
+        }),
+    }
+}
+
+/// An admitted job (its status holds an admission): its gang's health decides.
+#[allow(clippy::too_many_arguments, clippy::too_many_lines)]
+fn admitted(
+    index: &Index,
+    key: &str,
+    job: &GpuJob,
+    status: &GpuJobStatus,
+    held: Holding,
+    current: &Pods<'_>,
+    live: &Pods<'_>,
+    now: &Time,
+) -> Step {
+    let now_s = now.0.as_second();
+    let generation = job.metadata.generation;
+    if let Some(admitted) = unfinished_release(job, key, &held, current) {
+        // The status says admitted, yet gated pods remain and nothing is in flight: a release
+        // that another writer cut short (a replica that lost the Lease, a pod deleted under
+        // it). Finish it now rather than let the gang wait out its pods-ready timeout or spend
+        // a restart.
+        return Step::new(Phase::Releasing).with(InCycle::FinishRelease(admitted));
+    }
+    let expected: usize = held.pod_sets.iter().map(|p| p.nodes.len()).sum();
+    let timeout = job
+        .spec
+        .pods_ready_timeout_seconds
+        .unwrap_or(muster_api::gpujob::DEFAULT_PODS_READY_TIMEOUT_SECONDS);
+    let gang_health = health(
+        expected,
+        current,
+        |n| index.nodes.get(n),
+        held.since,
+        timeout,
+        now_s,
+    );
+    let all_pods: Vec<String> = current.iter().map(|(k, _)| (*k).to_owned()).collect();
+    let evict = |eviction: Eviction| {
+        let note = if matches!(eviction, Eviction::Suspended) {
+            Note::normal(eviction.reason(), eviction.message())
+        } else {
+            Note::warning(eviction.reason(), eviction.message())
+        };
+        Action::Evict {
+            job: key.to_owned(),
+            status: Box::new(status::evicted(status, generation, &eviction, now)),
+            pods: all_pods.clone(),
+            event: note,
+        }
+    };
+    let phase = match gang_health {
+        Health::Running => Phase::Running,
+        Health::Succeeded => Phase::Finishing,
+        Health::Broken { .. } => Phase::Restarting,
+        Health::Starting { .. } | Health::TimedOut => Phase::Releasing,
+    };
+    let (phase, action) = if let Some((policy, message)) = revoked(index, job, status) {
+        // Requeued like a failed request: after the provisioning backoff, and only while the
+        // job's requests stay within retry.limit + 1 (a gang longer than the capacity's
+        // maximum run does not buy capacity for ever).
+        use muster_provisioning::state::{out_of_requests, retry_limit};
+        let attempts = provision::attempts(status);
+        let limit = retry_limit(policy.retry.as_ref());
+        let fail = policy.on_capacity_revoked == muster_api::cluster_queue::RevokedPolicy::Fail;
+        let action = if fail || out_of_requests(policy.retry.as_ref(), attempts) {
+            let why = if fail {
+                format!("the autoscaler took the capacity back: {message}")
+            } else {
+                format!(
+                    "the autoscaler took the capacity back: {message}; gave up after {attempts} requests (retry.limit is {limit})"
+                )
+            };
+            Action::Evict {
+                job: key.to_owned(),
+                status: Box::new(status::finished(status, generation, false, &why, now)),
+                pods: all_pods.clone(),
+                event: Note::warning("CapacityRevoked", why),
+            }
+        } else {
+            let retry_at = now_s.saturating_add(muster_provisioning::state::backoff(
+                policy.retry.as_ref(),
+                attempts,
+            ));
+            evict(Eviction::CapacityRevoked { message, retry_at })
+        };
+        (Phase::Evicting, Some(action))
+    } else if job.spec.suspend {
+        (Phase::Evicting, Some(evict(Eviction::Suspended)))
+    } else {
+        let action = match gang_health {
+            Health::Succeeded => Some(Action::JobStatus {
+                job: key.to_owned(),
+                status: Box::new(status::finished(
+                    status,
+                    generation,
+                    true,
+                    "every pod succeeded",
+                    now,
+                )),
+                event: Some(Note::normal("Succeeded", "every pod succeeded")),
+            }),
+            Health::TimedOut => Some(evict(Eviction::PodsReadyTimeout {
+                retry_at: requeue_at(now_s, status.requeue_count),
+            })),
+            Health::Broken { cause } => {
+                let limit = job
+                    .spec
+                    .backoff_limit
+                    .unwrap_or(muster_api::gpujob::DEFAULT_BACKOFF_LIMIT);
+                if status.restart_count >= limit {
+                    let message = format!(
+                        "{cause}; the gang was restarted {} times and spec.backoffLimit is {limit}",
+                        status.restart_count
+                    );
+                    Some(Action::Evict {
+                        job: key.to_owned(),
+                        status: Box::new(status::finished(
+                            status, generation, false, &message, now,
+                        )),
+                        pods: live.iter().map(|(k, _)| (*k).to_owned()).collect(),
+                        event: Note::warning("BackoffLimitExceeded", message),
+                    })
+                } else {
+                    Some(evict(Eviction::Restart { cause }))
+                }
+            }
+            Health::Running => {
+                status::running(status, generation, now).map(|s| Action::JobStatus {
+                    job: key.to_owned(),
+                    status: Box::new(s),
+                    event: Some(Note::normal("PodsReady", "every pod of the gang is Ready")),
+                })
+            }
+            Health::Starting { .. } => None,
+        };
+        (phase, action)
+    };
+    let step = Step::new(phase);
+    let Some(action) = action else {
+        return step.holds(held, false);
+    };
+    let mut step = Step {
+        ran_since: Some(held.since),
+        ..step
+    };
+    // A Running update keeps the admission; everything else gives it up.
+    let keeps = matches!(&action, Action::JobStatus { status, .. } if status.admission.is_some());
+    if step.phase == Phase::Running && keeps && status.start_time.is_none() {
+        let created = job
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(now_s, seconds);
+        step.to_running = Some(now_s - created);
+    }
+    let step = step.act(action);
+    if keeps {
+        step.holds(held, false)
+    } else if status.provisioning_request.is_some() {
+        // The gang leaves its bought capacity: give the requests back.
+        step.act(unprovision(job, status))
+    } else {
+        step
+    }
+}
+
+/// The capacity a gang runs on was taken back by the autoscaler: its queue's policy and what
+/// the autoscaler said.
+fn revoked<'a>(
+    index: &'a Index,
+    job: &GpuJob,
+    status: &GpuJobStatus,
+) -> Option<(&'a muster_api::cluster_queue::ProvisioningPolicy, String)> {
+    let policy =
+        provision::policy(index, status).filter(|_| status.provisioning_request.is_some())?;
+    match provision::observed(index, job, policy, provision::attempts(status)) {
+        muster_provisioning::state::Observed::CapacityRevoked { message } => {
+            Some((policy, message))
+        }
+        _ => None,
+    }
+}

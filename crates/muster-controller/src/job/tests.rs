@@ -1,0 +1,531 @@
+//! The job state machine as a table: every row one situation of one job — its status, its
+//! pods and their nodes, the writes in flight — and the step a pass must take for it,
+//! described by [`Step::describe`]: the phase, each write, and how admission's cycle sees the
+//! job.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use muster_admission::{Admitted, PodSetPlacement};
+use muster_api::gpujob::{GpuJobPhase, GpuJobStatus, PendingReason, PendingReasonKind};
+use muster_api::{ClusterQueue, GpuJob, LocalQueue, ResourceFlavor};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::{InCycle, step};
+use crate::holding::holding;
+use crate::index::Index;
+use crate::ledger::{Busy, Ledger};
+use crate::release::{ATTEMPT_LABEL, gang};
+use crate::status;
+
+const KEY: &str = "team-a/train";
+/// The pass runs at this second; the job was admitted at `ADMITTED`.
+const NOW: i64 = 1_000;
+const ADMITTED: i64 = 900;
+/// The test clock's zero: 2026-01-01T00:00:00Z.
+const EPOCH: i64 = 1_767_225_600;
+
+fn object<T: DeserializeOwned>(value: Value) -> T {
+    serde_json::from_value(value).unwrap_or_else(|e| unreachable!("fixture: {e}"))
+}
+
+fn time(second: i64) -> Time {
+    Time(Timestamp::from_second(EPOCH + second).unwrap_or_default())
+}
+
+fn node(name: &str) -> Node {
+    object(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "gpu": "h100", "example.com/block": "b1", "kubernetes.io/hostname": name}},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1000Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+}
+
+fn flavor() -> ResourceFlavor {
+    object(json!({
+        "apiVersion": "muster.dev/v1alpha1", "kind": "ResourceFlavor",
+        "metadata": {"name": "h100"},
+        "spec": {"nodeLabels": {"gpu": "h100"},
+                 "topologyLevels": ["example.com/block", "kubernetes.io/hostname"]}
+    }))
+}
+
+fn cluster_queue() -> ClusterQueue {
+    object(json!({
+        "apiVersion": "muster.dev/v1alpha1", "kind": "ClusterQueue",
+        "metadata": {"name": "research"},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                {"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "16"}]}]}]}
+    }))
+}
+
+fn local_queue() -> LocalQueue {
+    object(json!({
+        "apiVersion": "muster.dev/v1alpha1", "kind": "LocalQueue",
+        "metadata": {"name": "research", "namespace": "team-a"},
+        "spec": {"clusterQueue": "research"}
+    }))
+}
+
+/// Two pods of 8 GPUs in one block, restarted at most once.
+fn job() -> GpuJob {
+    object(json!({
+        "apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
+        "metadata": {"name": "train", "namespace": "team-a", "uid": "uid-train",
+                     "resourceVersion": "1", "generation": 1,
+                     "creationTimestamp": time(0).0.to_string(),
+                     "finalizers": ["muster.dev/gang"]},
+        "spec": {"queueName": "research", "podsReadyTimeoutSeconds": 300, "backoffLimit": 1,
+            "podSets": [{"name": "workers", "count": 2,
+                "topology": {"required": "example.com/block"},
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": "trainer:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}]}
+    }))
+}
+
+/// One job's world: the index around it and the ledger.
+struct World {
+    index: Index,
+    ledger: Ledger,
+    job: GpuJob,
+    pods: Vec<Pod>,
+}
+
+fn admission() -> Admitted {
+    Admitted {
+        job: KEY.to_owned(),
+        cluster_queue: "research".to_owned(),
+        pod_sets: vec![PodSetPlacement {
+            name: "workers".to_owned(),
+            flavor: "h100".to_owned(),
+            domain: vec![("example.com/block".to_owned(), "b1".to_owned())],
+            nodes: vec!["n1".to_owned(), "n2".to_owned()],
+        }],
+        borrowing: false,
+    }
+}
+
+impl World {
+    /// A job that has just arrived, on a fleet of two nodes.
+    fn new() -> World {
+        let mut index = Index::new();
+        for name in ["n1", "n2"] {
+            index.apply(node(name));
+        }
+        index.apply(flavor());
+        index.apply(cluster_queue());
+        index.apply(local_queue());
+        World {
+            index,
+            ledger: Ledger::default(),
+            job: job(),
+            pods: Vec::new(),
+        }
+    }
+
+    fn status(&mut self) -> &mut GpuJobStatus {
+        self.job.status.get_or_insert_with(GpuJobStatus::default)
+    }
+
+    /// The status says admitted (at `ADMITTED`) onto n1 and n2.
+    fn admitted(mut self) -> World {
+        let current = self.status().clone();
+        let next = status::admitted(&current, Some(1), &admission(), &time(ADMITTED));
+        self.job.status = next;
+        self
+    }
+
+    /// The gang's pods as released: gated and unbound.
+    fn gated(mut self, count: usize) -> World {
+        let flavors = BTreeMap::from([("h100".to_owned(), flavor().spec)]);
+        let gang = gang(&self.job, &admission(), &flavors).unwrap_or_else(|e| unreachable!("{e}"));
+        self.pods = gang.pods.into_iter().take(count).collect();
+        self
+    }
+
+    /// The gang's pods ungated, bound, and in these phases (Ready where `ready`).
+    fn pods(self, phases: &[(&str, bool)]) -> World {
+        let mut world = self.gated(phases.len());
+        for (pod, (phase, ready)) in world.pods.iter_mut().zip(phases) {
+            let node = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_selector.as_ref())
+                .and_then(|s| s.get("kubernetes.io/hostname"))
+                .cloned();
+            if let Some(spec) = pod.spec.as_mut() {
+                spec.scheduling_gates = None;
+                spec.node_name = node;
+            }
+            pod.status = Some(object(json!({
+                "phase": phase,
+                "conditions": [{"type": "Ready", "status": if *ready { "True" } else { "False" }}]
+            })));
+        }
+        world
+    }
+
+    fn running(self) -> World {
+        self.pods(&[("Running", true), ("Running", true)])
+    }
+
+    /// Pod `i` has a deletion timestamp.
+    fn deleting(mut self, i: usize) -> World {
+        self.pods[i].metadata.deletion_timestamp = Some(time(NOW - 1));
+        self
+    }
+
+    /// The pods belong to attempt `attempt` (the status's requeue count is another).
+    fn attempt(mut self, attempt: i32) -> World {
+        for pod in &mut self.pods {
+            if let Some(labels) = pod.metadata.labels.as_mut() {
+                labels.insert(ATTEMPT_LABEL.to_owned(), attempt.to_string());
+            }
+        }
+        self
+    }
+
+    fn with_status(mut self, change: impl FnOnce(&mut GpuJobStatus)) -> World {
+        change(self.status());
+        self
+    }
+
+    fn with_job(mut self, change: impl FnOnce(&mut GpuJob)) -> World {
+        change(&mut self.job);
+        self
+    }
+
+    fn busy(mut self, busy: Busy) -> World {
+        self.ledger.busy.insert(KEY.to_owned(), busy);
+        self
+    }
+
+    fn failed_release(mut self, retry_at: i64) -> World {
+        self.ledger.failed.insert(
+            KEY.to_owned(),
+            (2, EPOCH + retry_at, "pods are forbidden".to_owned()),
+        );
+        self
+    }
+
+    fn node_gone(mut self, name: &str) -> World {
+        self.index.nodes.remove(name);
+        self
+    }
+
+    /// The step at `NOW`.
+    fn step(mut self) -> super::Step {
+        self.index.apply(self.job.clone());
+        for pod in self.pods.drain(..) {
+            self.index.apply(pod);
+        }
+        step(&self.index, &self.ledger, KEY, &time(NOW)).unwrap_or_else(|| unreachable!("job"))
+    }
+}
+
+fn backoff(until: i64) -> PendingReason {
+    PendingReason {
+        kind: PendingReasonKind::Backoff,
+        message: "waits".to_owned(),
+        eta: Some(time(until)),
+    }
+}
+
+#[test]
+#[allow(clippy::too_many_lines, reason = "a table: one row per situation")]
+fn every_situation_gives_its_step() {
+    let rows: Vec<(&str, World, &str)> = vec![
+        // Waiting.
+        ("a new job queues", World::new(), "Waiting · queued"),
+        (
+            "a requeued job waits out its backoff",
+            World::new().with_status(|s| s.pending_reason = Some(backoff(NOW + 60))),
+            "Waiting · backing off",
+        ),
+        (
+            "a backoff that has passed queues again",
+            World::new().with_status(|s| s.pending_reason = Some(backoff(NOW - 1))),
+            "Waiting · queued",
+        ),
+        (
+            "a failed release backs off, its reason written",
+            World::new().failed_release(NOW + 40),
+            "Waiting · JobStatus(Queued, ReleaseFailed) · out",
+        ),
+        (
+            "a failed release's backoff over: it queues",
+            World::new().failed_release(NOW - 1),
+            "Waiting · queued",
+        ),
+        // Writes in flight.
+        (
+            "its release is in flight: it holds the admission",
+            World::new().busy(Busy::Release(admission())),
+            "Releasing · holds",
+        ),
+        (
+            "a status write in flight: it queues, not yet admitted",
+            World::new().busy(Busy::Status),
+            "Waiting · queued",
+        ),
+        (
+            "a queued status write holds nothing back",
+            World::new().busy(Busy::StatusQueued),
+            "Waiting · queued",
+        ),
+        (
+            "an eviction in flight: it holds what its status says until it lands",
+            World::new().admitted().running().busy(Busy::Other),
+            "Releasing · holds",
+        ),
+        // Releasing and running.
+        (
+            "released, pods not Ready yet: it holds and waits",
+            World::new()
+                .admitted()
+                .pods(&[("Running", true), ("Pending", false)]),
+            "Releasing · holds",
+        ),
+        (
+            "every pod Ready: Running is written",
+            World::new().admitted().running(),
+            "Running · JobStatus(Running, PodsReady) · holds",
+        ),
+        (
+            "Running already written: nothing to do",
+            World::new().admitted().running().with_status(|s| {
+                s.phase = Some(GpuJobPhase::Running);
+                s.start_time = Some(time(950));
+                crate::status::set_condition(
+                    &mut s.conditions,
+                    muster_api::gpujob::conditions::PODS_READY,
+                    true,
+                    "PodsReady",
+                    "every pod of the gang is Ready",
+                    Some(1),
+                    &time(950),
+                );
+            }),
+            "Running · holds",
+        ),
+        (
+            "not Ready within podsReadyTimeoutSeconds: evicted and requeued",
+            World::new()
+                .admitted()
+                .pods(&[("Running", true), ("Pending", false)])
+                .with_job(|j| j.spec.pods_ready_timeout_seconds = Some(60)),
+            "Releasing · Evict(PodsReadyTimeout) · out",
+        ),
+        (
+            "every pod succeeded: Succeeded is written",
+            World::new()
+                .admitted()
+                .pods(&[("Succeeded", false), ("Succeeded", false)]),
+            "Finishing · JobStatus(Succeeded, Succeeded) · out",
+        ),
+        // Restarting.
+        (
+            "a pod of a running gang fails: the whole gang restarts",
+            World::new()
+                .admitted()
+                .pods(&[("Running", true), ("Failed", false)]),
+            "Restarting · Evict(GangRestart) · out",
+        ),
+        (
+            "a pod's node is gone: the gang restarts",
+            World::new().admitted().running().node_gone("n2"),
+            "Restarting · Evict(GangRestart) · out",
+        ),
+        (
+            "a pod of a running gang is deleted: the gang restarts",
+            World::new().admitted().running().deleting(1),
+            "Restarting · Evict(GangRestart) · out",
+        ),
+        (
+            "a pod fails after backoffLimit restarts: the job fails",
+            World::new()
+                .admitted()
+                .pods(&[("Running", true), ("Failed", false)])
+                .with_status(|s| s.restart_count = 1),
+            "Restarting · Evict(BackoffLimitExceeded) · out",
+        ),
+        (
+            "pods of an earlier attempt are left: they are deleted first",
+            World::new()
+                .running()
+                .attempt(0)
+                .with_status(|s| s.requeue_count = 1),
+            "Restarting · delete_pods · out",
+        ),
+        // Evicting.
+        (
+            "a suspended job gives its admission up",
+            World::new()
+                .admitted()
+                .running()
+                .with_job(|j| j.spec.suspend = true),
+            "Evicting · Evict(Suspended) · out",
+        ),
+        (
+            "evicted, its pods still terminating: it holds nodes through them, not quota",
+            World::new().running().deleting(0).deleting(1),
+            "Evicting · out",
+        ),
+        // Releases cut short.
+        (
+            "admitted, the gang gated (a replica died mid-release): the release is finished",
+            World::new().admitted().gated(2),
+            "Releasing · finish release",
+        ),
+        (
+            "admitted, one pod made, one missing: the release is finished",
+            World::new().admitted().gated(1),
+            "Releasing · finish release",
+        ),
+        (
+            "a whole gang made but the status never written: the release is finished",
+            World::new().gated(2),
+            "Releasing · finish release",
+        ),
+        (
+            "half a gang made, the status never written: it is rolled back",
+            World::new().gated(1),
+            "Releasing · delete_pods · out",
+        ),
+        (
+            "a gang without the status, a pod deleted under it: it is rolled back",
+            World::new().gated(2).deleting(1),
+            "Releasing · delete_pods · out",
+        ),
+        (
+            "admitted, a gated gang of a suspended job: evicted instead of finished",
+            World::new()
+                .admitted()
+                .gated(2)
+                .with_job(|j| j.spec.suspend = true),
+            "Evicting · Evict(Suspended) · out",
+        ),
+        // Finished and deleted.
+        (
+            "succeeded: nothing more",
+            World::new().with_status(|s| s.phase = Some(GpuJobPhase::Succeeded)),
+            "Succeeded · out",
+        ),
+        (
+            "failed: nothing more",
+            World::new().with_status(|s| s.phase = Some(GpuJobPhase::Failed)),
+            "Failed · out",
+        ),
+        (
+            "deleted: its pods are removed, then the finalizer",
+            World::new()
+                .admitted()
+                .running()
+                .with_job(|j| j.metadata.deletion_timestamp = Some(time(NOW - 5))),
+            "Deleted · finalize · out",
+        ),
+        (
+            "deleted without Muster's finalizer: nothing to clean up",
+            World::new().with_job(|j| {
+                j.metadata.deletion_timestamp = Some(time(NOW - 5));
+                j.metadata.finalizers = None;
+            }),
+            "Deleted · out",
+        ),
+        (
+            "admitted by an older version, without the finalizer: it gets one",
+            World::new()
+                .admitted()
+                .running()
+                .with_job(|j| j.metadata.finalizers = None)
+                .with_status(|s| {
+                    s.phase = Some(GpuJobPhase::Running);
+                    s.start_time = Some(time(950));
+                    crate::status::set_condition(
+                        &mut s.conditions,
+                        muster_api::gpujob::conditions::PODS_READY,
+                        true,
+                        "PodsReady",
+                        "every pod of the gang is Ready",
+                        Some(1),
+                        &time(950),
+                    );
+                }),
+            "Running · AddFinalizer · holds",
+        ),
+        (
+            "a waiting job gets no finalizer before its release",
+            World::new().with_job(|j| j.metadata.finalizers = None),
+            "Waiting · queued",
+        ),
+        // Provisioning.
+        (
+            "provisioning, its ClusterQueue no longer buys capacity: the request is given up",
+            World::new().with_status(|s| {
+                s.admission = Some(muster_api::gpujob::Admission {
+                    cluster_queue: "research".to_owned(),
+                    pod_sets: vec![muster_api::gpujob::PodSetAssignment {
+                        name: "workers".to_owned(),
+                        flavor: "h100".to_owned(),
+                        ..Default::default()
+                    }],
+                });
+                s.provisioning_request = Some("train-workers-1".to_owned());
+                s.provisioning_attempts = 1;
+            }),
+            "Provisioning · unprovision · JobStatus(Queued, ProvisioningStopped) · out",
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (situation, world, expected) in rows {
+        let got = world.step().describe();
+        if got != expected {
+            wrong.push(format!(
+                "{situation}:\n  expected {expected}\n  got      {got}"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn a_held_job_holds_what_its_status_and_pods_say() {
+    let step = World::new()
+        .admitted()
+        .pods(&[("Running", true), ("Pending", false)])
+        .step();
+    let expected = holding(&admission(), EPOCH + ADMITTED);
+    assert_eq!(
+        step.in_cycle,
+        InCycle::Holds {
+            holding: expected,
+            provisioning: false
+        }
+    );
+}
+
+#[test]
+fn a_gang_that_becomes_ready_counts_its_time_to_running() {
+    let step = World::new().admitted().running().step();
+    assert_eq!(step.to_running, Some(NOW));
+    assert_eq!(step.ran_since, Some(EPOCH + ADMITTED));
+}
+
+#[test]
+fn a_restart_counts_the_run_it_ends() {
+    let step = World::new()
+        .admitted()
+        .pods(&[("Running", true), ("Failed", false)])
+        .step();
+    assert_eq!(step.ran_since, Some(EPOCH + ADMITTED));
+    assert_eq!(step.to_running, None);
+}

@@ -1,0 +1,137 @@
+//! The controller's whole state between passes: the [`Index`] (what the cluster shows) and
+//! what this replica remembers besides — the [`Ledger`] of writes in flight, admission's
+//! scheduler as the last pass left it, and the preemptors it nominated.
+//!
+//! Watches and write responses come in here; a pass reads the state and plans (see
+//! [`crate::plan`]). A `State` reads as its index (it dereferences to it); every change goes
+//! through it, so that the ledger stays in step with what lands.
+
+use std::collections::BTreeSet;
+
+use crate::action::Action;
+use crate::index::{Index, Indexed, Written};
+use crate::kept;
+use crate::ledger::Ledger;
+
+/// The index plus the controller's own memory (see the module docs).
+#[derive(Clone, Debug, Default)]
+pub struct State {
+    /// What the cluster shows.
+    pub(crate) index: Index,
+    /// Writes started and not yet landed.
+    pub(crate) ledger: Ledger,
+    /// Preemptors waiting for their victims to leave, as the last pass's cycle left them:
+    /// the next pass's scheduler, built afresh, serves them first again.
+    pub(crate) nominated: BTreeSet<String>,
+    /// Admission's scheduler as the last pass left it (see [`crate::kept`]).
+    pub(crate) kept: kept::Slot,
+    /// Writes landed (or failed): with the index's version, what the scheduling loop
+    /// compares to decide whether to run.
+    landings: u64,
+}
+
+impl std::ops::Deref for State {
+    type Target = Index;
+    fn deref(&self) -> &Index {
+        &self.index
+    }
+}
+
+impl State {
+    /// An empty state.
+    pub fn new() -> State {
+        State::default()
+    }
+
+    /// Folds in an added or modified object, as a watch reports it.
+    pub fn apply<K: Indexed>(&mut self, object: K) {
+        self.index.apply(object);
+    }
+
+    /// Removes a deleted object.
+    pub fn delete<K: Indexed>(&mut self, object: &K) {
+        self.index.delete(object);
+    }
+
+    /// A full list of `K` begins (the watch restarted): objects not listed again are gone.
+    pub fn relist_begin<K: Indexed>(&mut self) {
+        self.index.relist_begin::<K>();
+    }
+
+    /// The full list of `K` is complete: drops what it did not contain; `K` is synced.
+    pub fn relist_done<K: Indexed>(&mut self) {
+        self.index.relist_done::<K>();
+    }
+
+    /// An optional kind is being watched (see [`Index::expect_kind`]).
+    pub fn expect_kind(&mut self, kind: crate::index::Kind) {
+        self.index.expect_kind(kind);
+    }
+
+    /// Changes so far, of the cluster and of writes landing: the scheduling loop runs when it
+    /// moved.
+    pub fn version(&self) -> u64 {
+        self.index.version() + self.landings
+    }
+
+    /// An action's writes landed, or failed: the objects the API server returned are folded
+    /// in at once, and once its last action in flight has landed the job is free for the next
+    /// pass. A failed release waits with backoff (its half-made pods are finished or rolled
+    /// back by the next pass).
+    pub fn landed(&mut self, action: &Action, result: Result<Vec<Written>, String>, now: i64) {
+        let term = self.ledger.term;
+        self.landed_in(term, action, result, now);
+    }
+
+    /// [`State::landed`] for an action planned in leadership term `term`. An action of an
+    /// earlier term (this replica lost the Lease and won it again meanwhile) only folds in what
+    /// it wrote: the bookkeeping of writes in flight started afresh with the new term, and must
+    /// not free a job that the new term is writing.
+    pub fn landed_in(
+        &mut self,
+        term: u64,
+        action: &Action,
+        result: Result<Vec<Written>, String>,
+        now: i64,
+    ) {
+        self.landings += 1;
+        let (outcome, written) = match result {
+            Ok(written) => (Ok(()), written),
+            Err(error) => (Err(error), Vec::new()),
+        };
+        if term == self.ledger.term {
+            self.ledger.landed(action, outcome, now);
+        }
+        self.index.fold_in(written);
+    }
+
+    /// Queues a waiting job's status write of this pass for the sender (see
+    /// [`crate::deferred`]) instead of sending it now; gives back any other action, to send
+    /// now.
+    pub fn defer(&mut self, action: Action) -> Option<Action> {
+        self.ledger.defer(action)
+    }
+
+    /// The oldest queued status write, to send now, with the term it belongs to: its job is
+    /// marked as written to until [`State::landed_in`].
+    pub fn next_deferred(&mut self) -> Option<(u64, Action)> {
+        let action = self.ledger.next_deferred()?;
+        Some((self.ledger.term, action))
+    }
+
+    /// How many status writes are queued and not yet sent.
+    pub fn deferred_len(&self) -> usize {
+        self.ledger.deferred.len()
+    }
+
+    /// The leadership term whose writes are being tracked (see [`State::landed_in`]).
+    pub fn term(&self) -> u64 {
+        self.ledger.term
+    }
+
+    /// This replica starts leading: forget the writes of any earlier term (they may never have
+    /// landed; the API server shows what did) and start a new term.
+    pub fn start_term(&mut self) {
+        self.ledger = Ledger::for_term(self.ledger.term + 1);
+    }
+}

@@ -13,7 +13,8 @@ use muster_api::GpuJob;
 use crate::action::Action;
 use crate::deferred::DeferredStatuses;
 
-/// Writes the controller has started and not yet seen land, kept between passes of one leadership term.
+/// Writes the controller has started and not yet seen land, kept between the passes of one
+/// leadership term.
 #[derive(Clone, Debug, Default)]
 pub struct Ledger {
     /// Jobs with an action in flight.

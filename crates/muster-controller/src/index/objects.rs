@@ -1,0 +1,260 @@
+//! How each kind of object is folded into the index: its key, where it goes, and what is kept
+//! of it (a pod is reduced to a [`PodRecord`]; a node to its placement facts).
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use muster_api::resource_flavor::HOSTNAME_LABEL;
+use muster_api::validation::ADMISSION_GATE;
+use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
+use muster_topology::{NodeInfo, pod_usage};
+
+use super::{GangMember, Index, Indexed, Kind, PodPhase, PodRecord};
+use crate::release::{
+    ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION, JOB_LABEL,
+    POD_INDEX_LABEL, POD_SET_LABEL, parse_domain,
+};
+
+impl Indexed for GpuJob {
+    const KIND: Kind = Kind::GpuJob;
+    fn apply(self, index: &mut Index) {
+        index.jobs.insert(Indexed::key(&self), self);
+    }
+    fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
+        index.jobs.get(key)?.metadata.resource_version.as_deref()
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.jobs.remove(key);
+    }
+}
+
+impl Indexed for ClusterQueue {
+    const KIND: Kind = Kind::ClusterQueue;
+    fn apply(self, index: &mut Index) {
+        index.cluster_queues.insert(Indexed::key(&self), self);
+    }
+    fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
+        index
+            .cluster_queues
+            .get(key)?
+            .metadata
+            .resource_version
+            .as_deref()
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.cluster_queues.remove(key);
+    }
+}
+
+impl Indexed for LocalQueue {
+    const KIND: Kind = Kind::LocalQueue;
+    fn apply(self, index: &mut Index) {
+        index.local_queues.insert(Indexed::key(&self), self);
+    }
+    fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
+        index
+            .local_queues
+            .get(key)?
+            .metadata
+            .resource_version
+            .as_deref()
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.local_queues.remove(key);
+    }
+}
+
+impl Indexed for ResourceFlavor {
+    const KIND: Kind = Kind::ResourceFlavor;
+    fn apply(self, index: &mut Index) {
+        let key = Indexed::key(&self);
+        if index.flavors.get(&key).map(|f| &f.spec) != Some(&self.spec) {
+            index.topology_version += 1;
+        }
+        index.flavors.insert(key, self);
+    }
+    fn remove(index: &mut Index, key: &str) {
+        if index.flavors.remove(key).is_some() {
+            index.topology_version += 1;
+        }
+    }
+}
+
+impl Indexed for Node {
+    const KIND: Kind = Kind::Node;
+    fn apply(self, index: &mut Index) {
+        let key = Indexed::key(&self);
+        match NodeInfo::from_node(&self) {
+            Ok(info) => {
+                index.unreadable.remove(&format!("Node {key}"));
+                if index.nodes.get(&key) != Some(&info) {
+                    index.nodes.insert(key, info);
+                    index.topology_version += 1;
+                }
+            }
+            Err(e) => {
+                // A node Muster cannot read holds no capacity for it, and says why.
+                if index.nodes.remove(&key).is_some() {
+                    index.topology_version += 1;
+                }
+                index
+                    .unreadable
+                    .insert(format!("Node {key}"), e.to_string());
+            }
+        }
+    }
+    fn remove(index: &mut Index, key: &str) {
+        if index.nodes.remove(key).is_some() {
+            index.topology_version += 1;
+        }
+        index.unreadable.remove(&format!("Node {key}"));
+    }
+}
+
+impl Indexed for Pod {
+    const KIND: Kind = Kind::Pod;
+    fn apply(self, index: &mut Index) {
+        let key = Indexed::key(&self);
+        let record = match pod_record(&self) {
+            Ok(record) => {
+                index.unreadable.remove(&format!("Pod {key}"));
+                record
+            }
+            Err(e) => {
+                index.unreadable.insert(format!("Pod {key}"), e);
+                // Kept without usage: its gang membership still matters.
+                PodRecord {
+                    usage: None,
+                    ..pod_record_lenient(&self)
+                }
+            }
+        };
+        index.remove_pod(&key);
+        index.insert_pod(key, record);
+    }
+    fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
+        index.pods.get(key)?.resource_version.as_deref()
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.remove_pod(key);
+        index.unreadable.remove(&format!("Pod {key}"));
+    }
+}
+
+impl Indexed for Namespace {
+    const KIND: Kind = Kind::Namespace;
+    fn apply(self, index: &mut Index) {
+        let labels = self.metadata.labels.clone().unwrap_or_default();
+        index.namespaces.insert(Indexed::key(&self), labels);
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.namespaces.remove(key);
+    }
+}
+
+impl Indexed for PriorityClass {
+    const KIND: Kind = Kind::PriorityClass;
+    fn apply(self, index: &mut Index) {
+        index
+            .priority_classes
+            .insert(Indexed::key(&self), self.value);
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.priority_classes.remove(key);
+    }
+}
+
+impl Indexed for ProvisioningRequest {
+    const KIND: Kind = Kind::ProvisioningRequest;
+    fn apply(self, index: &mut Index) {
+        index
+            .provisioning_requests
+            .insert(Indexed::key(&self), self);
+    }
+    fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
+        index
+            .provisioning_requests
+            .get(key)?
+            .metadata
+            .resource_version
+            .as_deref()
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.provisioning_requests.remove(key);
+    }
+}
+
+fn pod_record(pod: &Pod) -> Result<PodRecord, String> {
+    let usage = pod_usage(pod).map_err(|e| e.to_string())?;
+    Ok(PodRecord {
+        usage: usage.map(|(_, r)| r),
+        ..pod_record_lenient(pod)
+    })
+}
+
+/// Everything but usage (which needs the pod's quantities to parse).
+fn pod_record_lenient(pod: &Pod) -> PodRecord {
+    let spec = pod.spec.as_ref();
+    let status = pod.status.as_ref();
+    let phase = match status.and_then(|s| s.phase.as_deref()) {
+        Some("Running") => PodPhase::Running,
+        Some("Succeeded") => PodPhase::Succeeded,
+        Some("Failed") => PodPhase::Failed,
+        Some("Unknown") => PodPhase::Unknown,
+        _ => PodPhase::Pending,
+    };
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    let gated = spec
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.name == ADMISSION_GATE));
+    PodRecord {
+        node: spec.and_then(|s| s.node_name.clone()),
+        usage: None,
+        phase,
+        ready,
+        gated,
+        deleting: pod.metadata.deletion_timestamp.is_some(),
+        member: member(pod),
+        resource_version: pod.metadata.resource_version.clone(),
+    }
+}
+
+/// The gang a pod belongs to: Muster's labels and an owner reference to a GpuJob.
+fn member(pod: &Pod) -> Option<GangMember> {
+    let meta = &pod.metadata;
+    let labels = meta.labels.as_ref()?;
+    let owned = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "GpuJob" && o.api_version == muster_api::API_VERSION);
+    if !owned {
+        return None;
+    }
+    let job = labels.get(JOB_LABEL)?;
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    let annotation = |k: &str| annotations.get(k).cloned().unwrap_or_default();
+    Some(GangMember {
+        job: format!("{}/{job}", meta.namespace.as_deref().unwrap_or_default()),
+        pod_set: labels.get(POD_SET_LABEL).cloned().unwrap_or_default(),
+        index: labels
+            .get(POD_INDEX_LABEL)
+            .and_then(|i| i.parse().ok())
+            .unwrap_or(usize::MAX),
+        attempt: labels
+            .get(ATTEMPT_LABEL)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(-1),
+        cluster_queue: annotation(CLUSTER_QUEUE_ANNOTATION),
+        flavor: annotation(FLAVOR_ANNOTATION),
+        domain: parse_domain(&annotation(DOMAIN_ANNOTATION)),
+        pinned: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_selector.as_ref())
+            .and_then(|s| s.get(HOSTNAME_LABEL))
+            .cloned(),
+    })
+}

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use muster_admission::{Admitted, PodSetPlacement};
 use muster_api::gpujob::{GpuJobPhase, GpuJobStatus, PendingReason, PendingReasonKind};
-use muster_api::{ClusterQueue, GpuJob, LocalQueue, ResourceFlavor};
+use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -214,6 +214,63 @@ impl World {
             KEY.to_owned(),
             (2, EPOCH + retry_at, "pods are forbidden".to_owned()),
         );
+        self
+    }
+
+    /// The ClusterQueue buys capacity (one retry) and ProvisioningRequests are watched.
+    fn buying(mut self) -> World {
+        let mut queue = cluster_queue();
+        queue.spec.provisioning = Some(object(json!({
+            "className": "queued-provisioning.gke.io",
+            "retry": {"limit": 1, "baseSeconds": 60, "maxSeconds": 60},
+            "nodeSelectorFromDetails": {"cloud.google.com/gke-nodepool": "NodePoolName"}
+        })));
+        self.index.apply(queue);
+        self.index.relist_begin::<ProvisioningRequest>();
+        self.index.relist_done::<ProvisioningRequest>();
+        self
+    }
+
+    /// The status: provisioning, attempt `attempt` (quota held, no nodes, a request named).
+    fn provisioning(self, attempt: i32) -> World {
+        self.with_status(|s| {
+            s.admission = Some(muster_api::gpujob::Admission {
+                cluster_queue: "research".to_owned(),
+                pod_sets: vec![muster_api::gpujob::PodSetAssignment {
+                    name: "workers".to_owned(),
+                    flavor: "h100".to_owned(),
+                    ..Default::default()
+                }],
+            });
+            s.phase = Some(GpuJobPhase::Provisioning);
+            s.provisioning_request = Some(format!("train-workers-{attempt}"));
+            s.provisioning_attempts = attempt;
+        })
+    }
+
+    /// The autoscaler answers the current attempt's requests with `conditions`.
+    fn autoscaler_says(mut self, conditions: &[&str]) -> World {
+        let policy = self
+            .index
+            .cluster_queues
+            .get("research")
+            .and_then(|q| q.spec.provisioning.clone())
+            .unwrap_or_else(|| unreachable!("buying() first"));
+        let attempt = u32::try_from(self.status().provisioning_attempts).unwrap_or(0);
+        for key in crate::provision::request_keys(&self.job, &policy, attempt) {
+            let (namespace, name) = key.split_once('/').unwrap_or_default();
+            let request: ProvisioningRequest = object(json!({
+                "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"provisioningClassName": policy.class_name, "podSets": []},
+                "status": {
+                    "conditions": conditions.iter().map(|c| json!({
+                        "type": c, "status": "True", "reason": "R", "message": format!("{c} says so"),
+                        "lastTransitionTime": time(NOW - 10).0.to_string()})).collect::<Vec<_>>(),
+                    "provisioningClassDetails": {"NodePoolName": "dws-pool-1"}}
+            }));
+            self.index.apply(request);
+        }
         self
     }
 
@@ -468,6 +525,84 @@ fn every_situation_gives_its_step() {
             "Waiting · queued",
         ),
         // Provisioning.
+        (
+            "provisioning, the autoscaler has not answered: it holds quota and says so",
+            World::new().buying().provisioning(1).autoscaler_says(&[]),
+            "Provisioning · JobStatus(Provisioning) · holds quota",
+        ),
+        (
+            "provisioning, capacity provisioned: placed on it first, holding its quota",
+            World::new()
+                .buying()
+                .provisioning(1)
+                .autoscaler_says(&["Provisioned"]),
+            "Provisioning · on bought capacity",
+        ),
+        (
+            "capacity provisioned, but its release failed lately: it holds quota and waits",
+            World::new()
+                .buying()
+                .provisioning(1)
+                .autoscaler_says(&["Provisioned"])
+                .failed_release(NOW + 30),
+            "Provisioning · holds quota",
+        ),
+        (
+            "the request failed, a retry is left: requests given up, retried after backoff",
+            World::new()
+                .buying()
+                .provisioning(1)
+                .autoscaler_says(&["Failed"]),
+            "Provisioning · unprovision · JobStatus(Queued, ProvisioningRetry) · out",
+        ),
+        (
+            "the request failed past retry.limit: the job fails",
+            World::new()
+                .buying()
+                .provisioning(2)
+                .autoscaler_says(&["Failed"]),
+            "Provisioning · unprovision · JobStatus(Failed, ProvisioningFailed) · out",
+        ),
+        (
+            "a suspended job waiting for capacity gives the request up",
+            World::new()
+                .buying()
+                .provisioning(1)
+                .autoscaler_says(&[])
+                .with_job(|j| j.spec.suspend = true),
+            "Provisioning · unprovision · JobStatus(Queued) · out",
+        ),
+        (
+            "a release onto bought capacity cut off with every pod made: it is finished",
+            World::new()
+                .buying()
+                .provisioning(1)
+                .autoscaler_says(&["Provisioned"])
+                .gated(2),
+            "Releasing · finish release",
+        ),
+        (
+            "a release onto bought capacity cut off half made: rolled back, quota still held",
+            World::new()
+                .buying()
+                .provisioning(1)
+                .autoscaler_says(&["Provisioned"])
+                .gated(1),
+            "Releasing · delete_pods · holds quota",
+        ),
+        (
+            "a gang on bought capacity the autoscaler takes back: evicted, requests given back",
+            World::new()
+                .buying()
+                .admitted()
+                .running()
+                .with_status(|s| {
+                    s.provisioning_request = Some("train-workers-1".to_owned());
+                    s.provisioning_attempts = 1;
+                })
+                .autoscaler_says(&["Provisioned", "CapacityRevoked"]),
+            "Evicting · Evict(CapacityRevoked) · unprovision · out",
+        ),
         (
             "provisioning, its ClusterQueue no longer buys capacity: the request is given up",
             World::new().with_status(|s| {

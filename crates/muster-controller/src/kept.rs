@@ -20,10 +20,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use muster_admission::{Holding, Job, JobState, Scheduler};
+use muster_admission::{Job, JobState, Scheduler};
 use muster_api::{ClusterQueueSpec, Resources};
 
 use crate::index::Index;
+use crate::seats::Seats;
 
 /// The scheduler a pass left, with what it was built from.
 pub(crate) struct Kept {
@@ -125,23 +126,21 @@ pub(crate) struct Basis {
     usage: OutsideUsage,
 }
 
-/// The scheduler for a pass: the kept one brought up to `index`, or one built afresh by
-/// `build` (given the usage to book per node) when the kept one cannot be. `submit` are the
-/// waiting jobs, `restore` the held ones (with their holding and whether capacity is being
-/// bought), `held` each held job's current attempt.
+/// The scheduler for a pass: the kept one brought up to `index` and `seats`, or one built
+/// afresh by `build` (given the usage to book per node) when the kept one cannot be.
+/// `changes` are the jobs whose seats changed since the last pass.
 pub(crate) fn scheduler_for(
     slot: &mut Slot,
     index: &mut Index,
     nominated: &BTreeSet<String>,
-    held: &BTreeMap<String, i32>,
-    submit: Vec<Job>,
-    restore: Vec<(Job, Holding, bool)>,
+    seats: &Seats,
+    changes: &[String],
     build: impl FnOnce(&mut Index, &BTreeMap<String, Resources>) -> Scheduler,
 ) -> (Scheduler, Basis) {
-    let members = OutsideUsage::members_of(index, held);
+    let members = OutsideUsage::members_of(index, seats.held());
     if let Some(mut kept) = slot.take()
         && kept.inputs.hold_in(index)
-        && kept.catch_up(&submit, &restore, nominated)
+        && kept.catch_up(seats, changes, nominated)
     {
         kept.book(index, members);
         let Kept {
@@ -164,11 +163,15 @@ pub(crate) fn scheduler_for(
         total.entry(node.clone()).or_default().add_all(m);
     }
     let mut scheduler = build(index, &total);
-    for (job, holding, provisioning) in restore {
-        scheduler.restore(job, holding, provisioning);
+    for (_, seat) in seats.iter() {
+        if let Some((job, Some((holding, provisioning)))) = seat.wanted() {
+            scheduler.restore(job.clone(), holding.clone(), provisioning);
+        }
     }
-    for job in submit {
-        scheduler.submit(job);
+    for (_, seat) in seats.iter() {
+        if let Some((job, None)) = seat.wanted() {
+            scheduler.submit(job.clone());
+        }
     }
     for id in nominated {
         scheduler.renominate(id);
@@ -197,35 +200,17 @@ pub(crate) fn keep(slot: &mut Slot, index: &Index, scheduler: Scheduler, basis: 
     }));
 }
 
-/// What the index wants of one job.
-enum Wanted<'a> {
-    Waiting(&'a Job),
-    Held(&'a Job, &'a Holding, bool),
-}
-
 impl Kept {
-    /// Brings the kept scheduler's jobs up to `submit` and `restore`; `false` (the kept
-    /// scheduler is then dropped) when a difference is not one it can take in.
+    /// Brings the kept scheduler's jobs up to the seats of `changes`; `false` (the kept
+    /// scheduler is then dropped) when a difference is not one it can take in. Jobs whose
+    /// seats did not change are as the scheduler holds them: the last pass left them so, and
+    /// anything the cycle changed about a job has it settled again.
     fn catch_up(
         &mut self,
-        submit: &[Job],
-        restore: &[(Job, Holding, bool)],
+        seats: &Seats,
+        changes: &[String],
         nominated: &BTreeSet<String>,
     ) -> bool {
-        let mut wanted: BTreeMap<&str, Wanted<'_>> = BTreeMap::new();
-        for job in submit {
-            if wanted.insert(&job.id, Wanted::Waiting(job)).is_some() {
-                return false;
-            }
-        }
-        for (job, holding, provisioning) in restore {
-            if wanted
-                .insert(&job.id, Wanted::Held(job, holding, *provisioning))
-                .is_some()
-            {
-                return false;
-            }
-        }
         if !self
             .scheduler
             .nominated()
@@ -234,30 +219,29 @@ impl Kept {
             return false;
         }
         let s = &self.scheduler;
-        let gone: Vec<String> = s
-            .jobs()
-            .filter(|(id, _)| !wanted.contains_key(id))
-            .map(|(id, _)| id.to_owned())
-            .collect();
+        let mut gone: Vec<&str> = Vec::new();
         let mut arrived: Vec<&Job> = Vec::new();
-        for (id, want) in &wanted {
+        for id in changes {
+            let wanted = seats.get(id).and_then(crate::seats::Seat::wanted);
             let (state, known) = (s.state(id), s.job(id));
-            match (want, state) {
-                (Wanted::Waiting(job), None) => arrived.push(job),
-                (Wanted::Waiting(job), Some(JobState::Pending)) => {
-                    if known != Some(*job) {
+            match (wanted, state) {
+                (None, None) => {}
+                (None, Some(_)) => gone.push(id),
+                (Some((job, None)), None) => arrived.push(job),
+                (Some((job, None)), Some(JobState::Pending)) => {
+                    if known != Some(job) {
                         arrived.push(job);
                     }
                 }
-                (Wanted::Held(job, h, false), Some(JobState::Admitted(k)))
-                | (Wanted::Held(job, h, true), Some(JobState::Provisioning(k)))
-                    if known == Some(*job)
+                (Some((job, Some((h, false)))), Some(JobState::Admitted(k)))
+                | (Some((job, Some((h, true)))), Some(JobState::Provisioning(k)))
+                    if known == Some(job)
                         && k.cluster_queue == h.cluster_queue
                         && k.pod_sets == h.pod_sets => {}
                 _ => return false,
             }
         }
-        for id in &gone {
+        for id in gone {
             self.scheduler.finish(id);
         }
         for job in arrived {

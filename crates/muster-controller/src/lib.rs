@@ -35,6 +35,7 @@ mod provision;
 mod queues;
 pub mod release;
 pub mod run;
+mod seats;
 mod settle;
 pub mod state;
 pub mod status;

@@ -14,18 +14,20 @@
 //! that runs while those writes are in flight books the same quota and nodes again instead
 //! of promising them twice.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use muster_admission::{Cluster, Scheduler};
+use muster_admission::{Cluster, Decision, Scheduler};
 use muster_api::Resources;
 
 pub use crate::action::{Action, FINALIZER, Note, Plan};
 use crate::decide::{decide, release_action};
 use crate::holding::holding;
 use crate::index::Index;
+use crate::job::InCycle;
 use crate::ledger::Busy;
+use crate::seats::Seat;
 use crate::settle::{Settled, settle};
 use crate::state::State;
 use crate::status;
@@ -37,91 +39,104 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     let now_t = Time(now);
     let now_s = now.as_second();
     let mut plan = Plan::default();
+    let refreshed = state.ledger.refreshed.len();
     state
         .ledger
         .refreshed
         .retain(|_, at| now_s - *at < status::PENDING_REFRESH_SECONDS);
+    // A waiting job whose status was written lately may be written again now.
+    let refresh_due = state.ledger.refreshed.len() != refreshed;
 
-    // (1) Every job settled.
+    // (1) The jobs whose inputs changed, settled.
     let Settled {
         actions,
-        busy,
-        finalizing,
-        submit,
-        mut restore,
-        releases,
         provisioned,
-    } = settle(&state.index, &state.ledger, &now_t, &mut plan.summary);
+        mut changes,
+        count: settled,
+        ..
+    } = settle_changed(state, &now_t, &mut plan.summary);
     plan.actions = actions;
-    state.ledger.busy.extend(busy);
-    state.ledger.finalizing.extend(finalizing);
-    // Requests no job needs any more (a failed delete, a cut-off attempt) are deleted.
-    for (job, request, templates) in crate::provision::orphans(&state.index, &state.ledger, now_s) {
-        plan.actions.push(Action::Unprovision {
-            job: job.clone(),
-            requests: vec![request],
-            templates,
-        });
-        state.ledger.busy.entry(job).or_insert(Busy::Other);
-    }
-    // Releases found half-done are finished before anything new is promised.
-    for (key, admitted) in releases {
-        match release_action(&state.index, &key, &admitted, &now_t, false) {
-            Ok((action, job)) => {
-                restore.push((job, holding(&admitted, now_s), false));
-                state.ledger.busy.insert(key, Busy::Release(admitted));
-                plan.actions.push(action);
-            }
-            Err(e) => state.ledger.fail_release(&key, now_s, e),
-        }
-    }
+    let seats = &state.seats;
+    changes.sort();
+    changes.dedup();
+    plan.summary.considered = seats.queued();
+    let mut pending_now: BTreeMap<(String, String), i64> = seats
+        .backing_off()
+        .map(|(queue, n)| {
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            ((queue.clone(), "Backoff".to_owned()), n)
+        })
+        .collect();
 
     // (2) Admission's cycle. A held job's pods of its current attempt are booked through its
     // admission; pods of earlier attempts still terminating are booked as ordinary pods.
-    let held: BTreeMap<String, i32> = restore
-        .iter()
-        .map(|(j, _, _)| {
-            let attempt = state
-                .index
-                .jobs
-                .get(&j.id)
-                .and_then(|g| g.status.as_ref())
-                .map_or(0, |s| s.requeue_count);
-            (j.id.clone(), attempt)
-        })
-        .collect();
-    plan.summary.considered = submit.len();
     let State {
         index,
         nominated,
         kept,
+        seats,
         ..
     } = &mut *state;
-    let (mut scheduler, basis) = crate::kept::scheduler_for(
-        kept,
-        index,
-        nominated,
-        &held,
-        submit,
-        restore,
-        |index, usage| {
+    let (mut scheduler, basis) =
+        crate::kept::scheduler_for(kept, index, nominated, seats, &changes, |index, usage| {
             let cluster = index.empty_cluster().clone();
             scheduler(index, cluster, usage)
-        },
-    );
+        });
     plan.summary.scheduler_rebuilt = basis.rebuilt();
-    let decisions = scheduler.cycle(now_s);
+    let cycles = scheduler.cycles_run();
+    let mut decisions = scheduler.step(now_s);
+    // Every waiting job is explained again when anything it could read moved: a cycle ran,
+    // a job was settled, a status may be refreshed. Otherwise each would be told what it was
+    // told last pass, and the last pass's counts stand.
+    let explain = basis.rebuilt()
+        || scheduler.cycles_run() != cycles
+        || settled > 0
+        || refresh_due
+        || seats.pending.is_none();
+    if explain {
+        decisions.extend(scheduler.waiting());
+    }
+    plan.summary.settled = settled;
+    plan.summary.explained = explain;
     state.nominated = scheduler.nominated().map(str::to_owned).collect();
 
     // (3) Decisions into writes.
     for decision in decisions {
+        note_changed(&mut state.seats.recheck, &decision);
         decide(state, &scheduler, decision, &now_t, &provisioned, &mut plan);
     }
-    // (4) Queue statuses.
-    crate::queues::queue_statuses(state, &scheduler, &mut plan.actions);
+    if explain {
+        state.seats.pending = Some(plan.summary.pending.clone());
+    } else {
+        plan.summary.pending = state.seats.pending.clone().unwrap_or_default();
+    }
+    for (key, n) in std::mem::take(&mut pending_now) {
+        *plan.summary.pending.entry(key).or_default() += n;
+    }
+
+    // (4) Queue statuses, unless nothing they show can have changed since the last pass
+    // found none to write.
+    let queues = state.index.queues_version();
+    let unchanged =
+        !explain && state.ledger.queues.is_empty() && state.seats.queues_settled == Some(queues);
+    if !unchanged {
+        let before = plan.actions.len();
+        crate::queues::queue_statuses(state, &scheduler, &mut plan.actions);
+        state.seats.queues_settled = (plan.actions.len() == before).then_some(queues);
+    }
 
     state.ledger.drop_superseded(&state.index.jobs);
     state.ledger.sent(&plan.actions);
+    // Jobs the ledger names now settle again next pass, whatever lands meanwhile.
+    let ledger = &state.ledger;
+    state.seats.again = ledger
+        .busy
+        .keys()
+        .chain(ledger.failed.keys())
+        .chain(&ledger.finalizing)
+        .chain(ledger.in_flight.keys())
+        .cloned()
+        .collect();
     for name in state.index.cluster_queues.keys() {
         for (flavor, resource, used, _) in scheduler.quota().report(name) {
             #[expect(clippy::cast_precision_loss, reason = "a gauge; milli-units to units")]
@@ -133,6 +148,103 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     }
     crate::kept::keep(&mut state.kept, &state.index, scheduler, basis);
     plan
+}
+
+/// Step (1) of a pass: the jobs whose inputs changed settled into their seats, requests no
+/// job needs deleted, and releases found half-done finished (their jobs hold from now on).
+/// The writes are in the returned `actions`; its releases are consumed.
+fn settle_changed(state: &mut State, now_t: &Time, summary: &mut Summary) -> Settled {
+    let now_s = now_t.0.as_second();
+    let changed = state.index.take_changed_jobs();
+    let State {
+        index,
+        ledger,
+        seats,
+        ..
+    } = &mut *state;
+    let involved = ledger
+        .busy
+        .keys()
+        .chain(ledger.failed.keys())
+        .chain(&ledger.finalizing)
+        .chain(ledger.in_flight.keys());
+    let (due, recheck) = seats.due(
+        index.shared_version(),
+        now_s,
+        changed,
+        involved,
+        index.jobs.keys(),
+    );
+    let Settled {
+        mut actions,
+        busy,
+        finalizing,
+        provisioned,
+        releases,
+        mut changes,
+        count: settled,
+    } = settle(index, ledger, seats, &due, &recheck, now_t, summary);
+    ledger.busy.extend(busy);
+    ledger.finalizing.extend(finalizing);
+    // Requests no job needs any more (a failed delete, a cut-off attempt) are deleted.
+    for (job, request, templates) in crate::provision::orphans(index, ledger, now_s) {
+        actions.push(Action::Unprovision {
+            job: job.clone(),
+            requests: vec![request],
+            templates,
+        });
+        ledger.busy.entry(job).or_insert(Busy::Other);
+    }
+    // Releases found half-done are finished before anything new is promised.
+    for (key, admitted) in releases {
+        match release_action(index, &key, &admitted, now_t, false) {
+            Ok((action, job)) => {
+                let attempt = index
+                    .jobs
+                    .get(&key)
+                    .and_then(|g| g.status.as_ref())
+                    .map_or(0, |s| s.requeue_count);
+                let seat = Seat {
+                    in_cycle: InCycle::Holds {
+                        holding: holding(&admitted, now_s),
+                        provisioning: false,
+                    },
+                    job: Some(job),
+                    attempt,
+                };
+                seats.put(&key, Some(seat), None);
+                changes.push(key.clone());
+                ledger.busy.insert(key, Busy::Release(admitted));
+                actions.push(action);
+            }
+            Err(e) => ledger.fail_release(&key, now_s, e),
+        }
+    }
+    Settled {
+        actions,
+        provisioned,
+        changes,
+        count: settled,
+        ..Settled::default()
+    }
+}
+
+/// Jobs whose state in admission's scheduler `decision` changes: compared with the
+/// scheduler at the next pass, whatever the pass made of the decision.
+fn note_changed(recheck: &mut BTreeSet<String>, decision: &Decision) {
+    match decision {
+        Decision::Admit(admitted) => {
+            recheck.insert(admitted.job.clone());
+        }
+        Decision::Preempt { victims, for_job } => {
+            recheck.extend(victims.iter().cloned());
+            recheck.insert(for_job.clone());
+        }
+        Decision::Evict { job, .. } | Decision::Provision { job, .. } => {
+            recheck.insert(job.clone());
+        }
+        Decision::Pending { .. } => {}
+    }
 }
 
 /// A scheduler built afresh: nodes per flavor with `usage` booked per node (pods that belong

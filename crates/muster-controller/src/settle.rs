@@ -1,11 +1,12 @@
-//! Step 1 of a pass: every job settled against what the cluster shows, through its state
-//! machine ([`crate::job::step`]), and gathered for admission's cycle: writes to make now,
-//! jobs that queue, jobs that hold capacity, releases cut short to finish.
+//! Step 1 of a pass: the jobs whose inputs changed settled against what the cluster shows,
+//! through their state machine ([`crate::job::step`]), and kept as their seats (see
+//! [`crate::seats`]): writes to make now, jobs that queue, jobs that hold capacity, releases
+//! cut short to finish.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use muster_admission::{Admitted, Holding, Job};
+use muster_admission::{Admitted, Job};
 use muster_api::gpujob::GpuJobPhase;
 
 use crate::action::Action;
@@ -13,9 +14,10 @@ use crate::index::Index;
 use crate::job::{self, InCycle};
 use crate::ledger::{Busy, Ledger};
 use crate::provision;
+use crate::seats::{Seat, Seats};
 use crate::summary::Summary;
 
-/// What settling every job found, before admission's cycle.
+/// What settling the due jobs found, before admission's cycle.
 #[derive(Default)]
 pub(crate) struct Settled {
     /// Writes to make, in order.
@@ -24,28 +26,42 @@ pub(crate) struct Settled {
     pub(crate) busy: Vec<(String, Busy)>,
     /// Jobs whose finalizer goes on.
     pub(crate) finalizing: Vec<String>,
-    /// Jobs that queue.
-    pub(crate) submit: Vec<Job>,
-    /// Held jobs: (job, holding, provisioning).
-    pub(crate) restore: Vec<(Job, Holding, bool)>,
     /// Jobs queued again on capacity bought for them, with the node selectors it needs.
     pub(crate) provisioned: BTreeMap<String, BTreeMap<String, String>>,
     /// Half-done releases to finish.
     pub(crate) releases: Vec<(String, Admitted)>,
+    /// Jobs whose seat changed as admission sees it (queued, holding, or gone from the
+    /// cycle).
+    pub(crate) changes: Vec<String>,
+    /// How many jobs were settled.
+    pub(crate) count: usize,
 }
 
-/// Settles every job of `index` at `now`, counting what it finds in `summary`.
-pub(crate) fn settle(index: &Index, ledger: &Ledger, now: &Time, summary: &mut Summary) -> Settled {
-    let mut out = Settled::default();
+/// Settles the jobs in `due` at `now` into `seats`, counting what it finds in `summary`;
+/// jobs in `recheck` count as changed whether or not their seats did.
+pub(crate) fn settle(
+    index: &Index,
+    ledger: &Ledger,
+    seats: &mut Seats,
+    due: &BTreeSet<String>,
+    recheck: &BTreeSet<String>,
+    now: &Time,
+    summary: &mut Summary,
+) -> Settled {
+    let mut out = Settled {
+        count: due.len(),
+        ..Settled::default()
+    };
     let now_s = now.0.as_second();
-    for key in index.jobs.keys() {
-        let Some(step) = job::step(index, ledger, key, now) else {
+    for key in due {
+        let (Some(step), Some(gpujob)) = (job::step(index, ledger, key, now), index.jobs.get(key))
+        else {
+            if seats.put(key, None, None) || recheck.contains(key) {
+                out.changes.push(key.clone());
+            }
             continue;
         };
-        let admission_job = || {
-            let job = &index.jobs[key];
-            Job::from_gpujob(job, |c| index.priority_classes.get(c).copied())
-        };
+        let admission_job = || Job::from_gpujob(gpujob, |c| index.priority_classes.get(c).copied());
         if step.add_finalizer {
             out.actions.push(Action::AddFinalizer { job: key.clone() });
             out.finalizing.push(key.clone());
@@ -67,31 +83,31 @@ pub(crate) fn settle(index: &Index, ledger: &Ledger, now: &Time, summary: &mut S
             out.busy.push((key.clone(), busy));
         }
         out.actions.extend(step.actions);
-        match step.in_cycle {
-            InCycle::Out => {}
-            InCycle::Queued => out.submit.push(admission_job()),
-            InCycle::Holds {
-                holding,
-                provisioning,
-            } => out.restore.push((admission_job(), holding, provisioning)),
-            InCycle::OnBoughtCapacity {
-                holding,
-                node_selector,
-            } => {
-                out.restore.push((
-                    provision::provisioned_job(admission_job(), &node_selector),
-                    holding,
-                    true,
-                ));
-                out.provisioned.insert(key.clone(), node_selector);
+        let job = match &step.in_cycle {
+            InCycle::Queued | InCycle::Holds { .. } => Some(admission_job()),
+            InCycle::OnBoughtCapacity { node_selector, .. } => {
+                out.provisioned.insert(key.clone(), node_selector.clone());
+                Some(provision::provisioned_job(admission_job(), node_selector))
             }
-            InCycle::FinishRelease(admitted) => out.releases.push((key.clone(), admitted)),
-            InCycle::BackingOff { cluster_queue } => {
-                *summary
-                    .pending
-                    .entry((cluster_queue, "Backoff".to_owned()))
-                    .or_default() += 1;
+            InCycle::FinishRelease(admitted) => {
+                // The pass holds it once the release is under way.
+                out.releases.push((key.clone(), admitted.clone()));
+                None
             }
+            InCycle::Out | InCycle::BackingOff { .. } => None,
+        };
+        let in_cycle = match step.in_cycle {
+            InCycle::FinishRelease(_) => InCycle::Out,
+            other => other,
+        };
+        let attempt = gpujob.status.as_ref().map_or(0, |s| s.requeue_count);
+        let seat = Seat {
+            in_cycle,
+            job,
+            attempt,
+        };
+        if seats.put(key, Some(seat), step.until) || recheck.contains(key) {
+            out.changes.push(key.clone());
         }
     }
     out

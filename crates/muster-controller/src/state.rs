@@ -1,6 +1,7 @@
 //! The controller's whole state between passes: the [`Index`] (what the cluster shows) and
 //! what this replica remembers besides — the [`Ledger`] of writes in flight, admission's
-//! scheduler as the last pass left it, and the preemptors it nominated.
+//! scheduler as the last pass left it, every job's seat as the last pass settled it, and the
+//! preemptors it nominated.
 //!
 //! Watches and write responses come in here; a pass reads the state and plans (see
 //! [`crate::plan`]). A `State` reads as its index (it dereferences to it); every change goes
@@ -12,6 +13,7 @@ use crate::action::Action;
 use crate::index::{Index, Indexed, Written};
 use crate::kept;
 use crate::ledger::Ledger;
+use crate::seats::Seats;
 
 /// The index plus the controller's own memory (see the module docs).
 #[derive(Clone, Debug, Default)]
@@ -25,6 +27,8 @@ pub struct State {
     pub(crate) nominated: BTreeSet<String>,
     /// Admission's scheduler as the last pass left it (see [`crate::kept`]).
     pub(crate) kept: kept::Slot,
+    /// Every job as the last pass that settled it left it (see [`crate::seats`]).
+    pub(crate) seats: Seats,
     /// Writes landed (or failed): with the index's version, what the scheduling loop
     /// compares to decide whether to run.
     landings: u64,
@@ -133,5 +137,7 @@ impl State {
     /// landed; the API server shows what did) and start a new term.
     pub fn start_term(&mut self) {
         self.ledger = Ledger::for_term(self.ledger.term + 1);
+        // Jobs settled against the old term's writes in flight settle again.
+        self.seats = Seats::default();
     }
 }

@@ -7,6 +7,12 @@ use std::collections::BTreeMap;
 pub struct Summary {
     /// Jobs the cycle considered.
     pub considered: usize,
+    /// Jobs settled against the cluster this pass (those whose inputs changed; every job
+    /// after a change that every job reads).
+    pub settled: usize,
+    /// Whether every waiting job's position and reason was read again (else nothing they
+    /// depend on moved, and the last pass's stand).
+    pub explained: bool,
     /// Whether the pass built admission's scheduler afresh (else it brought the one the
     /// last pass left up to the index).
     pub scheduler_rebuilt: bool,

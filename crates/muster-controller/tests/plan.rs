@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use muster_api::gpujob::{GpuJobPhase, PendingReasonKind};
 use muster_controller::plan::{Action, plan};
 use muster_controller::state::State;
-use support::{at, cluster, job, land_all, with_phase};
+use support::{at, cluster, cluster_queue, job, land_all, with_phase};
 
 fn releases(actions: &[Action]) -> Vec<&Action> {
     actions
@@ -753,5 +753,76 @@ fn new_figures_rewrite_only_the_jobs_whose_position_is_shown() {
         message(shown + 5).contains("8 of its own left"),
         "{}",
         message(shown + 5)
+    );
+}
+
+#[test]
+fn a_job_admitted_while_its_status_write_is_in_flight_is_released_once_it_lands() {
+    // No quota yet: the job waits, and its first pending status goes out.
+    let mut index = cluster(0, vec![job("a", 2, 0)]);
+    let first = plan(&mut index, at(10));
+    let written = job_actions(&first.actions, "team-a/a");
+    assert!(
+        matches!(written[..], [Action::JobStatus { .. }]),
+        "{written:#?}"
+    );
+    // Quota arrives while that write is still in flight: the cycle admits the job, but the
+    // pass cannot release it yet (two writes of one job could land out of order).
+    index.apply(cluster_queue(16));
+    let second = plan(&mut index, at(11));
+    assert!(releases(&second.actions).is_empty());
+    // The status lands: the job, still waiting as far as the cluster shows, is released.
+    land_all(&mut index, &first.actions, 12);
+    let third = plan(&mut index, at(13));
+    assert_eq!(
+        releases(&third.actions)
+            .iter()
+            .filter_map(|a| a.job())
+            .collect::<Vec<_>>(),
+        ["team-a/a"]
+    );
+}
+
+#[test]
+fn a_pass_settles_only_the_jobs_whose_inputs_changed() {
+    let mut index = cluster(32, vec![job("a", 2, 0), job("b", 2, 1), job("c", 2, 2)]);
+    let mut t = 10;
+    let mut released = Vec::new();
+    // Passes until one writes nothing: everything the cluster shows is settled.
+    loop {
+        let pass = plan(&mut index, at(t));
+        land_all(&mut index, &pass.actions, t);
+        released.extend(releases(&pass.actions).into_iter().cloned());
+        t += 1;
+        if pass.actions.is_empty() {
+            break;
+        }
+        assert!(t < 20, "passes never settle: {:#?}", pass.actions);
+    }
+    assert_eq!(released.len(), 2, "a and b fit, c waits");
+    let quiet = plan(&mut index, at(t));
+    assert!(quiet.actions.is_empty());
+    assert_eq!(quiet.summary.settled, 0);
+    assert!(!quiet.summary.explained);
+    // The counts it reports are the last pass's, not empty.
+    assert_eq!(quiet.summary.considered, 1);
+    assert_eq!(
+        quiet.summary.pending.values().sum::<i64>(),
+        1,
+        "{:?}",
+        quiet.summary.pending
+    );
+    // One gang's pods become Ready: that job alone is settled, and its Running written.
+    report(&mut index, &released[0], "Running", true);
+    let pass = plan(&mut index, at(t + 1));
+    assert_eq!(pass.summary.settled, 1);
+    let job = released[0].job().unwrap_or_default();
+    assert!(
+        matches!(
+            job_actions(&pass.actions, job)[..],
+            [Action::JobStatus { .. }]
+        ),
+        "{:#?}",
+        pass.actions
     );
 }

@@ -242,6 +242,8 @@ pub struct Scheduler {
     /// After a cycle that changed nothing: the generation it saw and the time until which
     /// the same inputs give the same decisions.
     quiet: Option<(u64, i64)>,
+    /// Cycles that ran in full (not skipped as quiet).
+    cycles_run: u64,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -299,6 +301,7 @@ impl Scheduler {
             generation: 0,
             epoch: 0,
             quiet: None,
+            cycles_run: 0,
         }
     }
 
@@ -615,6 +618,14 @@ impl Scheduler {
         }
     }
 
+    /// How many cycles ran in full, not skipped as quiet (see [`Scheduler::step`]). While it
+    /// stays the same, [`Scheduler::waiting`] gives the same answer: nothing a waiting job's
+    /// position or reason depends on has changed. A caller that keeps what `waiting` gave
+    /// can skip asking again.
+    pub fn cycles_run(&self) -> u64 {
+        self.cycles_run
+    }
+
     /// One scheduling cycle at time `now` (seconds) with every waiting job's explanation:
     /// [`Scheduler::step`]'s decisions, then [`Scheduler::waiting`]. Costs what waits (one
     /// decision per waiting job); a caller that needs only what changed calls `step`.
@@ -649,6 +660,7 @@ impl Scheduler {
         {
             return Vec::new();
         }
+        self.cycles_run += 1;
         let nominated_before: Vec<JobId> = self.nominations.keys().cloned().collect();
         let mut out = Vec::new();
         self.drain_stopped(&mut out);

@@ -175,7 +175,16 @@ pub struct Index {
     pub(crate) provisioning_requests: BTreeMap<String, ProvisioningRequest>,
     /// Bumped when a node's placement facts (labels, taints, allocatable, schedulable) or a
     /// flavor change: the cached arrangement of nodes per flavor is rebuilt only then.
-    topology_version: u64,
+    pub(super) topology_version: u64,
+    /// Bumped when something every job's lifecycle reads changes: a node's placement facts or
+    /// readiness, a flavor, a queue's spec, a priority class, whether ProvisioningRequests
+    /// are watched. Every job is settled again then.
+    pub(super) shared_version: u64,
+    /// Jobs whose own objects changed (the GpuJob, one of its pods, one of its
+    /// ProvisioningRequests) since [`Index::take_changed_jobs`] last took them.
+    pub(super) changed_jobs: BTreeSet<String>,
+    /// Bumped when a ClusterQueue or LocalQueue changes in any way (its status too).
+    pub(super) queues_version: u64,
     /// Every flavor's nodes with no usage, as of `.0` (a topology version).
     cluster: Option<(u64, muster_admission::Cluster)>,
     /// Objects that could not be read, with why (reported, never fatal).
@@ -279,7 +288,9 @@ impl Index {
             // back either (its version is not known, so none is newer).
             self.remember_deleted(K::KIND, key, None);
         }
-        self.synced.insert(K::KIND);
+        if self.synced.insert(K::KIND) && K::KIND == Kind::ProvisioningRequest {
+            self.shared_version += 1;
+        }
         self.version += 1;
     }
 
@@ -398,6 +409,23 @@ impl Index {
         }
     }
 
+    /// Counts changes of what every job's lifecycle reads (see `shared_version`): while it
+    /// stays the same, a job whose own objects did not change settles as it did.
+    pub(crate) fn shared_version(&self) -> u64 {
+        self.shared_version + self.topology_version
+    }
+
+    /// Counts changes of ClusterQueues and LocalQueues, statuses included.
+    pub(crate) fn queues_version(&self) -> u64 {
+        self.queues_version
+    }
+
+    /// The jobs whose own objects changed since the last call (the GpuJob, its pods, its
+    /// ProvisioningRequests), and forgets them.
+    pub(crate) fn take_changed_jobs(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.changed_jobs)
+    }
+
     /// Counts changes of nodes' placement facts and of flavors.
     pub(crate) fn topology_version(&self) -> u64 {
         self.topology_version
@@ -428,6 +456,7 @@ impl Index {
         };
         match old.member {
             Some(member) => {
+                self.changed_jobs.insert(member.job.clone());
                 if let Some(set) = self.pods_by_job.get_mut(&member.job) {
                     set.remove(key);
                     if set.is_empty() {
@@ -451,6 +480,7 @@ impl Index {
     fn insert_pod(&mut self, key: String, record: PodRecord) {
         match &record.member {
             Some(member) => {
+                self.changed_jobs.insert(member.job.clone());
                 self.pods_by_job
                     .entry(member.job.clone())
                     .or_default()

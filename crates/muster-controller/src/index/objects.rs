@@ -17,12 +17,15 @@ use crate::release::{
 impl Indexed for GpuJob {
     const KIND: Kind = Kind::GpuJob;
     fn apply(self, index: &mut Index) {
-        index.jobs.insert(Indexed::key(&self), self);
+        let key = Indexed::key(&self);
+        index.changed_jobs.insert(key.clone());
+        index.jobs.insert(key, self);
     }
     fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
         index.jobs.get(key)?.metadata.resource_version.as_deref()
     }
     fn remove(index: &mut Index, key: &str) {
+        index.changed_jobs.insert(key.to_owned());
         index.jobs.remove(key);
     }
 }
@@ -30,7 +33,12 @@ impl Indexed for GpuJob {
 impl Indexed for ClusterQueue {
     const KIND: Kind = Kind::ClusterQueue;
     fn apply(self, index: &mut Index) {
-        index.cluster_queues.insert(Indexed::key(&self), self);
+        let key = Indexed::key(&self);
+        if index.cluster_queues.get(&key).map(|q| &q.spec) != Some(&self.spec) {
+            index.shared_version += 1;
+        }
+        index.queues_version += 1;
+        index.cluster_queues.insert(key, self);
     }
     fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
         index
@@ -41,14 +49,22 @@ impl Indexed for ClusterQueue {
             .as_deref()
     }
     fn remove(index: &mut Index, key: &str) {
-        index.cluster_queues.remove(key);
+        if index.cluster_queues.remove(key).is_some() {
+            index.shared_version += 1;
+        }
+        index.queues_version += 1;
     }
 }
 
 impl Indexed for LocalQueue {
     const KIND: Kind = Kind::LocalQueue;
     fn apply(self, index: &mut Index) {
-        index.local_queues.insert(Indexed::key(&self), self);
+        let key = Indexed::key(&self);
+        if index.local_queues.get(&key).map(|q| &q.spec) != Some(&self.spec) {
+            index.shared_version += 1;
+        }
+        index.queues_version += 1;
+        index.local_queues.insert(key, self);
     }
     fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
         index
@@ -59,7 +75,10 @@ impl Indexed for LocalQueue {
             .as_deref()
     }
     fn remove(index: &mut Index, key: &str) {
-        index.local_queues.remove(key);
+        if index.local_queues.remove(key).is_some() {
+            index.shared_version += 1;
+        }
+        index.queues_version += 1;
     }
 }
 
@@ -154,21 +173,31 @@ impl Indexed for Namespace {
 impl Indexed for PriorityClass {
     const KIND: Kind = Kind::PriorityClass;
     fn apply(self, index: &mut Index) {
-        index
+        if index
             .priority_classes
-            .insert(Indexed::key(&self), self.value);
+            .insert(Indexed::key(&self), self.value)
+            != Some(self.value)
+        {
+            index.shared_version += 1;
+        }
     }
     fn remove(index: &mut Index, key: &str) {
-        index.priority_classes.remove(key);
+        if index.priority_classes.remove(key).is_some() {
+            index.shared_version += 1;
+        }
     }
 }
 
 impl Indexed for ProvisioningRequest {
     const KIND: Kind = Kind::ProvisioningRequest;
     fn apply(self, index: &mut Index) {
-        index
+        request_changed(index, &self);
+        if let Some(old) = index
             .provisioning_requests
-            .insert(Indexed::key(&self), self);
+            .insert(Indexed::key(&self), self)
+        {
+            request_changed(index, &old);
+        }
     }
     fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
         index
@@ -179,7 +208,26 @@ impl Indexed for ProvisioningRequest {
             .as_deref()
     }
     fn remove(index: &mut Index, key: &str) {
-        index.provisioning_requests.remove(key);
+        if let Some(old) = index.provisioning_requests.remove(key) {
+            request_changed(index, &old);
+        }
+    }
+}
+
+/// A ProvisioningRequest changed: its job (named by Muster's label) settles again; without
+/// the label, whose it is cannot be told, so every job does.
+fn request_changed(index: &mut Index, request: &ProvisioningRequest) {
+    let meta = &request.metadata;
+    match meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(muster_provisioning::objects::JOB_LABEL))
+    {
+        Some(job) => {
+            let namespace = meta.namespace.as_deref().unwrap_or_default();
+            index.changed_jobs.insert(format!("{namespace}/{job}"));
+        }
+        None => index.shared_version += 1,
     }
 }
 

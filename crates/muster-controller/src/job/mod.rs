@@ -110,6 +110,9 @@ pub struct Step {
     pub ran_since: Option<i64>,
     /// The gang became Ready this pass, this many seconds after the job was created.
     pub to_running: Option<i64>,
+    /// Time alone changes this step at this second (a pods-ready deadline, the end of a
+    /// backoff), though nothing the job's objects show does.
+    pub until: Option<i64>,
 }
 
 impl Step {
@@ -122,6 +125,7 @@ impl Step {
             in_cycle: InCycle::Out,
             ran_since: None,
             to_running: None,
+            until: None,
         }
     }
 
@@ -354,7 +358,9 @@ fn next(
             .get(&format!("{namespace}/{}", job.spec.queue_name))
             .map(|q| q.spec.cluster_queue.clone())
             .unwrap_or_default();
-        return Step::new(Phase::Waiting).with(InCycle::BackingOff { cluster_queue });
+        let mut step = Step::new(Phase::Waiting).with(InCycle::BackingOff { cluster_queue });
+        step.until = reason.eta.as_ref().map(seconds);
+        return step;
     }
     Step::new(Phase::Waiting).with(InCycle::Queued)
 }
@@ -421,6 +427,10 @@ fn admitted(
             pods: all_pods.clone(),
             event: note,
         }
+    };
+    let deadline = match gang_health {
+        Health::Starting { deadline } => Some(deadline),
+        _ => None,
     };
     let phase = match gang_health {
         Health::Running => Phase::Running,
@@ -509,8 +519,9 @@ fn admitted(
         };
         (phase, action)
     };
-    let step = Step::new(phase);
+    let mut step = Step::new(phase);
     let Some(action) = action else {
+        step.until = deadline;
         return step.holds(held, false);
     };
     let mut step = Step {

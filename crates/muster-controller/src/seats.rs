@@ -1,0 +1,247 @@
+//! What the last passes settled for each job — how admission's cycle sees it — kept so that a
+//! pass settles again only the jobs whose inputs changed: the job's own objects (the index
+//! logs them), its writes in flight (the ledger names them), a decision about it, the time
+//! it waits for (a pods-ready deadline, the end of a backoff), or — for every job at once —
+//! something every job reads (nodes, flavors, queues, priority classes).
+//!
+//! A job's step depends on nothing else, so a job not settled again would settle as it did.
+//! A copy of the state starts with no seats (its first pass settles every job), which
+//! `tests/kept.rs` uses to compare every pass against one that settles everything.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use muster_admission::{Holding, Job};
+
+use crate::job::InCycle;
+
+/// One job as the last pass that settled it left it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Seat {
+    /// How admission's cycle sees it.
+    pub(crate) in_cycle: InCycle,
+    /// The job as admission reads it, when the cycle sees it at all (queued or holding).
+    pub(crate) job: Option<Job>,
+    /// Its ClusterQueue's attempt while it holds capacity (its pods of that attempt are
+    /// booked through its holding).
+    pub(crate) attempt: i32,
+}
+
+impl Seat {
+    /// What the scheduler is to hold for this job: waiting (no holding) or holding; `None`
+    /// when it is not in the cycle at all.
+    pub(crate) fn wanted(&self) -> Option<(&Job, Option<(&Holding, bool)>)> {
+        let job = self.job.as_ref()?;
+        match &self.in_cycle {
+            InCycle::Queued => Some((job, None)),
+            InCycle::Holds {
+                holding,
+                provisioning,
+            } => Some((job, Some((holding, *provisioning)))),
+            InCycle::OnBoughtCapacity { holding, .. } => Some((job, Some((holding, true)))),
+            InCycle::Out | InCycle::FinishRelease(_) | InCycle::BackingOff { .. } => None,
+        }
+    }
+}
+
+/// Every job's seat, and when each must be settled again.
+#[derive(Debug, Default)]
+pub(crate) struct Seats {
+    /// The index's shared version the seats were settled against; `None`: none are kept.
+    pub(crate) shared: Option<u64>,
+    by_job: BTreeMap<String, Seat>,
+    /// (second, job): settle the job again once the pass's time reaches the second.
+    timers: BTreeSet<(i64, String)>,
+    /// Each timed job's second in `timers`.
+    timer_of: BTreeMap<String, i64>,
+    /// Jobs settled again every pass: those provisioning (their holding starts at the pass's
+    /// time, and the autoscaler's answers and backoff are read each pass).
+    every_pass: BTreeSet<String>,
+    /// Jobs to settle again at the next pass whatever happens: the ledger named them at the
+    /// end of the last one.
+    pub(crate) again: BTreeSet<String>,
+    /// Jobs a decision changed in admission's scheduler: settled again at the next pass, and
+    /// compared with the scheduler whether or not their seats changed (the pass may not have
+    /// carried the decision out).
+    pub(crate) recheck: BTreeSet<String>,
+    /// How many jobs queue.
+    queued: usize,
+    /// Jobs backing off, per ClusterQueue.
+    backoff: BTreeMap<String, BTreeSet<String>>,
+    /// Held jobs and their current attempt.
+    held: BTreeMap<String, i32>,
+    /// Pending jobs per (ClusterQueue, reason kind) as the last pass that explained every
+    /// waiting job counted them.
+    pub(crate) pending: Option<BTreeMap<(String, String), i64>>,
+    /// The index's queue version when the last pass wrote no queue status (so none needed
+    /// writing); `None` after one that did.
+    pub(crate) queues_settled: Option<u64>,
+}
+
+impl Clone for Seats {
+    /// A copy keeps no seats: its first pass settles every job afresh.
+    fn clone(&self) -> Seats {
+        Seats::default()
+    }
+}
+
+impl Seats {
+    /// The jobs to settle at `now`, given `changed` (jobs whose objects changed) and
+    /// `involved` (jobs the ledger names now); every job in `all` when the seats were
+    /// settled against another `shared` version (or none are kept). With them, the jobs to
+    /// compare with the scheduler whatever their seats say (see `recheck`).
+    pub(crate) fn due<'a>(
+        &mut self,
+        shared: u64,
+        now: i64,
+        changed: BTreeSet<String>,
+        involved: impl Iterator<Item = &'a String>,
+        all: impl Iterator<Item = &'a String>,
+    ) -> (BTreeSet<String>, BTreeSet<String>) {
+        let recheck = std::mem::take(&mut self.recheck);
+        if self.shared != Some(shared) {
+            let mut due: BTreeSet<String> = self.by_job.keys().cloned().collect();
+            due.extend(all.cloned());
+            due.extend(recheck.iter().cloned());
+            *self = Seats {
+                shared: Some(shared),
+                ..Seats::default()
+            };
+            return (due, recheck);
+        }
+        let mut due = changed;
+        due.extend(recheck.iter().cloned());
+        due.append(&mut self.again);
+        due.extend(self.every_pass.iter().cloned());
+        due.extend(involved.cloned());
+        while let Some(first) = self.timers.first()
+            && first.0 <= now
+        {
+            if let Some((_, job)) = self.timers.pop_first() {
+                self.timer_of.remove(&job);
+                due.insert(job);
+            }
+        }
+        (due, recheck)
+    }
+
+    /// Records `job`'s new seat (`None`: the job is gone) and when time alone changes it;
+    /// returns whether admission's view of it changed.
+    pub(crate) fn put(&mut self, key: &str, seat: Option<Seat>, until: Option<i64>) -> bool {
+        let tally = seat.as_ref().map(Tally::of);
+        let old = match seat {
+            Some(seat) => self.by_job.insert(key.to_owned(), seat),
+            None => self.by_job.remove(key),
+        };
+        if let Some(old) = &old {
+            self.count(key, Tally::of(old), false);
+        }
+        if let Some(at) = self.timer_of.remove(key) {
+            self.timers.remove(&(at, key.to_owned()));
+        }
+        self.every_pass.remove(key);
+        if let Some(tally) = tally {
+            if let Some(at) = until {
+                self.timers.insert((at, key.to_owned()));
+                self.timer_of.insert(key.to_owned(), at);
+            }
+            if matches!(
+                tally,
+                Tally::Held {
+                    provisioning: true,
+                    ..
+                }
+            ) {
+                self.every_pass.insert(key.to_owned());
+            }
+            self.count(key, tally, true);
+        }
+        old.as_ref().and_then(Seat::wanted) != self.by_job.get(key).and_then(Seat::wanted)
+    }
+
+    /// Keeps the counts the pass reports without walking every seat.
+    fn count(&mut self, key: &str, tally: Tally, add: bool) {
+        match tally {
+            Tally::Queued => {
+                if add {
+                    self.queued += 1;
+                } else {
+                    self.queued = self.queued.saturating_sub(1);
+                }
+            }
+            Tally::BackingOff(cluster_queue) => {
+                let jobs = self.backoff.entry(cluster_queue.clone()).or_default();
+                if add {
+                    jobs.insert(key.to_owned());
+                } else {
+                    jobs.remove(key);
+                    if jobs.is_empty() {
+                        self.backoff.remove(&cluster_queue);
+                    }
+                }
+            }
+            Tally::Held { attempt, .. } => {
+                if add {
+                    self.held.insert(key.to_owned(), attempt);
+                } else {
+                    self.held.remove(key);
+                }
+            }
+            Tally::Other => {}
+        }
+    }
+
+    /// The job's seat.
+    pub(crate) fn get(&self, key: &str) -> Option<&Seat> {
+        self.by_job.get(key)
+    }
+
+    /// Every seat, by job.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &Seat)> {
+        self.by_job.iter()
+    }
+
+    /// How many jobs queue.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued
+    }
+
+    /// Jobs backing off, counted per ClusterQueue.
+    pub(crate) fn backing_off(&self) -> impl Iterator<Item = (&String, usize)> {
+        self.backoff.iter().map(|(q, jobs)| (q, jobs.len()))
+    }
+
+    /// Held jobs with their current attempt.
+    pub(crate) fn held(&self) -> &BTreeMap<String, i32> {
+        &self.held
+    }
+}
+
+/// What a seat counts for in [`Seats`]' running counts.
+enum Tally {
+    Queued,
+    BackingOff(String),
+    Held {
+        attempt: i32,
+        /// Capacity is being bought for it: it is settled every pass.
+        provisioning: bool,
+    },
+    Other,
+}
+
+impl Tally {
+    fn of(seat: &Seat) -> Tally {
+        match &seat.in_cycle {
+            InCycle::Queued => Tally::Queued,
+            InCycle::BackingOff { cluster_queue } => Tally::BackingOff(cluster_queue.clone()),
+            InCycle::Holds { provisioning, .. } => Tally::Held {
+                attempt: seat.attempt,
+                provisioning: *provisioning,
+            },
+            InCycle::OnBoughtCapacity { .. } => Tally::Held {
+                attempt: seat.attempt,
+                provisioning: true,
+            },
+            InCycle::Out | InCycle::FinishRelease(_) => Tally::Other,
+        }
+    }
+}

@@ -10,11 +10,15 @@
 //!   queue statuses, only when they change; an admitted gang's health from its pods and nodes.
 //! - [`action`] and [`ledger`]: the writes a pass plans, and those in flight (by leadership
 //!   term); [`deferred`]: waiting jobs' status writes, queued apart from the writes that move
-//!   work. [`state`]: the index and the ledger together, where watches and landings come in.
+//!   work.
 //! - [`job`]: one job's lifecycle as a state machine, from what the cluster shows for it to
 //!   its phase and next step.
-//! - [`plan`]: one scheduling pass — settle every job (`settle`), run admission's cycle
-//!   (`kept`), turn decisions into writes (`decide`), write queue statuses (`queues`).
+//! - [`state`]: the index, the ledger, the kept scheduler and every job's seat (how the last
+//!   pass that settled it left it, so that a pass settles only the jobs whose inputs changed);
+//!   watches and landings come in here.
+//! - [`plan`]: one scheduling pass — settle the jobs whose inputs changed (`settle`), run
+//!   admission's cycle (`kept`), turn decisions into writes (`decide`), write queue statuses
+//!   (`queues`).
 //!
 //! The shell around them: [`executor`] carries actions out on the API server, and [`run`]
 //! watches, elects a leader, loops and serves metrics.

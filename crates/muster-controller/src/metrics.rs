@@ -44,6 +44,8 @@ pub struct Metrics {
     /// date (see `kept`): a change of queues, flavors, nodes or namespaces, or a job whose
     /// state moved other than by arriving, waiting or leaving.
     pub scheduler_rebuilds: Counter,
+    /// Jobs passes settled against the cluster (those whose inputs changed).
+    pub jobs_settled: Counter,
     /// Failed API requests (after retries), by action.
     pub api_errors: Family<Labels, Counter>,
     /// Actions carried out, by kind and result.
@@ -119,6 +121,7 @@ impl Metrics {
             evictions: Family::default(),
             preemptions: Counter::default(),
             scheduler_rebuilds: Counter::default(),
+            jobs_settled: Counter::default(),
             api_errors: Family::default(),
             actions: Family::default(),
             api_requests,
@@ -213,6 +216,11 @@ impl Metrics {
             "Passes that built the admission scheduler afresh",
             self.scheduler_rebuilds.clone(),
         );
+        registry.register(
+            "jobs_settled",
+            "Jobs passes settled against the cluster (those whose inputs changed)",
+            self.jobs_settled.clone(),
+        );
     }
 
     /// Records what one pass found.
@@ -221,6 +229,8 @@ impl Metrics {
         if summary.scheduler_rebuilt {
             self.scheduler_rebuilds.inc();
         }
+        self.jobs_settled
+            .inc_by(u64::try_from(summary.settled).unwrap_or(u64::MAX));
         let admitted = u64::try_from(summary.admitted).unwrap_or(u64::MAX);
         self.admission_attempts
             .get_or_create(&labels(&[("result", "admitted")]))

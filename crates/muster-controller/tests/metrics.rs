@@ -23,6 +23,7 @@ fn a_pass_reports_admissions_pending_jobs_and_quota_usage() {
         "muster_quota_usage{cluster_queue=\"research\",flavor=\"h100\",resource=\"nvidia.com/gpu\"} 16.0",
         "muster_time_to_admission_seconds_count 1",
         "muster_cycle_duration_seconds_count 1",
+        "muster_jobs_settled_total 2",
         "muster_actions_total{kind=\"release\",result=\"ok\"} 1",
         "muster_api_errors_total{action=\"job_status\"} 1",
         "# EOF",

@@ -282,6 +282,25 @@ pub enum PendingReasonKind {
     Backoff,
 }
 
+impl PendingReasonKind {
+    /// The kind's name, as the API spells it (`QuotaShort`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PendingReasonKind::NotYetScheduled => "NotYetScheduled",
+            PendingReasonKind::InvalidJob => "InvalidJob",
+            PendingReasonKind::UnknownQueue => "UnknownQueue",
+            PendingReasonKind::QueueStopped => "QueueStopped",
+            PendingReasonKind::Suspended => "Suspended",
+            PendingReasonKind::QuotaShort => "QuotaShort",
+            PendingReasonKind::NoTopologyFit => "NoTopologyFit",
+            PendingReasonKind::BlockedByQueueHead => "BlockedByQueueHead",
+            PendingReasonKind::CapacityReserved => "CapacityReserved",
+            PendingReasonKind::Provisioning => "Provisioning",
+            PendingReasonKind::Backoff => "Backoff",
+        }
+    }
+}
+
 /// Condition types set on a GpuJob.
 pub mod conditions {
     /// The spec passed validation.

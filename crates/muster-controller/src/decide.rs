@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use muster_admission::{Admitted, Decision, Job, PendingReason, Scheduler};
-use muster_api::gpujob::PendingReasonKind;
+use muster_api::gpujob::{GpuJobStatus, PendingReasonKind};
 
 use crate::action::{Action, Note, Plan};
 use crate::holding::{admitted_at, seconds, split_pods};
@@ -75,12 +75,57 @@ pub(crate) fn release_action(
     ))
 }
 
+/// What the decisions of one pass share: each LocalQueue's ClusterQueue as the scheduler
+/// resolves it, and the waiting jobs counted per ClusterQueue and reason kind (one count per
+/// waiting job, without a string built for each).
+#[derive(Default)]
+pub(crate) struct Tally {
+    queue_of: BTreeMap<String, String>,
+    pending: BTreeMap<String, BTreeMap<&'static str, i64>>,
+}
+
+impl Tally {
+    /// Counts job `key` as waiting for a reason of `kind`, under its ClusterQueue ("" without
+    /// one).
+    fn count(&mut self, scheduler: &Scheduler, key: &str, kind: &'static str) {
+        let Tally { queue_of, pending } = self;
+        let cq = match scheduler.job(key) {
+            Some(job) => {
+                if !queue_of.contains_key(&job.local_queue) {
+                    let cq = scheduler.cluster_queue_of_job(job).unwrap_or_default();
+                    queue_of.insert(job.local_queue.clone(), cq);
+                }
+                queue_of.get(&job.local_queue).map_or("", String::as_str)
+            }
+            None => "",
+        };
+        let kinds = match pending.get_mut(cq) {
+            Some(kinds) => kinds,
+            None => pending.entry(cq.to_owned()).or_default(),
+        };
+        *kinds.entry(kind).or_default() += 1;
+    }
+
+    /// Adds the counts to `summary`'s.
+    pub(crate) fn into_summary(self, summary: &mut crate::summary::Summary) {
+        for (cq, kinds) in self.pending {
+            for (kind, n) in kinds {
+                *summary
+                    .pending
+                    .entry((cq.clone(), kind.to_owned()))
+                    .or_default() += n;
+            }
+        }
+    }
+}
+
 pub(crate) fn decide(
     state: &mut State,
     scheduler: &Scheduler,
     decision: Decision,
     now: &Time,
     provisioned: &BTreeMap<String, BTreeMap<String, String>>,
+    tally: &mut Tally,
     plan: &mut Plan,
 ) {
     match decision {
@@ -106,7 +151,10 @@ pub(crate) fn decide(
             position,
             reason,
             eta,
-        } => wait(state, scheduler, key, position, &reason, eta, now, plan),
+        } => {
+            tally.count(scheduler, &key, reason.kind().as_str());
+            wait(state, key, position, &reason, eta, now, plan);
+        }
         Decision::Preempt { victims, for_job } => {
             for victim in victims {
                 if evict_held(
@@ -140,7 +188,6 @@ pub(crate) fn decide(
 #[allow(clippy::too_many_arguments)]
 fn wait(
     state: &mut State,
-    scheduler: &Scheduler,
     key: String,
     position: u32,
     reason: &PendingReason,
@@ -148,22 +195,14 @@ fn wait(
     now: &Time,
     plan: &mut Plan,
 ) {
-    let queue = scheduler
-        .job(&key)
-        .and_then(|j| scheduler.cluster_queue_of_job(j))
-        .unwrap_or_default();
-    *plan
-        .summary
-        .pending
-        .entry((queue, format!("{:?}", reason.kind())))
-        .or_default() += 1;
     let Some(job) = state.index.jobs.get(&key) else {
         return;
     };
     if state.ledger.is_busy(&key) {
         return;
     }
-    let current = job.status.clone().unwrap_or_default();
+    let no_status = GpuJobStatus::default();
+    let current = job.status.as_ref().unwrap_or(&no_status);
     let before = current.pending_reason.as_ref().map(|r| r.kind);
     let now_s = now.0.as_second();
     // A new reason is written at once. The same reason with new figures (quota left,
@@ -183,14 +222,8 @@ fn wait(
             return;
         }
     }
-    let Some(next) = status::pending(
-        &current,
-        job.metadata.generation,
-        position,
-        reason,
-        eta,
-        now,
-    ) else {
+    let Some(next) = status::pending(current, job.metadata.generation, position, reason, eta, now)
+    else {
         // The status already says it: a write still queued would say something older.
         state.ledger.drop_deferred(&key);
         return;

@@ -22,7 +22,7 @@ use muster_admission::{Cluster, Decision, Scheduler};
 use muster_api::Resources;
 
 pub use crate::action::{Action, FINALIZER, Note, Plan};
-use crate::decide::{decide, release_action};
+use crate::decide::{Tally, decide, release_action};
 use crate::holding::holding;
 use crate::index::Index;
 use crate::job::InCycle;
@@ -101,10 +101,20 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     state.nominated = scheduler.nominated().map(str::to_owned).collect();
 
     // (3) Decisions into writes.
+    let mut tally = Tally::default();
     for decision in decisions {
         note_changed(&mut state.seats.recheck, &decision);
-        decide(state, &scheduler, decision, &now_t, &provisioned, &mut plan);
+        decide(
+            state,
+            &scheduler,
+            decision,
+            &now_t,
+            &provisioned,
+            &mut tally,
+            &mut plan,
+        );
     }
+    tally.into_summary(&mut plan.summary);
     if explain {
         state.seats.pending = Some(plan.summary.pending.clone());
     } else {
@@ -114,16 +124,8 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
         *plan.summary.pending.entry(key).or_default() += n;
     }
 
-    // (4) Queue statuses, unless nothing they show can have changed since the last pass
-    // found none to write.
-    let queues = state.index.queues_version();
-    let unchanged =
-        !explain && state.ledger.queues.is_empty() && state.seats.queues_settled == Some(queues);
-    if !unchanged {
-        let before = plan.actions.len();
-        crate::queues::queue_statuses(state, &scheduler, &mut plan.actions);
-        state.seats.queues_settled = (plan.actions.len() == before).then_some(queues);
-    }
+    // (4) Queue statuses.
+    queue_statuses(state, &scheduler, explain, &mut plan.actions);
 
     state.ledger.drop_superseded(&state.index.jobs);
     state.ledger.sent(&plan.actions);
@@ -148,6 +150,24 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     }
     crate::kept::keep(&mut state.kept, &state.index, scheduler, basis);
     plan
+}
+
+/// Step (4) of a pass: queue statuses, unless nothing they show can have changed since a
+/// pass that found none to write (`explain` false: the scheduler did not move).
+fn queue_statuses(
+    state: &mut State,
+    scheduler: &Scheduler,
+    explain: bool,
+    actions: &mut Vec<Action>,
+) {
+    let queues = state.index.queues_version();
+    let unchanged =
+        !explain && state.ledger.queues.is_empty() && state.seats.queues_settled == Some(queues);
+    if !unchanged {
+        let before = actions.len();
+        crate::queues::queue_statuses(state, scheduler, actions);
+        state.seats.queues_settled = (actions.len() == before).then_some(queues);
+    }
 }
 
 /// Step (1) of a pass: the jobs whose inputs changed settled into their seats, requests no

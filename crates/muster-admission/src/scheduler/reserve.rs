@@ -166,7 +166,9 @@ impl Scheduler {
     ) -> Option<Reservation> {
         let (timeline, order) = (&release.timeline, &release.order);
         let known = timeline.len();
-        let (k, assignment) = self.first_fitting_prefix(cq, job, order, known, now)?;
+        // Not before its queue's quota allows: a cheap search that never touches the nodes.
+        let floor = self.first_quota_prefix(cq, job, order, now)?;
+        let (k, assignment) = self.first_fitting_prefix(cq, job, order, known, now, floor)?;
         let (until, assignment) = if k <= known {
             let until = if k == 0 { now } else { timeline[k - 1].0 };
             (Some(until), Some(assignment))
@@ -216,10 +218,55 @@ impl Scheduler {
         })
     }
 
-    /// The smallest `k` such that `job` fits once the first `k` jobs of `order` are gone, with
-    /// its assignment then; `None` when it fits not even with all of them gone. Past the
-    /// first `exact` jobs only whether it fits matters, not where: once it is known not to
-    /// fit within them, the `k` returned is some prefix past them that fits. Changes nothing.
+    /// The smallest `k` such that `job`'s quota fits once the first `k` jobs of `order` are
+    /// gone — a lower bound of where it fits at all, found without touching the nodes: only
+    /// the releases of jobs that share quota with `cq` (its own and its cohort's) can change
+    /// the answer, so only after those is it asked again. `None` when the quota does not fit
+    /// even with all of them gone. Changes nothing.
+    fn first_quota_prefix(
+        &mut self,
+        cq: &str,
+        job: &Job,
+        order: &[JobId],
+        now: i64,
+    ) -> Option<usize> {
+        let opts = Options {
+            place: false,
+            no_borrow: false,
+        };
+        if self.try_assign(cq, job, opts, &[], now).is_ok() {
+            return Some(0);
+        }
+        let saved = self.quota.clone();
+        let cohort = self.quota.cohort(cq).map(str::to_owned);
+        let mut found = None;
+        for (i, id) in order.iter().enumerate() {
+            let Some(e) = self.jobs.get(id) else {
+                continue;
+            };
+            let shares = match &e.state {
+                JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) => {
+                    h.cluster_queue == cq
+                        || cohort.is_some()
+                            && self.quota.cohort(&h.cluster_queue) == cohort.as_deref()
+                }
+                JobState::Pending => false,
+            };
+            e.release_quota(&mut self.quota);
+            if shares && self.try_assign(cq, job, opts, &[], now).is_ok() {
+                found = Some(i + 1);
+                break;
+            }
+        }
+        self.quota = saved;
+        found
+    }
+
+    /// The smallest `k` (from `floor` on: below it the job is known not to fit) such that
+    /// `job` fits once the first `k` jobs of `order` are gone, with its assignment then;
+    /// `None` when it fits not even with all of them gone. Past the first `exact` jobs only
+    /// whether it fits matters, not where: once it is known not to fit within them, the `k`
+    /// returned is some prefix past them that fits. Changes nothing.
     fn first_fitting_prefix(
         &mut self,
         cq: &str,
@@ -227,15 +274,20 @@ impl Scheduler {
         order: &[JobId],
         exact: usize,
         now: i64,
+        floor: usize,
     ) -> Option<(usize, Assignment)> {
         let opts = Options {
             place: true,
             no_borrow: false,
         };
         let start = (self.cluster.mark(), self.quota.clone());
-        // The last prefix known not to fit, with the state after releasing it.
-        let mut lo: (usize, ClusterMark, QuotaBook) = (0, start.0.clone(), start.1.clone());
-        let mut released = 0;
+        // The last prefix known not to fit, with the state after releasing it: every prefix
+        // below `floor`, whose last one is released first.
+        let below = floor.saturating_sub(1).min(order.len());
+        self.release_tentatively(&order[..below], true);
+        let mut lo: (usize, ClusterMark, QuotaBook) =
+            (below, self.cluster.mark(), self.quota.clone());
+        let mut released = below;
         let mut found: Option<(usize, Assignment)> = None;
         let mut step = 1;
         // Gallop: release up to 1, 2, 4, … jobs until the job fits.

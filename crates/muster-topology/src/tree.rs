@@ -6,7 +6,7 @@
 //! touches only its ancestors: O(depth). Every change is journaled, so a scheduling cycle can
 //! place tentatively and roll back to any earlier mark exactly.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use muster_api::Resources;
@@ -80,8 +80,11 @@ pub struct Topology {
     /// `alloc`.
     used: Vec<u64>,
     width: usize,
-    by_name: BTreeMap<String, NodeId>,
+    /// Node ids by name: only ever looked up, never walked, so its order cannot show.
+    by_name: HashMap<String, NodeId>,
     journal: Vec<Change>,
+    /// Scratch space for a node's domains while a change updates the capacity indexes.
+    ancestors: Vec<DomainId>,
     labels: LabelIndex,
     /// Pod capacity of the request shapes placed most recently, kept current.
     capacities: Vec<CapacityIndex>,
@@ -156,8 +159,9 @@ impl Topology {
             alloc: Vec::with_capacity(node_count * width),
             used: Vec::new(),
             width,
-            by_name: BTreeMap::new(),
+            by_name: HashMap::new(),
             journal: Vec::new(),
+            ancestors: Vec::new(),
             labels: LabelIndex::new(),
             capacities: Vec::new(),
             eligible: Vec::new(),
@@ -490,7 +494,10 @@ impl Topology {
             self.for_ancestors(node, |d| d.free[k] = d.free[k] - before + after);
         }
         if !self.capacities.is_empty() {
-            let mut ancestors = Vec::with_capacity(self.levels.len() + 1);
+            // The node's domains, in a buffer kept between changes (one change per pod of
+            // every release a reservation search makes: no allocation each time).
+            let mut ancestors = std::mem::take(&mut self.ancestors);
+            ancestors.clear();
             let mut at = Some(self.nodes[node].domain);
             while let Some(id) = at {
                 ancestors.push(id);
@@ -504,6 +511,7 @@ impl Topology {
                 }
             }
             self.capacities = capacities;
+            self.ancestors = ancestors;
         }
     }
 

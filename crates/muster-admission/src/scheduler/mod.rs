@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use muster_api::cluster_queue::{QueueingStrategy, StopPolicy};
 use muster_api::{ClusterQueue, ClusterQueueSpec, Resources, Validate};
-use muster_topology::{BestFit, NoFit, Policy};
+use muster_topology::{BestFit, NoFit, PodSetRequest, Policy};
 
 use crate::cluster::Cluster;
 use crate::decision::{Admitted, Decision, PendingReason, PodSetPlacement};
@@ -213,8 +213,11 @@ pub struct Scheduler {
     jobs: BTreeMap<JobId, Entry>,
     /// Namespace labels, for ClusterQueues' namespace selectors (unknown: no labels).
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
-    /// Every job shape seen, spelled out, with its index.
-    shapes: BTreeMap<String, usize>,
+    /// Every job shape seen (LocalQueue, priority, pod sets) with its index, by LocalQueue
+    /// and priority: a queue and priority hold a handful of shapes, compared in place.
+    shapes: BTreeMap<(String, i32), Vec<(Vec<PodSetRequest>, usize)>>,
+    /// How many shapes there are.
+    shape_count: usize,
     /// Preemptors waiting for their victims to leave, with what they counted on.
     nominations: BTreeMap<JobId, nominate::Nomination>,
     policy: Box<dyn Policy>,
@@ -288,6 +291,7 @@ impl Scheduler {
             jobs: BTreeMap::new(),
             namespaces: BTreeMap::new(),
             shapes: BTreeMap::new(),
+            shape_count: 0,
             nominations: BTreeMap::new(),
             policy: Box::new(BestFit),
             holders: BTreeSet::new(),
@@ -446,9 +450,7 @@ impl Scheduler {
     /// Adds a pending job, or replaces a pending job of the same id. A job that holds
     /// capacity keeps its state; only its definition is updated.
     pub fn submit(&mut self, job: Job) {
-        let spelled = format!("{}|{}|{:?}", job.local_queue, job.priority, job.pod_sets);
-        let next = self.shapes.len();
-        let shape = *self.shapes.entry(spelled).or_insert(next);
+        let shape = self.shape_of(&job);
         self.generation += 1;
         let (state, old_job) = match self.jobs.remove(&job.id) {
             Some(old) => {
@@ -481,6 +483,20 @@ impl Scheduler {
                 usage,
             },
         );
+    }
+
+    /// The index of `job`'s shape (its LocalQueue, priority and pod sets), a new one if no job
+    /// had it before.
+    fn shape_of(&mut self, job: &Job) -> usize {
+        let key = (job.local_queue.clone(), job.priority);
+        let known = self.shapes.entry(key).or_default();
+        if let Some((_, shape)) = known.iter().find(|(sets, _)| *sets == job.pod_sets) {
+            return *shape;
+        }
+        let shape = self.shape_count;
+        self.shape_count += 1;
+        known.push((job.pod_sets.clone(), shape));
+        shape
     }
 
     /// Records a job admitted before this scheduler existed (a restart): books its quota and
@@ -671,7 +687,7 @@ impl Scheduler {
 
         let lists = std::mem::take(&mut self.lists);
         let mut walk =
-            order::Walk::new(&lists.by_queue, &positions, &self.quota, self.shapes.len());
+            order::Walk::new(&lists.by_queue, &positions, &self.quota, self.shape_count);
         while let Some(next) = self.next_job(&mut walk, &state, &nominated) {
             let job = Arc::clone(&next.queued.job);
             let before = out.len();

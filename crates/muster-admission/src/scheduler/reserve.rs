@@ -17,9 +17,10 @@ use crate::reservation::Reservation;
 /// at times on the timeline; good while usage stays as it is (one cycle, until its next
 /// admission).
 pub(super) struct ReleaseOrder {
-    /// (expected end, job), soonest first.
-    pub(super) timeline: Vec<(i64, JobId)>,
-    /// Every holder in release order: the timeline, then jobs without a known end.
+    /// The timeline's expected ends, soonest first: `ends[i]` is when `order[i]` ends.
+    pub(super) ends: Vec<i64>,
+    /// Every holder in release order: the timeline (as long as `ends`), then jobs without a
+    /// known end.
     pub(super) order: Vec<JobId>,
     /// Time → the quota book once every job on the timeline that ends by then is gone, as
     /// far as asked for.
@@ -39,10 +40,8 @@ impl Scheduler {
             Some((from, book)) => (Some(*from), book.clone()),
             None => (None, self.quota.clone()),
         };
-        let start = from.map_or(0, |f| {
-            release.timeline.partition_point(|(end, _)| *end <= f)
-        });
-        for (end, id) in &release.timeline[start..] {
+        let start = from.map_or(0, |f| release.ends.partition_point(|end| *end <= f));
+        for (end, id) in release.ends[start..].iter().zip(&release.order[start..]) {
             if *end > t {
                 break;
             }
@@ -87,8 +86,12 @@ impl Scheduler {
     /// the order in which a reservation search releases jobs.
     pub(super) fn release_order(&self, now: i64) -> ReleaseOrder {
         let timeline = self.release_timeline(now);
+        let mut ends = Vec::with_capacity(timeline.len());
         let mut order: Vec<JobId> = Vec::with_capacity(self.holders.len());
-        order.extend(timeline.iter().map(|(_, id)| id.clone()));
+        for (end, id) in timeline {
+            ends.push(end);
+            order.push(id);
+        }
         let mut rest: Vec<JobId> = self
             .provisioning
             .iter()
@@ -98,7 +101,7 @@ impl Scheduler {
         rest.sort();
         order.extend(rest);
         ReleaseOrder {
-            timeline,
+            ends,
             order,
             books: RefCell::new(BTreeMap::new()),
         }
@@ -164,13 +167,13 @@ impl Scheduler {
         now: i64,
         release: &ReleaseOrder,
     ) -> Option<Reservation> {
-        let (timeline, order) = (&release.timeline, &release.order);
-        let known = timeline.len();
+        let order = &release.order;
+        let known = release.ends.len();
         // Not before its queue's quota allows: a cheap search that never touches the nodes.
         let floor = self.first_quota_prefix(cq, job, order, now)?;
         let (k, assignment) = self.first_fitting_prefix(cq, job, order, known, now, floor)?;
         let (until, assignment) = if k <= known {
-            let until = if k == 0 { now } else { timeline[k - 1].0 };
+            let until = if k == 0 { now } else { release.ends[k - 1] };
             (Some(until), Some(assignment))
         } else {
             (None, None)

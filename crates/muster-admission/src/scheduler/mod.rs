@@ -92,6 +92,9 @@ impl Entry {
     }
 }
 
+/// A job shape's pod sets and its index.
+type Shape = (Vec<PodSetRequest>, usize);
+
 #[derive(Clone, Debug)]
 struct QueueConfig {
     spec: ClusterQueueSpec,
@@ -215,7 +218,7 @@ pub struct Scheduler {
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// Every job shape seen (LocalQueue, priority, pod sets) with its index, by LocalQueue
     /// and priority: a queue and priority hold a handful of shapes, compared in place.
-    shapes: BTreeMap<(String, i32), Vec<(Vec<PodSetRequest>, usize)>>,
+    shapes: BTreeMap<(String, i32), Vec<Shape>>,
     /// How many shapes there are.
     shape_count: usize,
     /// Preemptors waiting for their victims to leave, with what they counted on.

@@ -93,10 +93,17 @@ pub fn admission_job(job: &TraceJob, namespace: &str) -> Job {
     } else {
         (Constraint::None, None)
     };
+    let keyed = |name: &str| {
+        let mut key = String::with_capacity(namespace.len() + 1 + name.len());
+        key.push_str(namespace);
+        key.push('/');
+        key.push_str(name);
+        key
+    };
     Job {
-        id: format!("{namespace}/{}", job.id),
+        id: keyed(&job.id),
         uid: job.id.clone(),
-        local_queue: format!("{namespace}/{}", job.queue),
+        local_queue: keyed(&job.queue),
         priority: job.priority,
         created: job.submit,
         expected_runtime: job.expected_runtime,

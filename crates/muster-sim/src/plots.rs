@@ -44,14 +44,26 @@ fn chart(
     );
     for (i, (name, points)) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let path: Vec<String> = points
-            .iter()
-            .map(|(x, y)| format!("{:.1},{:.1}", sx(*x), sy(*y)))
-            .collect();
+        // Points are drawn to a tenth of a pixel; a run of points that land on the same
+        // tenth (hundreds of events in one pixel of a long trace) is drawn once.
+        let mut path = String::new();
+        let mut last: Option<(i64, i64)> = None;
+        for (x, y) in points {
+            let (px, py) = (sx(*x), sy(*y));
+            #[expect(clippy::cast_possible_truncation, reason = "pixel tenths")]
+            let at = ((px * 10.0).round() as i64, (py * 10.0).round() as i64);
+            if last == Some(at) {
+                continue;
+            }
+            last = Some(at);
+            if !path.is_empty() {
+                path.push(' ');
+            }
+            let _ = write!(path, "{px:.1},{py:.1}");
+        }
         let _ = writeln!(
             svg,
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\" points=\"{}\"/>",
-            path.join(" ")
+            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\" points=\"{path}\"/>"
         );
         let _ = writeln!(
             svg,
@@ -142,4 +154,34 @@ pub fn wait_cdf(run: &Run) -> String {
         "fraction of jobs",
         &series,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chart;
+
+    /// The `points` attribute of the chart's only polyline, as its points.
+    fn drawn(svg: &str) -> Vec<&str> {
+        let from = svg.find("points=\"").map_or(0, |i| i + 8);
+        let to = svg[from..].find('"').map_or(from, |i| from + i);
+        svg[from..to].split(' ').collect()
+    }
+
+    #[test]
+    fn points_on_the_same_tenth_of_a_pixel_are_drawn_once() {
+        // 1,000 points at x = 0 (one pixel), then a step to (1, 1): three distinct points.
+        let mut points: Vec<(f64, f64)> =
+            (0..1000).map(|i| (0.0, f64::from(i % 2) * 1e-9)).collect();
+        points.push((1.0, 0.0));
+        points.push((1.0, 1.0));
+        let svg = chart("t", "x", "y", &[("s".to_owned(), points)]);
+        assert_eq!(drawn(&svg), ["56.0,304.0", "664.0,304.0", "664.0,56.0"]);
+    }
+
+    #[test]
+    fn a_point_that_comes_back_after_another_is_drawn_again() {
+        let points = vec![(0.0, 0.0), (1.0, 1.0), (0.0, 0.0)];
+        let svg = chart("t", "x", "y", &[("s".to_owned(), points)]);
+        assert_eq!(drawn(&svg).len(), 3);
+    }
 }

@@ -85,9 +85,39 @@ impl Layout {
 pub struct QuotaBook {
     layout: Arc<Layout>,
     /// Per queue, per slot.
-    usage: Vec<Vec<u64>>,
+    usage: Grid,
     /// Per cohort, per slot: Σ over members of usage beyond their guaranteed part.
-    pool_used: Vec<Vec<u64>>,
+    pool_used: Grid,
+}
+
+/// A table of amounts, one row per queue (or cohort) and one column per slot, in one block:
+/// a book is copied for every tentative what-if, so a copy is one allocation.
+#[derive(Clone, Debug, Default)]
+struct Grid {
+    width: usize,
+    cells: Vec<u64>,
+}
+
+impl Grid {
+    fn new(rows: usize, width: usize) -> Grid {
+        Grid {
+            width,
+            cells: vec![0; rows * width],
+        }
+    }
+}
+
+impl std::ops::Index<(usize, usize)> for Grid {
+    type Output = u64;
+    fn index(&self, (row, column): (usize, usize)) -> &u64 {
+        &self.cells[row * self.width + column]
+    }
+}
+
+impl std::ops::IndexMut<(usize, usize)> for Grid {
+    fn index_mut(&mut self, (row, column): (usize, usize)) -> &mut u64 {
+        &mut self.cells[row * self.width + column]
+    }
 }
 
 impl QuotaBook {
@@ -95,7 +125,7 @@ impl QuotaBook {
     /// rejects such queues before they get here).
     pub fn new<'a>(queues: impl IntoIterator<Item = (&'a str, &'a ClusterQueueSpec)>) -> QuotaBook {
         let mut book = Layout::default();
-        let mut usage = Vec::new();
+        let mut rows = 0usize;
         let queues: Vec<(&str, &ClusterQueueSpec)> = queues.into_iter().collect();
         for (_, spec) in &queues {
             for group in &spec.resource_groups {
@@ -149,7 +179,7 @@ impl QuotaBook {
                 }
             }
             book.limits.push(limits);
-            usage.push(vec![0; width]);
+            rows += 1;
             book.weight
                 .push(spec.fair_sharing.as_ref().map(fair_weight));
         }
@@ -158,7 +188,8 @@ impl QuotaBook {
             book.cohorts[id] = name;
         }
         book.pool = vec![vec![0; width]; book.cohorts.len()];
-        let pool_used = vec![vec![0; width]; book.cohorts.len()];
+        let pool_used = Grid::new(book.cohorts.len(), width);
+        let usage = Grid::new(rows, width);
         for q in 0..book.limits.len() {
             if let Some(c) = book.cohort_of[q] {
                 for (slot, l) in book.limits[q].iter().enumerate() {
@@ -195,12 +226,12 @@ impl QuotaBook {
         let Some(l) = self.layout.limits[q][slot] else {
             return 0;
         };
-        let used = self.usage[q][slot];
+        let used = self.usage[(q, slot)];
         match self.layout.cohort_of[q] {
             None => l.nominal.saturating_sub(used),
             Some(c) => {
                 let own = l.guaranteed().saturating_sub(used);
-                let pool_left = self.layout.pool[c][slot].saturating_sub(self.pool_used[c][slot]);
+                let pool_left = self.layout.pool[c][slot].saturating_sub(self.pool_used[(c, slot)]);
                 let mut available = own.saturating_add(pool_left);
                 if let Some(limit) = l.borrowing_limit {
                     available = available.min(l.nominal.saturating_add(limit).saturating_sub(used));
@@ -233,7 +264,7 @@ impl QuotaBook {
                     let nominal = self.layout.limits[q][slot].map_or(0, |l| l.nominal);
                     (
                         self.available(q, slot),
-                        nominal.saturating_sub(self.usage[q][slot]),
+                        nominal.saturating_sub(self.usage[(q, slot)]),
                     )
                 }
                 _ => (0, 0),
@@ -291,15 +322,15 @@ impl QuotaBook {
                 continue;
             };
             let guaranteed = self.layout.limits[q][slot].map_or(0, Limits::guaranteed);
-            let before = self.usage[q][slot];
+            let before = self.usage[(q, slot)];
             let after = if add {
                 before.saturating_add(amount.milli())
             } else {
                 before.saturating_sub(amount.milli())
             };
-            self.usage[q][slot] = after;
+            self.usage[(q, slot)] = after;
             if let Some(c) = self.layout.cohort_of[q] {
-                let pooled = &mut self.pool_used[c][slot];
+                let pooled = &mut self.pool_used[(c, slot)];
                 *pooled = pooled
                     .saturating_sub(before.saturating_sub(guaranteed))
                     .saturating_add(after.saturating_sub(guaranteed));
@@ -312,7 +343,7 @@ impl QuotaBook {
         let (Some(q), Some(slot)) = (self.queue(queue), self.slot(flavor, resource)) else {
             return (Amount::ZERO, Amount::ZERO);
         };
-        let used = self.usage[q][slot];
+        let used = self.usage[(q, slot)];
         let nominal = self.layout.limits[q][slot].map_or(0, |l| l.nominal);
         (
             Amount::from_milli(used),
@@ -327,7 +358,7 @@ impl QuotaBook {
         };
         self.layout.slots.get(flavor).is_some_and(|resources| {
             resources.values().any(|&slot| {
-                self.usage[q][slot] > self.layout.limits[q][slot].map_or(0, |l| l.nominal)
+                self.usage[(q, slot)] > self.layout.limits[q][slot].map_or(0, |l| l.nominal)
             })
         })
     }
@@ -350,9 +381,9 @@ impl QuotaBook {
             return 0;
         };
         let mut share: u128 = 0;
-        for slot in 0..self.usage[q].len() {
+        for slot in 0..self.usage.width {
             let nominal = self.layout.limits[q][slot].map_or(0, |l| l.nominal);
-            let borrowed = self.usage[q][slot].saturating_sub(nominal);
+            let borrowed = self.usage[(q, slot)].saturating_sub(nominal);
             let pool = self.layout.pool[c][slot];
             if borrowed > 0 && pool > 0 {
                 share = share.max(u128::from(borrowed) * 1000 / u128::from(pool));
@@ -386,8 +417,7 @@ impl QuotaBook {
 
     /// Whether no queue uses anything.
     pub fn is_idle(&self) -> bool {
-        self.usage.iter().flatten().all(|u| *u == 0)
-            && self.pool_used.iter().flatten().all(|u| *u == 0)
+        self.usage.cells.iter().all(|u| *u == 0) && self.pool_used.cells.iter().all(|u| *u == 0)
     }
 }
 

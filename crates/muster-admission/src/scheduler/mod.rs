@@ -92,6 +92,10 @@ impl Entry {
     }
 }
 
+/// A job id shared between the indexes a release order is built from: copying one copies a
+/// pointer, not the string.
+pub(super) type SharedId = Arc<str>;
+
 /// A job shape's pod sets and its index.
 type Shape = (Vec<PodSetRequest>, usize);
 
@@ -226,14 +230,15 @@ pub struct Scheduler {
     policy: Box<dyn Policy>,
     /// Jobs that hold capacity (every state but pending).
     holders: BTreeSet<JobId>,
-    /// Of those, the ones holding quota while capacity is bought for them.
-    provisioning: BTreeSet<JobId>,
+    /// Of those, the ones holding quota while capacity is bought for them. These four sets
+    /// hold shared ids: every reservation search's release order copies all of them.
+    provisioning: BTreeSet<SharedId>,
     /// Of those, the ones told to leave.
-    evicting: BTreeSet<JobId>,
+    evicting: BTreeSet<SharedId>,
     /// Admitted jobs with an expected runtime: (expected end, job).
-    ends: BTreeSet<(i64, JobId)>,
+    ends: BTreeSet<(i64, SharedId)>,
     /// Admitted jobs without one.
-    unending: BTreeSet<JobId>,
+    unending: BTreeSet<SharedId>,
     /// Admitted and evicting jobs per ClusterQueue: the jobs preemption may pick from.
     running_in: BTreeMap<String, BTreeSet<JobId>>,
     /// Waiting jobs per ClusterQueue, in queue order.
@@ -344,19 +349,19 @@ impl Scheduler {
     fn file(&mut self, id: &str, job: &Job, state: &JobState) {
         match state {
             JobState::Provisioning(_) => {
-                self.provisioning.insert(id.to_owned());
+                self.provisioning.insert(Arc::from(id));
             }
             JobState::Evicting(h) => {
-                self.evicting.insert(id.to_owned());
+                self.evicting.insert(Arc::from(id));
                 self.file_running(id, &h.cluster_queue);
             }
             JobState::Admitted(h) => {
                 match job.expected_runtime {
                     Some(r) => {
-                        self.ends.insert((h.since.saturating_add(r), id.to_owned()));
+                        self.ends.insert((h.since.saturating_add(r), Arc::from(id)));
                     }
                     None => {
-                        self.unending.insert(id.to_owned());
+                        self.unending.insert(Arc::from(id));
                     }
                 }
                 self.file_running(id, &h.cluster_queue);
@@ -400,7 +405,7 @@ impl Scheduler {
                 match job.expected_runtime {
                     Some(r) => {
                         self.ends
-                            .remove(&(h.since.saturating_add(r), id.to_owned()));
+                            .remove(&(h.since.saturating_add(r), Arc::from(id)));
                     }
                     None => {
                         self.unending.remove(id);

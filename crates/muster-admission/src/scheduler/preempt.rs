@@ -137,7 +137,7 @@ impl Scheduler {
         let related = |queue: &str| {
             queue == cq || (cohort.is_some() && self.quota.cohort(queue) == cohort.as_deref())
         };
-        let queue_of = |id: &JobId| match self.jobs.get(id).map(|e| &e.state) {
+        let queue_of = |id: &str| match self.jobs.get(id).map(|e| &e.state) {
             Some(JobState::Admitted(h) | JobState::Evicting(h)) => Some(h.cluster_queue.as_str()),
             _ => None,
         };
@@ -148,10 +148,11 @@ impl Scheduler {
             .running_in
             .iter()
             .filter(|(queue, _)| related(queue))
-            .flat_map(|(_, ids)| ids);
+            .flat_map(|(_, ids)| ids.iter().map(String::as_str));
         let leaving_elsewhere = self
             .evicting
             .iter()
+            .map(|id| &**id)
             .filter(|id| queue_of(id).is_some_and(|q| !related(q)));
         let mut candidates: Vec<Candidate> = Vec::new();
         for id in chosen.chain(leaving_elsewhere) {
@@ -186,7 +187,7 @@ impl Scheduler {
                     same_queue,
                     e.job.priority,
                     std::cmp::Reverse(h.since),
-                    id.clone(),
+                    id.to_owned(),
                 ));
             }
         }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use muster_api::Resources;
 use muster_topology::Constraint;
 
-use super::{Assignment, Blocked, Holding, JobState, Options, Scheduler};
+use super::{Assignment, Blocked, Holding, JobState, Options, Scheduler, SharedId};
 use crate::cluster::ClusterMark;
-use crate::job::{Job, JobId};
+use crate::job::Job;
 use crate::quota::QuotaBook;
 use crate::reservation::Reservation;
 
@@ -21,7 +21,7 @@ pub(super) struct ReleaseOrder {
     pub(super) ends: Vec<i64>,
     /// Every holder in release order: the timeline (as long as `ends`), then jobs without a
     /// known end.
-    pub(super) order: Vec<JobId>,
+    pub(super) order: Vec<SharedId>,
     /// Time → the quota book once every job on the timeline that ends by then is gone, as
     /// far as asked for.
     books: RefCell<BTreeMap<i64, QuotaBook>>,
@@ -45,7 +45,7 @@ impl Scheduler {
             if *end > t {
                 break;
             }
-            if let Some(e) = self.jobs.get(id)
+            if let Some(e) = self.jobs.get(&**id)
                 && let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
                     &e.state
             {
@@ -61,14 +61,14 @@ impl Scheduler {
     /// Admitted jobs with their expected end (now for jobs being evicted, and for jobs past
     /// their expected end), soonest first, then by id; jobs without an expected runtime never
     /// end as far as planning knows.
-    pub(super) fn release_timeline(&self, now: i64) -> Vec<(i64, JobId)> {
+    pub(super) fn release_timeline(&self, now: i64) -> Vec<(i64, SharedId)> {
         // Everything due now (being evicted, or overdue) ties at `now` and goes by id; the
         // rest of the expected ends are kept in order already.
         let overdue = self
             .ends
-            .range(..(now.saturating_add(1), String::new()))
+            .range(..(now.saturating_add(1), SharedId::from("")))
             .count();
-        let mut timeline: Vec<(i64, JobId)> =
+        let mut timeline: Vec<(i64, SharedId)> =
             Vec::with_capacity(self.evicting.len() + self.ends.len());
         timeline.extend(self.evicting.iter().map(|id| (now, id.clone())));
         timeline.extend(
@@ -87,12 +87,12 @@ impl Scheduler {
     pub(super) fn release_order(&self, now: i64) -> ReleaseOrder {
         let timeline = self.release_timeline(now);
         let mut ends = Vec::with_capacity(timeline.len());
-        let mut order: Vec<JobId> = Vec::with_capacity(self.holders.len());
+        let mut order: Vec<SharedId> = Vec::with_capacity(self.holders.len());
         for (end, id) in timeline {
             ends.push(end);
             order.push(id);
         }
-        let mut rest: Vec<JobId> = self
+        let mut rest: Vec<SharedId> = self
             .provisioning
             .iter()
             .chain(&self.unending)
@@ -119,9 +119,9 @@ impl Scheduler {
 
     /// Releases `ids` tentatively: their quota and, with `nodes`, their nodes (the caller
     /// restores the cluster mark and the quota book).
-    pub(super) fn release_tentatively(&mut self, ids: &[JobId], nodes: bool) {
+    pub(super) fn release_tentatively<S: AsRef<str>>(&mut self, ids: &[S], nodes: bool) {
         for id in ids {
-            if let Some(e) = self.jobs.get(id) {
+            if let Some(e) = self.jobs.get(id.as_ref()) {
                 if nodes {
                     e.release(&mut self.quota, &mut self.cluster);
                 } else {
@@ -133,11 +133,11 @@ impl Scheduler {
 
     /// Whether `job` fits once `ids` are gone; the assignment if so. Changes nothing. Without
     /// `opts.place` no check reads the nodes, so only the quota `ids` hold is released.
-    pub(super) fn fits_without(
+    pub(super) fn fits_without<S: AsRef<str>>(
         &mut self,
         cq: &str,
         job: &Job,
-        ids: &[JobId],
+        ids: &[S],
         opts: Options,
         now: i64,
         reservations: &[Reservation],
@@ -230,7 +230,7 @@ impl Scheduler {
         &mut self,
         cq: &str,
         job: &Job,
-        order: &[JobId],
+        order: &[SharedId],
         now: i64,
     ) -> Option<usize> {
         let opts = Options {
@@ -244,7 +244,7 @@ impl Scheduler {
         let cohort = self.quota.cohort(cq).map(str::to_owned);
         let mut found = None;
         for (i, id) in order.iter().enumerate() {
-            let Some(e) = self.jobs.get(id) else {
+            let Some(e) = self.jobs.get(&**id) else {
                 continue;
             };
             let shares = match &e.state {
@@ -274,7 +274,7 @@ impl Scheduler {
         &mut self,
         cq: &str,
         job: &Job,
-        order: &[JobId],
+        order: &[SharedId],
         exact: usize,
         now: i64,
         floor: usize,

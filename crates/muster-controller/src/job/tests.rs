@@ -289,6 +289,21 @@ impl World {
     }
 }
 
+/// The status once the pass that saw the gang Ready wrote Running (at 950).
+fn running_written(s: &mut GpuJobStatus) {
+    s.phase = Some(GpuJobPhase::Running);
+    s.start_time = Some(time(950));
+    crate::status::set_condition(
+        &mut s.conditions,
+        muster_api::gpujob::conditions::PODS_READY,
+        true,
+        "PodsReady",
+        "every pod of the gang is Ready",
+        Some(1),
+        &time(950),
+    );
+}
+
 fn backoff(until: i64) -> PendingReason {
     PendingReason {
         kind: PendingReasonKind::Backoff,
@@ -359,19 +374,10 @@ fn every_situation_gives_its_step() {
         ),
         (
             "Running already written: nothing to do",
-            World::new().admitted().running().with_status(|s| {
-                s.phase = Some(GpuJobPhase::Running);
-                s.start_time = Some(time(950));
-                crate::status::set_condition(
-                    &mut s.conditions,
-                    muster_api::gpujob::conditions::PODS_READY,
-                    true,
-                    "PodsReady",
-                    "every pod of the gang is Ready",
-                    Some(1),
-                    &time(950),
-                );
-            }),
+            World::new()
+                .admitted()
+                .running()
+                .with_status(running_written),
             "Running · holds",
         ),
         (
@@ -504,19 +510,7 @@ fn every_situation_gives_its_step() {
                 .admitted()
                 .running()
                 .with_job(|j| j.metadata.finalizers = None)
-                .with_status(|s| {
-                    s.phase = Some(GpuJobPhase::Running);
-                    s.start_time = Some(time(950));
-                    crate::status::set_condition(
-                        &mut s.conditions,
-                        muster_api::gpujob::conditions::PODS_READY,
-                        true,
-                        "PodsReady",
-                        "every pod of the gang is Ready",
-                        Some(1),
-                        &time(950),
-                    );
-                }),
+                .with_status(running_written),
             "Running · AddFinalizer · holds",
         ),
         (

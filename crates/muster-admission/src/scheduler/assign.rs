@@ -1,6 +1,7 @@
 //! Flavor assignment: quota first, then nodes, for every pod set of a job.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use muster_api::Resources;
 use muster_api::cluster_queue::ResourceGroup;
@@ -90,7 +91,7 @@ impl Scheduler {
         job: &Job,
         opts: Options,
     ) -> Result<Assignment, Blocked> {
-        let Some(spec) = self.queues.get(cq).map(|q| q.spec.clone()) else {
+        let Some(spec) = self.queues.get(cq).map(|q| Arc::clone(&q.spec)) else {
             return Err(Blocked::NotCovered {
                 pod_set: String::new(),
                 resources: Vec::new(),

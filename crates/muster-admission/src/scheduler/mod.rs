@@ -101,7 +101,8 @@ type Shape = (Vec<PodSetRequest>, usize);
 
 #[derive(Clone, Debug)]
 struct QueueConfig {
-    spec: ClusterQueueSpec,
+    /// Shared: every assignment attempt holds it while it books (no copy per attempt).
+    spec: Arc<ClusterQueueSpec>,
     invalid: Option<String>,
 }
 
@@ -282,14 +283,20 @@ impl Scheduler {
                 let invalid = errors
                     .first()
                     .map(|e| format!("ClusterQueue {name} is invalid: {}: {}", e.path, e.message));
-                (name, QueueConfig { spec, invalid })
+                (
+                    name,
+                    QueueConfig {
+                        spec: Arc::new(spec),
+                        invalid,
+                    },
+                )
             })
             .collect();
         let quota = QuotaBook::new(
             queues
                 .iter()
                 .filter(|(_, q)| q.invalid.is_none())
-                .map(|(n, q)| (n.as_str(), &q.spec)),
+                .map(|(n, q)| (n.as_str(), &*q.spec)),
         );
         Scheduler {
             cluster,

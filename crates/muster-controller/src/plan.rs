@@ -60,7 +60,7 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     changes.sort();
     changes.dedup();
     plan.summary.considered = seats.queued();
-    let mut pending_now: BTreeMap<(String, String), i64> = seats
+    let pending_now: BTreeMap<(String, String), i64> = seats
         .backing_off()
         .map(|(queue, n)| {
             let n = i64::try_from(n).unwrap_or(i64::MAX);
@@ -120,7 +120,7 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     } else {
         plan.summary.pending = state.seats.pending.clone().unwrap_or_default();
     }
-    for (key, n) in std::mem::take(&mut pending_now) {
+    for (key, n) in pending_now {
         *plan.summary.pending.entry(key).or_default() += n;
     }
 

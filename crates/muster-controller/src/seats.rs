@@ -21,8 +21,8 @@ pub(crate) struct Seat {
     pub(crate) in_cycle: InCycle,
     /// The job as admission reads it, when the cycle sees it at all (queued or holding).
     pub(crate) job: Option<Job>,
-    /// Its ClusterQueue's attempt while it holds capacity (its pods of that attempt are
-    /// booked through its holding).
+    /// The job's attempt (its status's `requeueCount`) while it holds capacity: its pods of
+    /// that attempt are booked through its holding.
     pub(crate) attempt: i32,
 }
 

@@ -826,3 +826,40 @@ fn a_pass_settles_only_the_jobs_whose_inputs_changed() {
         pass.actions
     );
 }
+
+#[test]
+fn quiet_passes_explain_waiting_jobs_again_within_the_refresh_interval() {
+    let mut index = cluster(32, vec![job("a", 2, 0), job("b", 2, 1), job("c", 2, 2)]);
+    let mut t = 10;
+    let mut last_explained = t;
+    loop {
+        let pass = plan(&mut index, at(t));
+        land_all(&mut index, &pass.actions, t);
+        if pass.summary.explained {
+            last_explained = t;
+        }
+        t += 1;
+        if pass.actions.is_empty() {
+            break;
+        }
+        assert!(t < 20, "passes never settle");
+    }
+    // Nothing happens from here on: passes stay quiet, but never for longer than the
+    // interval after which a waiting job's reason is worked out again.
+    let refresh = muster_admission::REASONS_REFRESH_SECONDS;
+    let mut quiet = 0;
+    for now in t..t + 3 * refresh {
+        let pass = plan(&mut index, at(now));
+        assert!(pass.actions.is_empty(), "at {now}: {:#?}", pass.actions);
+        if pass.summary.explained {
+            last_explained = now;
+        } else {
+            quiet += 1;
+            assert!(
+                now - last_explained < refresh,
+                "at {now}: reasons last read at {last_explained}"
+            );
+        }
+    }
+    assert!(quiet > refresh, "only {quiet} quiet passes");
+}

@@ -171,7 +171,7 @@ impl Step {
                     ..
                 } => format!("JobStatus({}, {})", phase_name(status), event.reason),
                 Action::JobStatus { status, .. } => format!("JobStatus({})", phase_name(status)),
-                other => crate::action::Action::kind(other).to_owned(),
+                other => other.kind().to_owned(),
             });
         }
         parts.push(match &self.in_cycle {

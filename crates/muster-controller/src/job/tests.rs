@@ -599,18 +599,7 @@ fn every_situation_gives_its_step() {
         ),
         (
             "provisioning, its ClusterQueue no longer buys capacity: the request is given up",
-            World::new().with_status(|s| {
-                s.admission = Some(muster_api::gpujob::Admission {
-                    cluster_queue: "research".to_owned(),
-                    pod_sets: vec![muster_api::gpujob::PodSetAssignment {
-                        name: "workers".to_owned(),
-                        flavor: "h100".to_owned(),
-                        ..Default::default()
-                    }],
-                });
-                s.provisioning_request = Some("train-workers-1".to_owned());
-                s.provisioning_attempts = 1;
-            }),
+            World::new().provisioning(1),
             "Provisioning · unprovision · JobStatus(Queued, ProvisioningStopped) · out",
         ),
     ];

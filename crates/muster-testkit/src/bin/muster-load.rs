@@ -7,6 +7,11 @@
 //! `muster-load api-floor --kube-bin DIR` measures how fast a fresh API server on this
 //! machine takes pod creates and patches, with nothing else running: the floor under the
 //! baseline's figures.
+//!
+//! `muster-load chaos --kube-bin DIR --out DIR --seed N` runs a mixed workload through three
+//! `muster controller` replicas while replicas are killed, API requests fail, nodes die and
+//! the control plane restarts, and checks every promise of a gang queue from the API server's
+//! side; `summary.json` lists the faults and every violation found.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,6 +21,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use muster_testkit::load::api_floor::{FloorOptions, measure};
 use muster_testkit::load::baseline::Baseline;
+use muster_testkit::load::chaos::{self, ChaosOptions};
 use muster_testkit::load::kueue_baseline::{RunOptions, run};
 
 #[derive(Debug, Parser)]
@@ -44,6 +50,52 @@ enum Command {
         nodes: u32,
         /// Give up after this many seconds.
         #[arg(long, default_value_t = 1800)]
+        timeout: u64,
+    },
+    /// Kill -9 of replicas, API faults, node deaths and control-plane restarts under a mixed
+    /// workload, with an independent invariant checker.
+    Chaos {
+        /// The control-plane binaries; default $MUSTER_KUBE_BIN.
+        #[arg(long, env = "MUSTER_KUBE_BIN")]
+        kube_bin: PathBuf,
+        /// Where summary.json and the replicas' logs go.
+        #[arg(long)]
+        out: PathBuf,
+        /// The muster binary (default: the workspace's release build, built if missing).
+        #[arg(long)]
+        muster: Option<PathBuf>,
+        /// The seed of the workload, the faults and the kills.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Jobs to submit.
+        #[arg(long, default_value_t = 1000)]
+        jobs: usize,
+        /// Seconds over which the jobs arrive.
+        #[arg(long, default_value_t = 480)]
+        span: u64,
+        /// Blocks of 8 nodes with 8 GPUs each.
+        #[arg(long, default_value_t = 6)]
+        blocks: u32,
+        /// Controller replicas.
+        #[arg(long, default_value_t = 3)]
+        replicas: usize,
+        /// Share of API requests answered with a fault.
+        #[arg(long, default_value_t = 0.1)]
+        fault_rate: f64,
+        /// Mean seconds between two kills of a replica.
+        #[arg(long, default_value_t = 15.0)]
+        kill_every: f64,
+        /// Mean seconds between two node deaths.
+        #[arg(long, default_value_t = 30.0)]
+        node_death_every: f64,
+        /// Do not restart kube-apiserver and etcd mid-run.
+        #[arg(long)]
+        no_control_plane_restarts: bool,
+        /// Skip the fault-free run of the same seed.
+        #[arg(long)]
+        no_baseline: bool,
+        /// Give up on a run after this many seconds.
+        #[arg(long, default_value_t = 3600)]
         timeout: u64,
     },
     /// The API server's write rate on this machine, with nothing else running.
@@ -100,6 +152,56 @@ fn main_inner() -> anyhow::Result<()> {
             nodes,
             timeout,
         } => kueue_baseline(kube_bin, out, muster, scale, nodes, timeout),
+        Command::Chaos {
+            kube_bin,
+            out,
+            muster,
+            seed,
+            jobs,
+            span,
+            blocks,
+            replicas,
+            fault_rate,
+            kill_every,
+            node_death_every,
+            no_control_plane_restarts,
+            no_baseline,
+            timeout,
+        } => {
+            let muster = match muster {
+                Some(path) => path,
+                None => release_build()?,
+            };
+            let options = ChaosOptions {
+                kube_bin,
+                out,
+                muster,
+                seed,
+                jobs,
+                span: Duration::from_secs(span),
+                blocks,
+                replicas,
+                fault_rate,
+                kill_every: Duration::from_secs_f64(kill_every.max(0.1)),
+                node_death_every: Duration::from_secs_f64(node_death_every.max(0.1)),
+                restart_control_plane: !no_control_plane_restarts,
+                baseline: !no_baseline,
+                timeout: Duration::from_secs(timeout),
+            };
+            let summary = until_interrupted(chaos::run(&options))?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&summary).context("encoding the summary")?
+            );
+            eprintln!("wrote {}", options.out.join("summary.json").display());
+            anyhow::ensure!(
+                summary.violation_list.is_empty() && summary.panics == 0,
+                "{} violations, {} panics",
+                summary.violation_list.len(),
+                summary.panics
+            );
+            Ok(())
+        }
         Command::ApiFloor {
             kube_bin,
             objects,

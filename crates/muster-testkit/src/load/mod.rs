@@ -3,6 +3,7 @@
 
 pub mod api_floor;
 pub mod baseline;
+pub mod chaos;
 pub mod kueue_baseline;
 pub mod process_stats;
 pub mod recorder;

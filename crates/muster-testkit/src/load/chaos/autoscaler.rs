@@ -1,0 +1,265 @@
+//! The cluster autoscaler, played by the kit: each new ProvisioningRequest is answered after a
+//! few seconds, either `Failed` (a stock-out, one in ten) or with a new block of nodes — one
+//! 8-GPU node per pod, labelled for the bought flavor — and `Provisioned`. When a request is
+//! deleted, its nodes go too.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use muster_api::ProvisioningRequest;
+use muster_sim::trace::Rng;
+use serde::Serialize;
+use serde_json::json;
+
+use super::workload::{BURST_FLAVOR, gpu_node};
+use crate::nodes::create_node;
+
+/// What the autoscaler did.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoscalerStats {
+    /// Requests seen.
+    pub requests: u64,
+    /// Requests answered Provisioned.
+    pub provisioned: u64,
+    /// Requests answered Failed.
+    pub failed: u64,
+    /// Nodes created.
+    pub nodes_created: u64,
+    /// Nodes deleted after their request went.
+    pub nodes_deleted: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    provisioned: AtomicU64,
+    failed: AtomicU64,
+    nodes_created: AtomicU64,
+    nodes_deleted: AtomicU64,
+}
+
+/// The running autoscaler; dropping it stops it.
+pub struct Autoscaler {
+    counters: Arc<Counters>,
+    pending: Arc<Mutex<BTreeMap<String, bool>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Autoscaler {
+    /// Starts answering requests through `client`; `seed` fixes each request's answer.
+    pub fn start(client: Client, seed: u64) -> Autoscaler {
+        let counters = Arc::new(Counters::default());
+        let pending = Arc::new(Mutex::new(BTreeMap::new()));
+        let task = tokio::spawn(run(
+            client,
+            seed,
+            Arc::clone(&counters),
+            Arc::clone(&pending),
+        ));
+        Autoscaler {
+            counters,
+            pending,
+            task,
+        }
+    }
+
+    /// Requests not yet answered.
+    pub fn unanswered(&self) -> usize {
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .filter(|answered| !**answered)
+            .count()
+    }
+
+    /// What it did so far.
+    pub fn stats(&self) -> AutoscalerStats {
+        let c = &self.counters;
+        AutoscalerStats {
+            requests: c.requests.load(Ordering::Relaxed),
+            provisioned: c.provisioned.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            nodes_created: c.nodes_created.load(Ordering::Relaxed),
+            nodes_deleted: c.nodes_deleted.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Autoscaler {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn run(
+    client: Client,
+    seed: u64,
+    counters: Arc<Counters>,
+    pending: Arc<Mutex<BTreeMap<String, bool>>>,
+) {
+    let api: Api<ProvisioningRequest> = Api::all(client.clone());
+    let mut events =
+        std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+    let mut known: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Apply(request) | watcher::Event::InitApply(request)) => {
+                let (Some(namespace), Some(name)) = (
+                    request.metadata.namespace.clone(),
+                    request.metadata.name.clone(),
+                ) else {
+                    continue;
+                };
+                let key = format!("{namespace}/{name}");
+                let answered = request
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| !s.conditions.is_empty());
+                if known.contains_key(&key) || answered {
+                    continue;
+                }
+                counters.requests.fetch_add(1, Ordering::Relaxed);
+                pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(key.clone(), false);
+                let pods: i32 = request.spec.pod_sets.iter().map(|s| s.count).sum();
+                let task = tokio::spawn(answer(
+                    client.clone(),
+                    namespace,
+                    name,
+                    u32::try_from(pods).unwrap_or(0),
+                    seed ^ fnv(&key),
+                    Arc::clone(&counters),
+                    Arc::clone(&pending),
+                ));
+                known.insert(key, task);
+            }
+            Ok(watcher::Event::Delete(request)) => {
+                let (Some(namespace), Some(name)) = (
+                    request.metadata.namespace.clone(),
+                    request.metadata.name.clone(),
+                ) else {
+                    continue;
+                };
+                let key = format!("{namespace}/{name}");
+                if let Some(task) = known.remove(&key) {
+                    task.abort();
+                }
+                pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&key);
+                tokio::spawn(scale_down(
+                    client.clone(),
+                    node_prefix(&namespace, &name),
+                    Arc::clone(&counters),
+                ));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The names of a request's nodes start with this.
+fn node_prefix(namespace: &str, name: &str) -> String {
+    format!("pr-{namespace}-{name}-")
+}
+
+async fn answer(
+    client: Client,
+    namespace: String,
+    name: String,
+    pods: u32,
+    seed: u64,
+    counters: Arc<Counters>,
+    pending: Arc<Mutex<BTreeMap<String, bool>>>,
+) {
+    let mut rng = Rng::new(seed);
+    tokio::time::sleep(Duration::from_millis(2_000 + rng.next_u64() % 3_000)).await;
+    let stock_out = rng.unit() <= 0.1;
+    let prefix = node_prefix(&namespace, &name);
+    if !stock_out {
+        for i in 0..pods {
+            let spec = gpu_node(
+                &format!("{prefix}{i}"),
+                BURST_FLAVOR,
+                prefix.trim_end_matches('-'),
+            );
+            // The node may exist from an answer cut short: it is the same node.
+            if create_node(&client, &spec).await.is_ok() {
+                counters.nodes_created.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    let (type_, message) = if stock_out {
+        ("Failed", "stock-out in the zone")
+    } else {
+        ("Provisioned", "capacity is ready")
+    };
+    let status = json!({"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+        "status": {"conditions": [{"type": type_, "status": "True", "reason": "Chaos",
+            "message": message,
+            "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string()}]}});
+    let requests: Api<ProvisioningRequest> = Api::namespaced(client, &namespace);
+    for _ in 0..20 {
+        match requests
+            .patch_status(
+                &name,
+                &PatchParams::apply("muster-chaos-autoscaler").force(),
+                &Patch::Apply(&status),
+            )
+            .await
+        {
+            Ok(_) => {
+                let counter = if stock_out {
+                    &counters.failed
+                } else {
+                    &counters.provisioned
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(format!("{namespace}/{name}"), true);
+                return;
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => return,
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+async fn scale_down(client: Client, prefix: String, counters: Arc<Counters>) {
+    // Give the gang's pods a moment to go first, as a real autoscaler waits for idle nodes.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let nodes: Api<Node> = Api::all(client);
+    let Ok(list) = nodes.list(&kube::api::ListParams::default()).await else {
+        return;
+    };
+    for node in list {
+        let Some(name) = node.metadata.name else {
+            continue;
+        };
+        if name.starts_with(&prefix) && nodes.delete(&name, &DeleteParams::default()).await.is_ok()
+        {
+            counters.nodes_deleted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// FNV-1a of `text`: a stable per-request seed.
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}

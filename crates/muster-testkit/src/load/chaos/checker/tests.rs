@@ -1,0 +1,200 @@
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Pod;
+use muster_api::GpuJob;
+use serde_json::json;
+
+use super::{Checker, Limits, ViolationKind};
+
+fn pod(name: &str, attempt: u32, gated: bool, phase: &str, gpus: u32) -> Pod {
+    let scheduling_gates = if gated {
+        json!([{"name": "muster.dev/admission"}])
+    } else {
+        json!([])
+    };
+    let value = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ns",
+            "labels": {"muster.dev/job-name": "j", "muster.dev/attempt": attempt.to_string()},
+            "annotations": {"muster.dev/cluster-queue": "a"}},
+        "spec": {"schedulingGates": scheduling_gates, "containers": [{"name": "main",
+            "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]},
+        "status": {"phase": phase}});
+    match serde_json::from_value(value) {
+        Ok(pod) => pod,
+        Err(e) => unreachable!("fixture pod: {e}"),
+    }
+}
+
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "fixtures read better with json! inline"
+)]
+fn job(name: &str, pods: u32, gpus: u32, status: serde_json::Value) -> GpuJob {
+    let value = json!({"apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"queueName": "a", "podSets": [{"name": "w", "count": pods,
+            "template": {"spec": {"containers": [{"name": "main",
+                "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]}}}]},
+        "status": status});
+    match serde_json::from_value(value) {
+        Ok(job) => job,
+        Err(e) => unreachable!("fixture job: {e}"),
+    }
+}
+
+fn limits() -> Limits {
+    let mut limits = Limits::default();
+    limits.queues.insert("a".into(), (Some("c".into()), 16));
+    limits.queues.insert("b".into(), (Some("c".into()), 16));
+    limits.cohorts.insert("c".into(), 16);
+    limits
+}
+
+fn kinds(checker: &Checker) -> Vec<ViolationKind> {
+    checker.violations().iter().map(|v| v.kind).collect()
+}
+
+#[test]
+fn a_gate_lifted_before_the_whole_gang_exists_is_a_violation() {
+    let mut checker = Checker::new(limits(), BTreeSet::new());
+    checker.job(&job("j", 2, 1, json!({})), 0.0);
+    checker.pod(&pod("p0", 0, true, "Pending", 1), 1.0);
+    checker.pod(&pod("p0", 0, false, "Pending", 1), 2.0);
+    assert_eq!(kinds(&checker), [ViolationKind::GateLiftedOnPartialGang]);
+
+    let mut whole = Checker::new(limits(), BTreeSet::new());
+    whole.pod(&pod("p0", 0, true, "Pending", 1), 1.0);
+    whole.pod(&pod("p1", 0, true, "Pending", 1), 1.0);
+    whole.pod(&pod("p0", 0, false, "Pending", 1), 2.0);
+    whole.pod(&pod("p1", 0, false, "Pending", 1), 2.0);
+    // The job is seen after its pods: the lifts are judged then.
+    whole.job(&job("j", 2, 1, json!({})), 3.0);
+    assert_eq!(kinds(&whole), []);
+}
+
+#[test]
+fn pods_of_two_attempts_live_at_once_are_a_violation_once() {
+    let mut checker = Checker::new(limits(), BTreeSet::new());
+    checker.job(&job("j", 1, 1, json!({})), 0.0);
+    checker.pod(&pod("p0", 0, false, "Running", 1), 1.0);
+    checker.pod(&pod("q0", 1, true, "Pending", 1), 2.0);
+    checker.pod(&pod("q0", 1, true, "Pending", 1), 2.5);
+    assert_eq!(kinds(&checker), [ViolationKind::TwoAttemptsLive]);
+
+    let mut clean = Checker::new(limits(), BTreeSet::new());
+    clean.job(&job("j", 1, 1, json!({})), 0.0);
+    clean.pod(&pod("p0", 0, false, "Running", 1), 1.0);
+    clean.pod(&pod("p0", 0, false, "Failed", 1), 2.0);
+    clean.pod(&pod("q0", 1, true, "Pending", 1), 3.0);
+    clean.pod_gone("ns/p0");
+    clean.pod(&pod("q0", 1, false, "Running", 1), 4.0);
+    assert_eq!(kinds(&clean), []);
+}
+
+#[test]
+fn live_pods_over_a_queue_or_cohort_quota_are_a_violation_per_excursion() {
+    let mut checker = Checker::new(limits(), BTreeSet::new());
+    checker.job(&job("j", 3, 8, json!({})), 0.0);
+    checker.pod(&pod("p0", 0, true, "Pending", 8), 1.0);
+    checker.pod(&pod("p1", 0, true, "Pending", 8), 1.0);
+    assert_eq!(kinds(&checker), []);
+    checker.pod(&pod("p2", 0, true, "Pending", 8), 1.0);
+    assert_eq!(
+        kinds(&checker),
+        [ViolationKind::PodsOverQuota, ViolationKind::PodsOverQuota],
+        "{:?}",
+        checker.violations()
+    );
+    checker.pod(&pod("p2", 0, true, "Pending", 8), 1.5);
+    assert_eq!(checker.violations().len(), 2, "one excursion, one report");
+    checker.pod_gone("ns/p2");
+    checker.pod(&pod("p3", 0, true, "Pending", 8), 2.0);
+    assert_eq!(checker.violations().len(), 4, "a second excursion");
+}
+
+#[test]
+fn admitted_jobs_over_quota_are_a_violation() {
+    let mut checker = Checker::new(limits(), BTreeSet::new());
+    let admitted = json!({"phase": "Admitted",
+        "admission": {"clusterQueue": "a", "podSets": []}});
+    checker.job(&job("j", 2, 8, admitted.clone()), 0.0);
+    assert_eq!(kinds(&checker), []);
+    checker.job(&job("k", 1, 8, admitted), 1.0);
+    assert!(kinds(&checker).contains(&ViolationKind::AdmittedOverQuota));
+    // A job that ended no longer counts.
+    let mut ended = Checker::new(limits(), BTreeSet::new());
+    ended.job(
+        &job(
+            "j",
+            2,
+            8,
+            json!({"phase": "Admitted", "admission": {"clusterQueue": "a", "podSets": []}}),
+        ),
+        0.0,
+    );
+    ended.job(
+        &job(
+            "j",
+            2,
+            8,
+            json!({"phase": "Succeeded", "admission": {"clusterQueue": "a", "podSets": []}}),
+        ),
+        1.0,
+    );
+    ended.job(
+        &job(
+            "k",
+            2,
+            8,
+            json!({"phase": "Admitted", "admission": {"clusterQueue": "a", "podSets": []}}),
+        ),
+        2.0,
+    );
+    assert_eq!(kinds(&ended), []);
+}
+
+#[test]
+fn a_job_that_ends_twice_or_comes_back_is_a_violation() {
+    let mut checker = Checker::new(limits(), BTreeSet::new());
+    let done = |at: &str| {
+        json!({"phase": "Succeeded", "completionTime": at,
+            "conditions": [{"type": "Finished", "status": "True", "reason": "Succeeded",
+                "message": "", "lastTransitionTime": at}]})
+    };
+    checker.job(&job("j", 1, 1, done("2026-01-01T00:00:00Z")), 1.0);
+    checker.job(&job("j", 1, 1, done("2026-01-01T00:00:00Z")), 2.0);
+    assert_eq!(kinds(&checker), []);
+    checker.job(&job("j", 1, 1, json!({"phase": "Running"})), 3.0);
+    checker.job(&job("j", 1, 1, done("2026-01-01T00:01:00Z")), 4.0);
+    assert_eq!(
+        kinds(&checker),
+        [ViolationKind::EndedTwice, ViolationKind::EndedTwice]
+    );
+}
+
+#[test]
+fn the_end_reports_jobs_that_never_ended_or_failed_unexpectedly() {
+    let failed = |reason: &str| {
+        json!({"phase": "Failed", "completionTime": "2026-01-01T00:00:00Z",
+            "conditions": [{"type": "Finished", "status": "True", "reason": reason,
+                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+    };
+    let mut checker = Checker::new(limits(), BTreeSet::from(["ns/meant".to_owned()]));
+    checker.job(&job("waiting", 1, 1, json!({"phase": "Queued"})), 0.0);
+    checker.job(&job("meant", 1, 1, failed("BackoffLimitExceeded")), 0.0);
+    checker.job(&job("broke", 1, 1, failed("BackoffLimitExceeded")), 0.0);
+    checker.finish(9.0);
+    let found: Vec<(ViolationKind, &str)> = checker
+        .violations()
+        .iter()
+        .map(|v| (v.kind, v.object.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (ViolationKind::UnexpectedFailure, "GpuJob/ns/broke"),
+            (ViolationKind::NeverEnded, "GpuJob/ns/waiting"),
+        ]
+    );
+    assert_eq!(checker.ends().get("Failed/BackoffLimitExceeded"), Some(&2));
+}

@@ -1,0 +1,342 @@
+//! The chaos run's workload, all drawn from one seed: blocks of 8-GPU nodes, three
+//! ClusterQueues that lend and borrow in a cohort (with preemption), one ClusterQueue that buys
+//! its capacity through ProvisioningRequests, and jobs of 1 to 16 pods in one block at three
+//! priorities, some built to fail.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use muster_api::{ClusterQueue, GpuJob, LocalQueue, ResourceFlavor};
+use muster_sim::trace::Rng;
+use serde_json::{Value, json};
+
+use super::checker::Limits;
+use crate::kubelet::{EXIT_CODE_ANNOTATION, RUN_ANNOTATION};
+use crate::nodes::NodeSpec;
+
+/// The node label the flavors select on.
+pub const GPU_LABEL: &str = "chaos.muster.dev/gpu";
+/// The node label naming a node's block (the topology level gangs must fit in).
+pub const BLOCK_LABEL: &str = "chaos.muster.dev/block";
+/// The flavor of the cohort's nodes.
+pub const FLAVOR: &str = "h100";
+/// The flavor of bought nodes.
+pub const BURST_FLAVOR: &str = "h100-burst";
+/// The ClusterQueue (and namespace, and LocalQueue) that buys capacity.
+pub const BURST_QUEUE: &str = "burst";
+/// The cohort of the lending queues.
+pub const COHORT: &str = "research";
+/// GPUs per node.
+pub const NODE_GPUS: u32 = 8;
+/// Nodes per block.
+pub const BLOCK_NODES: u32 = 8;
+/// The field manager of the run's own writes.
+const MANAGER: &str = "muster-chaos";
+
+/// One job to submit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobDef {
+    /// Namespace (also its LocalQueue's and ClusterQueue's name).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// When to submit it, from the start of the run.
+    pub at: Duration,
+    /// Pods in the gang.
+    pub pods: u32,
+    /// GPUs per pod.
+    pub gpus: u32,
+    /// Priority: 0, 100 or 1000.
+    pub priority: i32,
+    /// How long each pod runs.
+    pub run: Duration,
+    /// Every pod exits 1: the job must end Failed.
+    pub fails: bool,
+}
+
+impl JobDef {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The GpuJob.
+    pub fn object(&self) -> anyhow::Result<GpuJob> {
+        let mut annotations = json!({RUN_ANNOTATION: self.run.as_millis().to_string()});
+        if self.fails {
+            annotations[EXIT_CODE_ANNOTATION] = json!("1");
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {"queueName": self.namespace, "priority": self.priority,
+                "backoffLimit": if self.fails { 1 } else { 20 },
+                "podSets": [{"name": "workers", "count": self.pods,
+                    "topology": {"required": BLOCK_LABEL},
+                    "template": {"metadata": {"annotations": annotations},
+                        "spec": {"restartPolicy": "Never", "containers": [{
+                            "name": "main", "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"limits": {"nvidia.com/gpu": self.gpus.to_string()}}}]}}}]}}))
+        .with_context(|| format!("building job {}", self.key()))
+    }
+}
+
+/// A ClusterQueue of the run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueDef {
+    /// Its name, its namespace's and its LocalQueue's.
+    pub name: String,
+    /// The cohort, if it lends and borrows.
+    pub cohort: Option<String>,
+    /// Nominal GPUs.
+    pub nominal: u32,
+    /// GPUs it may borrow.
+    pub borrowing: u32,
+    /// Whether it buys capacity through ProvisioningRequests.
+    pub provisioning: bool,
+}
+
+/// Everything a run creates.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Workload {
+    /// Blocks of [`BLOCK_NODES`] nodes in the cohort's flavor.
+    pub blocks: u32,
+    /// The ClusterQueues.
+    pub queues: Vec<QueueDef>,
+    /// The jobs, by submission time.
+    pub jobs: Vec<JobDef>,
+}
+
+impl Workload {
+    /// `jobs` jobs arriving over `span` (Poisson), on `blocks` blocks, from `seed`.
+    pub fn generate(seed: u64, jobs: usize, span: Duration, blocks: u32) -> Workload {
+        let mut rng = Rng::new(seed);
+        let share = blocks * BLOCK_NODES * NODE_GPUS / 3;
+        let mut queues: Vec<QueueDef> = (0..3)
+            .map(|i| QueueDef {
+                name: format!("team-{i}"),
+                cohort: Some(COHORT.to_owned()),
+                nominal: share,
+                borrowing: share / 2,
+                provisioning: false,
+            })
+            .collect();
+        queues.push(QueueDef {
+            name: BURST_QUEUE.to_owned(),
+            cohort: None,
+            nominal: 2 * BLOCK_NODES * NODE_GPUS,
+            borrowing: 0,
+            provisioning: true,
+        });
+        #[expect(clippy::cast_precision_loss, reason = "a mean gap in seconds")]
+        let gap = span.as_secs_f64() / jobs.max(1) as f64;
+        let mut at = 0.0;
+        let jobs = (0..jobs)
+            .map(|index| {
+                at += rng.exponential(gap);
+                let namespace = if rng.unit() <= 0.15 {
+                    BURST_QUEUE.to_owned()
+                } else {
+                    format!("team-{}", rng.next_u64() % 3)
+                };
+                let (pods, gpus) = gang(&mut rng);
+                let priority = match rng.unit() {
+                    p if p <= 0.6 => 0,
+                    p if p <= 0.9 => 100,
+                    _ => 1000,
+                };
+                let run = Duration::from_millis(2_000 + rng.next_u64() % 13_000);
+                let fails = rng.unit() <= 0.03;
+                JobDef {
+                    namespace,
+                    name: format!("j-{index:05}"),
+                    at: Duration::from_secs_f64(at),
+                    pods,
+                    gpus,
+                    priority,
+                    run,
+                    fails,
+                }
+            })
+            .collect();
+        Workload {
+            blocks,
+            queues,
+            jobs,
+        }
+    }
+
+    /// The jobs built to fail.
+    pub fn meant_to_fail(&self) -> BTreeSet<String> {
+        self.jobs
+            .iter()
+            .filter(|j| j.fails)
+            .map(JobDef::key)
+            .collect()
+    }
+
+    /// The quota limits the checker holds the cluster to.
+    pub fn limits(&self) -> Limits {
+        let mut limits = Limits::default();
+        for queue in &self.queues {
+            limits.queues.insert(
+                queue.name.clone(),
+                (
+                    queue.cohort.clone(),
+                    i64::from(queue.nominal + queue.borrowing),
+                ),
+            );
+            if let Some(cohort) = &queue.cohort {
+                *limits.cohorts.entry(cohort.clone()).or_default() += i64::from(queue.nominal);
+            }
+        }
+        limits
+    }
+
+    /// The cohort's nodes: `b{block}-n{node}`.
+    pub fn nodes(&self) -> Vec<NodeSpec> {
+        (0..self.blocks)
+            .flat_map(|b| (0..BLOCK_NODES).map(move |n| (b, n)))
+            .map(|(b, n)| gpu_node(&format!("b{b}-n{n}"), FLAVOR, &format!("b{b}")))
+            .collect()
+    }
+
+    /// The namespaces, flavors, ClusterQueues and LocalQueues.
+    pub async fn apply_queues(&self, client: &Client) -> anyhow::Result<()> {
+        for (flavor, gpu) in [(FLAVOR, FLAVOR), (BURST_FLAVOR, BURST_FLAVOR)] {
+            apply(
+                &Api::<ResourceFlavor>::all(client.clone()),
+                flavor,
+                json!({"apiVersion": "muster.dev/v1alpha1", "kind": "ResourceFlavor",
+                    "metadata": {"name": flavor},
+                    "spec": {"nodeLabels": {GPU_LABEL: gpu},
+                             "topologyLevels": [BLOCK_LABEL, "kubernetes.io/hostname"]}}),
+            )
+            .await?;
+        }
+        for queue in &self.queues {
+            apply(
+                &Api::<Namespace>::all(client.clone()),
+                &queue.name,
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": queue.name}}),
+            )
+            .await?;
+            apply(
+                &Api::<ClusterQueue>::all(client.clone()),
+                &queue.name,
+                cluster_queue(queue),
+            )
+            .await?;
+            apply(
+                &Api::<LocalQueue>::namespaced(client.clone(), &queue.name),
+                &queue.name,
+                json!({"apiVersion": "muster.dev/v1alpha1", "kind": "LocalQueue",
+                       "metadata": {"name": queue.name, "namespace": queue.name},
+                       "spec": {"clusterQueue": queue.name}}),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// A node of `flavor` with [`NODE_GPUS`] GPUs in `block`.
+pub fn gpu_node(name: &str, flavor: &str, block: &str) -> NodeSpec {
+    NodeSpec::new(name)
+        .label(GPU_LABEL, flavor)
+        .label(BLOCK_LABEL, block)
+        .capacity("nvidia.com/gpu", NODE_GPUS.to_string())
+        .capacity("cpu", "64")
+        .capacity("memory", "512Gi")
+        .capacity("pods", "110")
+}
+
+/// Pods and GPUs per pod: at most one block (64 GPUs).
+fn gang(rng: &mut Rng) -> (u32, u32) {
+    let pods = match rng.next_u64() % 10 {
+        0..=3 => 1,
+        4 | 5 => 2,
+        6 | 7 => 4,
+        8 => 8,
+        _ => 16,
+    };
+    let choices: &[u32] = if pods == 16 {
+        &[1, 2, 4]
+    } else {
+        &[1, 2, 4, 8]
+    };
+    let gpus = choices[usize::try_from(rng.next_u64() % choices.len() as u64).unwrap_or(0)];
+    (pods, gpus)
+}
+
+fn cluster_queue(queue: &QueueDef) -> Value {
+    let flavor = if queue.provisioning {
+        BURST_FLAVOR
+    } else {
+        FLAVOR
+    };
+    let mut resource = json!({"name": "nvidia.com/gpu", "nominalQuota": queue.nominal.to_string()});
+    if queue.cohort.is_some() {
+        resource["borrowingLimit"] = json!(queue.borrowing.to_string());
+    }
+    let mut spec = json!({
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": queue.name}},
+        "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+        "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
+            "flavors": [{"name": flavor, "resources": [resource]}]}]});
+    if let Some(cohort) = &queue.cohort {
+        spec["cohort"] = json!(cohort);
+    }
+    if queue.provisioning {
+        spec["provisioning"] = json!({"className": "queued-provisioning.gke.io",
+            "retry": {"limit": 5, "baseSeconds": 1, "maxSeconds": 4}});
+    }
+    json!({"apiVersion": "muster.dev/v1alpha1", "kind": "ClusterQueue",
+        "metadata": {"name": queue.name}, "spec": spec})
+}
+
+/// Server-side applies `value` as `name`.
+pub async fn apply<K>(api: &Api<K>, name: &str, value: Value) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&value),
+    )
+    .await
+    .with_context(|| format!("applying {name}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::Workload;
+    use muster_api::Validate as _;
+
+    #[test]
+    fn a_seed_gives_one_workload_of_valid_jobs_that_fit_a_block() {
+        let a = Workload::generate(7, 300, Duration::from_secs(60), 6);
+        assert_eq!(a, Workload::generate(7, 300, Duration::from_secs(60), 6));
+        assert_ne!(a, Workload::generate(8, 300, Duration::from_secs(60), 6));
+        assert!(a.jobs.iter().any(|j| j.fails));
+        assert!(a.jobs.iter().any(|j| j.namespace == "burst"));
+        for job in &a.jobs {
+            assert!(job.pods * job.gpus <= 64, "{job:?}");
+            let object = job.object();
+            assert!(object.is_ok(), "{job:?}");
+            if let Ok(object) = object {
+                assert_eq!(object.validate(), [], "{job:?}");
+            }
+        }
+        let limits = a.limits();
+        assert_eq!(limits.cohorts.get("research"), Some(&384));
+    }
+}

@@ -477,12 +477,15 @@ impl Executor {
         requests: &[String],
         templates: &[String],
     ) -> Result<(), ExecuteError> {
-        for key in requests {
-            self.delete::<muster_api::ProvisioningRequest>(key, "deleting ProvisioningRequest")
-                .await?;
-        }
+        // Templates first: a request that outlives a failed or cut-off delete is found again
+        // (its job moved on, so it is an orphan) and deleted with its templates, but nothing
+        // finds a template whose request is already gone.
         for key in templates {
             self.delete::<k8s_openapi::api::core::v1::PodTemplate>(key, "deleting PodTemplate")
+                .await?;
+        }
+        for key in requests {
+            self.delete::<muster_api::ProvisioningRequest>(key, "deleting ProvisioningRequest")
                 .await?;
         }
         Ok(())

@@ -78,6 +78,14 @@ async fn serve(
             )
         } else if method == "POST" {
             (201, body.clone())
+        } else if path.contains("/provisioningrequests/") {
+            (
+                200,
+                json!({"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+                       "metadata": {"name": name, "namespace": "team-a"},
+                       "spec": {"provisioningClassName": "queued-provisioning.gke.io",
+                                "podSets": []}}),
+            )
         } else if path.contains("/podtemplates/") {
             (
                 200,
@@ -389,7 +397,7 @@ async fn buying_capacity_creates_templates_then_requests_then_writes_status_and_
         requests: vec!["team-a/big-1".into()],
         templates: vec!["team-a/big-1-workers".into()],
     };
-    // The request is already gone (404): that counts as deleted.
+    // The template is already gone (404): that counts as deleted. Templates go first.
     let failures = BTreeMap::from([(0, 404)]);
     let (result, seen) = run(&cleanup, failures, Vec::new(), true).await;
     assert!(result.is_ok(), "{result:?}");
@@ -398,13 +406,25 @@ async fn buying_capacity_creates_templates_then_requests_then_writes_status_and_
         [
             (
                 "DELETE",
-                "/apis/autoscaling.x-k8s.io/v1/namespaces/team-a/provisioningrequests/big-1"
+                "/api/v1/namespaces/team-a/podtemplates/big-1-workers"
             ),
             (
                 "DELETE",
-                "/api/v1/namespaces/team-a/podtemplates/big-1-workers"
+                "/apis/autoscaling.x-k8s.io/v1/namespaces/team-a/provisioningrequests/big-1"
             ),
         ]
+    );
+    // A template that cannot be deleted keeps its request: the request is what a later pass
+    // finds (as an orphan) to delete both again.
+    let failures = BTreeMap::from([(0, 403)]);
+    let (result, seen) = run(&cleanup, failures, Vec::new(), true).await;
+    assert!(result.is_err());
+    assert!(
+        calls(&seen)
+            .iter()
+            .all(|(_, path)| !path.contains("provisioningrequests")),
+        "{:?}",
+        calls(&seen)
     );
 }
 

@@ -164,26 +164,55 @@ async fn start_watches(client: &Client, options: &Options, shared: &Arc<Shared>)
     tokio::spawn(watch_kind(Api::<PriorityClass>::all(client.clone()), s()));
     // The first probe is awaited, so that a served API is expected before the first pass.
     let requests: Api<ProvisioningRequest> = scoped(client, ns);
-    if served(&requests, true).await {
-        shared.state().expect_kind(Kind::ProvisioningRequest);
-        tokio::spawn(watch_kind(requests, s()));
-    } else {
-        tokio::spawn(watch_when_served(requests, s()));
+    let mut answer = served(&requests).await;
+    // An API server that fails the probe (busy, restarting, a load balancer timing out) has
+    // not said the API is missing: ask again before deciding.
+    for _ in 0..PROBE_RETRIES {
+        if answer != Served::Unknown {
+            break;
+        }
+        tokio::time::sleep(PROBE_RETRY).await;
+        answer = served(&requests).await;
+    }
+    match answer {
+        Served::Yes => {
+            shared.state().expect_kind(Kind::ProvisioningRequest);
+            tokio::spawn(watch_kind(requests, s()));
+        }
+        Served::No => {
+            tracing::warn!(
+                "ProvisioningRequests are not served (is the autoscaling.x-k8s.io CRD installed?); no capacity is bought until they are"
+            );
+            tokio::spawn(watch_when_served(requests, s()));
+        }
+        Served::Unknown => {
+            tracing::warn!(
+                "the ProvisioningRequest API did not answer; it is probed again, and no capacity is bought until it answers"
+            );
+            tokio::spawn(watch_when_served(requests, s()));
+        }
     }
 }
 
-/// Whether the ProvisioningRequest API answers; says why not when `tell`.
-async fn served(requests: &Api<ProvisioningRequest>, tell: bool) -> bool {
+/// What a probe of the ProvisioningRequest API found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Served {
+    /// It answered a list.
+    Yes,
+    /// The API server says there is no such resource (404): the CRD is not installed.
+    No,
+    /// Any other failure: nothing is known.
+    Unknown,
+}
+
+/// Whether the ProvisioningRequest API answers.
+async fn served(requests: &Api<ProvisioningRequest>) -> Served {
     match requests.list(&ListParams::default().limit(1)).await {
-        Ok(_) => true,
+        Ok(_) => Served::Yes,
+        Err(kube::Error::Api(status)) if status.code == 404 => Served::No,
         Err(e) => {
-            if tell {
-                tracing::warn!(
-                    error = %e,
-                    "ProvisioningRequests are not served (is the autoscaling.x-k8s.io CRD installed?); no capacity is bought until they are"
-                );
-            }
-            false
+            tracing::debug!(error = %e, "probing the ProvisioningRequest API");
+            Served::Unknown
         }
     }
 }
@@ -191,16 +220,28 @@ async fn served(requests: &Api<ProvisioningRequest>, tell: bool) -> bool {
 /// How often the ProvisioningRequest API is probed again while it is not served.
 const PROBE_EVERY: Duration = Duration::from_secs(60);
 
-/// Watches ProvisioningRequests once their API answers, probing every [`PROBE_EVERY`]: the
-/// autoscaler's CRD may be installed after Muster. Until then no capacity is bought.
+/// How often it is probed while probes fail without an answer.
+const PROBE_RETRY: Duration = Duration::from_secs(2);
+
+/// Probes at start-up before a failing API is left to the background probe.
+const PROBE_RETRIES: u32 = 5;
+
+/// Watches ProvisioningRequests once their API answers, probing every [`PROBE_EVERY`] while it
+/// is not served (the autoscaler's CRD may be installed after Muster) and every
+/// [`PROBE_RETRY`] while probes fail. Until then no capacity is bought.
 async fn watch_when_served(requests: Api<ProvisioningRequest>, shared: Arc<Shared>) {
+    let mut wait = PROBE_RETRY;
     loop {
-        tokio::time::sleep(PROBE_EVERY).await;
-        if served(&requests, false).await {
-            tracing::info!("ProvisioningRequests are served now: watching them");
-            shared.state().expect_kind(Kind::ProvisioningRequest);
-            watch_kind(requests, shared).await;
-            return;
+        tokio::time::sleep(wait).await;
+        match served(&requests).await {
+            Served::Yes => {
+                tracing::info!("ProvisioningRequests are served now: watching them");
+                shared.state().expect_kind(Kind::ProvisioningRequest);
+                watch_kind(requests, shared).await;
+                return;
+            }
+            Served::No => wait = PROBE_EVERY,
+            Served::Unknown => wait = PROBE_RETRY,
         }
     }
 }

@@ -71,12 +71,13 @@ mod erased {
 }
 
 /// Answers lists from `lists`, holds watches open (never answering), 404s paths it has no
-/// list for (such as the ProvisioningRequest probe, unless given), echoes writes; reports
-/// every write on `writes`.
+/// list for (such as the ProvisioningRequest probe, unless given), answers the first
+/// `failing` lists of a path with 500, echoes writes; reports every write on `writes`.
 async fn api_server(
     mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
     writes: mpsc::UnboundedSender<(String, String)>,
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
+    mut failing: BTreeMap<&'static str, u32>,
 ) {
     let jobs: BTreeMap<String, Value> = lists
         .get("/apis/muster.dev/v1alpha1/gpujobs")
@@ -121,6 +122,18 @@ async fn api_server(
         };
         if method == "GET" && query.contains("watch=true") {
             held.push(respond);
+            continue;
+        }
+        if method == "GET"
+            && let Some(left) = failing.get_mut(path.as_str())
+            && *left > 0
+        {
+            *left -= 1;
+            respond.send_response(reply(
+                500,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                       "reason": "InternalError", "code": 500, "message": "etcd timed out"}),
+            ));
             continue;
         }
         if method == "GET" {
@@ -191,9 +204,17 @@ struct Started {
 
 /// Starts the controller (passes every 50 ms) against a mock server answering `lists`.
 async fn start(lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>) -> Started {
+    start_failing(lists, BTreeMap::new()).await
+}
+
+/// [`start`], with the first lists of some paths failing (see [`api_server`]).
+async fn start_failing(
+    lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
+    failing: BTreeMap<&'static str, u32>,
+) -> Started {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let (writes_tx, writes) = mpsc::unbounded_channel();
-    tokio::spawn(api_server(handle, writes_tx, lists));
+    tokio::spawn(api_server(handle, writes_tx, lists, failing));
     let port = free_port().await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(run(
@@ -329,6 +350,24 @@ async fn the_controller_syncs_admits_releases_and_stops() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_without_a_block_gets_a_provisioning_request_once_the_api_is_served() {
+    buys_capacity(BTreeMap::new()).await;
+}
+
+/// A probe of the ProvisioningRequest API that fails (500) says nothing about whether it is
+/// served: the controller asks again and buys capacity as soon as it answers, instead of
+/// taking the API for missing until the next minute's probe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_probe_of_the_provisioning_api_is_asked_again_not_taken_for_missing() {
+    buys_capacity(BTreeMap::from([(
+        "/apis/autoscaling.x-k8s.io/v1/provisioningrequests",
+        1,
+    )]))
+    .await;
+}
+
+/// A job that needs more than the cluster's one block: one request is made (the first
+/// `failing` lists of a path answered 500), asked once, and no pod.
+async fn buys_capacity(failing: BTreeMap<&'static str, u32>) {
     let value = |v: &dyn erased::Json| v.json();
     let mut lists = lists();
     // 4 pods of 8 GPUs in one block: more than the two nodes hold; the queue buys capacity.
@@ -351,10 +390,13 @@ async fn a_job_without_a_block_gets_a_provisioning_request_once_the_api_is_serve
         stop,
         controller,
         ..
-    } = start(lists).await;
-    // Every write until the controller has been quiet for a second.
+    } = start_failing(lists, failing).await;
+    // Every write from the first (a failed probe is asked again a little later) until the
+    // controller has been quiet for a second.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let seen = until_quiet(&mut writes, deadline).await;
+    let first = tokio::time::timeout_at(deadline, writes.recv()).await;
+    let mut seen: Vec<(String, String)> = first.ok().flatten().into_iter().collect();
+    seen.extend(until_quiet(&mut writes, deadline).await);
     let job_writes: Vec<&(String, String)> = seen
         .iter()
         .filter(|(_, p)| !p.contains("queues/") && !p.ends_with("/events"))

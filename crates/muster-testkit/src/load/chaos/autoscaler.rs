@@ -1,7 +1,8 @@
 //! The cluster autoscaler, played by the kit: each new ProvisioningRequest is answered after a
 //! few seconds, either `Failed` (a stock-out, one in ten) or with a new block of nodes — one
 //! 8-GPU node per pod, labelled for the bought flavor — and `Provisioned`. When a request is
-//! deleted, its nodes go too.
+//! deleted, its nodes go too, each once no live pod is bound to it (other jobs of the flavor
+//! may run there).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,9 +10,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use muster_api::ProvisioningRequest;
 use muster_sim::trace::Rng;
@@ -239,20 +240,38 @@ async fn answer(
     }
 }
 
+/// Deletes a request's nodes once no live pod is bound to them, as a real autoscaler removes
+/// only idle nodes (checked every 2 s, for up to 10 minutes).
 async fn scale_down(client: Client, prefix: String, counters: Arc<Counters>) {
-    // Give the gang's pods a moment to go first, as a real autoscaler waits for idle nodes.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let nodes: Api<Node> = Api::all(client);
-    let Ok(list) = nodes.list(&kube::api::ListParams::default()).await else {
-        return;
-    };
-    for node in list {
-        let Some(name) = node.metadata.name else {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::all(client);
+    for _ in 0..300 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let Ok(list) = nodes.list(&ListParams::default()).await else {
             continue;
         };
-        if name.starts_with(&prefix) && nodes.delete(&name, &DeleteParams::default()).await.is_ok()
-        {
-            counters.nodes_deleted.fetch_add(1, Ordering::Relaxed);
+        let mine: Vec<String> = list
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .filter(|n| n.starts_with(&prefix))
+            .collect();
+        if mine.is_empty() {
+            return;
+        }
+        for name in mine {
+            let on_node = ListParams::default().fields(&format!("spec.nodeName={name}"));
+            let Ok(bound) = pods.list(&on_node).await else {
+                continue;
+            };
+            let busy = bound.items.iter().any(|p| {
+                !matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                )
+            });
+            if !busy && nodes.delete(&name, &DeleteParams::default()).await.is_ok() {
+                counters.nodes_deleted.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }

@@ -244,9 +244,44 @@ impl Checker {
         }
     }
 
-    /// The keys of every pod known, for reconciling a relist.
-    pub fn pod_keys(&self) -> Vec<String> {
-        self.pods.keys().cloned().collect()
+    /// The live pods known, sorted (for tests and reports).
+    pub fn pod_keys_live(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.live)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// A whole relist of pods (after the checker's watch was cut): every pod of it is known
+    /// to exist before any gate lift in it is judged, and pods not in it are gone.
+    pub fn relist(&mut self, pods: &[Pod], at: f64) {
+        let mut listed = BTreeSet::new();
+        for pod in pods {
+            let (Some(key), Some(fact)) = (pod_key(pod), pod_fact(pod)) else {
+                continue;
+            };
+            self.seen
+                .entry((fact.job, fact.attempt))
+                .or_default()
+                .insert(key.clone());
+            listed.insert(key);
+        }
+        let gone: Vec<String> = self
+            .pods
+            .keys()
+            .filter(|k| !listed.contains(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            self.pod_gone(&key);
+        }
+        for pod in pods {
+            self.pod(pod, at);
+        }
     }
 
     /// A GpuJob was created or changed.

@@ -39,7 +39,8 @@ use crate::{ClusterOptions, TestCluster};
 
 /// How long a dead node stays dead.
 const NODE_DOWN: Duration = Duration::from_secs(20);
-/// How long the run waits after the last job ended for the cluster to be left clean.
+/// How long the run waits, after the last job ended and again after the jobs were deleted,
+/// for the cluster to be left clean.
 const CLEANUP: Duration = Duration::from_secs(120);
 
 /// How to run.
@@ -217,8 +218,11 @@ impl Harness {
     ) -> anyhow::Result<Harness> {
         let cluster = TestCluster::start_in(
             &options.kube_bin,
+            // kube-controller-manager plays what a real cluster has: the garbage collector
+            // and the pod garbage collector (pods bound to nodes that are gone).
             ClusterOptions {
                 provisioning_crd: true,
+                controller_manager: true,
                 ..ClusterOptions::default()
             },
         )
@@ -309,12 +313,24 @@ async fn run_once(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // The end: every replica back and every node repaired, then the cluster must come clean.
+    // The end: every replica back and every node repaired, then the cluster must come clean
+    // of live work; then the jobs are deleted, and nothing of them may be left.
     for (_, node) in std::mem::take(&mut chaos.repair) {
         let _ = repair_node(&h.client, &node).await;
     }
     h.replicas.start_all()?;
-    let leftovers = wait_clean(&h.client, workload, Instant::now() + CLEANUP).await;
+    let mut leftovers =
+        wait_clean(&h.client, workload, Stage::Ended, Instant::now() + CLEANUP).await;
+    delete_jobs(&h.client, workload).await;
+    leftovers.extend(
+        wait_clean(
+            &h.client,
+            workload,
+            Stage::Deleted,
+            Instant::now() + CLEANUP,
+        )
+        .await,
+    );
     let at = start.elapsed().as_secs_f64();
     let mut checker = h.checker.lock().unwrap_or_else(PoisonError::into_inner);
     for (kind, object, detail) in leftovers {
@@ -534,32 +550,30 @@ async fn watch_pods(client: Client, checker: Arc<Mutex<Checker>>, start: Instant
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default().labels(JOB_LABEL);
     let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
-    let mut relist: Option<HashSet<String>> = None;
+    let mut relist: Option<Vec<Pod>> = None;
     while let Some(event) = events.next().await {
         let Ok(event) = event else { continue };
         let at = start.elapsed().as_secs_f64();
-        let mut checker = checker.lock().unwrap_or_else(PoisonError::into_inner);
         match event {
-            watcher::Event::Init => relist = Some(HashSet::new()),
-            watcher::Event::InitApply(pod) => {
-                if let (Some(keys), Some(key)) = (relist.as_mut(), pod_key(&pod)) {
-                    keys.insert(key);
-                }
-                checker.pod(&pod, at);
-            }
+            watcher::Event::Init => relist = Some(Vec::new()),
+            watcher::Event::InitApply(pod) => relist.get_or_insert_with(Vec::new).push(pod),
             watcher::Event::InitDone => {
-                if let Some(keys) = relist.take() {
-                    for key in checker.pod_keys() {
-                        if !keys.contains(&key) {
-                            checker.pod_gone(&key);
-                        }
-                    }
-                }
+                let pods = relist.take().unwrap_or_default();
+                checker
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .relist(&pods, at);
             }
-            watcher::Event::Apply(pod) => checker.pod(&pod, at),
+            watcher::Event::Apply(pod) => checker
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pod(&pod, at),
             watcher::Event::Delete(pod) => {
                 if let Some(key) = pod_key(&pod) {
-                    checker.pod_gone(&key);
+                    checker
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .pod_gone(&key);
                 }
             }
         }
@@ -581,15 +595,25 @@ async fn watch_jobs(client: Client, checker: Arc<Mutex<Checker>>, start: Instant
     }
 }
 
-/// Waits until nothing of the jobs is left and every ClusterQueue shows no usage, or until
-/// `deadline`; returns what is still wrong then.
+/// What the end of a run checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Every job ended: no live pod, no PodTemplate or ProvisioningRequest, every
+    /// ClusterQueue's usage and admitted count at zero.
+    Ended,
+    /// Every job deleted: none of them, their pods or Services is left either.
+    Deleted,
+}
+
+/// Waits until `stage` holds, or until `deadline`; returns what is still wrong then.
 async fn wait_clean(
     client: &Client,
     workload: &Workload,
+    stage: Stage,
     deadline: Instant,
 ) -> Vec<(ViolationKind, String, String)> {
     loop {
-        let found = leftovers(client, workload).await;
+        let found = leftovers(client, workload, stage).await;
         if found.is_empty() || Instant::now() >= deadline {
             return found;
         }
@@ -597,18 +621,40 @@ async fn wait_clean(
     }
 }
 
-async fn leftovers(client: &Client, workload: &Workload) -> Vec<(ViolationKind, String, String)> {
+/// Deletes every GpuJob of the workload's namespaces, as their users would.
+async fn delete_jobs(client: &Client, workload: &Workload) {
+    for queue in &workload.queues {
+        let api: Api<GpuJob> = Api::namespaced(client.clone(), &queue.name);
+        for _ in 0..10 {
+            if api
+                .delete_collection(&kube::api::DeleteParams::default(), &ListParams::default())
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+async fn leftovers(
+    client: &Client,
+    workload: &Workload,
+    stage: Stage,
+) -> Vec<(ViolationKind, String, String)> {
     let mut found = Vec::new();
     let namespaces: BTreeSet<&str> = workload.queues.iter().map(|q| q.name.as_str()).collect();
     for namespace in namespaces {
-        let names = |kind: &str, list: Result<Vec<String>, kube::Error>| match list {
+        let names = |kind: &str, list: Result<Vec<(String, bool)>, kube::Error>| match list {
             Ok(names) => names
                 .into_iter()
-                .map(|n| {
+                .filter(|(_, live)| *live || stage == Stage::Deleted)
+                .map(|(n, _)| {
                     (
                         ViolationKind::LeftBehind,
                         format!("{kind}/{namespace}/{n}"),
-                        String::new(),
+                        format!("{stage:?}"),
                     )
                 })
                 .collect::<Vec<_>>(),
@@ -618,15 +664,22 @@ async fn leftovers(client: &Client, workload: &Workload) -> Vec<(ViolationKind, 
                 format!("could not list: {e}"),
             )],
         };
-        found.extend(names("Pod", list::<Pod>(client, namespace).await));
-        found.extend(names("Service", list::<Service>(client, namespace).await));
+        found.extend(names("Pod", list::<Pod>(client, namespace, live_pod).await));
         found.extend(names(
             "PodTemplate",
-            list::<PodTemplate>(client, namespace).await,
+            list::<PodTemplate>(client, namespace, |_| true).await,
         ));
         found.extend(names(
             "ProvisioningRequest",
-            list::<ProvisioningRequest>(client, namespace).await,
+            list::<ProvisioningRequest>(client, namespace, |_| true).await,
+        ));
+        found.extend(names(
+            "Service",
+            list::<Service>(client, namespace, |_| false).await,
+        ));
+        found.extend(names(
+            "GpuJob",
+            list::<GpuJob>(client, namespace, |_| false).await,
         ));
     }
     let queues: Api<ClusterQueue> = Api::all(client.clone());
@@ -664,7 +717,21 @@ async fn leftovers(client: &Client, workload: &Workload) -> Vec<(ViolationKind, 
     found
 }
 
-async fn list<K>(client: &Client, namespace: &str) -> Result<Vec<String>, kube::Error>
+/// A pod that has not ended.
+fn live_pod(pod: &Pod) -> bool {
+    !matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// The names of the objects of kind `K` in `namespace`, each with whether it counts while
+/// the jobs still exist (`live`).
+async fn list<K>(
+    client: &Client,
+    namespace: &str,
+    live: fn(&K) -> bool,
+) -> Result<Vec<(String, bool)>, kube::Error>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -677,6 +744,6 @@ where
         .list(&ListParams::default())
         .await?
         .into_iter()
-        .filter_map(|o| o.meta().name.clone())
+        .filter_map(|o| Some((o.meta().name.clone()?, live(&o))))
         .collect())
 }

@@ -198,3 +198,22 @@ fn the_end_reports_jobs_that_never_ended_or_failed_unexpectedly() {
     );
     assert_eq!(checker.ends().get("Failed/BackoffLimitExceeded"), Some(&2));
 }
+
+#[test]
+fn a_relist_judges_gate_lifts_only_once_every_listed_pod_is_known() {
+    let mut checker = Checker::new(limits(), BTreeSet::new());
+    checker.job(&job("j", 2, 1, json!({})), 0.0);
+    checker.pod(&pod("old", 0, true, "Pending", 1), 0.5);
+    checker.pod(&pod("old1", 0, true, "Pending", 1), 0.5);
+    // Created and ungated while the watch was cut: first seen whole, in one relist.
+    checker.relist(
+        &[
+            pod("p0", 1, false, "Running", 1),
+            pod("p1", 1, false, "Running", 1),
+        ],
+        1.0,
+    );
+    assert_eq!(kinds(&checker), [], "{:?}", checker.violations());
+    // The pods missing from the relist are gone: attempt 0 no longer counts as live.
+    assert_eq!(checker.pod_keys_live(), ["ns/p0", "ns/p1"]);
+}

@@ -79,23 +79,7 @@ async fn api_server(
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     mut failing: BTreeMap<&'static str, u32>,
 ) {
-    let jobs: BTreeMap<String, Value> = lists
-        .get("/apis/muster.dev/v1alpha1/gpujobs")
-        .map(|(_, items)| {
-            items
-                .iter()
-                .map(|j| {
-                    (
-                        j["metadata"]["name"]
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_owned(),
-                        j.clone(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let jobs = jobs_by_name(&lists);
     // The listed ClusterQueue: a status write answers with it (spec included).
     let queues = lists
         .get("/apis/muster.dev/v1alpha1/clusterqueues")
@@ -124,15 +108,11 @@ async fn api_server(
             held.push(respond);
             continue;
         }
-        if method == "GET"
-            && let Some(left) = failing.get_mut(path.as_str())
-            && *left > 0
-        {
-            *left -= 1;
+        if method == "GET" && fails(&mut failing, &path) {
             respond.send_response(reply(
                 500,
                 json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                       "reason": "InternalError", "code": 500, "message": "etcd timed out"}),
+                       "reason": "InternalError", "code": 500, "message": "timed out"}),
             ));
             continue;
         }
@@ -188,6 +168,40 @@ async fn api_server(
             body
         };
         respond.send_response(reply(if method == "POST" { 201 } else { 200 }, object));
+    }
+}
+
+/// The listed GpuJobs by name: a status write answers with the job (spec included).
+fn jobs_by_name(
+    lists: &BTreeMap<&'static str, (&'static str, Vec<Value>)>,
+) -> BTreeMap<String, Value> {
+    lists
+        .get("/apis/muster.dev/v1alpha1/gpujobs")
+        .map(|(_, items)| {
+            items
+                .iter()
+                .map(|j| {
+                    (
+                        j["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                        j.clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether this request of `path` is one of its first failing ones (counted down).
+fn fails(failing: &mut BTreeMap<&'static str, u32>, path: &str) -> bool {
+    match failing.get_mut(path) {
+        Some(left) if *left > 0 => {
+            *left -= 1;
+            true
+        }
+        _ => false,
     }
 }
 

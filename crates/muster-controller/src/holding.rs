@@ -24,6 +24,25 @@ pub(crate) fn condition_time(status: &GpuJobStatus, type_: &str) -> Option<i64> 
         .map(|c| seconds(&c.last_transition_time))
 }
 
+/// Pods of earlier attempts of job `key` that are being deleted but may still run: not ended,
+/// and on a node that exists and is schedulable (on a node that is gone or NotReady nothing
+/// will confirm their end; the gang moved on from it). Until they are gone the job is not
+/// released again: two attempts of one job never run at once.
+pub(crate) fn draining(index: &Index, key: &str, attempt: i32) -> usize {
+    index
+        .pods_of(key)
+        .filter(|(_, pod)| {
+            pod.member.as_ref().is_some_and(|m| m.attempt != attempt)
+                && pod.deleting
+                && matches!(pod.phase, PodPhase::Pending | PodPhase::Running)
+                && pod
+                    .node
+                    .as_deref()
+                    .is_some_and(|n| index.node(n).is_some_and(|n| n.schedulable))
+        })
+        .count()
+}
+
 /// A job's pods of its current attempt, and those left over from earlier attempts.
 pub(crate) fn split_pods<'a>(
     index: &'a Index,

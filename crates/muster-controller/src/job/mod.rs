@@ -25,7 +25,8 @@ use muster_api::gpujob::{GpuJobPhase, GpuJobStatus, PendingReasonKind};
 
 use crate::action::{Action, FINALIZER, Note};
 use crate::holding::{
-    Pods, holding, holding_of, recovered_admission, seconds, split_pods, unfinished_release,
+    Pods, draining, holding, holding_of, recovered_admission, seconds, split_pods,
+    unfinished_release,
 };
 use crate::index::Index;
 use crate::ledger::{Busy, Ledger};
@@ -324,8 +325,10 @@ fn next(
         // cut off. Finish it when the whole gang exists, else roll it back.
         return cut_off(job, key, current, &live, Step::new(Phase::Releasing));
     }
-    if !current.is_empty() {
-        // Its pods are still terminating: it holds nodes through them, not quota.
+    if !current.is_empty() || draining(index, key, status.requeue_count) > 0 {
+        // Its pods (of this attempt, or of the one it was evicted from) are still
+        // terminating: it holds nodes through them, not quota, and is not released again
+        // until they are gone.
         return Step::new(Phase::Evicting);
     }
     if let Some((failures, retry_at, error)) = ledger.failed.get(key)

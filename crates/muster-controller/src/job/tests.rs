@@ -443,6 +443,28 @@ fn every_situation_gives_its_step() {
             World::new().running().deleting(0).deleting(1),
             "Evicting · out",
         ),
+        (
+            "requeued, pods of its earlier attempt still terminating: it is not released again",
+            World::new()
+                .running()
+                .attempt(0)
+                .deleting(0)
+                .deleting(1)
+                .with_status(|s| s.requeue_count = 1),
+            "Evicting · out",
+        ),
+        (
+            "requeued, its earlier pods terminating on a node that is gone: it queues",
+            World::new()
+                .running()
+                .attempt(0)
+                .deleting(0)
+                .deleting(1)
+                .node_gone("n1")
+                .node_gone("n2")
+                .with_status(|s| s.requeue_count = 1),
+            "Waiting · queued",
+        ),
         // Releases cut short.
         (
             "admitted, the gang gated (a replica died mid-release): the release is finished",

@@ -98,9 +98,9 @@ pub(crate) const ORPHAN_AFTER_SECONDS: i64 = 300;
 /// or has moved on to another attempt or to no request at all (a delete that failed, or a
 /// request made just before the controller stopped). Each with its job's key and the
 /// `namespace/name` of its PodTemplates. Jobs with writes in flight are left alone, and so are
-/// requests younger than [`ORPHAN_AFTER_SECONDS`]: a status that is about to name one may
-/// still be landing (written in an earlier leadership term, or by a replica that has just
-/// lost the Lease).
+/// requests younger than [`ORPHAN_AFTER_SECONDS`] of jobs that have not ended: a status that
+/// is about to name one may still be landing (written in an earlier leadership term, or by a
+/// replica that has just lost the Lease).
 pub(crate) fn orphans(
     index: &Index,
     ledger: &Ledger,
@@ -109,13 +109,6 @@ pub(crate) fn orphans(
     let mut out = Vec::new();
     for (key, request) in &index.provisioning_requests {
         let meta = &request.metadata;
-        let young = meta
-            .creation_timestamp
-            .as_ref()
-            .is_some_and(|t| now.saturating_sub(t.0.as_second()) < ORPHAN_AFTER_SECONDS);
-        if young {
-            continue;
-        }
         let Some(job_name) = meta
             .labels
             .as_ref()
@@ -128,6 +121,20 @@ pub(crate) fn orphans(
         }
         let namespace = meta.namespace.clone().unwrap_or_default();
         let job_key = format!("{namespace}/{job_name}");
+        // A job that ended never names a request again: its requests go at once.
+        let ended = index.jobs.get(&job_key).is_some_and(|job| {
+            matches!(
+                job.status.as_ref().and_then(|s| s.phase),
+                Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)
+            )
+        });
+        let young = meta
+            .creation_timestamp
+            .as_ref()
+            .is_some_and(|t| now.saturating_sub(t.0.as_second()) < ORPHAN_AFTER_SECONDS);
+        if young && !ended {
+            continue;
+        }
         if ledger.touches(&job_key) {
             continue;
         }

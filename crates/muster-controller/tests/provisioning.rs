@@ -668,3 +668,28 @@ fn a_young_request_is_never_taken_for_an_orphan() {
     let pass = plan(&mut index, at(400));
     assert_eq!(kinds(&pass.actions, "team-a/gone"), ["unprovision"]);
 }
+
+#[test]
+fn a_young_request_of_a_job_that_ended_is_deleted_at_once() {
+    let mut done = job("small", 1, 0);
+    done.status = Some(muster_api::GpuJobStatus {
+        phase: Some(muster_api::GpuJobPhase::Succeeded),
+        ..muster_api::GpuJobStatus::default()
+    });
+    let mut index = cluster(40, vec![done]);
+    index.relist_begin::<ProvisioningRequest>();
+    index.relist_done::<ProvisioningRequest>();
+    // Its delete was cut off as the job finished: nothing will ever name it again, so it does
+    // not wait out the age that guards requests of live jobs.
+    let request: ProvisioningRequest = object(json!({
+        "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+        "metadata": {"name": "small-1", "namespace": "team-a",
+                     "labels": {"muster.dev/job-name": "small"},
+                     "creationTimestamp": at(5).to_string()},
+        "spec": {"provisioningClassName": "queued-provisioning.gke.io",
+                 "podSets": [{"podTemplateRef": {"name": "small-1-workers"}, "count": 1}]}
+    }));
+    index.apply(request);
+    let pass = plan(&mut index, at(10));
+    assert_eq!(kinds(&pass.actions, "team-a/small"), ["unprovision"]);
+}

@@ -125,7 +125,7 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     }
 
     // (4) Queue statuses.
-    queue_statuses(state, &scheduler, explain, &mut plan.actions);
+    queue_statuses(state, &scheduler, explain, &now_t, &mut plan.actions);
 
     state.ledger.drop_superseded(&state.index.jobs);
     state.ledger.sent(&plan.actions);
@@ -158,6 +158,7 @@ fn queue_statuses(
     state: &mut State,
     scheduler: &Scheduler,
     explain: bool,
+    now: &Time,
     actions: &mut Vec<Action>,
 ) {
     let queues = state.index.queues_version();
@@ -165,7 +166,7 @@ fn queue_statuses(
         !explain && state.ledger.queues.is_empty() && state.seats.queues_settled == Some(queues);
     if !unchanged {
         let before = actions.len();
-        crate::queues::queue_statuses(state, scheduler, actions);
+        crate::queues::queue_statuses(state, scheduler, now, actions);
         state.seats.queues_settled = (actions.len() == before).then_some(queues);
     }
 }

@@ -3,14 +3,21 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use muster_admission::{JobState, Scheduler};
+use muster_api::{LocalQueue, Validate as _};
 
 use crate::action::Action;
 use crate::state::State;
 use crate::status;
 
 /// ClusterQueue and LocalQueue statuses, where changed and not already being written.
-pub(crate) fn queue_statuses(state: &mut State, scheduler: &Scheduler, actions: &mut Vec<Action>) {
+pub(crate) fn queue_statuses(
+    state: &mut State,
+    scheduler: &Scheduler,
+    now: &Time,
+    actions: &mut Vec<Action>,
+) {
     let State { index, ledger, .. } = state;
     let start = actions.len();
     for (name, queue) in &index.cluster_queues {
@@ -18,7 +25,8 @@ pub(crate) fn queue_statuses(state: &mut State, scheduler: &Scheduler, actions: 
             continue;
         }
         let current = queue.status.clone().unwrap_or_default();
-        if let Some(status) = status::cluster_queue(&current, name, scheduler) {
+        let generation = queue.metadata.generation;
+        if let Some(status) = status::cluster_queue(&current, name, generation, scheduler, now) {
             actions.push(Action::ClusterQueueStatus {
                 name: name.clone(),
                 status,
@@ -53,7 +61,13 @@ pub(crate) fn queue_statuses(state: &mut State, scheduler: &Scheduler, actions: 
         let current = queue.status.clone().unwrap_or_default();
         let empty = status::LocalQueueCounts::default();
         let counted = counts.get(key).unwrap_or(&empty);
-        if let Some(status) = status::local_queue(&current, counted) {
+        let active = local_queue_active(queue, scheduler);
+        let generation = queue.metadata.generation;
+        let active = match &active {
+            Ok(()) => Ok(()),
+            Err((reason, message)) => Err((*reason, message.as_str())),
+        };
+        if let Some(status) = status::local_queue(&current, counted, active, generation, now) {
             actions.push(Action::LocalQueueStatus {
                 key: key.clone(),
                 status,
@@ -71,4 +85,31 @@ pub(crate) fn queue_statuses(state: &mut State, scheduler: &Scheduler, actions: 
             _ => {}
         }
     }
+}
+
+/// Whether a LocalQueue can take jobs: its spec is valid, and its ClusterQueue exists and is
+/// valid. Otherwise the condition's reason and a message naming the field or the queue.
+fn local_queue_active(
+    queue: &LocalQueue,
+    scheduler: &Scheduler,
+) -> Result<(), (&'static str, String)> {
+    if let Some(error) = queue.validate().first() {
+        return Err(("InvalidSpec", format!("{}: {}", error.path, error.message)));
+    }
+    let target = &queue.spec.cluster_queue;
+    if !scheduler.has_queue(target) {
+        return Err((
+            "ClusterQueueMissing",
+            format!(
+                "spec.clusterQueue: ClusterQueue {target} does not exist; create it or name another"
+            ),
+        ));
+    }
+    if let Some(problem) = scheduler.queue_problem(target) {
+        return Err((
+            "ClusterQueueInvalid",
+            format!("spec.clusterQueue: {problem}"),
+        ));
+    }
+    Ok(())
 }

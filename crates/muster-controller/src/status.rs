@@ -153,12 +153,18 @@ pub fn admitted(
     changed(current, next)
 }
 
-/// A ClusterQueue's status from the scheduler: jobs waiting and holding quota, and usage per
-/// flavor and resource (with the borrowed part). `None` when it would not change.
+/// The condition a ClusterQueue and a LocalQueue carry: whether it admits jobs.
+pub const ACTIVE: &str = "Active";
+
+/// A ClusterQueue's status from the scheduler: jobs waiting and holding quota, usage per
+/// flavor and resource (with the borrowed part), and `Active` (False, reason `InvalidSpec`,
+/// naming the field, when the spec fails validation). `None` when it would not change.
 pub fn cluster_queue(
     current: &muster_api::ClusterQueueStatus,
     name: &str,
+    generation: Option<i64>,
     scheduler: &muster_admission::Scheduler,
+    now: &Time,
 ) -> Option<muster_api::ClusterQueueStatus> {
     use muster_admission::JobState;
     let (mut pending, mut admitted) = (0i32, 0i32);
@@ -180,11 +186,24 @@ pub fn cluster_queue(
             }
         }
     }
+    let mut conditions = current.conditions.clone();
+    match scheduler.queue_problem(name) {
+        Some(problem) => set_condition(
+            &mut conditions,
+            ACTIVE,
+            false,
+            "InvalidSpec",
+            problem,
+            generation,
+            now,
+        ),
+        None => set_condition(&mut conditions, ACTIVE, true, "Ready", "", generation, now),
+    }
     let next = muster_api::ClusterQueueStatus {
         pending_jobs: pending,
         admitted_jobs: admitted,
         flavors_usage: flavors_usage(scheduler.quota().report(name)),
-        conditions: current.conditions.clone(),
+        conditions,
     };
     (next != *current).then_some(next)
 }
@@ -391,10 +410,14 @@ pub fn finished(
     next
 }
 
-/// A LocalQueue's status: its jobs waiting and holding quota. `None` when unchanged.
+/// A LocalQueue's status: its jobs waiting and holding quota, and `Active` (False with the
+/// reason and message of `active` when it cannot take jobs). `None` when unchanged.
 pub fn local_queue(
     current: &muster_api::LocalQueueStatus,
     counts: &LocalQueueCounts,
+    active: Result<(), (&str, &str)>,
+    generation: Option<i64>,
+    now: &Time,
 ) -> Option<muster_api::LocalQueueStatus> {
     let rows = counts.usage.iter().flat_map(|(flavor, resources)| {
         resources
@@ -402,11 +425,24 @@ pub fn local_queue(
             .filter(|(_, amount)| !amount.is_zero())
             .map(|(resource, amount)| (flavor.clone(), resource.to_owned(), amount, Amount::ZERO))
     });
+    let mut conditions = current.conditions.clone();
+    match active {
+        Ok(()) => set_condition(&mut conditions, ACTIVE, true, "Ready", "", generation, now),
+        Err((reason, message)) => set_condition(
+            &mut conditions,
+            ACTIVE,
+            false,
+            reason,
+            message,
+            generation,
+            now,
+        ),
+    }
     let next = muster_api::LocalQueueStatus {
         pending_jobs: counts.pending,
         admitted_jobs: counts.admitted,
         flavors_usage: flavors_usage(rows),
-        conditions: current.conditions.clone(),
+        conditions,
     };
     (next != *current).then_some(next)
 }

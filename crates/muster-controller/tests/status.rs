@@ -115,6 +115,24 @@ fn an_admission_records_queue_flavor_and_domain() {
     assert_eq!(status::admitted(&s, Some(1), &admitted, &at(10)), None);
 }
 
+/// A queue whose quota cannot be read admits nothing and says why, naming the field.
+fn assert_invalid(s: &muster_admission::Scheduler) {
+    let current = muster_api::ClusterQueueStatus::default();
+    let st = status::cluster_queue(&current, "broken", Some(1), s, &at(5)).unwrap_or_default();
+    let active = &st.conditions[0];
+    assert_eq!(
+        (active.status.as_str(), active.reason.as_str()),
+        ("False", "InvalidSpec")
+    );
+    assert!(
+        active
+            .message
+            .contains("spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"),
+        "{}",
+        active.message
+    );
+}
+
 #[test]
 fn a_cluster_queue_reports_its_jobs_and_usage() {
     use std::collections::BTreeMap;
@@ -161,9 +179,12 @@ fn a_cluster_queue_reports_its_jobs_and_usage() {
         }],
         ..ClusterQueueSpec::default()
     };
+    // A second queue whose quota cannot be read: it admits nothing and says why.
+    let mut broken = spec.clone();
+    broken.resource_groups[0].flavors[0].resources[0].nominal_quota = Quantity("lots".into());
     let mut s = Scheduler::new(
         cluster,
-        [("q".to_owned(), spec)],
+        [("q".to_owned(), spec), ("broken".to_owned(), broken)],
         [("ns/lq".to_owned(), "q".to_owned())],
     );
     for (i, id) in ["a", "b"].iter().enumerate() {
@@ -189,9 +210,20 @@ fn a_cluster_queue_reports_its_jobs_and_usage() {
         });
     }
     s.cycle(0);
-    let st = status::cluster_queue(&ClusterQueueStatus::default(), "q", &s).unwrap_or_default();
+    let st = status::cluster_queue(&ClusterQueueStatus::default(), "q", Some(1), &s, &at(5))
+        .unwrap_or_default();
     assert_eq!((st.pending_jobs, st.admitted_jobs), (1, 1));
     assert_eq!(st.flavors_usage[0].name, "h100");
     assert_eq!(st.flavors_usage[0].resources[0].total, Quantity("6".into()));
-    assert_eq!(status::cluster_queue(&st, "q", &s), None);
+    let active = &st.conditions[0];
+    assert_eq!(
+        (
+            active.type_.as_str(),
+            active.status.as_str(),
+            active.reason.as_str()
+        ),
+        ("Active", "True", "Ready")
+    );
+    assert_eq!(status::cluster_queue(&st, "q", Some(1), &s, &at(6)), None);
+    assert_invalid(&s);
 }

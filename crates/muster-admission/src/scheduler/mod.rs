@@ -618,6 +618,17 @@ impl Scheduler {
         self.cluster_queue_of(job).ok()
     }
 
+    /// Why ClusterQueue `name` cannot admit anything (its first validation error), if it
+    /// cannot; `None` for a valid queue or one the scheduler does not know.
+    pub fn queue_problem(&self, name: &str) -> Option<&str> {
+        self.queues.get(name).and_then(|q| q.invalid.as_deref())
+    }
+
+    /// Whether the scheduler knows ClusterQueue `name`.
+    pub fn has_queue(&self, name: &str) -> bool {
+        self.queues.contains_key(name)
+    }
+
     /// The ClusterQueue a job's LocalQueue submits to, or why there is none.
     fn cluster_queue_of(&self, job: &Job) -> Result<String, String> {
         let Some(cq) = self.local_queues.get(&job.local_queue) else {

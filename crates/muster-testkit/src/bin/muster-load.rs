@@ -94,6 +94,9 @@ enum Command {
         /// Skip the fault-free run of the same seed.
         #[arg(long)]
         no_baseline: bool,
+        /// Drawn GpuJobs, queues and flavors (valid and not) applied during the run.
+        #[arg(long, default_value_t = 200)]
+        bad_objects: usize,
         /// Give up on a run after this many seconds.
         #[arg(long, default_value_t = 3600)]
         timeout: u64,
@@ -166,6 +169,7 @@ fn main_inner() -> anyhow::Result<()> {
             node_death_every,
             no_control_plane_restarts,
             no_baseline,
+            bad_objects,
             timeout,
         } => {
             let muster = match muster {
@@ -186,6 +190,7 @@ fn main_inner() -> anyhow::Result<()> {
                 node_death_every: Duration::from_secs_f64(node_death_every.max(0.1)),
                 restart_control_plane: !no_control_plane_restarts,
                 baseline: !no_baseline,
+                bad_objects,
                 timeout: Duration::from_secs(timeout),
             };
             let summary = until_interrupted(chaos::run(&options))?;

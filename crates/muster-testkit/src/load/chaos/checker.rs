@@ -65,8 +65,10 @@ pub enum ViolationKind {
     UsageNotZero,
     /// The controller wrote no condition naming the field on an object that fails validation.
     InvalidNotReported,
-    /// A valid object was reported invalid.
+    /// A valid object was reported invalid, or a valid job neither ran nor said why it waits.
     ValidReportedInvalid,
+    /// The API server stored an object Muster's own types cannot read.
+    Unreadable,
 }
 
 /// One broken promise.
@@ -107,6 +109,8 @@ struct JobFact {
 pub struct Checker {
     limits: Limits,
     meant_to_fail: BTreeSet<String>,
+    /// Jobs judged elsewhere (drawn bad input): not expected to end.
+    judged_elsewhere: BTreeSet<String>,
     pods: HashMap<String, PodFact>,
     /// Job → attempt → live pods.
     live: HashMap<String, BTreeMap<String, u32>>,
@@ -163,7 +167,11 @@ impl Checker {
     /// Jobs that ended, by phase and reason (`Succeeded`, `Failed/BackoffLimitExceeded`).
     pub fn ends(&self) -> BTreeMap<String, usize> {
         let mut ends = BTreeMap::new();
-        for (phase, reason, _) in self.jobs.values().filter_map(|j| j.ended.as_ref()) {
+        let ours = self
+            .jobs
+            .iter()
+            .filter(|(k, _)| !self.judged_elsewhere.contains(*k));
+        for (phase, reason, _) in ours.filter_map(|(_, j)| j.ended.as_ref()) {
             let key = if phase == "Failed" {
                 format!("Failed/{reason}")
             } else {
@@ -174,9 +182,17 @@ impl Checker {
         ends
     }
 
-    /// Jobs seen that have not ended.
+    /// Job `key` is judged elsewhere (drawn bad input that may wait forever, with a reason).
+    pub fn judge_elsewhere(&mut self, key: String) {
+        self.judged_elsewhere.insert(key);
+    }
+
+    /// Jobs seen that have not ended (those judged elsewhere aside).
     pub fn unended(&self) -> usize {
-        self.jobs.values().filter(|j| j.ended.is_none()).count()
+        self.jobs
+            .iter()
+            .filter(|(k, j)| j.ended.is_none() && !self.judged_elsewhere.contains(*k))
+            .count()
     }
 
     /// What is in flight now.
@@ -381,6 +397,9 @@ impl Checker {
         let mut keys: Vec<&String> = self.jobs.keys().collect();
         keys.sort();
         for key in keys {
+            if self.judged_elsewhere.contains(key) {
+                continue;
+            }
             let fact = &self.jobs[key];
             let object = format!("GpuJob/{key}");
             match &fact.ended {

@@ -8,6 +8,7 @@
 //! targets, the autoscaler's answers — follows `--seed`; the interleaving of processes does not.
 
 pub mod autoscaler;
+pub mod bad_input;
 pub mod checker;
 pub mod proxy;
 pub mod replicas;
@@ -29,6 +30,7 @@ use muster_sim::trace::Rng;
 use serde::Serialize;
 
 use self::autoscaler::{Autoscaler, AutoscalerStats};
+use self::bad_input::{BadInputStats, BadKind, BadObject, Verdict};
 use self::checker::{Checker, InFlight, JOB_LABEL, Violation, ViolationKind, pod_key};
 use self::proxy::{FaultPlan, FaultProxy};
 use self::replicas::Replicas;
@@ -72,6 +74,8 @@ pub struct ChaosOptions {
     pub restart_control_plane: bool,
     /// Run the same seed without any fault first, for its wall time.
     pub baseline: bool,
+    /// Drawn GpuJobs, queues and flavors (valid and not) applied during the run.
+    pub bad_objects: usize,
     /// Give up after this long.
     pub timeout: Duration,
 }
@@ -138,6 +142,8 @@ pub struct ChaosSummary {
     pub node_deaths: u32,
     /// The autoscaler's work.
     pub autoscaler: AutoscalerStats,
+    /// What the drawn objects came to.
+    pub bad_input: BadInputStats,
     /// Violations by kind.
     pub violations: BTreeMap<String, usize>,
     /// Every violation, with its object and time.
@@ -203,6 +209,7 @@ struct Harness {
     watches: [tokio::task::JoinHandle<()>; 2],
     autoscaler: Autoscaler,
     generator: tokio::task::JoinHandle<anyhow::Result<()>>,
+    bad_input: tokio::task::JoinHandle<Vec<(BadObject, Verdict)>>,
     start: Instant,
     _kubelet: FakeKubelet,
 }
@@ -264,6 +271,18 @@ impl Harness {
         ];
         let autoscaler = Autoscaler::start(client.clone(), options.seed);
         let generator = tokio::spawn(submit(client.clone(), workload.clone(), start));
+        let drawn = if faults_on {
+            bad_input::generate(options.seed, options.bad_objects)
+        } else {
+            Vec::new()
+        };
+        let bad_input = tokio::spawn(apply_bad_input(
+            client.clone(),
+            drawn,
+            options.span,
+            start,
+            Arc::clone(&checker),
+        ));
         Ok(Harness {
             cluster,
             client,
@@ -274,6 +293,7 @@ impl Harness {
             watches,
             autoscaler,
             generator,
+            bad_input,
             start,
             _kubelet: kubelet,
         })
@@ -282,6 +302,7 @@ impl Harness {
     /// Whether every job was submitted and has ended.
     fn all_ended(&self) -> bool {
         self.generator.is_finished()
+            && self.bad_input.is_finished()
             && self
                 .checker
                 .lock()
@@ -321,6 +342,9 @@ async fn run_once(
     h.replicas.start_all()?;
     let mut leftovers =
         wait_clean(&h.client, workload, Stage::Ended, Instant::now() + CLEANUP).await;
+    let drawn = (&mut h.bad_input).await.unwrap_or_default();
+    let (bad_stats, misjudged) = judge_bad_input(&h.client, &drawn).await;
+    leftovers.extend(misjudged);
     delete_jobs(&h.client, workload).await;
     leftovers.extend(
         wait_clean(
@@ -367,6 +391,7 @@ async fn run_once(
         restarts: chaos.restarts,
         node_deaths: chaos.node_deaths,
         autoscaler: h.autoscaler.stats(),
+        bad_input: bad_stats,
         violations,
         violation_list: checker.violations().to_vec(),
         panics,
@@ -527,6 +552,98 @@ async fn kill(
         leader = leader == Some(target),
         "killed a replica"
     );
+}
+
+/// Applies the drawn objects evenly over `span`, each once (retried while the API server
+/// cannot be reached); drawn jobs the API server stored are judged by [`judge_bad_input`],
+/// not by the checker's end-of-run rules.
+async fn apply_bad_input(
+    client: Client,
+    drawn: Vec<BadObject>,
+    span: Duration,
+    start: Instant,
+    checker: Arc<Mutex<Checker>>,
+) -> Vec<(BadObject, Verdict)> {
+    let mut out = Vec::with_capacity(drawn.len());
+    #[expect(clippy::cast_precision_loss, reason = "spacing in seconds")]
+    let gap = span.as_secs_f64() / drawn.len().max(1) as f64;
+    for (i, object) in drawn.into_iter().enumerate() {
+        #[expect(clippy::cast_precision_loss, reason = "spacing in seconds")]
+        let at = start + secs(gap * i as f64);
+        tokio::time::sleep_until(at.into()).await;
+        if object.kind == BadKind::GpuJob {
+            checker
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .judge_elsewhere(format!("{}/{}", bad_input::NAMESPACE, object.name));
+        }
+        for _ in 0..60 {
+            match bad_input::apply(&client, &object).await {
+                Ok(verdict) => {
+                    out.push((object, verdict));
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+    }
+    out
+}
+
+/// Reads every stored drawn object back and judges what the controller made of it.
+async fn judge_bad_input(
+    client: &Client,
+    drawn: &[(BadObject, Verdict)],
+) -> (BadInputStats, Vec<(ViolationKind, String, String)>) {
+    let mut stats = BadInputStats::default();
+    let mut found = Vec::new();
+    for (object, verdict) in drawn {
+        *stats.drawn.entry(format!("{:?}", object.kind)).or_default() += 1;
+        match verdict {
+            Verdict::Refused(_) => stats.refused += 1,
+            Verdict::Valid => stats.valid += 1,
+            Verdict::Invalid(_) => stats.invalid += 1,
+            Verdict::Unreadable(_) => stats.unreadable += 1,
+        }
+        // Conditions may lag a pass behind: a few looks before a verdict.
+        let mut problem = None;
+        for _ in 0..10 {
+            problem = bad_input::judge(client, object, verdict).await;
+            if problem.is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        if let Some(problem) = problem {
+            let kind = match verdict {
+                Verdict::Unreadable(_) => ViolationKind::Unreadable,
+                Verdict::Valid => ViolationKind::ValidReportedInvalid,
+                _ => ViolationKind::InvalidNotReported,
+            };
+            let field = if object.field.is_empty() {
+                "no field changed".to_owned()
+            } else {
+                format!(
+                    "{} = {}",
+                    object.field,
+                    pointer(&object.value, &object.field)
+                )
+            };
+            found.push((
+                kind,
+                format!("{:?}/{}", object.kind, object.name),
+                format!("{field}: {problem}"),
+            ));
+        }
+    }
+    (stats, found)
+}
+
+/// The value at JSON `pointer` in `value`, as JSON text.
+fn pointer(value: &serde_json::Value, pointer: &str) -> String {
+    value
+        .pointer(pointer)
+        .map_or_else(|| "(unset)".to_owned(), ToString::to_string)
 }
 
 /// Submits every job at its time, retrying through API server restarts.

@@ -327,6 +327,10 @@ pub async fn apply(client: &Client, object: &BadObject) -> anyhow::Result<Verdic
 /// What the controller made of a stored drawn object, read back at the end: `None` when it
 /// did what it must, else what is wrong.
 pub async fn judge(client: &Client, object: &BadObject, verdict: &Verdict) -> Option<String> {
+    if let Verdict::Refused(_) = verdict {
+        // The API server refused it: there is nothing for the controller to report.
+        return None;
+    }
     let conditions = |value: &Value, type_: &str| -> Option<(String, String, String)> {
         value["status"]["conditions"]
             .as_array()?

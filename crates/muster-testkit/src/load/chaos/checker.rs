@@ -5,7 +5,10 @@
 //! records a [`Violation`] when
 //!
 //! - the GPUs of a ClusterQueue's live pods pass its nominal quota plus borrowing limit, or a
-//!   cohort's pass the sum of its members' nominal quotas ([`ViolationKind::PodsOverQuota`]);
+//!   cohort's pass the sum of its members' nominal quotas ([`ViolationKind::PodsOverQuota`]).
+//!   Pods being deleted do not count: an evicted gang's terminating pods hold their nodes (no
+//!   pod is placed on that capacity until they are gone) but no longer their queue's quota;
+//!   two attempts of one job are checked apart;
 //! - the same holds for the jobs whose status says admitted ([`ViolationKind::AdmittedOverQuota`]);
 //! - pods of two attempts of one job are live at once ([`ViolationKind::TwoAttemptsLive`]);
 //! - a pod's scheduling gates are lifted before every pod of its gang exists
@@ -43,7 +46,8 @@ pub struct Limits {
 /// A kind of broken promise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum ViolationKind {
-    /// Live pods of a ClusterQueue (or cohort) hold more GPUs than its quota allows.
+    /// Live pods of a ClusterQueue (or cohort), those being deleted aside, hold more GPUs than
+    /// its quota allows.
     PodsOverQuota,
     /// Jobs whose status says admitted hold more GPUs than a ClusterQueue (or cohort) allows.
     AdmittedOverQuota,
@@ -234,7 +238,7 @@ impl Checker {
                 .or_default()
                 .entry(fact.attempt.clone())
                 .or_default() += 1;
-            if let Some(queue) = &fact.queue {
+            if let (Some(queue), false) = (&fact.queue, fact.terminating) {
                 *self.pod_usage.entry(queue.clone()).or_default() += fact.gpus;
             }
         }
@@ -442,7 +446,7 @@ impl Checker {
                 self.live.remove(&before.job);
             }
         }
-        if let Some(queue) = &before.queue {
+        if let (Some(queue), false) = (&before.queue, before.terminating) {
             let usage = self.pod_usage.entry(queue.clone()).or_default();
             *usage -= before.gpus;
             if settle {

@@ -217,3 +217,22 @@ fn a_relist_judges_gate_lifts_only_once_every_listed_pod_is_known() {
     // The pods missing from the relist are gone: attempt 0 no longer counts as live.
     assert_eq!(checker.pod_keys_live(), ["ns/p0", "ns/p1"]);
 }
+
+#[test]
+fn pods_being_deleted_hold_no_quota() {
+    let mut checker = Checker::new(limits(), BTreeSet::new());
+    // Gangs of one, so that only quota is judged.
+    checker.job(&job("j", 1, 8, json!({})), 0.0);
+    checker.pod(&pod("p0", 0, false, "Running", 8), 1.0);
+    checker.pod(&pod("p1", 0, false, "Running", 8), 1.0);
+    let mut leaving = pod("p1", 0, false, "Running", 8);
+    leaving.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+    checker.pod(&leaving, 2.0);
+    checker.pod(&pod("p2", 0, false, "Running", 8), 3.0);
+    assert_eq!(kinds(&checker), [], "{:?}", checker.violations());
+    checker.pod(&pod("p3", 0, false, "Running", 8), 4.0);
+    assert!(kinds(&checker).contains(&ViolationKind::PodsOverQuota));
+}

@@ -121,6 +121,7 @@ fn rbac_grants_exactly_the_verbs_the_controller_uses() {
         "muster.dev/gpujobs/finalizers:update",
         "muster.dev/clusterqueues/status:patch",
         "muster.dev/localqueues/status:patch",
+        "muster.dev/resourceflavors/status:patch",
         "/pods:list",
         "/pods:watch",
         "/pods:create",

@@ -31,7 +31,7 @@ pub use provisioning_request::{
     ProvisioningRequest, ProvisioningRequestSpec, ProvisioningRequestStatus,
 };
 pub use quantity::Amount;
-pub use resource_flavor::{ResourceFlavor, ResourceFlavorSpec};
+pub use resource_flavor::{ResourceFlavor, ResourceFlavorSpec, ResourceFlavorStatus};
 pub use resources::Resources;
 pub use validation::{FieldError, Validate};
 

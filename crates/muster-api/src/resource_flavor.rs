@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -33,6 +34,7 @@ pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
     plural = "resourceflavors",
     shortname = "rf",
     category = "muster",
+    status = "ResourceFlavorStatus",
     derive = "Default",
     derive = "PartialEq",
     doc = "A kind of capacity: the nodes that carry it (by label), the taints they have and tolerations pods need, and their network topology levels.",
@@ -57,4 +59,15 @@ pub struct ResourceFlavorSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
     pub topology_levels: Vec<String>,
+}
+
+/// What the controller says of a ResourceFlavor.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceFlavorStatus {
+    /// `Valid`: False (reason `InvalidSpec`, the field and the fix) when the spec fails
+    /// validation; such a flavor places nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }

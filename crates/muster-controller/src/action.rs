@@ -3,7 +3,7 @@
 //! them out; the ledger keeps track of those in flight.
 
 use muster_api::gpujob::GpuJobStatus;
-use muster_api::{ClusterQueueStatus, LocalQueueStatus};
+use muster_api::{ClusterQueueStatus, LocalQueueStatus, ResourceFlavorStatus};
 
 use crate::release::Gang;
 use crate::summary::Summary;
@@ -102,6 +102,13 @@ pub enum Action {
         /// The new status.
         status: LocalQueueStatus,
     },
+    /// Write a ResourceFlavor's status.
+    FlavorStatus {
+        /// The flavor.
+        name: String,
+        /// The new status.
+        status: ResourceFlavorStatus,
+    },
 }
 
 impl Action {
@@ -116,7 +123,9 @@ impl Action {
             | Action::Finalize { job, .. }
             | Action::Provision { job, .. }
             | Action::Unprovision { job, .. } => Some(job),
-            Action::ClusterQueueStatus { .. } | Action::LocalQueueStatus { .. } => None,
+            Action::ClusterQueueStatus { .. }
+            | Action::LocalQueueStatus { .. }
+            | Action::FlavorStatus { .. } => None,
         }
     }
 
@@ -133,6 +142,7 @@ impl Action {
             Action::Unprovision { .. } => "unprovision",
             Action::ClusterQueueStatus { .. } => "cluster_queue_status",
             Action::LocalQueueStatus { .. } => "local_queue_status",
+            Action::FlavorStatus { .. } => "flavor_status",
         }
     }
 }

@@ -21,7 +21,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 use muster_api::validation::ADMISSION_GATE;
-use muster_api::{API_VERSION, ClusterQueue, GpuJob, GpuJobStatus, LocalQueue};
+use muster_api::{API_VERSION, ClusterQueue, GpuJob, GpuJobStatus, LocalQueue, ResourceFlavor};
 use tokio::sync::watch;
 
 use crate::action::{Action, FINALIZER, Note};
@@ -257,6 +257,20 @@ impl Executor {
                     })
                     .await?;
                 written.push(Written::LocalQueue(Box::new(queue)));
+            }
+            Action::FlavorStatus { name, status } => {
+                let api: Api<ResourceFlavor> = Api::all(self.client.clone());
+                let body = serde_json::json!({
+                    "apiVersion": API_VERSION, "kind": "ResourceFlavor", "status": status
+                });
+                let params = PatchParams::apply(FIELD_MANAGER).force();
+                let patch = Patch::Apply(&body);
+                let flavor = self
+                    .call("writing ResourceFlavor status", name, || {
+                        api.patch_status(name, &params, &patch)
+                    })
+                    .await?;
+                written.push(Written::ResourceFlavor(Box::new(flavor)));
             }
         }
         Ok(written)

@@ -156,6 +156,9 @@ impl Ledger {
             Action::LocalQueueStatus { key, .. } => {
                 self.queues.remove(&format!("lq:{key}"));
             }
+            Action::FlavorStatus { name, .. } => {
+                self.queues.remove(&format!("rf:{name}"));
+            }
             _ => {}
         }
         match outcome {

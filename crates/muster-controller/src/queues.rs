@@ -1,5 +1,6 @@
-//! Step 4 of a pass: ClusterQueue and LocalQueue statuses from the cycle's scheduler, written
-//! where they changed and no write of them is in flight.
+//! Step 4 of a pass: ClusterQueue and LocalQueue statuses from the cycle's scheduler, and
+//! ResourceFlavors' `Valid` condition, written where they changed and no write of them is in
+//! flight.
 
 use std::collections::BTreeMap;
 
@@ -74,6 +75,20 @@ pub(crate) fn queue_statuses(
             });
         }
     }
+    for (name, flavor) in &index.flavors {
+        if ledger.queues.contains(&format!("rf:{name}")) {
+            continue;
+        }
+        let current = flavor.status.clone().unwrap_or_default();
+        let problem = flavor.validate().into_iter().next();
+        let generation = flavor.metadata.generation;
+        if let Some(status) = status::flavor(&current, problem.as_ref(), generation, now) {
+            actions.push(Action::FlavorStatus {
+                name: name.clone(),
+                status,
+            });
+        }
+    }
     for action in &actions[start..] {
         match action {
             Action::ClusterQueueStatus { name, .. } => {
@@ -81,6 +96,9 @@ pub(crate) fn queue_statuses(
             }
             Action::LocalQueueStatus { key, .. } => {
                 ledger.queues.insert(format!("lq:{key}"));
+            }
+            Action::FlavorStatus { name, .. } => {
+                ledger.queues.insert(format!("rf:{name}"));
             }
             _ => {}
         }

@@ -156,6 +156,38 @@ pub fn admitted(
 /// The condition a ClusterQueue and a LocalQueue carry: whether it admits jobs.
 pub const ACTIVE: &str = "Active";
 
+/// A ResourceFlavor's status: `Valid` (False, reason `InvalidSpec`, naming the field, when
+/// `problem` says what is wrong). `None` when it would not change.
+pub fn flavor(
+    current: &muster_api::ResourceFlavorStatus,
+    problem: Option<&muster_api::FieldError>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<muster_api::ResourceFlavorStatus> {
+    let mut next = current.clone();
+    match problem {
+        Some(error) => set_condition(
+            &mut next.conditions,
+            conditions::VALID,
+            false,
+            "InvalidSpec",
+            &format!("{}: {}", error.path, error.message),
+            generation,
+            now,
+        ),
+        None => set_condition(
+            &mut next.conditions,
+            conditions::VALID,
+            true,
+            "Valid",
+            "",
+            generation,
+            now,
+        ),
+    }
+    (next != *current).then_some(next)
+}
+
 /// A ClusterQueue's status from the scheduler: jobs waiting and holding quota, usage per
 /// flavor and resource (with the borrowed part), and `Active` (False, reason `InvalidSpec`,
 /// naming the field, when the spec fails validation). `None` when it would not change.

@@ -151,6 +151,10 @@ async fn api_server(
             let mut queue = serde_json::to_value(support::local_queue()).unwrap_or_default();
             queue["status"] = body["status"].clone();
             queue
+        } else if path.contains("/resourceflavors/") {
+            let mut flavor = serde_json::to_value(support::flavor()).unwrap_or_default();
+            flavor["status"] = body["status"].clone();
+            flavor
         } else if method == "PATCH" {
             let name = path.rsplit('/').next().unwrap_or_default();
             let mut pod = pods.get(name).cloned().unwrap_or_else(|| {
@@ -192,6 +196,11 @@ fn jobs_by_name(
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Whether `path` is a queue's or a flavor's (their statuses are written as passes go).
+fn queue_or_flavor(path: &str) -> bool {
+    path.contains("queues/") || path.contains("/resourceflavors/")
 }
 
 /// Whether this request of `path` is one of its first failing ones (counted down).
@@ -340,7 +349,7 @@ async fn the_controller_syncs_admits_releases_and_stops() {
     assert!(
         after
             .iter()
-            .all(|(m, p)| (m == "PATCH" && p.contains("queues/"))
+            .all(|(m, p)| (m == "PATCH" && queue_or_flavor(p))
                 || (m == "POST" && p.ends_with("/events"))),
         "{after:?}"
     );
@@ -413,7 +422,7 @@ async fn buys_capacity(failing: BTreeMap<&'static str, u32>) {
     seen.extend(until_quiet(&mut writes, deadline).await);
     let job_writes: Vec<&(String, String)> = seen
         .iter()
-        .filter(|(_, p)| !p.contains("queues/") && !p.ends_with("/events"))
+        .filter(|(_, p)| !queue_or_flavor(p) && !p.ends_with("/events"))
         .collect();
     assert_eq!(
         job_writes,

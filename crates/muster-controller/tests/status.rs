@@ -227,3 +227,38 @@ fn a_cluster_queue_reports_its_jobs_and_usage() {
     assert_eq!(status::cluster_queue(&st, "q", Some(1), &s, &at(6)), None);
     assert_invalid(&s);
 }
+
+#[test]
+fn a_flavor_says_whether_it_is_valid_naming_the_field() {
+    use muster_api::{ResourceFlavor, ResourceFlavorStatus, Validate as _};
+    let flavor: ResourceFlavor = serde_json::from_value(serde_json::json!({
+        "apiVersion": "muster.dev/v1alpha1", "kind": "ResourceFlavor",
+        "metadata": {"name": "h100"},
+        "spec": {"nodeLabels": {"gpu": "not a label value"}}}))
+    .unwrap_or_default();
+    let problem = flavor.validate().into_iter().next();
+    let st = status::flavor(
+        &ResourceFlavorStatus::default(),
+        problem.as_ref(),
+        Some(2),
+        &at(5),
+    )
+    .unwrap_or_default();
+    let valid = &st.conditions[0];
+    assert_eq!(
+        (
+            valid.type_.as_str(),
+            valid.status.as_str(),
+            valid.reason.as_str()
+        ),
+        ("Valid", "False", "InvalidSpec")
+    );
+    assert!(
+        valid.message.starts_with("spec.nodeLabels[\"gpu\"]"),
+        "{}",
+        valid.message
+    );
+    assert_eq!(status::flavor(&st, problem.as_ref(), Some(2), &at(6)), None);
+    let fixed = status::flavor(&st, None, Some(3), &at(7)).unwrap_or_default();
+    assert_eq!(fixed.conditions[0].status, "True");
+}

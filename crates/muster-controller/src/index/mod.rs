@@ -154,6 +154,8 @@ pub enum Written {
     ClusterQueue(Box<ClusterQueue>),
     /// A LocalQueue (its status written).
     LocalQueue(Box<LocalQueue>),
+    /// A ResourceFlavor with its new status.
+    ResourceFlavor(Box<ResourceFlavor>),
 }
 
 /// What a controller knows about the cluster.
@@ -350,6 +352,11 @@ impl Index {
         self.provisioning_requests.get(key)
     }
 
+    /// The ResourceFlavor `name`, as last seen.
+    pub fn flavor(&self, name: &str) -> Option<&ResourceFlavor> {
+        self.flavors.get(name)
+    }
+
     /// A ClusterQueue by name.
     pub fn cluster_queue(&self, name: &str) -> Option<&ClusterQueue> {
         self.cluster_queues.get(name)
@@ -405,6 +412,7 @@ impl Index {
                 Written::Request(request) => self.apply_written(*request),
                 Written::ClusterQueue(queue) => self.apply_written(*queue),
                 Written::LocalQueue(queue) => self.apply_written(*queue),
+                Written::ResourceFlavor(flavor) => self.apply_written(*flavor),
             }
         }
     }
@@ -415,7 +423,7 @@ impl Index {
         self.shared_version + self.topology_version
     }
 
-    /// Counts changes of ClusterQueues and LocalQueues, statuses included.
+    /// Counts changes of ClusterQueues, LocalQueues and ResourceFlavors, statuses included.
     pub(crate) fn queues_version(&self) -> u64 {
         self.queues_version
     }

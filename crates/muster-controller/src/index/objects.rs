@@ -89,11 +89,14 @@ impl Indexed for ResourceFlavor {
         if index.flavors.get(&key).map(|f| &f.spec) != Some(&self.spec) {
             index.topology_version += 1;
         }
+        // Flavors carry a status the queue step writes.
+        index.queues_version += 1;
         index.flavors.insert(key, self);
     }
     fn remove(index: &mut Index, key: &str) {
         if index.flavors.remove(key).is_some() {
             index.topology_version += 1;
+            index.queues_version += 1;
         }
     }
 }

@@ -220,6 +220,11 @@ pub fn land(index: &mut State, action: &Action, now: i64) {
             q.status = Some(status.clone());
             index.apply(q);
         }
+        Action::FlavorStatus { name, status } => {
+            let mut f = index.flavor(name).cloned().unwrap_or_default();
+            f.status = Some(status.clone());
+            index.apply(f);
+        }
     }
     index.landed(action, Ok(written), now);
     for key in deleted {

@@ -6,9 +6,9 @@
 //! What each must come to is judged from the object the API server stored: a valid job must
 //! finish, or wait with a reason that is not `InvalidJob` (a drawn queue name or topology
 //! level may name nothing that exists); an invalid job, ClusterQueue or LocalQueue must carry a
-//! condition (`Valid` for a job, `Active` for a queue) that is False and names the field
-//! `validate()` names first; a valid ClusterQueue must be `Active`. ResourceFlavors have no
-//! status: an invalid one is counted, and the controller must simply keep serving.
+//! condition (`Valid` for a job or flavor, `Active` for a queue) that is False and names the
+//! field `validate()` names first; a valid ClusterQueue must be `Active`, a valid flavor
+//! `Valid`.
 
 use std::collections::BTreeMap;
 
@@ -356,9 +356,8 @@ pub async fn judge(client: &Client, object: &BadObject, verdict: &Verdict) -> Op
         Err(e) => return Some(format!("could not read it back: {e}")),
     };
     let condition = match object.kind {
-        BadKind::GpuJob => "Valid",
+        BadKind::GpuJob | BadKind::ResourceFlavor => "Valid",
         BadKind::ClusterQueue | BadKind::LocalQueue => "Active",
-        BadKind::ResourceFlavor => return None,
     };
     let found = conditions(&stored, condition);
     match verdict {
@@ -384,13 +383,13 @@ pub async fn judge(client: &Client, object: &BadObject, verdict: &Verdict) -> Op
                     format!("valid, but neither succeeded nor waits with a reason (phase {phase:?}, reason {kind:?})")
                 })
             }
-            BadKind::ClusterQueue => match found {
+            BadKind::ClusterQueue | BadKind::ResourceFlavor => match found {
                 Some((status, _, _)) if status == "True" => None,
-                other => Some(format!("valid, but condition Active is {other:?}")),
+                other => Some(format!("valid, but condition {condition} is {other:?}")),
             },
             // A valid LocalQueue may point at a drawn ClusterQueue that is missing or invalid:
             // it must then say which.
-            _ => match found {
+            BadKind::LocalQueue => match found {
                 Some((status, ..)) if status == "True" => None,
                 Some((status, reason, message))
                     if status == "False" && message.contains("spec.clusterQueue") =>

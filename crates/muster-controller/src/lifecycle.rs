@@ -35,16 +35,28 @@ pub enum Health {
     },
 }
 
-/// The health of a gang of `expected` pods admitted at `admitted_at` (seconds), given its
-/// pods of the current attempt (key, record) and a node lookup.
+/// The health of a gang of `expected` pods admitted at `admitted_at` (seconds), placed on the
+/// nodes `placed`, given its pods of the current attempt (key, record) and a node lookup.
 pub fn health<'a>(
     expected: usize,
+    placed: &[String],
     pods: &[(&'a str, &'a PodRecord)],
     node: impl Fn(&str) -> Option<&'a NodeInfo>,
     admitted_at: i64,
     ready_timeout: i64,
     now: i64,
 ) -> Health {
+    // A node the gang was placed on vanished before every pod was bound to it (an
+    // autoscaler removed it as idle, an admin deleted it): the unbound pods, pinned there,
+    // can never run. Restart now rather than wait out the pods-ready timeout.
+    let unbound = pods
+        .iter()
+        .any(|(_, p)| p.node.is_none() && p.phase == PodPhase::Pending);
+    if unbound && let Some(gone) = placed.iter().find(|n| node(n.as_str()).is_none()) {
+        return Health::Broken {
+            cause: format!("node {gone} the gang was placed on is gone"),
+        };
+    }
     let mut ready = 0usize;
     let mut succeeded = 0usize;
     for (key, pod) in pods {

@@ -409,8 +409,14 @@ fn admitted(
         .spec
         .pods_ready_timeout_seconds
         .unwrap_or(muster_api::gpujob::DEFAULT_PODS_READY_TIMEOUT_SECONDS);
+    let placed: Vec<String> = held
+        .pod_sets
+        .iter()
+        .flat_map(|p| p.nodes.iter().cloned())
+        .collect();
     let gang_health = health(
         expected,
+        &placed,
         current,
         |n| index.nodes.get(n),
         held.since,

@@ -174,6 +174,18 @@ impl World {
         world
     }
 
+    /// The gang's pods ungated but not yet bound (pinned to their nodes by selector).
+    fn unbound(mut self) -> World {
+        self = self.gated(2);
+        for pod in &mut self.pods {
+            if let Some(spec) = pod.spec.as_mut() {
+                spec.scheduling_gates = None;
+            }
+            pod.status = Some(object(json!({"phase": "Pending"})));
+        }
+        self
+    }
+
     fn running(self) -> World {
         self.pods(&[("Running", true), ("Running", true)])
     }
@@ -406,6 +418,16 @@ fn every_situation_gives_its_step() {
         (
             "a pod's node is gone: the gang restarts",
             World::new().admitted().running().node_gone("n2"),
+            "Restarting · Evict(GangRestart) · out",
+        ),
+        (
+            "released, its pods not yet bound: it holds while they start",
+            World::new().admitted().unbound(),
+            "Releasing · holds",
+        ),
+        (
+            "a node the gang was placed on is gone before its pods were bound: it restarts",
+            World::new().admitted().unbound().node_gone("n2"),
             "Restarting · Evict(GangRestart) · out",
         ),
         (

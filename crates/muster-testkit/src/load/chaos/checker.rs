@@ -10,7 +10,8 @@
 //!   pod is placed on that capacity until they are gone) but no longer their queue's quota;
 //!   two attempts of one job are checked apart;
 //! - the same holds for the jobs whose status says admitted ([`ViolationKind::AdmittedOverQuota`]);
-//! - pods of two attempts of one job are live at once ([`ViolationKind::TwoAttemptsLive`]);
+//! - pods of two attempts of one job are live at once ([`ViolationKind::TwoAttemptsLive`]; a
+//!   pod is live until it ends, or until the node it is bound to is deleted);
 //! - a pod's scheduling gates are lifted before every pod of its gang exists
 //!   ([`ViolationKind::GateLiftedOnPartialGang`]);
 //! - a job that ended leaves its end or ends again ([`ViolationKind::EndedTwice`]);
@@ -94,7 +95,9 @@ struct PodFact {
     job: String,
     attempt: String,
     gated: bool,
+    /// Not ended, and not bound to a node that no longer exists.
     live: bool,
+    node: Option<String>,
     terminating: bool,
     queue: Option<String>,
     gpus: i64,
@@ -130,6 +133,8 @@ pub struct Checker {
     over: BTreeSet<(ViolationKind, String)>,
     /// Pairs of attempts already reported.
     reported_pairs: BTreeSet<String>,
+    /// The nodes that exist, once the first list of them is in (`None` before).
+    nodes: Option<BTreeSet<String>>,
     violations: Vec<Violation>,
 }
 
@@ -217,10 +222,67 @@ impl Checker {
         }
     }
 
+    /// The nodes that exist now (a whole list): pods bound to any other node are lost, not
+    /// live — the machine that would run them is gone.
+    pub fn nodes_listed(&mut self, names: BTreeSet<String>) {
+        self.nodes = Some(names);
+        let lost: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.live && !self.node_exists(p.node.as_deref()))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in lost {
+            self.lose(&key);
+        }
+    }
+
+    /// A node was created or changed.
+    pub fn node_seen(&mut self, name: &str) {
+        if let Some(nodes) = self.nodes.as_mut() {
+            nodes.insert(name.to_owned());
+        }
+    }
+
+    /// A node was deleted: the pods bound to it are lost.
+    pub fn node_gone(&mut self, name: &str) {
+        if let Some(nodes) = self.nodes.as_mut() {
+            nodes.remove(name);
+        }
+        let lost: Vec<String> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| p.live && p.node.as_deref() == Some(name))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in lost {
+            self.lose(&key);
+        }
+    }
+
+    fn node_exists(&self, node: Option<&str>) -> bool {
+        match (node, &self.nodes) {
+            (Some(name), Some(nodes)) => nodes.contains(name),
+            _ => true,
+        }
+    }
+
+    /// Pod `key` no longer counts as live (its node is gone).
+    fn lose(&mut self, key: &str) {
+        let Some(before) = self.pods.get(key).cloned() else {
+            return;
+        };
+        self.unlive(&before, true);
+        if let Some(fact) = self.pods.get_mut(key) {
+            fact.live = false;
+        }
+    }
+
     /// A pod was created or changed.
     pub fn pod(&mut self, pod: &Pod, at: f64) {
         let Some(key) = pod_key(pod) else { return };
-        let Some(fact) = pod_fact(pod) else { return };
+        let Some(mut fact) = pod_fact(pod) else { return };
+        fact.live = fact.live && self.node_exists(fact.node.as_deref());
         let before = self.pods.insert(key.clone(), fact.clone());
         // Settled after the new fact is in, so that an update of an over-quota pod is not
         // taken for the end of the excursion.
@@ -626,6 +688,7 @@ fn pod_fact(pod: &Pod) -> Option<PodFact> {
         .is_some_and(|g| !g.is_empty());
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     let live = !matches!(phase, Some("Succeeded" | "Failed"));
+    let node = spec.and_then(|s| s.node_name.clone());
     let gpus = spec.map_or(0, |s| {
         s.containers
             .iter()
@@ -637,6 +700,7 @@ fn pod_fact(pod: &Pod) -> Option<PodFact> {
         attempt,
         gated,
         live,
+        node,
         terminating: pod.metadata.deletion_timestamp.is_some(),
         queue: pod
             .metadata

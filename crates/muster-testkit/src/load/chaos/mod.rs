@@ -206,7 +206,7 @@ struct Harness {
     replicas: Replicas,
     first_starts: u64,
     checker: Arc<Mutex<Checker>>,
-    watches: [tokio::task::JoinHandle<()>; 2],
+    watches: [tokio::task::JoinHandle<()>; 3],
     autoscaler: Autoscaler,
     generator: tokio::task::JoinHandle<anyhow::Result<()>>,
     bad_input: tokio::task::JoinHandle<Vec<(BadObject, Verdict)>>,
@@ -268,6 +268,7 @@ impl Harness {
         let watches = [
             tokio::spawn(watch_pods(client.clone(), Arc::clone(&checker), start)),
             tokio::spawn(watch_jobs(client.clone(), Arc::clone(&checker), start)),
+            tokio::spawn(watch_nodes(client.clone(), Arc::clone(&checker))),
         ];
         let autoscaler = Autoscaler::start(client.clone(), options.seed);
         let generator = tokio::spawn(submit(client.clone(), workload.clone(), start));
@@ -691,6 +692,36 @@ async fn watch_pods(client: Client, checker: Arc<Mutex<Checker>>, start: Instant
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .pod_gone(&key);
+                }
+            }
+        }
+    }
+}
+
+async fn watch_nodes(client: Client, checker: Arc<Mutex<Checker>>) {
+    let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client);
+    let mut events =
+        std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+    let mut relist: Option<BTreeSet<String>> = None;
+    while let Some(event) = events.next().await {
+        let Ok(event) = event else { continue };
+        let mut checker = checker.lock().unwrap_or_else(PoisonError::into_inner);
+        match event {
+            watcher::Event::Init => relist = Some(BTreeSet::new()),
+            watcher::Event::InitApply(node) => {
+                if let Some(name) = node.metadata.name {
+                    relist.get_or_insert_with(BTreeSet::new).insert(name);
+                }
+            }
+            watcher::Event::InitDone => checker.nodes_listed(relist.take().unwrap_or_default()),
+            watcher::Event::Apply(node) => {
+                if let Some(name) = node.metadata.name.as_deref() {
+                    checker.node_seen(name);
+                }
+            }
+            watcher::Event::Delete(node) => {
+                if let Some(name) = node.metadata.name.as_deref() {
+                    checker.node_gone(name);
                 }
             }
         }

@@ -236,3 +236,26 @@ fn pods_being_deleted_hold_no_quota() {
     checker.pod(&pod("p3", 0, false, "Running", 8), 4.0);
     assert!(kinds(&checker).contains(&ViolationKind::PodsOverQuota));
 }
+
+#[test]
+fn a_pod_on_a_node_that_is_gone_is_lost_not_live() {
+    let bound = |name: &str, attempt: u32, node: &str| {
+        let mut p = pod(name, attempt, false, "Running", 1);
+        if let Some(spec) = p.spec.as_mut() {
+            spec.node_name = Some(node.to_owned());
+        }
+        p
+    };
+    let mut checker = Checker::new(limits(), BTreeSet::new());
+    checker.nodes_listed(BTreeSet::from(["n1".to_owned(), "n2".to_owned()]));
+    checker.job(&job("j", 1, 1, json!({})), 0.0);
+    checker.pod(&bound("p0", 0, "n1"), 1.0);
+    checker.node_gone("n1");
+    // The gang restarted elsewhere while the lost pod's object lingers.
+    checker.pod(&bound("q0", 1, "n2"), 2.0);
+    checker.pod(&bound("p0", 0, "n1"), 3.0);
+    assert_eq!(kinds(&checker), [], "{:?}", checker.violations());
+    // On a node that exists, the same is two attempts at once.
+    checker.pod(&bound("r0", 2, "n2"), 4.0);
+    assert_eq!(kinds(&checker), [ViolationKind::TwoAttemptsLive]);
+}

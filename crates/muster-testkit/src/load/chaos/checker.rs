@@ -281,7 +281,9 @@ impl Checker {
     /// A pod was created or changed.
     pub fn pod(&mut self, pod: &Pod, at: f64) {
         let Some(key) = pod_key(pod) else { return };
-        let Some(mut fact) = pod_fact(pod) else { return };
+        let Some(mut fact) = pod_fact(pod) else {
+            return;
+        };
         fact.live = fact.live && self.node_exists(fact.node.as_deref());
         let before = self.pods.insert(key.clone(), fact.clone());
         // Settled after the new fact is in, so that an update of an over-quota pod is not

@@ -231,49 +231,45 @@ impl Executor {
             } => self.unprovision(requests, templates).await?,
             Action::ClusterQueueStatus { name, status } => {
                 let api: Api<ClusterQueue> = Api::all(self.client.clone());
-                let body = serde_json::json!({
-                    "apiVersion": API_VERSION, "kind": "ClusterQueue", "status": status
-                });
-                let params = PatchParams::apply(FIELD_MANAGER).force();
-                let patch = Patch::Apply(&body);
-                let queue = self
-                    .call("writing ClusterQueue status", name, || {
-                        api.patch_status(name, &params, &patch)
-                    })
-                    .await?;
+                let queue = self.apply_status(&api, name, name, status).await?;
                 written.push(Written::ClusterQueue(Box::new(queue)));
             }
             Action::LocalQueueStatus { key, status } => {
                 let (namespace, name) = split(key)?;
                 let api: Api<LocalQueue> = Api::namespaced(self.client.clone(), namespace);
-                let body = serde_json::json!({
-                    "apiVersion": API_VERSION, "kind": "LocalQueue", "status": status
-                });
-                let params = PatchParams::apply(FIELD_MANAGER).force();
-                let patch = Patch::Apply(&body);
-                let queue = self
-                    .call("writing LocalQueue status", key, || {
-                        api.patch_status(name, &params, &patch)
-                    })
-                    .await?;
+                let queue = self.apply_status(&api, name, key, status).await?;
                 written.push(Written::LocalQueue(Box::new(queue)));
             }
             Action::FlavorStatus { name, status } => {
                 let api: Api<ResourceFlavor> = Api::all(self.client.clone());
-                let body = serde_json::json!({
-                    "apiVersion": API_VERSION, "kind": "ResourceFlavor", "status": status
-                });
-                let params = PatchParams::apply(FIELD_MANAGER).force();
-                let patch = Patch::Apply(&body);
-                let flavor = self
-                    .call("writing ResourceFlavor status", name, || {
-                        api.patch_status(name, &params, &patch)
-                    })
-                    .await?;
+                let flavor = self.apply_status(&api, name, name, status).await?;
                 written.push(Written::ResourceFlavor(Box::new(flavor)));
             }
         }
         Ok(written)
+    }
+
+    /// Server-side applies `status` to object `name` of `api` (a queue or a flavor, logged as
+    /// `key`) and returns the object as written.
+    async fn apply_status<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        key: &str,
+        status: &impl serde::Serialize,
+    ) -> Result<K, ExecuteError>
+    where
+        K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let body = serde_json::json!({
+            "apiVersion": API_VERSION, "kind": K::kind(&()), "status": status
+        });
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let patch = Patch::Apply(&body);
+        self.call("writing status", key, || {
+            api.patch_status(name, &params, &patch)
+        })
+        .await
     }
 
     /// Creates the gang's Service and pods (tolerating ones that exist), then removes Muster's

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use muster_api::quantity::Amount;
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ResourceFlavor};
@@ -248,18 +248,12 @@ async fn setup(client: &Client, baseline: &Baseline, nodes: u32) -> anyhow::Resu
     Ok(())
 }
 
+/// Applies `value` as the run's field manager.
 async fn apply<K>(api: &Api<K>, name: &str, value: serde_json::Value) -> anyhow::Result<()>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    api.patch(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&value),
-    )
-    .await
-    .with_context(|| format!("applying {name}"))?;
-    Ok(())
+    super::apply(api, MANAGER, name, value).await
 }
 
 /// Creates every job, each queue's sets concurrently, each set one job per interval (the

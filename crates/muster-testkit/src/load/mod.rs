@@ -7,3 +7,26 @@ pub mod chaos;
 pub mod kueue_baseline;
 pub mod process_stats;
 pub mod recorder;
+
+use anyhow::Context as _;
+use kube::api::{Api, Patch, PatchParams};
+
+/// Server-side applies `value` as `name` with field manager `manager` (forcing ownership).
+pub async fn apply<K>(
+    api: &Api<K>,
+    manager: &str,
+    name: &str,
+    value: serde_json::Value,
+) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(
+        name,
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(&value),
+    )
+    .await
+    .with_context(|| format!("applying {name}"))?;
+    Ok(())
+}

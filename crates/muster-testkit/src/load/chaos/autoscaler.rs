@@ -114,13 +114,9 @@ async fn run(
     while let Some(event) = events.next().await {
         match event {
             Ok(watcher::Event::Apply(request) | watcher::Event::InitApply(request)) => {
-                let (Some(namespace), Some(name)) = (
-                    request.metadata.namespace.clone(),
-                    request.metadata.name.clone(),
-                ) else {
+                let Some((namespace, name, key)) = names(&request) else {
                     continue;
                 };
-                let key = format!("{namespace}/{name}");
                 let answered = request
                     .status
                     .as_ref()
@@ -146,13 +142,9 @@ async fn run(
                 known.insert(key, task);
             }
             Ok(watcher::Event::Delete(request)) => {
-                let (Some(namespace), Some(name)) = (
-                    request.metadata.namespace.clone(),
-                    request.metadata.name.clone(),
-                ) else {
+                let Some((namespace, name, key)) = names(&request) else {
                     continue;
                 };
-                let key = format!("{namespace}/{name}");
                 if let Some(task) = known.remove(&key) {
                     task.abort();
                 }
@@ -169,6 +161,14 @@ async fn run(
             _ => {}
         }
     }
+}
+
+/// A request's namespace, name and `namespace/name`.
+fn names(request: &ProvisioningRequest) -> Option<(String, String, String)> {
+    let namespace = request.metadata.namespace.clone()?;
+    let name = request.metadata.name.clone()?;
+    let key = format!("{namespace}/{name}");
+    Some((namespace, name, key))
 }
 
 /// The names of a request's nodes start with this.

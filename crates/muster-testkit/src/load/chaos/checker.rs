@@ -593,6 +593,17 @@ impl Checker {
         }
     }
 
+    /// What the members of `cohort` use, counted as `kind` counts.
+    fn cohort_usage(&self, kind: ViolationKind, cohort: &str) -> i64 {
+        let usage = self.usage(kind);
+        self.limits
+            .queues
+            .iter()
+            .filter(|(_, (c, _))| c.as_deref() == Some(cohort))
+            .map(|(q, _)| usage.get(q).copied().unwrap_or(0))
+            .sum()
+    }
+
     fn check_quota(&mut self, kind: ViolationKind, queue: &str, at: f64) {
         let usage = self.usage(kind);
         let used = usage.get(queue).copied().unwrap_or(0);
@@ -607,13 +618,7 @@ impl Checker {
             ));
         }
         if let Some(cohort) = cohort {
-            let members: i64 = self
-                .limits
-                .queues
-                .iter()
-                .filter(|(_, (c, _))| c.as_deref() == Some(cohort.as_str()))
-                .map(|(q, _)| usage.get(q).copied().unwrap_or(0))
-                .sum();
+            let members = self.cohort_usage(kind, &cohort);
             let cap = self
                 .limits
                 .cohorts
@@ -646,13 +651,7 @@ impl Checker {
             ended.push(format!("ClusterQueue/{queue}"));
         }
         if let Some(cohort) = cohort {
-            let members: i64 = self
-                .limits
-                .queues
-                .iter()
-                .filter(|(_, (c, _))| c.as_deref() == Some(cohort.as_str()))
-                .map(|(q, _)| usage.get(q).copied().unwrap_or(0))
-                .sum();
+            let members = self.cohort_usage(kind, &cohort);
             if members
                 <= self
                     .limits
@@ -691,12 +690,7 @@ fn pod_fact(pod: &Pod) -> Option<PodFact> {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     let live = !matches!(phase, Some("Succeeded" | "Failed"));
     let node = spec.and_then(|s| s.node_name.clone());
-    let gpus = spec.map_or(0, |s| {
-        s.containers
-            .iter()
-            .map(|c| container_gpus(c.resources.as_ref()))
-            .sum()
-    });
+    let gpus = spec_gpus(spec);
     Some(PodFact {
         job,
         attempt,
@@ -715,7 +709,12 @@ fn pod_fact(pod: &Pod) -> Option<PodFact> {
 }
 
 fn template_gpus(template: &k8s_openapi::api::core::v1::PodTemplateSpec) -> i64 {
-    template.spec.as_ref().map_or(0, |s| {
+    spec_gpus(template.spec.as_ref())
+}
+
+/// The GPUs of a pod spec's containers.
+fn spec_gpus(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> i64 {
+    spec.map_or(0, |s| {
         s.containers
             .iter()
             .map(|c| container_gpus(c.resources.as_ref()))

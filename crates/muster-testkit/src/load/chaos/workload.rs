@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ResourceFlavor};
 use muster_sim::trace::Rng;
 use serde_json::{Value, json};
@@ -299,19 +299,12 @@ fn cluster_queue(queue: &QueueDef) -> Value {
         "metadata": {"name": queue.name}, "spec": spec})
 }
 
-/// Server-side applies `value` as `name`.
-pub async fn apply<K>(api: &Api<K>, name: &str, value: Value) -> anyhow::Result<()>
+/// Applies `value` as `name` with the run's field manager.
+async fn apply<K>(api: &Api<K>, name: &str, value: Value) -> anyhow::Result<()>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    api.patch(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&value),
-    )
-    .await
-    .with_context(|| format!("applying {name}"))?;
-    Ok(())
+    crate::load::apply(api, MANAGER, name, value).await
 }
 
 #[cfg(test)]

@@ -343,8 +343,8 @@ async fn the_controller_syncs_admits_releases_and_stops() {
     );
 
     // Then the controller goes quiet: passes keep running (every 50 ms), but with nothing
-    // changed they write nothing. At most the queues' statuses and the release's Event may
-    // still be landing.
+    // changed they write nothing. At most the flavor's and the queues' statuses and the
+    // release's Event may still be landing.
     let after = until_quiet(&mut writes, deadline).await;
     assert!(
         after
@@ -353,7 +353,10 @@ async fn the_controller_syncs_admits_releases_and_stops() {
                 || (m == "POST" && p.ends_with("/events"))),
         "{after:?}"
     );
-    assert!(after.len() <= 3, "{after:?}");
+    // Each of those at most once: the flavor's, the two queues' statuses, the Event.
+    let distinct: std::collections::BTreeSet<&(String, String)> = after.iter().collect();
+    assert_eq!(distinct.len(), after.len(), "{after:?}");
+    assert!(after.len() <= 4, "{after:?}");
 
     let (status, _) = get(port, "/readyz").await;
     assert!(status.contains("200"), "{status}");

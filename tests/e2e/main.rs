@@ -10,6 +10,7 @@ mod chaos;
 mod deploy;
 mod gang;
 mod ha;
+mod leadership;
 mod lifecycle;
 mod provisioning;
 mod support;

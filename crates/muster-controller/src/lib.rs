@@ -31,6 +31,7 @@ mod holding;
 pub mod index;
 pub mod job;
 mod kept;
+pub mod leadership;
 pub mod ledger;
 pub mod lifecycle;
 pub mod metrics;

@@ -81,8 +81,12 @@ impl ApiRequests {
         self.0.get_or_create(&labels(&[("method", method)])).get()
     }
 
-    /// A client for `config` whose every request is counted here.
-    pub fn client(&self, config: kube::Config) -> Result<kube::Client, kube::Error> {
+    /// A client for `config` whose every request is counted here, without kube's own retry
+    /// layer: the executor retries each write itself and checks the Lease before every
+    /// attempt, and a retry below that check could land a write after this replica lost the
+    /// Lease. Watches back off and relist on their own.
+    pub fn client(&self, mut config: kube::Config) -> Result<kube::Client, kube::Error> {
+        config.default_retry = false;
         let requests = self.clone();
         let counting =
             tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {

@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -246,34 +245,28 @@ async fn watch_when_served(requests: Api<ProvisioningRequest>, shared: Arc<Share
     }
 }
 
-/// Leadership: a channel that holds whether this replica may write.
-async fn leadership(
+/// Leadership: a channel that holds whether this replica may write (see [`crate::leadership`]),
+/// and the task that gives the Lease up once every receiver is gone.
+fn leadership(
     client: &Client,
     options: &Options,
-) -> anyhow::Result<(watch::Receiver<bool>, Option<tokio::task::JoinHandle<()>>)> {
+) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
     if !options.leader_elect {
         let (tx, rx) = watch::channel(true);
         // The sender lives as long as the process: without election this replica leads.
         let keep = tokio::spawn(async move {
             tx.closed().await;
         });
-        return Ok((rx, Some(keep)));
+        return (rx, keep);
     }
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &options.lease_name)
-        .with_namespace(&options.lease_namespace)
-        .with_identity(&options.identity)
-        .with_duration(15)
-        .with_grace(5)
-        .build()
-        .await
-        .context("setting up the leader-election Lease")?;
-    let (rx, task) = manager.watch().await;
-    let handle = tokio::spawn(async move {
-        if let Ok(Err(e)) = task.await {
-            tracing::error!(error = %e, "leader election stopped");
-        }
-    });
-    Ok((rx, Some(handle)))
+    crate::leadership::start(
+        client.clone(),
+        crate::leadership::LeaseParams {
+            namespace: options.lease_namespace.clone(),
+            name: options.lease_name.clone(),
+            identity: options.identity.clone(),
+        },
+    )
 }
 
 /// Runs the controller until `shutdown` resolves.
@@ -297,7 +290,7 @@ pub async fn run(
         stop_rx.clone(),
     ));
     start_watches(&client, &options, &shared).await;
-    let (leader, lease) = leadership(&client, &options).await?;
+    let (leader, lease) = leadership(&client, &options);
     let reporter = Reporter {
         controller: "muster".to_owned(),
         instance: Some(options.identity.clone()),
@@ -310,10 +303,9 @@ pub async fn run(
     scheduling_loop(&shared, executor, leader, &options, stop_rx).await;
     // Every holder of the leadership channel is gone now: the lease manager gives the Lease
     // up, so that a standby takes over at once rather than after the Lease expires.
-    if let Some(lease) = lease
-        && tokio::time::timeout(Duration::from_secs(5), lease)
-            .await
-            .is_err()
+    if tokio::time::timeout(Duration::from_secs(5), lease)
+        .await
+        .is_err()
     {
         tracing::warn!(
             "the Lease was not given up within 5 s; a standby takes over when it expires"

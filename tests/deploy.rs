@@ -140,6 +140,8 @@ fn rbac_grants_exactly_the_verbs_the_controller_uses() {
         "autoscaling.x-k8s.io/provisioningrequests:watch",
         "autoscaling.x-k8s.io/provisioningrequests:create",
         "autoscaling.x-k8s.io/provisioningrequests:delete",
+        "/podtemplates:list",
+        "/podtemplates:watch",
         "/podtemplates:create",
         "/podtemplates:delete",
         "events.k8s.io/events:create",

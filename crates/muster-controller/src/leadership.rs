@@ -98,12 +98,12 @@ async fn supervise(client: Client, params: LeaseParams, tx: watch::Sender<bool>)
             }
             Followed::ManagerStopped => {
                 tx.send_replace(false);
-                match task.await {
-                    Ok(Err(e)) => {
-                        tracing::error!(error = %e, "leader election stopped; setting it up again")
-                    }
-                    _ => tracing::error!("leader election stopped; setting it up again"),
-                }
+                let error = match task.await {
+                    Ok(Err(e)) => e.to_string(),
+                    Ok(Ok(_)) => "its task ended".to_owned(),
+                    Err(e) => e.to_string(),
+                };
+                tracing::error!(%error, "leader election stopped; setting it up again");
                 tokio::select! {
                     () = tx.closed() => return,
                     () = tokio::time::sleep(backoff.next()) => {}

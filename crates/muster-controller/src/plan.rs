@@ -216,6 +216,15 @@ fn settle_changed(state: &mut State, now_t: &Time, summary: &mut Summary) -> Set
         });
         ledger.busy.entry(job).or_insert(Busy::Other);
     }
+    // So are templates no request names (a request never made, a cut-off clean-up).
+    for (job, templates) in crate::provision::orphan_templates(index, ledger, now_s) {
+        actions.push(Action::Unprovision {
+            job: job.clone(),
+            requests: Vec::new(),
+            templates,
+        });
+        ledger.busy.entry(job).or_insert(Busy::Other);
+    }
     // Releases found half-done are finished before anything new is promised.
     for (key, admitted) in releases {
         match release_action(index, &key, &admitted, now_t, false) {

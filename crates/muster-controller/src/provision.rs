@@ -161,6 +161,66 @@ pub(crate) fn orphans(
     out
 }
 
+/// Muster's PodTemplates that nothing needs any more and no request names, by their job's
+/// key. A template is made just before its request, so a controller stopped (or a
+/// request create failed for good) between the two leaves a template no request names, and
+/// [`orphans`] never finds it. Such a template goes once its job has ended, or once it is
+/// older than [`ORPHAN_AFTER_SECONDS`] and not a template of its job's current request.
+/// Jobs with writes in flight are left alone. A deleted job's templates are the garbage
+/// collector's (they are owned by the job).
+pub(crate) fn orphan_templates(
+    index: &Index,
+    ledger: &Ledger,
+    now: i64,
+) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    if !index.is_synced(crate::index::Kind::PodTemplate) || !index.provisioning_api() {
+        return out;
+    }
+    let named: std::collections::BTreeSet<String> = index
+        .provisioning_requests
+        .values()
+        .flat_map(|request| {
+            let namespace = request.metadata.namespace.clone().unwrap_or_default();
+            request
+                .spec
+                .pod_sets
+                .iter()
+                .map(move |p| format!("{namespace}/{}", p.pod_template_ref.name))
+        })
+        .collect();
+    for (key, template) in &index.pod_templates {
+        if template.deleting || named.contains(key) {
+            continue;
+        }
+        let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
+        let job_key = format!("{namespace}/{}", template.job);
+        let Some(job) = index.jobs.get(&job_key) else {
+            continue;
+        };
+        if ledger.touches(&job_key) {
+            continue;
+        }
+        let status = job.status.clone().unwrap_or_default();
+        let ended = matches!(
+            status.phase,
+            Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)
+        );
+        let young = template
+            .created
+            .is_none_or(|t| now.saturating_sub(t) < ORPHAN_AFTER_SECONDS);
+        if !ended
+            && (young
+                || (status.provisioning_request.is_some()
+                    && template_keys(job, attempts(&status)).contains(key)))
+        {
+            continue;
+        }
+        out.entry(job_key).or_default().push(key.clone());
+    }
+    out
+}
+
 /// What the autoscaler says about the job's current attempt.
 pub(crate) fn observed(
     index: &Index,

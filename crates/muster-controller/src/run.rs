@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodTemplate};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Client;
 use kube::api::{Api, ListParams};
@@ -118,7 +118,15 @@ async fn watch_kind<K>(api: Api<K>, shared: Arc<Shared>)
 where
     K: Indexed + DeserializeOwned,
 {
-    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    watch_selected(api, watcher::Config::default(), shared).await;
+}
+
+/// [`watch_kind`] for the objects `config` selects.
+async fn watch_selected<K>(api: Api<K>, config: watcher::Config, shared: Arc<Shared>)
+where
+    K: Indexed + DeserializeOwned,
+{
+    let stream = watcher::watcher(api, config).default_backoff();
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
         match event {
@@ -174,23 +182,49 @@ async fn start_watches(client: &Client, options: &Options, shared: &Arc<Shared>)
         answer = served(&requests).await;
     }
     match answer {
-        Served::Yes => {
-            shared.state().expect_kind(Kind::ProvisioningRequest);
-            tokio::spawn(watch_kind(requests, s()));
-        }
+        Served::Yes => watch_provisioning(client, ns, requests, s()),
         Served::No => {
             tracing::warn!(
                 "ProvisioningRequests are not served (is the autoscaling.x-k8s.io CRD installed?); no capacity is bought until they are"
             );
-            tokio::spawn(watch_when_served(requests, s()));
+            tokio::spawn(watch_when_served(
+                client.clone(),
+                ns.map(str::to_owned),
+                requests,
+                s(),
+            ));
         }
         Served::Unknown => {
             tracing::warn!(
                 "the ProvisioningRequest API did not answer; it is probed again, and no capacity is bought until it answers"
             );
-            tokio::spawn(watch_when_served(requests, s()));
+            tokio::spawn(watch_when_served(
+                client.clone(),
+                ns.map(str::to_owned),
+                requests,
+                s(),
+            ));
         }
     }
+}
+
+/// Starts the watches of ProvisioningRequests and of the PodTemplates they name (Muster's,
+/// selected by their job label), and makes the index wait for both before the next pass.
+fn watch_provisioning(
+    client: &Client,
+    namespace: Option<&str>,
+    requests: Api<ProvisioningRequest>,
+    shared: Arc<Shared>,
+) {
+    {
+        let mut state = shared.state();
+        state.expect_kind(Kind::ProvisioningRequest);
+        state.expect_kind(Kind::PodTemplate);
+    }
+    let templates: Api<PodTemplate> = scoped(client, namespace);
+    let selected = watcher::Config::default().labels(muster_provisioning::objects::JOB_LABEL);
+    tokio::spawn(watch_selected(templates, selected, Arc::clone(&shared)));
+    tokio::spawn(watch_kind(requests, shared));
 }
 
 /// What a probe of the ProvisioningRequest API found.
@@ -228,15 +262,19 @@ const PROBE_RETRIES: u32 = 5;
 /// Watches ProvisioningRequests once their API answers, probing every [`PROBE_EVERY`] while it
 /// is not served (the autoscaler's CRD may be installed after Muster) and every
 /// [`PROBE_RETRY`] while probes fail. Until then no capacity is bought.
-async fn watch_when_served(requests: Api<ProvisioningRequest>, shared: Arc<Shared>) {
+async fn watch_when_served(
+    client: Client,
+    namespace: Option<String>,
+    requests: Api<ProvisioningRequest>,
+    shared: Arc<Shared>,
+) {
     let mut wait = PROBE_RETRY;
     loop {
         tokio::time::sleep(wait).await;
         match served(&requests).await {
             Served::Yes => {
                 tracing::info!("ProvisioningRequests are served now: watching them");
-                shared.state().expect_kind(Kind::ProvisioningRequest);
-                watch_kind(requests, shared).await;
+                watch_provisioning(&client, namespace.as_deref(), requests, shared);
                 return;
             }
             Served::No => wait = PROBE_EVERY,

@@ -693,3 +693,94 @@ fn a_young_request_of_a_job_that_ended_is_deleted_at_once() {
     let pass = plan(&mut index, at(10));
     assert_eq!(kinds(&pass.actions, "team-a/small"), ["unprovision"]);
 }
+
+/// A PodTemplate of Muster's for `job`'s pod set `workers`, made at second `created`.
+fn template(name: &str, job: &str, created: i64) -> k8s_openapi::api::core::v1::PodTemplate {
+    object(json!({
+        "apiVersion": "v1", "kind": "PodTemplate",
+        "metadata": {"name": name, "namespace": "team-a",
+                     "labels": {"muster.dev/job-name": job},
+                     "creationTimestamp": at(created).to_string()},
+        "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}}
+    }))
+}
+
+/// `index` with ProvisioningRequests and PodTemplates listed (none of either yet).
+fn watching_templates(mut index: State) -> State {
+    index.relist_begin::<ProvisioningRequest>();
+    index.relist_done::<ProvisioningRequest>();
+    index.relist_begin::<k8s_openapi::api::core::v1::PodTemplate>();
+    index.relist_done::<k8s_openapi::api::core::v1::PodTemplate>();
+    index
+}
+
+fn unprovisioned(actions: &[Action]) -> Vec<(Vec<String>, Vec<String>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Unprovision {
+                requests,
+                templates,
+                ..
+            } => Some((requests.clone(), templates.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_template_whose_request_was_never_made_goes_once_its_job_ended() {
+    let mut done = job("small", 1, 0);
+    done.status = Some(muster_api::GpuJobStatus {
+        phase: Some(GpuJobPhase::Succeeded),
+        ..muster_api::GpuJobStatus::default()
+    });
+    let mut index = watching_templates(cluster(40, vec![done]));
+    // The controller stopped between the template's create and the request's: no request
+    // names the template, and the job went on without buying capacity.
+    index.apply(template("small-1-workers", "small", 5));
+    let pass = plan(&mut index, at(10));
+    assert_eq!(
+        unprovisioned(&pass.actions),
+        [(Vec::new(), vec!["team-a/small-1-workers".to_owned()])]
+    );
+}
+
+#[test]
+fn a_template_of_a_live_job_that_no_request_names_goes_only_once_old() {
+    // The job waits (no block holds it, and its queue does not buy capacity any more).
+    let mut index = watching_templates(cluster(40, vec![big()]));
+    index.apply(template("big-1-workers", "big", 5));
+    let pass = plan(&mut index, at(10));
+    // Its request may be on its way (a create in flight in another leadership term).
+    assert!(
+        unprovisioned(&pass.actions).is_empty(),
+        "{:#?}",
+        pass.actions
+    );
+    land_all(&mut index, &pass.actions, 10);
+    let pass = plan(&mut index, at(400));
+    assert_eq!(
+        unprovisioned(&pass.actions),
+        [(Vec::new(), vec!["team-a/big-1-workers".to_owned()])]
+    );
+}
+
+#[test]
+fn the_templates_of_a_jobs_current_request_are_kept_however_old() {
+    let mut index = buying(vec![big()]);
+    index.relist_begin::<k8s_openapi::api::core::v1::PodTemplate>();
+    index.relist_done::<k8s_openapi::api::core::v1::PodTemplate>();
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    assert!(index.provisioning_request("team-a/big-1").is_some());
+    // Made long ago (the request waits in the autoscaler's queue).
+    index.apply(template("big-1-workers", "big", -1000));
+    // Named by the live request.
+    let pass = plan(&mut index, at(30));
+    assert!(
+        unprovisioned(&pass.actions).is_empty(),
+        "{:#?}",
+        pass.actions
+    );
+}

@@ -411,6 +411,8 @@ async fn buys_capacity(failing: BTreeMap<&'static str, u32>) {
         "/apis/autoscaling.x-k8s.io/v1/provisioningrequests",
         ("ProvisioningRequestList", Vec::new()),
     );
+    // Muster's PodTemplates are watched with the requests.
+    lists.insert("/api/v1/podtemplates", ("PodTemplateList", Vec::new()));
     let Started {
         mut writes,
         stop,

@@ -39,6 +39,9 @@ pub enum Kind {
     PriorityClass,
     /// `ProvisioningRequest` (watched once its CRD is installed).
     ProvisioningRequest,
+    /// Muster's `PodTemplate`s, those labelled with their job (watched with
+    /// ProvisioningRequests, which name them).
+    PodTemplate,
 }
 
 impl Kind {
@@ -140,6 +143,18 @@ pub trait Indexed:
     }
 }
 
+/// What the index keeps of one of Muster's PodTemplates: enough to tell whether anything
+/// still needs it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TemplateRecord {
+    /// Its job's name (the template's namespace is the job's).
+    pub job: String,
+    /// When it was created, in Unix seconds.
+    pub created: Option<i64>,
+    /// Whether it is being deleted.
+    pub deleting: bool,
+}
+
 /// An object as the API server returned it after a write: folded into the index at once, so
 /// the next pass sees the write even before its watch event arrives.
 #[derive(Clone, Debug)]
@@ -175,6 +190,8 @@ pub struct Index {
     pub(crate) namespaces: BTreeMap<String, BTreeMap<String, String>>,
     pub(crate) priority_classes: BTreeMap<String, i32>,
     pub(crate) provisioning_requests: BTreeMap<String, ProvisioningRequest>,
+    /// Muster's PodTemplates by `namespace/name`.
+    pub(crate) pod_templates: BTreeMap<String, TemplateRecord>,
     /// Bumped when a node's placement facts (labels, taints, allocatable, schedulable) or a
     /// flavor change: the cached arrangement of nodes per flavor is rebuilt only then.
     pub(super) topology_version: u64,
@@ -307,6 +324,7 @@ impl Index {
             Kind::Namespace => Box::new(self.namespaces.keys().cloned()),
             Kind::PriorityClass => Box::new(self.priority_classes.keys().cloned()),
             Kind::ProvisioningRequest => Box::new(self.provisioning_requests.keys().cloned()),
+            Kind::PodTemplate => Box::new(self.pod_templates.keys().cloned()),
         }
     }
 

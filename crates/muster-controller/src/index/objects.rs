@@ -1,14 +1,14 @@
 //! How each kind of object is folded into the index: its key, where it goes, and what is kept
 //! of it (a pod is reduced to a [`PodRecord`]; a node to its placement facts).
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodTemplate};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use muster_api::resource_flavor::HOSTNAME_LABEL;
 use muster_api::validation::ADMISSION_GATE;
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
 use muster_topology::{NodeInfo, pod_usage};
 
-use super::{GangMember, Index, Indexed, Kind, PodPhase, PodRecord};
+use super::{GangMember, Index, Indexed, Kind, PodPhase, PodRecord, TemplateRecord};
 use crate::release::{
     ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION, JOB_LABEL,
     POD_INDEX_LABEL, POD_SET_LABEL, parse_domain,
@@ -214,6 +214,31 @@ impl Indexed for ProvisioningRequest {
         if let Some(old) = index.provisioning_requests.remove(key) {
             request_changed(index, &old);
         }
+    }
+}
+
+impl Indexed for PodTemplate {
+    const KIND: Kind = Kind::PodTemplate;
+    fn apply(self, index: &mut Index) {
+        let meta = &self.metadata;
+        // Only Muster's templates are watched (by their job label); one without it is not
+        // Muster's to clean up.
+        let Some(job) = meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(muster_provisioning::objects::JOB_LABEL))
+        else {
+            return;
+        };
+        let record = TemplateRecord {
+            job: job.clone(),
+            created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
+            deleting: meta.deletion_timestamp.is_some(),
+        };
+        index.pod_templates.insert(Indexed::key(&self), record);
+    }
+    fn remove(index: &mut Index, key: &str) {
+        index.pod_templates.remove(key);
     }
 }
 

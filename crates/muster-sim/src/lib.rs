@@ -3,12 +3,14 @@
 //!
 //! - [`scenario`]: scenario files — the cluster, the queue objects, the workload, the policies.
 //! - [`trace`]: workload adapters (Muster CSV, Philly) and a synthetic generator.
+//! - [`fill`]: the FGD paper's fill experiment on shared GPUs (`fill.csv`).
 //! - [`engine`]: the discrete-event loop around `muster_admission::Scheduler::cycle`.
 //! - [`report`]: `jobs.csv`, `summary.json`, policy comparisons and the text summary.
 //! - [`plots`]: SVG plots of allocation, queue length and wait times.
 
 mod autoscaler;
 pub mod engine;
+pub mod fill;
 pub mod plots;
 pub mod report;
 pub mod scenario;

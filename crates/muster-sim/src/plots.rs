@@ -86,6 +86,17 @@ fn g(v: u64) -> f64 {
     v as f64
 }
 
+/// `fill.svg`: GPUs allocated against GPUs asked for, percent of the fleet's, one line per
+/// policy (the fill experiment).
+pub fn fill(series: &[(String, Vec<(f64, f64)>)]) -> String {
+    chart(
+        "GPU allocation as load arrives",
+        "arrived GPU load, % of the fleet",
+        "allocated GPUs, % of the fleet",
+        series,
+    )
+}
+
 /// Step series of allocated GPUs and waiting jobs over hours since the first event.
 fn steps(run: &Run, value: impl Fn(&crate::engine::Sample) -> u64) -> Vec<(f64, f64)> {
     let start = run.timeline.first().map_or(0, |s| s.time);

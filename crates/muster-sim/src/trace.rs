@@ -6,6 +6,7 @@ use std::fmt;
 use std::fmt::Write as _;
 
 use muster_api::Amount;
+use muster_topology::shared::{ShareRequest, SharedNode};
 
 /// One job of a workload, before it becomes an admission job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,6 +106,12 @@ impl Row<'_> {
             let end = self.fields.last().map_or(1, |(c, f)| c + f.chars().count());
             self.error(end, format!("missing field {name} (field {})", i + 1))
         })
+    }
+
+    fn non_negative(&self, i: usize, name: &str) -> Result<u64, TraceError> {
+        let v = self.int(i, name)?;
+        u64::try_from(v)
+            .map_err(|_| self.error(self.fields[i].0, format!("{name} must be ≥ 0, got {v}")))
     }
 
     fn int(&self, i: usize, name: &str) -> Result<i64, TraceError> {
@@ -372,9 +379,9 @@ pub fn read_philly(file: &str, text: &str, topology: &str) -> Result<Vec<TraceJo
 /// (`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time`).
 /// Each pod is a one-pod job submitted at `creation_time` to the LocalQueue named by its `qos`
 /// (lower case), running `deletion_time − scheduled_time` seconds (`− creation_time` for pods
-/// never scheduled), at least one. A GPU-sharing pod (`gpu_milli` < 1000) asks for one whole
-/// GPU: Muster does not share GPUs between pods. `gpu_spec` (GPU model constraints) is not
-/// used.
+/// never scheduled), at least one. In this replay through admission a GPU-sharing pod
+/// (`gpu_milli` < 1000) asks for one whole GPU and `gpu_spec` is not used; the fill experiment
+/// ([`crate::fill`], [`read_openb_shares`]) keeps both.
 pub fn read_openb(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> {
     let mut jobs = Vec::new();
     for row in rows(file, text) {
@@ -419,6 +426,114 @@ pub fn read_openb(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> {
         });
     }
     Ok(jobs)
+}
+
+/// Checks that a CSV's header names `expected` columns, in order, and says where it does not.
+fn check_header(file: &str, text: &str, expected: &[&str]) -> Result<(), TraceError> {
+    let header = text.lines().next().unwrap_or_default();
+    let found = fields(header);
+    for (i, want) in expected.iter().enumerate() {
+        match found.get(i) {
+            Some((_, name)) if name.trim() == *want => {}
+            Some((column, name)) => {
+                return Err(TraceError {
+                    file: file.to_owned(),
+                    line: 1,
+                    column: *column,
+                    message: format!("expected column {want:?}, found {:?}", name.trim()),
+                });
+            }
+            None => {
+                return Err(TraceError {
+                    file: file.to_owned(),
+                    line: 1,
+                    column: header.chars().count() + 1,
+                    message: format!("missing column {want:?} (column {})", i + 1),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads an openb node list (`sn,cpu_milli,memory_mib,gpu,model`) into nodes with shared-GPU
+/// accounting: each node's CPU, memory and GPUs (at most 255, of `model`), all free.
+pub fn read_openb_nodes(file: &str, text: &str) -> Result<Vec<SharedNode>, TraceError> {
+    check_header(
+        file,
+        text,
+        &["sn", "cpu_milli", "memory_mib", "gpu", "model"],
+    )?;
+    let mut nodes = Vec::new();
+    for row in rows(file, text) {
+        let (name_column, name) = row.get(0, "sn")?;
+        if name.trim().is_empty() {
+            return Err(row.error(name_column, "sn (the node's name) is empty"));
+        }
+        let cpu = row.non_negative(1, "cpu_milli")?;
+        let memory = row.non_negative(2, "memory_mib")?;
+        let gpus = row.non_negative(3, "gpu")?;
+        let gpus = u8::try_from(gpus).map_err(|_| {
+            row.error(
+                row.fields[3].0,
+                format!("gpu must be at most 255, got {gpus}"),
+            )
+        })?;
+        let (model_column, model) = row.get(4, "model")?;
+        if gpus > 0 && model.trim().is_empty() {
+            return Err(row.error(model_column, "model is empty for a node with GPUs"));
+        }
+        nodes.push(SharedNode::new(
+            name.trim(),
+            model.trim(),
+            cpu,
+            memory,
+            gpus,
+        ));
+    }
+    Ok(nodes)
+}
+
+/// Reads an openb pod list's requests as shared-GPU requests: `cpu_milli`, `memory_mib`,
+/// `num_gpu`, `gpu_milli` (per GPU; below 1000 only with one GPU) and `gpu_spec` (the GPU
+/// models a pod accepts, `|`-separated; empty: any). Pods come back in the file's order.
+pub fn read_openb_shares(file: &str, text: &str) -> Result<Vec<ShareRequest>, TraceError> {
+    check_header(
+        file,
+        text,
+        &[
+            "name",
+            "cpu_milli",
+            "memory_mib",
+            "num_gpu",
+            "gpu_milli",
+            "gpu_spec",
+        ],
+    )?;
+    let mut pods = Vec::new();
+    for row in rows(file, text) {
+        let cpu = row.non_negative(1, "cpu_milli")?;
+        let memory = row.non_negative(2, "memory_mib")?;
+        let gpus = row.non_negative(3, "num_gpu")?;
+        let gpus = u32::try_from(gpus)
+            .map_err(|_| row.error(row.fields[3].0, format!("num_gpu is too large: {gpus}")))?;
+        let milli = row.non_negative(4, "gpu_milli")?;
+        // A pod without GPUs may carry a share of 0; anything else is its share per GPU.
+        let milli = if gpus == 0 { 0 } else { milli };
+        let milli = u32::try_from(milli)
+            .map_err(|_| row.error(row.fields[4].0, format!("gpu_milli is too large: {milli}")))?;
+        let (_, spec) = row.get(5, "gpu_spec")?;
+        let models: Vec<String> = spec
+            .split('|')
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let request = ShareRequest::new(cpu, memory, gpus, milli, models)
+            .map_err(|e| row.error(row.fields[4].0, e))?;
+        pods.push(request);
+    }
+    Ok(pods)
 }
 
 /// A deterministic pseudo-random sequence (SplitMix64): the same seed gives the same workload on

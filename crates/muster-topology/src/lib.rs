@@ -8,6 +8,9 @@
 //! - [`place`] puts a whole gang down or explains, as a [`NoFit`], why it cannot.
 //! - [`Policy`] chooses among domains: [`BestFit`] (default), [`Spread`] or
 //!   [`FragmentationAware`].
+//! - [`shared`] keeps shared GPUs at device level (fractional requests, each device's free
+//!   share), measures fragmentation as the FGD paper does, and chooses nodes and devices by
+//!   best-fit, packing, random or fragmentation gradient descent.
 //!
 //! Pure and synchronous: no I/O, no clock.
 
@@ -17,6 +20,7 @@ mod node;
 mod place;
 mod policy;
 mod request;
+pub mod shared;
 mod tpu;
 mod tree;
 

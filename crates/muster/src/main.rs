@@ -20,6 +20,8 @@ enum Command {
     Controller(commands::controller::Args),
     /// Print every Muster CRD as YAML (or write one file per CRD with --out).
     Crds(commands::crds::Args),
+    /// The FGD paper's fill experiment on shared GPUs: allocation and fragmentation per policy.
+    Fill(commands::fill::Args),
     /// Would a GpuJob fit on these nodes now, and where? Exit 0: fits; 1: does not; 2: bad input.
     Fit(commands::fit::Args),
     /// Replay a scenario's workload through Muster's admission and placement in virtual time.
@@ -33,6 +35,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Controller(args) => commands::controller::run(&args),
         Command::Crds(args) => commands::crds::run(&args),
+        Command::Fill(args) => commands::fill::run(&args),
         Command::Fit(args) => commands::fit::run(&args),
         Command::Sim(args) => commands::sim::run(&args),
         Command::Validate(args) => commands::validate::run(&args),

@@ -614,7 +614,10 @@ impl Checker {
         if used > max {
             found.push((
                 format!("ClusterQueue/{queue}"),
-                format!("{used} GPUs in use, {max} allowed"),
+                format!(
+                    "{used} GPUs in use, {max} allowed; {}",
+                    self.holders(kind, queue)
+                ),
             ));
         }
         if let Some(cohort) = cohort {
@@ -638,6 +641,38 @@ impl Checker {
             }
         }
         self.settle_over(kind, queue);
+    }
+
+    /// Who holds `queue`'s GPUs, counted as `kind` counts: `job@attempt=GPUs` for live pods
+    /// (marked `unadmitted` when the job's status holds no admission), `job=GPUs` for
+    /// admitted jobs; so that a report says which jobs took the queue over.
+    fn holders(&self, kind: ViolationKind, queue: &str) -> String {
+        let mut held: BTreeMap<String, i64> = BTreeMap::new();
+        if kind == ViolationKind::PodsOverQuota {
+            for pod in self.pods.values() {
+                if pod.live && !pod.terminating && pod.queue.as_deref() == Some(queue) {
+                    let admitted = self
+                        .jobs
+                        .get(&pod.job)
+                        .and_then(|j| j.admitted.as_ref())
+                        .is_some_and(|(q, _)| q == queue);
+                    let mark = if admitted { "" } else { " unadmitted" };
+                    *held
+                        .entry(format!("{}@{}{mark}", pod.job, pod.attempt))
+                        .or_default() += pod.gpus;
+                }
+            }
+        } else {
+            for (job, fact) in &self.jobs {
+                if let Some((q, gpus)) = &fact.admitted
+                    && q == queue
+                {
+                    held.insert(job.clone(), *gpus);
+                }
+            }
+        }
+        let list: Vec<String> = held.iter().map(|(k, g)| format!("{k}={g}")).collect();
+        format!("held by {}", list.join(", "))
     }
 
     /// Forgets excursions that ended, so that the next one is reported again.

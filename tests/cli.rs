@@ -83,11 +83,12 @@ fn shipped_examples_are_valid() {
         "deploy/examples/admin.yaml",
         "deploy/examples/gpu-block-job.yaml",
         "deploy/examples/tpu-v5p-job.yaml",
+        "deploy/examples/h100-mig-pool.yaml",
     ]);
     assert!(out.status.success(), "{}", stdout(&out));
     let summary = String::from_utf8_lossy(&out.stderr);
     assert!(
-        summary.contains("8 Muster object(s) in 3 file(s): all valid, 2 other object(s) skipped"),
+        summary.contains("12 Muster object(s) in 4 file(s): all valid, 3 other object(s) skipped"),
         "{summary}"
     );
 }

@@ -205,6 +205,13 @@ async fn crds_install_and_examples_apply_with_kubectl() {
         "crds/",
     ]);
     run(&["apply", "--server-side", "-f", "deploy/examples/admin.yaml"]);
+    // The MIG pool's own namespace, queues and job.
+    run(&[
+        "apply",
+        "--server-side",
+        "-f",
+        "deploy/examples/h100-mig-pool.yaml",
+    ]);
     for job in [
         "deploy/examples/gpu-block-job.yaml",
         "deploy/examples/tpu-v5p-job.yaml",

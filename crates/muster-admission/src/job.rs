@@ -64,7 +64,11 @@ impl Job {
         let mut pod_sets = Vec::with_capacity(spec.pod_sets.len());
         for set in &spec.pod_sets {
             match PodSetRequest::from_pod_set(set, None) {
-                Ok(req) => pod_sets.push(req),
+                Ok(mut req) => {
+                    // Pods that accept shared GPUs may also go to time-shared nodes.
+                    req.whole_gpus &= !spec.accept_shared_gpus;
+                    pod_sets.push(req);
+                }
                 Err(e) => {
                     invalid.get_or_insert_with(|| e.to_string());
                 }

@@ -83,3 +83,20 @@ fn an_unknown_priority_class_or_a_bad_field_makes_the_job_invalid_with_the_fix()
         job.invalid
     );
 }
+
+#[test]
+fn pods_asking_for_gpus_need_whole_ones_unless_the_job_accepts_shared_gpus() {
+    let exclusive = Job::from_gpujob(
+        &gpujob(&serde_json::json!({"queueName": "q", "podSets": [workers(2)]})),
+        |_| None,
+    );
+    assert!(exclusive.pod_sets.iter().all(|p| p.whole_gpus));
+    let sharing = Job::from_gpujob(
+        &gpujob(&serde_json::json!({
+            "queueName": "q", "acceptSharedGpus": true, "podSets": [workers(2)]
+        })),
+        |_| None,
+    );
+    assert_eq!(sharing.invalid, None);
+    assert!(sharing.pod_sets.iter().all(|p| !p.whole_gpus));
+}

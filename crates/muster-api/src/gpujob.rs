@@ -75,6 +75,12 @@ pub struct GpuJobSpec {
     /// Held by its owner: not queued; an admitted job that is suspended is evicted.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// Whether its pods may run on shared GPUs: nodes whose device plugin advertises each GPU
+    /// as several `nvidia.com/gpu` replicas (time-slicing or MPS; GKE's
+    /// `cloud.google.com/gke-gpu-sharing-strategy` label, or `nvidia.com/gpu.replicas` above
+    /// 1). Default false: pods asking for `nvidia.com/gpu` get whole GPUs only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub accept_shared_gpus: bool,
     /// The groups of identical pods that make up the gang (at most 8).
     #[schemars(length(min = 1, max = 8))]
     pub pod_sets: Vec<PodSet>,

@@ -203,6 +203,7 @@ fn a_cluster_queue_reports_its_jobs_and_usage() {
                 affinity: Vec::new(),
                 tolerations: Vec::new(),
                 constraint: Constraint::None,
+                whole_gpus: false,
             }],
             invalid: None,
             suspended: false,

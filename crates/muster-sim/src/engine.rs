@@ -113,6 +113,8 @@ pub fn admission_job(job: &TraceJob, namespace: &str) -> Job {
             .map(|(name, count, requests)| {
                 let mut r: Resources = requests.iter().map(|(k, v)| (k.clone(), *v)).collect();
                 r.set("pods", Amount::from_units(1));
+                // Trace jobs ask for whole GPUs.
+                let whole_gpus = !r.get("nvidia.com/gpu").is_zero();
                 PodSetRequest {
                     name: name.clone(),
                     count: *count,
@@ -121,6 +123,7 @@ pub fn admission_job(job: &TraceJob, namespace: &str) -> Job {
                     affinity: Vec::new(),
                     tolerations: Vec::new(),
                     constraint: constraint.clone(),
+                    whole_gpus,
                 }
             })
             .collect(),

@@ -105,6 +105,7 @@ fn gang(count: u32) -> Vec<PodSetRequest> {
         affinity: Vec::new(),
         tolerations: Vec::new(),
         constraint: Constraint::Required(LEVELS[0].to_owned()),
+        whole_gpus: false,
     }]
 }
 

@@ -24,7 +24,10 @@ pub mod shared;
 mod tpu;
 mod tree;
 
-pub use node::{InputError, NodeInfo, pod_usage};
+pub use node::{
+    GKE_GPU_SHARING_STRATEGY, GKE_MAX_SHARED_CLIENTS, InputError, NVIDIA_GPU_REPLICAS, NodeInfo,
+    pod_usage,
+};
 pub use place::{Fit, NoFit, NoFitKind, PodSetFit, place};
 pub use policy::{BestFit, FragmentationAware, POLICY_NAMES, Policy, Spread, Unit, by_name};
 pub use request::{Constraint, Eligibility, Mismatch, PodSetRequest, RequestError, tolerated};

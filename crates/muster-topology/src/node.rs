@@ -21,6 +21,15 @@ pub struct NodeInfo {
     pub schedulable: bool,
 }
 
+/// GKE's GPU sharing strategy label (`time-sharing` or `mps`): the node's `nvidia.com/gpu` are
+/// shared replicas, not whole GPUs.
+pub const GKE_GPU_SHARING_STRATEGY: &str = "cloud.google.com/gke-gpu-sharing-strategy";
+/// GKE's label for how many containers share one GPU.
+pub const GKE_MAX_SHARED_CLIENTS: &str = "cloud.google.com/gke-max-shared-clients-per-gpu";
+/// The NVIDIA GPU operator's label for time-slicing replicas per GPU (set by GPU feature
+/// discovery when the device plugin's sharing config has replicas).
+pub const NVIDIA_GPU_REPLICAS: &str = "nvidia.com/gpu.replicas";
+
 /// A node or pod object the fitter cannot read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum InputError {
@@ -46,6 +55,23 @@ pub enum InputError {
 }
 
 impl NodeInfo {
+    /// Whether the node's GPUs are shared: its device plugin advertises each GPU as several
+    /// `nvidia.com/gpu` replicas (time-slicing or MPS), by GKE's sharing labels or the NVIDIA
+    /// operator's replica count above 1. Pods that need whole GPUs never go there.
+    pub fn shares_gpus(&self) -> bool {
+        let above_one = |key: &str| {
+            self.labels
+                .get(key)
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                .is_some_and(|n| n > 1)
+        };
+        self.labels
+            .get(GKE_GPU_SHARING_STRATEGY)
+            .is_some_and(|v| !v.trim().is_empty())
+            || above_one(GKE_MAX_SHARED_CLIENTS)
+            || above_one(NVIDIA_GPU_REPLICAS)
+    }
+
     /// Reads a Kubernetes Node as `kubectl get nodes -o yaml` returns it.
     pub fn from_node(node: &Node) -> Result<NodeInfo, InputError> {
         let name = node.metadata.name.clone().ok_or(InputError::UnnamedNode)?;

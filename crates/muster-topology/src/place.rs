@@ -404,6 +404,10 @@ fn no_nodes_message(topo: &Topology, req: &PodSetRequest, mismatches: &[Mismatch
             count(&|m| matches!(m, Mismatch::Taint(_))),
             "tainted with a taint the pods do not tolerate",
         ),
+        (
+            count(&|m| *m == Mismatch::SharedGpus),
+            "sharing their GPUs (time-slicing): the job needs whole GPUs; set spec.acceptSharedGpus to use shared ones",
+        ),
     ] {
         if n > 0 {
             parts.push(format!("{n} {what}"));

@@ -49,10 +49,14 @@ pub struct PodSetRequest {
     pub tolerations: Vec<Toleration>,
     /// The topology constraint.
     pub constraint: Constraint,
+    /// Whether the pods need whole GPUs: they never go to nodes whose GPUs are time-shared
+    /// replicas ([`NodeInfo::shares_gpus`]). True for pods asking for `nvidia.com/gpu` unless
+    /// their job accepts shared GPUs.
+    pub whole_gpus: bool,
 }
 
 /// The parts of a [`PodSetRequest`] that decide which nodes it may use: the node selector,
-/// the required node affinity and the tolerations.
+/// the required node affinity, the tolerations and whether it needs whole GPUs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Eligibility {
     /// Node labels every pod requires.
@@ -61,6 +65,8 @@ pub struct Eligibility {
     pub affinity: Vec<NodeSelectorTerm>,
     /// Tolerations.
     pub tolerations: Vec<Toleration>,
+    /// Whether nodes with time-shared GPUs are ruled out.
+    pub whole_gpus: bool,
 }
 
 /// A pod set that cannot be turned into a request.
@@ -130,6 +136,8 @@ impl PodSetRequest {
             },
             None => Constraint::None,
         };
+        // Exclusive by default; admission relaxes it for jobs that accept shared GPUs.
+        let whole_gpus = !requests.get(names::NVIDIA_GPU).is_zero();
         Ok(PodSetRequest {
             name: set.name.clone(),
             count,
@@ -138,6 +146,7 @@ impl PodSetRequest {
             affinity,
             tolerations,
             constraint,
+            whole_gpus,
         })
     }
 
@@ -148,6 +157,7 @@ impl PodSetRequest {
             node_selector: self.node_selector.clone(),
             affinity: self.affinity.clone(),
             tolerations: self.tolerations.clone(),
+            whole_gpus: self.whole_gpus,
         }
     }
 
@@ -156,13 +166,15 @@ impl PodSetRequest {
         self.node_selector == other.node_selector
             && self.affinity == other.affinity
             && self.tolerations == other.tolerations
+            && self.whole_gpus == other.whole_gpus
     }
 
-    /// Whether `node` passes the required node affinity and has only taints the pods tolerate
-    /// (the checks after readiness and the selector).
+    /// Whether `node` passes the required node affinity, has only taints the pods tolerate and
+    /// has whole GPUs if the pods need them (the checks after readiness and the selector).
     pub(crate) fn accepts_affinity_and_taints(&self, node: &NodeInfo) -> bool {
         (self.affinity.is_empty() || self.affinity.iter().any(|t| term_matches(t, &node.labels)))
             && node.taints.iter().all(|t| tolerated(t, &self.tolerations))
+            && !(self.whole_gpus && node.shares_gpus())
     }
 
     /// Why a node cannot take any pod of this set, or `None` when it can (capacity aside).
@@ -187,6 +199,9 @@ impl PodSetRequest {
             .find(|t| !tolerated(t, &self.tolerations))
         {
             return Some(Mismatch::Taint(taint.key.clone()));
+        }
+        if self.whole_gpus && node.shares_gpus() {
+            return Some(Mismatch::SharedGpus);
         }
         None
     }
@@ -225,6 +240,8 @@ pub enum Mismatch {
     Affinity,
     /// Has a taint (key given) the pods do not tolerate.
     Taint(String),
+    /// Its GPUs are time-shared replicas and the pods need whole GPUs.
+    SharedGpus,
 }
 
 fn term_matches(term: &NodeSelectorTerm, labels: &BTreeMap<String, String>) -> bool {

@@ -80,6 +80,7 @@ fn gang() -> impl Strategy<Value = Vec<PodSetRequest>> {
                 affinity: Vec::new(),
                 tolerations: Vec::new(),
                 constraint,
+                whole_gpus: false,
             })
             .collect()
     })
@@ -179,6 +180,7 @@ proptest! {
             affinity: Vec::new(),
             tolerations: Vec::new(),
             constraint: Constraint::None,
+            whole_gpus: false,
         };
         let direct: Vec<bool> = topo
             .nodes()

@@ -69,6 +69,7 @@ fn gpu_set(count: u32, gpus: u64, constraint: Constraint) -> PodSetRequest {
         affinity: Vec::new(),
         tolerations: Vec::new(),
         constraint,
+        whole_gpus: false,
     }
 }
 
@@ -375,6 +376,7 @@ fn tpu_set(
             slices,
             allow_rotation: rotate,
         },
+        whole_gpus: false,
     }
 }
 
@@ -657,4 +659,63 @@ fn a_node_taken_out_of_service_gets_no_pods_and_is_named_as_such() {
     topo.set_schedulable(back, true);
     let fit = place(&mut topo, &job, &BestFit).map(|f| f.pod_sets[0].nodes.clone());
     assert_eq!(fit, Ok(vec!["gpu-b0-s2-h05".to_owned()]));
+}
+
+#[test]
+fn nodes_whose_gpus_are_time_shared_replicas_are_told_by_their_labels() {
+    let with = |labels: &[(&str, &str)]| node("n", labels, &[]).shares_gpus();
+    assert!(!with(&[]));
+    assert!(with(&[(
+        muster_topology::GKE_GPU_SHARING_STRATEGY,
+        "time-sharing"
+    )]));
+    assert!(with(&[(muster_topology::GKE_GPU_SHARING_STRATEGY, "mps")]));
+    assert!(with(&[(muster_topology::GKE_MAX_SHARED_CLIENTS, "4")]));
+    assert!(!with(&[(muster_topology::GKE_MAX_SHARED_CLIENTS, "1")]));
+    assert!(with(&[(muster_topology::NVIDIA_GPU_REPLICAS, "2")]));
+    assert!(!with(&[(muster_topology::NVIDIA_GPU_REPLICAS, "1")]));
+    assert!(!with(&[(muster_topology::NVIDIA_GPU_REPLICAS, "many")]));
+}
+
+#[test]
+fn a_gang_that_needs_whole_gpus_never_lands_on_shared_replicas_and_says_so() {
+    // Two time-sliced nodes advertise 4 replicas of each of their 8 GPUs; one node has 8
+    // whole GPUs.
+    let shared = |name: &str| {
+        node(
+            name,
+            &[(BLOCK, "b-00"), (muster_topology::NVIDIA_GPU_REPLICAS, "4")],
+            &[("nvidia.com/gpu", 32), ("cpu", 208), ("pods", 110)],
+        )
+    };
+    let whole = node(
+        "whole",
+        &[(BLOCK, "b-00")],
+        &[("nvidia.com/gpu", 8), ("cpu", 208), ("pods", 110)],
+    );
+    let mut topo = Topology::new(gke_levels(), vec![shared("ts-1"), shared("ts-2")]);
+    let mut req = gpu_set(2, 8, Constraint::None);
+    req.whole_gpus = true;
+    let err = place(&mut topo, std::slice::from_ref(&req), &BestFit).err();
+    assert_eq!(
+        err.as_ref().map(|e| e.kind),
+        Some(NoFitKind::NoEligibleNodes)
+    );
+    assert!(
+        err.as_ref().is_some_and(|e| e
+            .message
+            .contains("2 sharing their GPUs (time-slicing): the job needs whole GPUs; set spec.acceptSharedGpus")),
+        "{err:?}"
+    );
+    // A job that accepts shared GPUs takes the replicas.
+    req.whole_gpus = false;
+    assert!(place(&mut topo, std::slice::from_ref(&req), &BestFit).is_ok());
+
+    // With a whole node beside them, a one-pod gang needing whole GPUs goes there.
+    let mut topo = Topology::new(gke_levels(), vec![shared("ts-1"), whole, shared("ts-2")]);
+    let mut one = gpu_set(1, 8, Constraint::None);
+    one.whole_gpus = true;
+    let fit = place(&mut topo, std::slice::from_ref(&one), &BestFit)
+        .unwrap_or_else(|e| unreachable!("{}", e.message));
+    assert_eq!(fit.pod_sets[0].nodes, ["whole"]);
 }

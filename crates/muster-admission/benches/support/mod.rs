@@ -86,6 +86,7 @@ pub fn job(i: usize) -> Job {
             affinity: Vec::new(),
             tolerations: Vec::new(),
             constraint,
+            whole_gpus: false,
         }],
         invalid: None,
         suspended: false,

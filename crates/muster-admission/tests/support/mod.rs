@@ -132,6 +132,7 @@ pub fn job_of(
             affinity: Vec::new(),
             tolerations: Vec::new(),
             constraint: Constraint::None,
+            whole_gpus: false,
         }],
         invalid: None,
         suspended: false,

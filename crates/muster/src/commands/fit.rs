@@ -90,7 +90,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .spec
         .pod_sets
         .iter()
-        .map(|set| PodSetRequest::from_pod_set(set, flavor.as_ref()))
+        .map(|set| {
+            PodSetRequest::from_pod_set(set, flavor.as_ref()).map(|mut req| {
+                req.whole_gpus &= !job.spec.accept_shared_gpus;
+                req
+            })
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let policy = muster_topology::by_name(&args.policy).context("unknown policy")?;
     let result = place(&mut topo, &gang, policy.as_ref());

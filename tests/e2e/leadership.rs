@@ -49,13 +49,7 @@ async fn leadership_survives_failing_set_up_and_falls_when_renewals_fail() {
     })
     .await;
     let leases: kube::Api<Lease> = env.api("default");
-    let holder = leases
-        .get_opt("faulty")
-        .await
-        .ok()
-        .flatten()
-        .and_then(|lease| lease.spec?.holder_identity);
-    assert_eq!(holder.as_deref(), Some("replica-under-test"));
+    assert_eq!(holder(&leases).await.as_deref(), Some("replica-under-test"));
 
     // Renewals fail from now on. The lease manager alone keeps saying it leads while it cannot
     // reach the API server; the fence says otherwise once the Lease could have expired.
@@ -79,11 +73,19 @@ async fn leadership_survives_failing_set_up_and_falls_when_renewals_fail() {
         released.is_ok(),
         "the Lease was not given up once unwatched"
     );
-    let holder = leases
+    assert_eq!(
+        holder(&leases).await,
+        None,
+        "given up for a standby to take at once"
+    );
+}
+
+/// Who holds the test's Lease, as the API server has it.
+async fn holder(leases: &kube::Api<Lease>) -> Option<String> {
+    leases
         .get_opt("faulty")
         .await
         .ok()
         .flatten()
-        .and_then(|lease| lease.spec?.holder_identity);
-    assert_eq!(holder, None, "given up for a standby to take at once");
+        .and_then(|lease| lease.spec?.holder_identity)
 }

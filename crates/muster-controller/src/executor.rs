@@ -156,7 +156,10 @@ impl Executor {
         let mut delay = self.retry.base;
         let mut attempt = 1;
         loop {
-            if !*self.leader.borrow() {
+            // Not leading, or leadership changed hands since the action began (even if this
+            // replica leads again): a new term plans from what the API server shows, and a
+            // write planned in the old one could land over the new term's.
+            if self.leader.has_changed().unwrap_or(true) || !*self.leader.borrow() {
                 return Err(ExecuteError::NotLeader(action));
             }
             match request().await {
@@ -180,6 +183,15 @@ impl Executor {
 
     /// Carries out one action; returns the objects it wrote.
     pub async fn execute(&self, action: &Action) -> Result<Vec<Written>, ExecuteError> {
+        // The action belongs to the leadership term it begins in: any change of leadership
+        // from here on ends it (see `call`).
+        let mut in_term = self.clone();
+        in_term.leader.mark_unchanged();
+        in_term.execute_in_term(action).await
+    }
+
+    /// [`Executor::execute`] within the current term.
+    async fn execute_in_term(&self, action: &Action) -> Result<Vec<Written>, ExecuteError> {
         let mut written = Vec::new();
         match action {
             Action::Release {

@@ -532,3 +532,52 @@ async fn a_gang_of_one_is_released_without_a_gate_to_lift() {
         ]
     );
 }
+
+/// A write retried after a transient error is not sent again once leadership has changed
+/// hands in between, even when this replica leads again by then: the new term plans from what
+/// the API server shows, and a write planned in the old term could land over the new term's
+/// (a status of a job that has ended since, say).
+#[tokio::test]
+async fn a_retry_is_not_sent_when_leadership_flipped_since_the_action_began() {
+    let (action, _) = release(1);
+    let Action::Release { job, status, .. } = action else {
+        unreachable!("a release")
+    };
+    let status_write = Action::JobStatus {
+        job,
+        status,
+        event: None,
+    };
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let (executor, leader) = executor(Client::new(service, "default"), true, 1);
+    let server = tokio::spawn(async move {
+        let mut requests = 0;
+        while let Some((_, respond)) = handle.next_request().await {
+            requests += 1;
+            // Leadership is lost and won back while the first attempt is answered.
+            leader.send_replace(false);
+            leader.send_replace(true);
+            let reply = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                               "reason": "InternalError", "code": 500, "message": "try again"});
+            let response = Response::builder()
+                .status(500)
+                .body(Body::from(serde_json::to_vec(&reply).unwrap_or_default()))
+                .unwrap_or_else(|_| Response::new(Body::from(Vec::new())));
+            respond.send_response(response);
+        }
+        requests
+    });
+    let result = executor.execute(&status_write).await;
+    drop(executor);
+    assert!(
+        result
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("not the leader")),
+        "{result:?}"
+    );
+    assert_eq!(
+        server.await.unwrap_or_default(),
+        1,
+        "sent once, not retried"
+    );
+}

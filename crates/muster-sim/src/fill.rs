@@ -170,7 +170,7 @@ fn arrivals(
         order.push(i);
     }
     loop {
-        let i = below(rng, pods.len());
+        let i = rng.below(pods.len());
         if asked + pods[i].total_milli() > limit {
             return order;
         }
@@ -179,16 +179,10 @@ fn arrivals(
     }
 }
 
-/// A uniform index below `n` (n > 0).
-fn below(rng: &mut Rng, n: usize) -> usize {
-    let n = u64::try_from(n.max(1)).unwrap_or(u64::MAX);
-    usize::try_from(rng.next_u64() % n).unwrap_or(0)
-}
-
 /// `items` in a seeded random order (Fisher–Yates).
 fn shuffled(mut items: Vec<usize>, rng: &mut Rng) -> Vec<usize> {
     for i in (1..items.len()).rev() {
-        let j = below(rng, i + 1);
+        let j = rng.below(i + 1);
         items.swap(i, j);
     }
     items

@@ -20,6 +20,7 @@ mod node;
 mod place;
 mod policy;
 mod request;
+mod rng;
 pub mod shared;
 mod tpu;
 mod tree;
@@ -31,4 +32,5 @@ pub use node::{
 pub use place::{Fit, NoFit, NoFitKind, PodSetFit, place};
 pub use policy::{BestFit, FragmentationAware, POLICY_NAMES, Policy, Spread, Unit, by_name};
 pub use request::{Constraint, Eligibility, Mismatch, PodSetRequest, RequestError, tolerated};
+pub use rng::Rng;
 pub use tree::{DenseRequest, Domain, DomainId, Mark, NodeId, NodeState, Topology};

@@ -556,27 +556,15 @@ fn tightest_devices(node: &SharedNode, request: &ShareRequest) -> Option<Devices
 /// Any node that holds the pod, uniformly at random, and random devices on it (seeded).
 #[derive(Clone, Debug)]
 pub struct DeviceRandom {
-    state: u64,
+    rng: crate::Rng,
 }
 
 impl DeviceRandom {
     /// A random policy drawing from `seed`.
     pub fn new(seed: u64) -> DeviceRandom {
-        DeviceRandom { state: seed }
-    }
-
-    /// SplitMix64: the same seed draws the same sequence everywhere.
-    fn next(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        let n = u64::try_from(n.max(1)).unwrap_or(u64::MAX);
-        usize::try_from(self.next() % n).unwrap_or(0)
+        DeviceRandom {
+            rng: crate::Rng::new(seed),
+        }
     }
 }
 
@@ -599,7 +587,7 @@ impl DevicePolicy for DeviceRandom {
         if feasible.is_empty() {
             return None;
         }
-        let node = feasible[self.below(feasible.len())];
+        let node = feasible[self.rng.below(feasible.len())];
         let mut holding: Devices = nodes[node]
             .gpus
             .iter()
@@ -609,7 +597,7 @@ impl DevicePolicy for DeviceRandom {
             .collect();
         let mut devices = Devices::new();
         for _ in 0..request.gpus {
-            let k = self.below(holding.len());
+            let k = self.rng.below(holding.len());
             devices.push(holding.swap_remove(k));
         }
         devices.sort_unstable();
@@ -631,9 +619,14 @@ impl Fgd {
         Fgd { mix }
     }
 
-    /// The score of `request` on `devices` of `node`.
-    fn score_on(&self, node: &SharedNode, request: &ShareRequest, devices: &[u8]) -> Option<i64> {
-        let before = node.fragmentation(&self.mix);
+    /// The score of `request` on `devices` of `node`, whose fragmentation is `before`.
+    fn score_on(
+        &self,
+        node: &SharedNode,
+        before: f64,
+        request: &ShareRequest,
+        devices: &[u8],
+    ) -> Option<i64> {
         let mut after = node.clone();
         after.take(request, devices).ok()?;
         let gain = (before - after.fragmentation(&self.mix)) / 1000.0;
@@ -641,6 +634,7 @@ impl Fgd {
     }
 
     fn score(&self, node: &SharedNode, request: &ShareRequest) -> Option<(i64, Devices)> {
+        let before = node.fragmentation(&self.mix);
         if request.is_share() {
             // Every device that holds the share is tried; the best wins, the lowest index
             // among equals.
@@ -650,7 +644,7 @@ impl Fgd {
                 if free < request.gpu_milli {
                     continue;
                 }
-                let s = self.score_on(node, request, &[d])?;
+                let s = self.score_on(node, before, request, &[d])?;
                 if best.is_none_or(|(b, _)| s > b) {
                     best = Some((s, d));
                 }
@@ -659,7 +653,7 @@ impl Fgd {
             return Some((s, vec![d]));
         }
         let devices = tightest_devices(node, request)?;
-        let s = self.score_on(node, request, &devices)?;
+        let s = self.score_on(node, before, request, &devices)?;
         // Whole devices are all alike: the lowest-index empty ones are taken.
         Some((s, node.best_devices(request)?))
     }

@@ -212,3 +212,82 @@ pub(crate) fn holding(admitted: &Admitted, since: i64) -> Holding {
 pub(crate) fn admitted_at(status: &GpuJobStatus) -> Option<i64> {
     condition_time(status, conditions::ADMITTED)
 }
+
+/// Whether `pod` may still run, so that its GPUs count against its queue: not ended, not
+/// being deleted, and not bound to a node that is gone (nothing runs it there any more).
+fn may_run(index: &Index, pod: &PodRecord) -> bool {
+    !pod.deleting
+        && matches!(pod.phase, PodPhase::Pending | PodPhase::Running)
+        && pod.node.as_deref().is_none_or(|n| index.node(n).is_some())
+}
+
+/// The quota a job's pods still take while its status holds none: a release cut off and
+/// being rolled back, an eviction written before its pods' deletes landed, pods of an earlier
+/// attempt not yet deleted. Until every such pod is being deleted the job holds its gang's
+/// quota in the ClusterQueue its pods were released under — never less than they use, so
+/// no other gang is released into quota they still run on.
+///
+/// Pods of `attempt` (the status's current one) are booked through the holding: it lists the
+/// node of each that is not ended (bound, or pinned while gated), deleted or not, as admitted
+/// holdings do. Pods of earlier attempts are booked as ordinary pods already, so a holding
+/// for them carries quota only. A pod set none of whose pods may run is counted in the
+/// flavor of another pod set's pods (the job holds more quota for a moment, never less).
+pub(crate) fn held_by_pods(
+    index: &Index,
+    job: &GpuJob,
+    key: &str,
+    attempt: i32,
+    since: i64,
+) -> Option<Holding> {
+    let running: Vec<&PodRecord> = index
+        .pods_of(key)
+        .map(|(_, p)| p)
+        .filter(|p| p.member.is_some() && may_run(index, p))
+        .collect();
+    let of_attempt = |p: &&PodRecord| p.member.as_ref().is_some_and(|m| m.attempt == attempt);
+    let current = running.iter().any(of_attempt);
+    let source: Vec<&crate::index::GangMember> = running
+        .iter()
+        .filter(|p| !current || of_attempt(p))
+        .filter_map(|p| p.member.as_ref())
+        .collect();
+    let first = source.first()?;
+    if first.cluster_queue.is_empty() {
+        return None;
+    }
+    let pod_sets = job
+        .spec
+        .pod_sets
+        .iter()
+        .map(|set| {
+            let member = source
+                .iter()
+                .find(|m| m.pod_set == set.name)
+                .unwrap_or(first);
+            let nodes = if current {
+                index
+                    .pods_of(key)
+                    .filter_map(|(_, p)| {
+                        let m = p.member.as_ref()?;
+                        let unended = matches!(p.phase, PodPhase::Pending | PodPhase::Running);
+                        (m.attempt == attempt && m.pod_set == set.name && unended)
+                            .then(|| p.node.clone().or_else(|| m.pinned.clone()))?
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            PodSetPlacement {
+                name: set.name.clone(),
+                flavor: member.flavor.clone(),
+                domain: member.domain.clone(),
+                nodes,
+            }
+        })
+        .collect();
+    Some(Holding {
+        cluster_queue: first.cluster_queue.clone(),
+        since,
+        pod_sets,
+    })
+}

@@ -332,6 +332,71 @@ fn a_restarted_controller_rolls_back_a_half_created_gang() {
     assert_eq!(releases(&plan(&mut restarted, at(21)).actions).len(), 1);
 }
 
+/// A release rolled back keeps its queue's quota until its pods are being deleted: another
+/// gang released into that quota in the same pass would run beside pods that still run.
+#[test]
+fn a_rolled_back_release_holds_its_quota_until_its_pods_are_deleted() {
+    let mut first = cluster(16, vec![job("a", 2, 0)]);
+    let pass = plan(&mut first, at(10));
+    let Action::Release { gang, .. } = releases(&pass.actions)[0].clone() else {
+        unreachable!()
+    };
+    // A new leader finds a's first pod (8 GPUs) and b, which wants the whole quota (16).
+    let mut restarted = cluster(16, vec![job("a", 2, 0), job("b", 2, 1)]);
+    restarted.apply(gang.pods[0].clone());
+    let rollback = plan(&mut restarted, at(20));
+    assert!(
+        matches!(
+            job_actions(&rollback.actions, "team-a/a").as_slice(),
+            [Action::DeletePods { .. }]
+        ),
+        "{:#?}",
+        rollback.actions
+    );
+    assert!(
+        releases(&rollback.actions).is_empty(),
+        "{:#?}",
+        rollback.actions
+    );
+    // The delete is still in flight: a's pod still runs and still takes the quota.
+    let waiting = plan(&mut restarted, at(21));
+    assert!(
+        releases(&waiting.actions).is_empty(),
+        "{:#?}",
+        waiting.actions
+    );
+    land_all(&mut restarted, &rollback.actions, 21);
+    land_all(&mut restarted, &waiting.actions, 21);
+    let after = plan(&mut restarted, at(22));
+    assert_eq!(releases(&after.actions).len(), 1, "{:#?}", after.actions);
+}
+
+/// An eviction whose status landed before its pods' deletes: the pods still run, so the job
+/// holds its quota until they are being deleted, whatever its status says.
+#[test]
+fn pods_of_an_evicted_attempt_hold_the_quota_until_they_are_deleted() {
+    let mut first = cluster(16, vec![job("a", 2, 0)]);
+    let pass = plan(&mut first, at(10));
+    let Action::Release { gang, .. } = releases(&pass.actions)[0].clone() else {
+        unreachable!()
+    };
+    let mut a = job("a", 2, 0);
+    a.status = Some(muster_api::GpuJobStatus {
+        requeue_count: 1,
+        ..Default::default()
+    });
+    let mut found = cluster(16, vec![a, job("b", 2, 1)]);
+    for pod in &gang.pods {
+        found.apply(with_phase(pod.clone(), "Running", true));
+    }
+    let pass = plan(&mut found, at(20));
+    assert!(releases(&pass.actions).is_empty(), "{:#?}", pass.actions);
+    let again = plan(&mut found, at(21));
+    assert!(releases(&again.actions).is_empty(), "{:#?}", again.actions);
+    land_all(&mut found, &pass.actions, 21);
+    assert_eq!(releases(&plan(&mut found, at(22)).actions).len(), 1);
+}
+
 /// Another writer (a replica that also thought it led) wrote the job's admission, but its
 /// gang stayed half released: one pod missing, the other still gated. A controller that finds
 /// it finishes the release at once — the same pods on the same nodes, gates lifted — instead

@@ -25,7 +25,7 @@ use muster_api::gpujob::{GpuJobPhase, GpuJobStatus, PendingReasonKind};
 
 use crate::action::{Action, FINALIZER, Note};
 use crate::holding::{
-    Pods, draining, holding, holding_of, recovered_admission, seconds, split_pods,
+    Pods, draining, held_by_pods, holding, holding_of, recovered_admission, seconds, split_pods,
     unfinished_release,
 };
 use crate::index::Index;
@@ -236,7 +236,35 @@ pub(crate) fn unprovision(job: &GpuJob, status: &GpuJobStatus) -> Action {
 
 /// The step of job `key` at `now`, from the index and the writes in flight; `None` when the
 /// index does not hold the job.
+///
+/// A job whose step holds nothing while pods of it may still run holds their quota all the
+/// same (see [`held_by_pods`]): a rolled-back release, an eviction or a finish frees its quota
+/// only once its pods are being deleted, so a gang released into that quota never runs
+/// beside them.
 pub fn step(index: &Index, ledger: &Ledger, key: &str, now: &Time) -> Option<Step> {
+    let mut step = step_by_status(index, ledger, key, now)?;
+    if matches!(
+        step.in_cycle,
+        InCycle::Out | InCycle::Queued | InCycle::BackingOff { .. }
+    ) {
+        let job = index.jobs.get(key)?;
+        let status = job.status.as_ref();
+        let attempt = status.map_or(0, |s| s.requeue_count);
+        let since = status
+            .and_then(crate::holding::admitted_at)
+            .unwrap_or_default();
+        if let Some(holding) = held_by_pods(index, job, key, attempt, since) {
+            step.in_cycle = InCycle::Holds {
+                holding,
+                provisioning: false,
+            };
+        }
+    }
+    Some(step)
+}
+
+/// [`step`] before the pods that may still run are counted.
+fn step_by_status(index: &Index, ledger: &Ledger, key: &str, now: &Time) -> Option<Step> {
     let job = index.jobs.get(key)?;
     let now_s = now.0.as_second();
     let default = GpuJobStatus::default();

@@ -398,7 +398,7 @@ fn every_situation_gives_its_step() {
                 .admitted()
                 .pods(&[("Running", true), ("Pending", false)])
                 .with_job(|j| j.spec.pods_ready_timeout_seconds = Some(60)),
-            "Releasing · Evict(PodsReadyTimeout) · out",
+            "Releasing · Evict(PodsReadyTimeout) · holds",
         ),
         (
             "every pod succeeded: Succeeded is written",
@@ -413,12 +413,12 @@ fn every_situation_gives_its_step() {
             World::new()
                 .admitted()
                 .pods(&[("Running", true), ("Failed", false)]),
-            "Restarting · Evict(GangRestart) · out",
+            "Restarting · Evict(GangRestart) · holds",
         ),
         (
             "a pod's node is gone: the gang restarts",
             World::new().admitted().running().node_gone("n2"),
-            "Restarting · Evict(GangRestart) · out",
+            "Restarting · Evict(GangRestart) · holds",
         ),
         (
             "released, its pods not yet bound: it holds while they start",
@@ -428,12 +428,12 @@ fn every_situation_gives_its_step() {
         (
             "a node the gang was placed on is gone before its pods were bound: it restarts",
             World::new().admitted().unbound().node_gone("n2"),
-            "Restarting · Evict(GangRestart) · out",
+            "Restarting · Evict(GangRestart) · holds",
         ),
         (
             "a pod of a running gang is deleted: the gang restarts",
             World::new().admitted().running().deleting(1),
-            "Restarting · Evict(GangRestart) · out",
+            "Restarting · Evict(GangRestart) · holds",
         ),
         (
             "a pod fails after backoffLimit restarts: the job fails",
@@ -441,7 +441,7 @@ fn every_situation_gives_its_step() {
                 .admitted()
                 .pods(&[("Running", true), ("Failed", false)])
                 .with_status(|s| s.restart_count = 1),
-            "Restarting · Evict(BackoffLimitExceeded) · out",
+            "Restarting · Evict(BackoffLimitExceeded) · holds",
         ),
         (
             "pods of an earlier attempt are left: they are deleted first",
@@ -449,7 +449,7 @@ fn every_situation_gives_its_step() {
                 .running()
                 .attempt(0)
                 .with_status(|s| s.requeue_count = 1),
-            "Restarting · delete_pods · out",
+            "Restarting · delete_pods · holds",
         ),
         // Evicting.
         (
@@ -458,7 +458,7 @@ fn every_situation_gives_its_step() {
                 .admitted()
                 .running()
                 .with_job(|j| j.spec.suspend = true),
-            "Evicting · Evict(Suspended) · out",
+            "Evicting · Evict(Suspended) · holds",
         ),
         (
             "evicted, its pods still terminating: it holds nodes through them, not quota",
@@ -506,12 +506,12 @@ fn every_situation_gives_its_step() {
         (
             "half a gang made, the status never written: it is rolled back",
             World::new().gated(1),
-            "Releasing · delete_pods · out",
+            "Releasing · delete_pods · holds",
         ),
         (
             "a gang without the status, a pod deleted under it: it is rolled back",
             World::new().gated(2).deleting(1),
-            "Releasing · delete_pods · out",
+            "Releasing · delete_pods · holds",
         ),
         (
             "admitted, a gated gang of a suspended job: evicted instead of finished",
@@ -519,7 +519,7 @@ fn every_situation_gives_its_step() {
                 .admitted()
                 .gated(2)
                 .with_job(|j| j.spec.suspend = true),
-            "Evicting · Evict(Suspended) · out",
+            "Evicting · Evict(Suspended) · holds",
         ),
         // Finished and deleted.
         (
@@ -538,7 +538,7 @@ fn every_situation_gives_its_step() {
                 .admitted()
                 .running()
                 .with_job(|j| j.metadata.deletion_timestamp = Some(time(NOW - 5))),
-            "Deleted · finalize · out",
+            "Deleted · finalize · holds",
         ),
         (
             "deleted without Muster's finalizer: nothing to clean up",
@@ -639,7 +639,7 @@ fn every_situation_gives_its_step() {
                     s.provisioning_attempts = 1;
                 })
                 .autoscaler_says(&["Provisioned", "CapacityRevoked"]),
-            "Evicting · Evict(CapacityRevoked) · unprovision · out",
+            "Evicting · Evict(CapacityRevoked) · unprovision · holds",
         ),
         (
             "provisioning, its ClusterQueue no longer buys capacity: the request is given up",

@@ -20,6 +20,23 @@ pub mod names {
     pub const GOOGLE_TPU: &str = "google.com/tpu";
     /// Pods (every node has an allocatable pod count).
     pub const PODS: &str = "pods";
+    /// Part of one GPU per pod, in milli-GPU: what a pod set with `gpuShare` asks of a node
+    /// whose GPUs are handed out in parts. Muster's own scheduling resource: no node
+    /// advertises it and no pod requests it.
+    pub const GPU_SHARE: &str = "muster.dev/gpu-share";
+    /// Prefix of the per-device resources Muster books on nodes whose GPUs it tracks one by
+    /// one (`muster.dev/gpu-device-0`, …), 1000 milli each.
+    pub const GPU_DEVICE_PREFIX: &str = "muster.dev/gpu-device-";
+    /// HAMi's vGPU resources: the percentage of one GPU's cores a vGPU may use, and of its
+    /// memory. A share pod gets `nvidia.com/gpu: 1` (one vGPU) and both set to its share.
+    pub const HAMI_GPU_CORES: &str = "nvidia.com/gpucores";
+    /// See [`HAMI_GPU_CORES`].
+    pub const HAMI_GPU_MEMORY_PERCENTAGE: &str = "nvidia.com/gpumem-percentage";
+
+    /// The name of device `index`'s resource (see [`GPU_DEVICE_PREFIX`]).
+    pub fn gpu_device(index: u32) -> String {
+        format!("{GPU_DEVICE_PREFIX}{index}")
+    }
 }
 
 /// Named resource amounts, ordered by name so that iteration (and every decision built on it)

@@ -26,11 +26,11 @@ mod tpu;
 mod tree;
 
 pub use node::{
-    GKE_GPU_SHARING_STRATEGY, GKE_MAX_SHARED_CLIENTS, InputError, NVIDIA_GPU_REPLICAS, NodeInfo,
-    pod_usage,
+    GKE_GPU_SHARING_STRATEGY, GKE_MAX_SHARED_CLIENTS, HAMI_NODE_LABEL, InputError,
+    MAX_GPU_DEVICES, NVIDIA_GPU_COUNT, NVIDIA_GPU_REPLICAS, NodeInfo, pod_usage,
 };
 pub use place::{Fit, NoFit, NoFitKind, PodSetFit, place};
 pub use policy::{BestFit, FragmentationAware, POLICY_NAMES, Policy, Spread, Unit, by_name};
 pub use request::{Constraint, Eligibility, Mismatch, PodSetRequest, RequestError, tolerated};
 pub use rng::Rng;
-pub use tree::{DenseRequest, Domain, DomainId, Mark, NodeId, NodeState, Topology};
+pub use tree::{DenseRequest, Domain, DomainId, Mark, NodeId, NodeState, Topology, on_devices};

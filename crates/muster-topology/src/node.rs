@@ -30,6 +30,15 @@ pub const GKE_MAX_SHARED_CLIENTS: &str = "cloud.google.com/gke-max-shared-client
 /// discovery when the device plugin's sharing config has replicas).
 pub const NVIDIA_GPU_REPLICAS: &str = "nvidia.com/gpu.replicas";
 
+/// HAMi's node label (`gpu: "on"`): HAMi's device plugin hands this node's GPUs out in parts
+/// (a vGPU with a percentage of one GPU's cores and memory).
+pub const HAMI_NODE_LABEL: &str = "gpu";
+/// GPU feature discovery's label for how many physical GPUs a node has.
+pub const NVIDIA_GPU_COUNT: &str = "nvidia.com/gpu.count";
+/// The most GPU devices per node Muster tracks one by one; a node claiming more is counted
+/// whole.
+pub const MAX_GPU_DEVICES: u32 = 64;
+
 /// A node or pod object the fitter cannot read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum InputError {
@@ -70,6 +79,21 @@ impl NodeInfo {
             .is_some_and(|v| !v.trim().is_empty())
             || above_one(GKE_MAX_SHARED_CLIENTS)
             || above_one(NVIDIA_GPU_REPLICAS)
+    }
+
+    /// How many GPU devices of this node Muster tracks one by one, for pods asking for part
+    /// of a GPU: the node's physical GPU count (`nvidia.com/gpu.count`) when HAMi hands its
+    /// GPUs out in parts (`gpu: "on"`), else 0 (its GPUs are counted whole, as
+    /// `nvidia.com/gpu`).
+    pub fn gpu_devices(&self) -> u32 {
+        if self.labels.get(HAMI_NODE_LABEL).map(String::as_str) != Some("on") {
+            return 0;
+        }
+        self.labels
+            .get(NVIDIA_GPU_COUNT)
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .filter(|n| *n <= MAX_GPU_DEVICES)
+            .unwrap_or(0)
     }
 
     /// Reads a Kubernetes Node as `kubectl get nodes -o yaml` returns it.

@@ -26,6 +26,9 @@ pub struct PodSetFit {
     pub domain: Vec<(String, String)>,
     /// The node of each pod, by pod index.
     pub nodes: Vec<String>,
+    /// The GPU devices each pod takes on its node, by pod index: empty where the node's GPUs
+    /// are not tracked one by one ([`crate::NodeInfo::gpu_devices`]).
+    pub devices: Vec<Vec<u32>>,
 }
 
 /// Why a gang cannot be placed now, in terms a person can act on.
@@ -96,8 +99,28 @@ pub fn place(
         };
         match placed {
             Ok((domain, nodes)) => {
+                let mut devices = Vec::with_capacity(nodes.len());
                 for node in &nodes {
-                    topo.add_usage(*node, &req.requests);
+                    // The node's capacity counted its devices, so they hold every pod placed
+                    // there; a pod they cannot hold is a fitter bug, not a reason to overbook.
+                    let Some((usage, taken)) = topo.device_usage(*node, &req.requests) else {
+                        topo.rollback(mark);
+                        return Err(NoFit {
+                            pod_set: req.name.clone(),
+                            kind: NoFitKind::NotEnoughCapacity,
+                            message: format!(
+                                "pod set {}: the GPU devices of node {} cannot hold its pods",
+                                req.name,
+                                topo.nodes()[*node].info.name
+                            ),
+                            needed: req.count,
+                            best: None,
+                            total_capacity: 0,
+                            fragmented: false,
+                        });
+                    };
+                    topo.add_usage(*node, &usage);
+                    devices.push(taken);
                 }
                 pod_sets.push(PodSetFit {
                     name: req.name.clone(),
@@ -106,6 +129,7 @@ pub fn place(
                         .iter()
                         .map(|n| topo.nodes()[*n].info.name.clone())
                         .collect(),
+                    devices,
                 });
             }
             Err(no_fit) => {

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use muster_api::Resources;
+use muster_api::resources::names;
 
 use crate::capacity::{CAPACITY_INDEX_LIMIT, CapacityIndex};
 use crate::labels::LabelIndex;
@@ -91,6 +92,38 @@ pub struct Topology {
     /// Node eligibility per [`Eligibility`], in the order first asked for (a handful in
     /// practice: compared in place, they cost less to find than a spelled-out key).
     eligible: Vec<(Eligibility, Arc<[bool]>)>,
+    /// Registry indices of the per-device resources ([`names::GPU_DEVICE_PREFIX`]), device 0
+    /// first: as many as the node with the most tracked GPUs has; empty when no node's GPUs
+    /// are tracked one by one ([`NodeInfo::gpu_devices`]).
+    devices: Vec<usize>,
+    /// Registry index of [`names::GPU_SHARE`] (set when `devices` is not empty).
+    share: Option<usize>,
+    /// Registry index of `nvidia.com/gpu`.
+    gpu: Option<usize>,
+}
+
+/// One milli-unit amount of a whole GPU device.
+const DEVICE_MILLI: u64 = 1000;
+
+/// What a pod of `requests` books on a node where it took `devices` (see
+/// [`Topology::device_usage`]): its part of one GPU ([`names::GPU_SHARE`]) on that device, or
+/// each whole device. Without devices, `requests` as they are.
+pub fn on_devices(requests: &Resources, devices: &[u32]) -> Resources {
+    let mut usage = requests.clone();
+    if devices.is_empty() {
+        return usage;
+    }
+    let share = requests.get(names::GPU_SHARE);
+    usage.set(names::GPU_SHARE, muster_api::Amount::ZERO);
+    let each = if share.is_zero() {
+        muster_api::Amount::from_milli(DEVICE_MILLI)
+    } else {
+        share
+    };
+    for d in devices {
+        usage.add(&names::gpu_device(*d), each);
+    }
+    usage
 }
 
 /// How many distinct eligibility vectors a topology keeps before it starts over (each costs one
@@ -133,11 +166,21 @@ impl Topology {
             paths.entry(path).or_default().push(info);
         }
 
+        let most_devices = paths
+            .values()
+            .flatten()
+            .map(NodeInfo::gpu_devices)
+            .max()
+            .unwrap_or(0);
         let mut resources: Vec<String> = paths
             .values()
             .flatten()
             .flat_map(|n| n.allocatable.iter().map(|(name, _)| name.to_owned()))
             .collect();
+        if most_devices > 0 {
+            resources.push(names::GPU_SHARE.to_owned());
+            resources.extend((0..most_devices).map(names::gpu_device));
+        }
         resources.sort();
         resources.dedup();
         let width = resources.len();
@@ -165,6 +208,18 @@ impl Topology {
             labels: LabelIndex::new(),
             capacities: Vec::new(),
             eligible: Vec::new(),
+            devices: Vec::new(),
+            share: None,
+            gpu: None,
+        };
+        topo.devices = (0..most_devices)
+            .filter_map(|d| topo.resource_index(&names::gpu_device(d)))
+            .collect();
+        topo.share = topo.resource_index(names::GPU_SHARE);
+        topo.gpu = topo.resource_index(names::NVIDIA_GPU);
+        let device_of = |name: &str| {
+            name.strip_prefix(names::GPU_DEVICE_PREFIX)
+                .and_then(|d| d.parse::<u32>().ok())
         };
         // Domains by (parent, value), created breadth-first per path so parents come first.
         let mut index: BTreeMap<(DomainId, String), DomainId> = BTreeMap::new();
@@ -194,11 +249,16 @@ impl Topology {
                 topo.by_name.insert(info.name.clone(), id);
                 topo.labels.push_node(&info.labels);
                 topo.domains[at].nodes.push(id);
-                topo.alloc.extend(
-                    topo.resources
-                        .iter()
-                        .map(|r| info.allocatable.get(r).milli()),
-                );
+                let devices = info.gpu_devices();
+                topo.alloc.extend(topo.resources.iter().map(|r| {
+                    if devices > 0 && r == names::GPU_SHARE {
+                        u64::from(devices) * DEVICE_MILLI
+                    } else if let Some(d) = device_of(r) {
+                        if d < devices { DEVICE_MILLI } else { 0 }
+                    } else {
+                        info.allocatable.get(r).milli()
+                    }
+                }));
                 topo.nodes.push(NodeState { info, domain: at });
             }
         }
@@ -240,13 +300,109 @@ impl Topology {
 
     /// How many pods needing `request` fit on `node` now, at most `cap`.
     pub fn pods_fitting(&self, node: NodeId, request: &DenseRequest, cap: u32) -> u32 {
-        pods_within(request, cap, |k| self.free_of(node, k))
+        let fit = pods_within(request, cap, |k| self.free_of(node, k));
+        if fit == 0 || self.devices.is_empty() {
+            return fit;
+        }
+        fit.min(self.device_bound(node, request, |k| self.free_of(node, k)))
     }
 
     /// How many pods needing `request` would fit on `node` if it were empty, at most `cap`.
     pub fn pods_fitting_empty(&self, node: NodeId, request: &DenseRequest, cap: u32) -> u32 {
         let alloc = &self.alloc[node * self.width..];
-        pods_within(request, cap, |k| alloc[k])
+        let fit = pods_within(request, cap, |k| alloc[k]);
+        if fit == 0 || self.devices.is_empty() {
+            return fit;
+        }
+        fit.min(self.device_bound(node, request, |k| alloc[k]))
+    }
+
+    /// The GPU devices of `node` tracked one by one (those with an allocatable amount: a
+    /// node's devices are numbered from 0).
+    fn tracked_devices(&self, node: NodeId) -> &[usize] {
+        let count = self
+            .devices
+            .iter()
+            .take_while(|&&k| self.alloc[node * self.width + k] > 0)
+            .count();
+        &self.devices[..count]
+    }
+
+    /// How many pods of `request` the GPU devices of `node` hold, given each device's `free`
+    /// amount: per device, as many shares as fit whole in what it has left (two 600m pods
+    /// never share one GPU); or, for pods of whole GPUs, as many as the untouched devices
+    /// make up. `u32::MAX` for a node whose devices are not tracked or a request of no GPU.
+    fn device_bound(&self, node: NodeId, request: &DenseRequest, free: impl Fn(usize) -> u64) -> u32 {
+        let Some(request) = request else { return 0 };
+        let devices = self.tracked_devices(node);
+        if devices.is_empty() {
+            return u32::MAX;
+        }
+        let amount = |index: Option<usize>| {
+            index.and_then(|i| request.iter().find(|(k, _)| *k == i).map(|(_, m)| *m))
+        };
+        if let Some(share) = amount(self.share).filter(|s| *s > 0) {
+            let pods: u64 = devices.iter().map(|&k| free(k) / share).sum();
+            return u32::try_from(pods).unwrap_or(u32::MAX);
+        }
+        match amount(self.gpu).filter(|g| *g > 0) {
+            Some(gpus) => {
+                let whole = gpus.div_ceil(DEVICE_MILLI);
+                let untouched = devices
+                    .iter()
+                    .filter(|&&k| free(k) == self.alloc[node * self.width + k])
+                    .count() as u64;
+                u32::try_from(untouched / whole).unwrap_or(u32::MAX)
+            }
+            None => u32::MAX,
+        }
+    }
+
+    /// The devices a pod of `requests` takes on `node`, and what it books there with them
+    /// ([`on_devices`]): for part of a GPU, the device with the least left that holds it
+    /// (ties to the lowest index); for whole GPUs, the untouched devices with the lowest
+    /// indices. On a node whose devices are not tracked, no devices and `requests` as they
+    /// are. `None` when the devices cannot hold the pod.
+    pub fn device_usage(&self, node: NodeId, requests: &Resources) -> Option<(Resources, Vec<u32>)> {
+        let devices = self.tracked_devices(node);
+        if devices.is_empty() {
+            return Some((requests.clone(), Vec::new()));
+        }
+        let free = |d: usize| self.free_of(node, devices[d]);
+        let share = requests.get(names::GPU_SHARE).milli();
+        let chosen: Vec<usize> = if share > 0 {
+            let best = (0..devices.len())
+                .filter(|&d| free(d) >= share)
+                .min_by_key(|&d| (free(d), d))?;
+            vec![best]
+        } else {
+            let whole = requests.get(names::NVIDIA_GPU).milli().div_ceil(DEVICE_MILLI);
+            let whole = usize::try_from(whole).ok()?;
+            if whole == 0 {
+                return Some((requests.clone(), Vec::new()));
+            }
+            let untouched: Vec<usize> = (0..devices.len())
+                .filter(|&d| free(d) == DEVICE_MILLI)
+                .take(whole)
+                .collect();
+            if untouched.len() < whole {
+                return None;
+            }
+            untouched
+        };
+        let chosen: Vec<u32> = chosen
+            .into_iter()
+            .filter_map(|d| u32::try_from(d).ok())
+            .collect();
+        Some((on_devices(requests, &chosen), chosen))
+    }
+
+    /// What is left of each tracked GPU device of `node`, milli-GPU, device 0 first.
+    pub fn device_free(&self, node: NodeId) -> Vec<u64> {
+        self.tracked_devices(node)
+            .iter()
+            .map(|&k| self.free_of(node, k))
+            .collect()
     }
 
     /// Which nodes pods of `req` may use at all (readiness, selectors, affinity, taints), by node

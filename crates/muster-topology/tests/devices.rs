@@ -1,0 +1,204 @@
+//! GPU devices tracked one by one on nodes that hand their GPUs out in parts (HAMi): a pod
+//! asking for part of a GPU takes it on one device, a whole-GPU pod only an untouched device,
+//! and every booking gives back exactly.
+
+use std::collections::BTreeMap;
+
+use muster_api::resources::names;
+use muster_api::{Amount, Resources};
+use muster_topology::{
+    BestFit, Constraint, HAMI_NODE_LABEL, NVIDIA_GPU_COUNT, NoFitKind, NodeInfo, PodSetRequest,
+    Topology, on_devices, place,
+};
+use proptest::prelude::*;
+
+const HOST: &str = "kubernetes.io/hostname";
+
+/// A HAMi node with `gpus` devices (split 10 ways: 10 vGPU slots each).
+fn hami_node(name: &str, gpus: u32) -> NodeInfo {
+    let labels: BTreeMap<String, String> = [
+        (HOST, name.to_owned()),
+        (HAMI_NODE_LABEL, "on".to_owned()),
+        (NVIDIA_GPU_COUNT, gpus.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let allocatable = [
+        (names::NVIDIA_GPU, u64::from(gpus) * 10),
+        (names::CPU, 64),
+        (names::PODS, 110),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), Amount::from_units(v)))
+    .collect();
+    NodeInfo {
+        name: name.to_owned(),
+        labels,
+        taints: Vec::new(),
+        allocatable,
+        schedulable: true,
+    }
+}
+
+/// `count` pods each asking for `milli` of one GPU (one vGPU slot), or for `milli / 1000`
+/// whole GPUs when `milli` is a multiple of 1000.
+fn set(count: u32, milli: u64) -> PodSetRequest {
+    let mut requests = Resources::new();
+    requests.set(names::PODS, Amount::from_units(1));
+    if milli % 1000 == 0 {
+        requests.set(names::NVIDIA_GPU, Amount::from_milli(milli));
+    } else {
+        requests.set(names::NVIDIA_GPU, Amount::from_units(1));
+        requests.set(names::GPU_SHARE, Amount::from_milli(milli));
+    }
+    PodSetRequest {
+        name: "workers".into(),
+        count,
+        requests,
+        node_selector: BTreeMap::new(),
+        affinity: Vec::new(),
+        tolerations: Vec::new(),
+        constraint: Constraint::None,
+        whole_gpus: false,
+    }
+}
+
+fn topology(nodes: Vec<NodeInfo>) -> Topology {
+    Topology::new(vec![HOST.to_owned()], nodes)
+}
+
+fn free(topo: &Topology, node: &str) -> Vec<u64> {
+    topo.node_id(node)
+        .map(|id| topo.device_free(id))
+        .unwrap_or_default()
+}
+
+#[test]
+fn two_pods_of_six_tenths_never_share_one_gpu() {
+    let mut one = topology(vec![hami_node("h1", 1)]);
+    let no_fit = place(&mut one, &[set(2, 600)], &BestFit).err();
+    assert_eq!(no_fit.map(|n| n.kind), Some(NoFitKind::NotEnoughCapacity));
+    assert_eq!(free(&one, "h1"), [1000], "a failed placement books nothing");
+
+    let mut two = topology(vec![hami_node("h1", 2)]);
+    let fit = place(&mut two, &[set(2, 600)], &BestFit).ok();
+    let devices = fit.map(|f| f.pod_sets[0].devices.clone());
+    assert_eq!(devices, Some(vec![vec![0], vec![1]]));
+    assert_eq!(free(&two, "h1"), [400, 400]);
+}
+
+#[test]
+fn a_share_goes_to_the_device_with_the_least_left_that_holds_it() {
+    let mut topo = topology(vec![hami_node("h1", 3)]);
+    for (milli, device) in [(500, 0), (300, 0), (600, 1), (200, 0), (400, 1), (100, 2)] {
+        let fit = place(&mut topo, &[set(1, milli)], &BestFit).ok();
+        assert_eq!(
+            fit.map(|f| f.pod_sets[0].devices.clone()),
+            Some(vec![vec![device]]),
+            "{milli}m"
+        );
+    }
+    assert_eq!(free(&topo, "h1"), [0, 0, 900]);
+}
+
+#[test]
+fn a_whole_gpu_pod_only_takes_a_device_with_nothing_on_it() {
+    let mut topo = topology(vec![hami_node("h1", 2)]);
+    assert!(place(&mut topo, &[set(1, 100)], &BestFit).is_ok());
+    let whole = place(&mut topo, &[set(1, 1000)], &BestFit).ok();
+    assert_eq!(
+        whole.map(|f| f.pod_sets[0].devices.clone()),
+        Some(vec![vec![1]])
+    );
+    // Device 0 has 900m left but is not untouched: a second whole GPU does not fit.
+    assert!(place(&mut topo, &[set(1, 1000)], &BestFit).is_err());
+    assert!(place(&mut topo, &[set(1, 900)], &BestFit).is_ok());
+    assert_eq!(free(&topo, "h1"), [0, 0]);
+}
+
+#[test]
+fn pods_of_two_whole_gpus_take_two_untouched_devices_each() {
+    let mut topo = topology(vec![hami_node("h1", 4)]);
+    let fit = place(&mut topo, &[set(2, 2000)], &BestFit).ok();
+    assert_eq!(
+        fit.map(|f| f.pod_sets[0].devices.clone()),
+        Some(vec![vec![0, 1], vec![2, 3]])
+    );
+}
+
+#[test]
+fn shares_never_land_on_nodes_whose_gpus_are_counted_whole() {
+    let mut whole = hami_node("plain", 8);
+    whole.labels.remove(HAMI_NODE_LABEL);
+    let mut topo = topology(vec![whole, hami_node("h1", 1)]);
+    let fit = place(&mut topo, &[set(3, 250)], &BestFit).ok();
+    assert_eq!(
+        fit.map(|f| f.pod_sets[0].nodes.clone()),
+        Some(vec!["h1".to_owned(); 3])
+    );
+    let plain = topo.node_id("plain").unwrap_or_default();
+    assert!(topo.device_free(plain).is_empty());
+}
+
+#[test]
+fn rolling_back_a_placement_restores_every_device() {
+    let mut topo = topology(vec![hami_node("h1", 2), hami_node("h2", 2)]);
+    assert!(place(&mut topo, &[set(3, 300)], &BestFit).is_ok());
+    let before: Vec<Vec<u64>> = ["h1", "h2"].iter().map(|n| free(&topo, n)).collect();
+    let mark = topo.mark();
+    assert!(place(&mut topo, &[set(2, 700), set(1, 1000)], &BestFit).is_ok());
+    topo.rollback(mark);
+    let after: Vec<Vec<u64>> = ["h1", "h2"].iter().map(|n| free(&topo, n)).collect();
+    assert_eq!(before, after);
+}
+
+proptest! {
+    /// Any mix of shares and whole GPUs, placed and then given back in any order: no device
+    /// ever holds more than one GPU, and giving every pod back leaves every device whole.
+    #[test]
+    fn no_device_goes_over_one_gpu_and_give_back_is_exact(
+        pods in proptest::collection::vec(
+            prop_oneof![(1u64..=99).prop_map(|p| p * 10), Just(1000u64), Just(2000u64)],
+            1..40,
+        ),
+        order in any::<u64>(),
+    ) {
+        let mut topo = topology(vec![hami_node("h1", 4), hami_node("h2", 2)]);
+        let mut booked: Vec<(String, Resources, Vec<u32>)> = Vec::new();
+        for milli in pods {
+            let req = set(1, milli);
+            if let Ok(fit) = place(&mut topo, std::slice::from_ref(&req), &BestFit) {
+                let placed = &fit.pod_sets[0];
+                booked.push((placed.nodes[0].clone(), req.requests, placed.devices[0].clone()));
+            }
+            for node in ["h1", "h2"] {
+                let id = topo.node_id(node).unwrap_or_default();
+                let mut used = vec![0u64; topo.device_free(id).len()];
+                for (n, requests, devices) in &booked {
+                    if n == node {
+                        for d in devices {
+                            let each = on_devices(requests, devices)
+                                .get(&names::gpu_device(*d))
+                                .milli();
+                            used[*d as usize] += each;
+                        }
+                    }
+                }
+                prop_assert!(used.iter().all(|u| *u <= 1000), "{node}: {used:?}");
+                let left: Vec<u64> = used.iter().map(|u| 1000 - u).collect();
+                prop_assert_eq!(topo.device_free(id), left);
+            }
+        }
+        // Give back in a shuffled order.
+        let mut rng = muster_topology::Rng::new(order);
+        while !booked.is_empty() {
+            let i = rng.below(booked.len());
+            let (node, requests, devices) = booked.swap_remove(i);
+            let id = topo.node_id(&node).unwrap_or_default();
+            topo.remove_usage(id, &on_devices(&requests, &devices));
+        }
+        prop_assert_eq!(free(&topo, "h1"), vec![1000; 4]);
+        prop_assert_eq!(free(&topo, "h2"), vec![1000; 2]);
+    }
+}

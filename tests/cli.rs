@@ -84,11 +84,12 @@ fn shipped_examples_are_valid() {
         "deploy/examples/gpu-block-job.yaml",
         "deploy/examples/tpu-v5p-job.yaml",
         "deploy/examples/h100-mig-pool.yaml",
+        "deploy/examples/hami-share-job.yaml",
     ]);
     assert!(out.status.success(), "{}", stdout(&out));
     let summary = String::from_utf8_lossy(&out.stderr);
     assert!(
-        summary.contains("12 Muster object(s) in 4 file(s): all valid, 3 other object(s) skipped"),
+        summary.contains("16 Muster object(s) in 5 file(s): all valid, 4 other object(s) skipped"),
         "{summary}"
     );
 }

@@ -205,13 +205,13 @@ async fn crds_install_and_examples_apply_with_kubectl() {
         "crds/",
     ]);
     run(&["apply", "--server-side", "-f", "deploy/examples/admin.yaml"]);
-    // The MIG pool's own namespace, queues and job.
-    run(&[
-        "apply",
-        "--server-side",
-        "-f",
+    // The MIG pool's and the HAMi pool's own namespaces, queues and jobs.
+    for pool in [
         "deploy/examples/h100-mig-pool.yaml",
-    ]);
+        "deploy/examples/hami-share-job.yaml",
+    ] {
+        run(&["apply", "--server-side", "-f", pool]);
+    }
     for job in [
         "deploy/examples/gpu-block-job.yaml",
         "deploy/examples/tpu-v5p-job.yaml",

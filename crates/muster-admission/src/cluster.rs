@@ -146,9 +146,15 @@ impl Cluster {
                 if name == flavor {
                     continue;
                 }
-                for node in fit.pod_sets.iter().flat_map(|p| &p.nodes) {
-                    if let Some(id) = other.topology.node_id(node) {
-                        other.topology.add_usage(id, &req.requests);
+                for set in &fit.pod_sets {
+                    for (pod, node) in set.nodes.iter().enumerate() {
+                        if let Some(id) = other.topology.node_id(node) {
+                            let devices = set.devices.get(pod).map_or(&[][..], Vec::as_slice);
+                            other.topology.add_usage(
+                                id,
+                                &muster_topology::on_devices(&req.requests, devices),
+                            );
+                        }
                     }
                 }
             }

@@ -86,6 +86,18 @@ pub struct PodSetPlacement {
     pub domain: Vec<(String, String)>,
     /// The node of each pod, by pod index (empty while provisioning).
     pub nodes: Vec<String>,
+    /// The GPU devices each pod takes on its node, by pod index, where the node's GPUs are
+    /// tracked one by one (pods asking for part of a GPU); empty otherwise.
+    pub devices: Vec<Vec<u32>>,
+}
+
+impl PodSetPlacement {
+    /// What pod `pod` of the set books on its node, given the set's per-pod `requests`: the
+    /// requests, with its part of a GPU (or its whole GPUs) on the devices it took.
+    pub fn usage_of(&self, pod: usize, requests: &muster_api::Resources) -> muster_api::Resources {
+        let devices = self.devices.get(pod).map_or(&[][..], Vec::as_slice);
+        muster_topology::on_devices(requests, devices)
+    }
 }
 
 /// Why a job waits.

@@ -115,9 +115,15 @@ impl Job {
 }
 
 /// One pod set's quota usage: per-pod requests times the count, without the pod slot (pods are
-/// not a quota resource).
+/// not a quota resource). A pod asking for part of a GPU counts that part of `nvidia.com/gpu`
+/// (milli-GPU, exactly), not the one vGPU it gets on its node.
 pub fn quota_usage(set: &PodSetRequest) -> Resources {
-    let mut usage = set.requests.times(u64::from(set.count));
-    usage.set(names::PODS, muster_api::Amount::ZERO);
-    usage
+    let mut per_pod = set.requests.clone();
+    let share = per_pod.get(names::GPU_SHARE);
+    if !share.is_zero() {
+        per_pod.set(names::NVIDIA_GPU, share);
+        per_pod.set(names::GPU_SHARE, muster_api::Amount::ZERO);
+    }
+    per_pod.set(names::PODS, muster_api::Amount::ZERO);
+    per_pod.times(u64::from(set.count))
 }

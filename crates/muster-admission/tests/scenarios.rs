@@ -628,6 +628,7 @@ fn a_held_queue_does_not_start_provisioned_capacity_either() {
             flavor: "h100".into(),
             domain: Vec::new(),
             nodes: Vec::new(),
+            devices: Vec::new(),
         }],
     };
     s.restore(big.clone(), holding, true);

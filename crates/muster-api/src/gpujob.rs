@@ -100,6 +100,23 @@ pub struct PodSet {
     pub topology: Option<TopologyRequest>,
     /// The pod template; Muster adds placement, gates and environment when it creates the pods.
     pub template: PodTemplateSpec,
+    /// Part of one GPU for each pod, a quantity below 1 in whole percent (`500m`, `0.25`,
+    /// `10m` steps), for nodes whose GPUs HAMi hands out in parts. Each pod's first container
+    /// gets one vGPU (`nvidia.com/gpu: 1`) with that percentage of the GPU's cores and memory
+    /// (`nvidia.com/gpucores`, `nvidia.com/gpumem-percentage`), on a device with that much
+    /// left; quota counts exactly that part of `nvidia.com/gpu`. The template then asks for
+    /// no GPU itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_share: Option<String>,
+}
+
+impl PodSet {
+    /// The pod set's GPU share in milli-GPU, when `gpuShare` is set and reads as a quantity.
+    pub fn gpu_share_milli(&self) -> Option<Result<u64, crate::quantity::QuantityError>> {
+        self.gpu_share
+            .as_deref()
+            .map(|s| crate::quantity::Amount::parse(s).map(crate::quantity::Amount::milli))
+    }
 }
 
 /// At most one topology constraint for a pod set.

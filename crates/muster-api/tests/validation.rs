@@ -239,3 +239,42 @@ fn objects_without_names_are_invalid() {
     );
     assert_eq!(errors, vec![]);
 }
+
+#[test]
+fn a_gpu_share_is_part_of_one_gpu_in_whole_percent_and_the_template_asks_no_gpu() {
+    let share = |value: &str| {
+        job_with(
+            "    count: 16\n",
+            &format!("    count: 16\n    gpuShare: {value}\n"),
+        )
+        .replace(
+            "resources: {limits: {nvidia.com/gpu: 8}}",
+            "resources: {limits: {cpu: 2}}",
+        )
+    };
+    assert_eq!(check(&share("250m")), vec![]);
+    assert_eq!(check(&share("'0.5'")), vec![]);
+    for (value, says) in [
+        ("'0'", "is zero"),
+        ("'1'", "one GPU or more"),
+        ("1500m", "one GPU or more"),
+        ("333m", "use 330m or 340m"),
+        ("half", "is not a quantity"),
+    ] {
+        let errors = check(&share(value));
+        assert_eq!(paths(&errors), ["spec.podSets[0].gpuShare"], "{value}");
+        assert!(
+            errors[0].message.contains(says),
+            "{value}: {}",
+            errors[0].message
+        );
+    }
+    let asks_gpu = job_with("    count: 16\n", "    count: 16\n    gpuShare: 500m\n");
+    let errors = check(&asks_gpu);
+    assert_eq!(paths(&errors), ["spec.podSets[0].template"]);
+    assert!(
+        errors[0].message.contains("nvidia.com/gpu"),
+        "{}",
+        errors[0].message
+    );
+}

@@ -85,6 +85,7 @@ pub(crate) fn holding_of(
                 pinned_nodes(pods, &a.name, count).unwrap_or_default()
             };
             PodSetPlacement {
+                devices: pinned_devices(pods, &a.name, nodes.len()),
                 name: a.name.clone(),
                 flavor: a.flavor.clone(),
                 domain: a
@@ -126,6 +127,28 @@ pub(crate) fn pinned_nodes(
     nodes.into_iter().collect()
 }
 
+/// The GPU devices each pod of `pod_set` (by index, `count` of them) was counted on, from
+/// its pods; empty when no pod of the set names any (its nodes' GPUs are counted whole).
+pub(crate) fn pinned_devices(
+    pods: &[(&str, &PodRecord)],
+    pod_set: &str,
+    count: usize,
+) -> Vec<Vec<u32>> {
+    let mut devices = vec![Vec::new(); count];
+    for (_, pod) in pods {
+        if let Some(m) = &pod.member
+            && m.pod_set == pod_set
+            && m.index < count
+        {
+            devices[m.index].clone_from(&m.devices);
+        }
+    }
+    if devices.iter().all(Vec::is_empty) {
+        return Vec::new();
+    }
+    devices
+}
+
 /// The admission a half-finished release carried, read back from its pods — when every pod
 /// of every pod set exists and they agree on queue and flavors. `None`: roll it back.
 pub(crate) fn recovered_admission(
@@ -154,6 +177,7 @@ pub(crate) fn recovered_admission(
             flavor: first.flavor.clone(),
             domain: first.domain.clone(),
             nodes: pinned_nodes(pods, &set.name, count)?,
+            devices: pinned_devices(pods, &set.name, count),
         });
     }
     let expected: usize = pod_sets.iter().map(|p| p.nodes.len()).sum();
@@ -264,24 +288,29 @@ pub(crate) fn held_by_pods(
                 .iter()
                 .find(|m| m.pod_set == set.name)
                 .unwrap_or(first);
-            let nodes = if current {
+            let (nodes, mut devices): (Vec<String>, Vec<Vec<u32>>) = if current {
                 index
                     .pods_of(key)
                     .filter_map(|(_, p)| {
                         let m = p.member.as_ref()?;
                         let unended = matches!(p.phase, PodPhase::Pending | PodPhase::Running);
+                        let node = p.node.clone().or_else(|| m.pinned.clone())?;
                         (m.attempt == attempt && m.pod_set == set.name && unended)
-                            .then(|| p.node.clone().or_else(|| m.pinned.clone()))?
+                            .then(|| (node, m.devices.clone()))
                     })
-                    .collect()
+                    .unzip()
             } else {
-                Vec::new()
+                (Vec::new(), Vec::new())
             };
+            if devices.iter().all(Vec::is_empty) {
+                devices.clear();
+            }
             PodSetPlacement {
                 name: set.name.clone(),
                 flavor: member.flavor.clone(),
                 domain: member.domain.clone(),
                 nodes,
+                devices,
             }
         })
         .collect();

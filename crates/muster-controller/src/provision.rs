@@ -274,6 +274,7 @@ pub(crate) fn holding(status: &GpuJobStatus, since: i64) -> Option<Holding> {
                 flavor: p.flavor.clone(),
                 domain: Vec::new(),
                 nodes: Vec::new(),
+                devices: Vec::new(),
             })
             .collect(),
     })

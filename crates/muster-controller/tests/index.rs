@@ -392,3 +392,41 @@ fn nodes_that_join_or_change_are_seen_by_the_next_pass() {
         pass.actions
     );
 }
+
+/// A share pod Muster released books the device it was counted on (its vGPU's percentage of
+/// cores as milli-GPU), not HAMi's resources, so that a restarted controller sees the device
+/// taken.
+#[test]
+fn a_share_pod_books_the_device_it_names() {
+    let mut index = cluster(16, vec![]);
+    index.apply::<Pod>(object(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "serve-workers-0-a0", "namespace": "team-a",
+            "labels": {"muster.dev/job-name": "serve", "muster.dev/pod-set": "workers",
+                "muster.dev/pod-index": "0", "muster.dev/attempt": "0"},
+            "annotations": {"muster.dev/cluster-queue": "research", "muster.dev/flavor": "h100",
+                "muster.dev/gpu-devices": "3"},
+            "ownerReferences": [{"apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
+                "name": "serve", "uid": "uid-serve"}]},
+        "spec": {"nodeName": "n1", "containers": [{"name": "main", "image": "x",
+            "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "25",
+                "nvidia.com/gpumem-percentage": "25"}}}]},
+        "status": {"phase": "Running"}
+    })));
+    let pod = index.pod("team-a/serve-workers-0-a0");
+    assert_eq!(
+        pod.and_then(|p| p.member.as_ref())
+            .map(|m| m.devices.clone()),
+        Some(vec![3])
+    );
+    let usage = pod.and_then(|p| p.usage.clone()).unwrap_or_default();
+    assert_eq!(
+        usage.get("muster.dev/gpu-device-3"),
+        muster_api::Amount::from_milli(250)
+    );
+    assert!(usage.get("nvidia.com/gpucores").is_zero());
+    assert_eq!(
+        usage.get("nvidia.com/gpu"),
+        muster_api::Amount::from_units(1)
+    );
+}

@@ -36,6 +36,7 @@ fn placement(name: &str, flavor: &str, nodes: &[&str]) -> PodSetPlacement {
         flavor: flavor.into(),
         domain: Vec::new(),
         nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+        devices: Vec::new(),
     }
 }
 
@@ -232,4 +233,54 @@ fn a_gang_of_one_needs_no_gate_and_a_gang_of_two_gates_every_pod() {
         None
     );
     assert!(two.pods.iter().all(is_gated));
+}
+
+/// A pod set with `gpuShare`: each pod's first container gets one HAMi vGPU with the share in
+/// percent of cores and memory, and the pod names the device Muster counted it on, so that a
+/// restarted controller books the same device.
+#[test]
+fn a_share_pod_gets_its_vgpu_and_names_its_device() {
+    let mut workers = set("workers", 2, &serde_json::json!(null));
+    workers["gpuShare"] = serde_json::json!("250m");
+    let job = job(&serde_json::json!([workers]));
+    let mut placed = placement("workers", "h100", &["n1", "n1"]);
+    placed.devices = vec![vec![0], vec![3]];
+    let admitted = Admitted {
+        job: "team-a/train".into(),
+        cluster_queue: "research".into(),
+        pod_sets: vec![placed],
+        borrowing: false,
+    };
+    let g = match gang(&job, &admitted, &flavors()) {
+        Ok(g) => g,
+        Err(e) => unreachable!("{e}"),
+    };
+    let devices: Vec<Option<String>> = g
+        .pods
+        .iter()
+        .map(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("muster.dev/gpu-devices").cloned())
+        })
+        .collect();
+    assert_eq!(devices, [Some("0".to_owned()), Some("3".to_owned())]);
+    let limits: BTreeMap<String, String> = g.pods[0]
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers[0].resources.as_ref())
+        .and_then(|r| r.limits.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    assert_eq!(
+        limits,
+        BTreeMap::from([
+            ("nvidia.com/gpu".to_owned(), "1".to_owned()),
+            ("nvidia.com/gpucores".to_owned(), "25".to_owned()),
+            ("nvidia.com/gpumem-percentage".to_owned(), "25".to_owned()),
+        ])
+    );
 }

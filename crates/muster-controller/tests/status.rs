@@ -85,6 +85,7 @@ fn an_admission_records_queue_flavor_and_domain() {
             flavor: "h100".into(),
             domain: vec![("cloud.google.com/gce-topology-block".into(), "b-07".into())],
             nodes: vec!["n1".into(), "n2".into()],
+            devices: Vec::new(),
         }],
         borrowing: false,
     };

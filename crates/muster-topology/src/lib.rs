@@ -26,8 +26,8 @@ mod tpu;
 mod tree;
 
 pub use node::{
-    GKE_GPU_SHARING_STRATEGY, GKE_MAX_SHARED_CLIENTS, HAMI_NODE_LABEL, InputError,
-    MAX_GPU_DEVICES, NVIDIA_GPU_COUNT, NVIDIA_GPU_REPLICAS, NodeInfo, pod_usage,
+    GKE_GPU_SHARING_STRATEGY, GKE_MAX_SHARED_CLIENTS, HAMI_NODE_LABEL, InputError, MAX_GPU_DEVICES,
+    NVIDIA_GPU_COUNT, NVIDIA_GPU_REPLICAS, NodeInfo, pod_usage,
 };
 pub use place::{Fit, NoFit, NoFitKind, PodSetFit, place};
 pub use policy::{BestFit, FragmentationAware, POLICY_NAMES, Policy, Spread, Unit, by_name};

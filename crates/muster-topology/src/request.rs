@@ -89,6 +89,9 @@ pub enum RequestError {
     /// The TPU request is not a known shape (validation says why).
     #[error("pod set {0}: the TPU request is not a valid slice; run `muster validate` on the job")]
     Tpu(String),
+    /// `gpuShare` is not a part of one GPU (validation says why).
+    #[error("pod set {0}: gpuShare is not a part of one GPU; run `muster validate` on the job")]
+    GpuShare(String),
 }
 
 impl PodSetRequest {
@@ -136,8 +139,19 @@ impl PodSetRequest {
             },
             None => Constraint::None,
         };
-        // Exclusive by default; admission relaxes it for jobs that accept shared GPUs.
-        let whole_gpus = !requests.get(names::NVIDIA_GPU).is_zero();
+        if let Some(share) = set.gpu_share_milli() {
+            // One vGPU per pod on its node, and the share on one of the node's devices.
+            let milli = share
+                .ok()
+                .filter(|m| (1..1000).contains(m))
+                .ok_or_else(|| RequestError::GpuShare(set.name.clone()))?;
+            requests.set(names::NVIDIA_GPU, Amount::from_units(1));
+            requests.set(names::GPU_SHARE, Amount::from_milli(milli));
+        }
+        // Exclusive by default; admission relaxes it for jobs that accept shared GPUs. Pods
+        // with a share only fit nodes whose devices are tracked, never time-sliced ones.
+        let whole_gpus =
+            !requests.get(names::NVIDIA_GPU).is_zero() && requests.get(names::GPU_SHARE).is_zero();
         Ok(PodSetRequest {
             name: set.name.clone(),
             count,

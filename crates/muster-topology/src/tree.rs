@@ -148,6 +148,43 @@ fn pods_within(request: &DenseRequest, cap: u32, free: impl Fn(usize) -> u64) ->
     u32::try_from(fit).unwrap_or(cap)
 }
 
+/// Every resource of `nodes`, sorted: what any node has allocatable, and the per-device
+/// resources and [`names::GPU_SHARE`] when some node's GPUs are tracked one by one; with the
+/// most devices any node has.
+fn registry<'a>(nodes: impl Iterator<Item = &'a NodeInfo> + Clone) -> (Vec<String>, u32) {
+    let most_devices = nodes.clone().map(NodeInfo::gpu_devices).max().unwrap_or(0);
+    let mut resources: Vec<String> = nodes
+        .flat_map(|n| n.allocatable.iter().map(|(name, _)| name.to_owned()))
+        .collect();
+    if most_devices > 0 {
+        resources.push(names::GPU_SHARE.to_owned());
+        resources.extend((0..most_devices).map(names::gpu_device));
+    }
+    resources.sort();
+    resources.dedup();
+    (resources, most_devices)
+}
+
+/// What `info` (with `devices` tracked GPU devices) has of `resource`, milli-units: one GPU of
+/// each of its tracked devices, all of them as [`names::GPU_SHARE`], and else its allocatable
+/// amount.
+fn allocatable(info: &NodeInfo, devices: u32, resource: &str) -> u64 {
+    if devices == 0 {
+        return info.allocatable.get(resource).milli();
+    }
+    if resource == names::GPU_SHARE {
+        return u64::from(devices) * DEVICE_MILLI;
+    }
+    match resource
+        .strip_prefix(names::GPU_DEVICE_PREFIX)
+        .and_then(|d| d.parse::<u32>().ok())
+    {
+        Some(d) if d < devices => DEVICE_MILLI,
+        Some(_) => 0,
+        None => info.allocatable.get(resource).milli(),
+    }
+}
+
 impl Topology {
     /// Builds the tree of `nodes` under `levels` (node label keys, widest first). Nodes are
     /// ordered by name, so the same nodes in any order give the same tree.
@@ -166,23 +203,7 @@ impl Topology {
             paths.entry(path).or_default().push(info);
         }
 
-        let most_devices = paths
-            .values()
-            .flatten()
-            .map(NodeInfo::gpu_devices)
-            .max()
-            .unwrap_or(0);
-        let mut resources: Vec<String> = paths
-            .values()
-            .flatten()
-            .flat_map(|n| n.allocatable.iter().map(|(name, _)| name.to_owned()))
-            .collect();
-        if most_devices > 0 {
-            resources.push(names::GPU_SHARE.to_owned());
-            resources.extend((0..most_devices).map(names::gpu_device));
-        }
-        resources.sort();
-        resources.dedup();
+        let (resources, most_devices) = registry(paths.values().flatten());
         let width = resources.len();
         let node_count = paths.values().map(Vec::len).sum::<usize>();
         let root = Domain {
@@ -217,10 +238,6 @@ impl Topology {
             .collect();
         topo.share = topo.resource_index(names::GPU_SHARE);
         topo.gpu = topo.resource_index(names::NVIDIA_GPU);
-        let device_of = |name: &str| {
-            name.strip_prefix(names::GPU_DEVICE_PREFIX)
-                .and_then(|d| d.parse::<u32>().ok())
-        };
         // Domains by (parent, value), created breadth-first per path so parents come first.
         let mut index: BTreeMap<(DomainId, String), DomainId> = BTreeMap::new();
         for (path, infos) in paths {
@@ -250,15 +267,11 @@ impl Topology {
                 topo.labels.push_node(&info.labels);
                 topo.domains[at].nodes.push(id);
                 let devices = info.gpu_devices();
-                topo.alloc.extend(topo.resources.iter().map(|r| {
-                    if devices > 0 && r == names::GPU_SHARE {
-                        u64::from(devices) * DEVICE_MILLI
-                    } else if let Some(d) = device_of(r) {
-                        if d < devices { DEVICE_MILLI } else { 0 }
-                    } else {
-                        info.allocatable.get(r).milli()
-                    }
-                }));
+                topo.alloc.extend(
+                    topo.resources
+                        .iter()
+                        .map(|r| allocatable(&info, devices, r)),
+                );
                 topo.nodes.push(NodeState { info, domain: at });
             }
         }
@@ -332,7 +345,12 @@ impl Topology {
     /// amount: per device, as many shares as fit whole in what it has left (two 600m pods
     /// never share one GPU); or, for pods of whole GPUs, as many as the untouched devices
     /// make up. `u32::MAX` for a node whose devices are not tracked or a request of no GPU.
-    fn device_bound(&self, node: NodeId, request: &DenseRequest, free: impl Fn(usize) -> u64) -> u32 {
+    fn device_bound(
+        &self,
+        node: NodeId,
+        request: &DenseRequest,
+        free: impl Fn(usize) -> u64,
+    ) -> u32 {
         let Some(request) = request else { return 0 };
         let devices = self.tracked_devices(node);
         if devices.is_empty() {
@@ -363,7 +381,11 @@ impl Topology {
     /// (ties to the lowest index); for whole GPUs, the untouched devices with the lowest
     /// indices. On a node whose devices are not tracked, no devices and `requests` as they
     /// are. `None` when the devices cannot hold the pod.
-    pub fn device_usage(&self, node: NodeId, requests: &Resources) -> Option<(Resources, Vec<u32>)> {
+    pub fn device_usage(
+        &self,
+        node: NodeId,
+        requests: &Resources,
+    ) -> Option<(Resources, Vec<u32>)> {
         let devices = self.tracked_devices(node);
         if devices.is_empty() {
             return Some((requests.clone(), Vec::new()));
@@ -376,7 +398,10 @@ impl Topology {
                 .min_by_key(|&d| (free(d), d))?;
             vec![best]
         } else {
-            let whole = requests.get(names::NVIDIA_GPU).milli().div_ceil(DEVICE_MILLI);
+            let whole = requests
+                .get(names::NVIDIA_GPU)
+                .milli()
+                .div_ceil(DEVICE_MILLI);
             let whole = usize::try_from(whole).ok()?;
             if whole == 0 {
                 return Some((requests.clone(), Vec::new()));

@@ -46,7 +46,7 @@ fn hami_node(name: &str, gpus: u32) -> NodeInfo {
 fn set(count: u32, milli: u64) -> PodSetRequest {
     let mut requests = Resources::new();
     requests.set(names::PODS, Amount::from_units(1));
-    if milli % 1000 == 0 {
+    if milli.is_multiple_of(1000) {
         requests.set(names::NVIDIA_GPU, Amount::from_milli(milli));
     } else {
         requests.set(names::NVIDIA_GPU, Amount::from_units(1));

@@ -58,8 +58,9 @@ impl Scheduler {
                     // Drop the reserved-capacity filler, keep the pods.
                     self.cluster.rollback(&start);
                     for (set, placement) in job.pod_sets.iter().zip(&a.pod_sets) {
-                        for node in &placement.nodes {
-                            self.cluster.add_usage(node, &set.requests);
+                        for (pod, node) in placement.nodes.iter().enumerate() {
+                            self.cluster
+                                .add_usage(node, &placement.usage_of(pod, &set.requests));
                         }
                     }
                 }
@@ -192,6 +193,7 @@ impl Scheduler {
                         flavor: flavor.name.clone(),
                         domain: Vec::new(),
                         nodes: Vec::new(),
+                        devices: Vec::new(),
                     }
                 };
                 chosen = Some((flavor.name.clone(), placement, borrow_pass));
@@ -231,6 +233,10 @@ impl Scheduler {
                 domain: placed
                     .as_ref()
                     .map(|p| p.domain.clone())
+                    .unwrap_or_default(),
+                devices: placed
+                    .as_ref()
+                    .map(|p| p.devices.clone())
                     .unwrap_or_default(),
                 nodes: placed.map(|p| p.nodes).unwrap_or_default(),
             }

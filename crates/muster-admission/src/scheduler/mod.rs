@@ -73,8 +73,8 @@ impl Entry {
                 self.job.pod_sets.iter().zip(&self.usage).zip(&h.pod_sets)
             {
                 quota.remove(&h.cluster_queue, &placement.flavor, usage);
-                for node in &placement.nodes {
-                    cluster.remove_usage(node, &set.requests);
+                for (pod, node) in placement.nodes.iter().enumerate() {
+                    cluster.remove_usage(node, &placement.usage_of(pod, &set.requests));
                 }
             }
         }
@@ -600,8 +600,9 @@ impl Scheduler {
         for (set, placement) in job.pod_sets.iter().zip(&holding.pod_sets) {
             self.quota
                 .add(&holding.cluster_queue, &placement.flavor, &quota_usage(set));
-            for node in &placement.nodes {
-                self.cluster.add_usage(node, &set.requests);
+            for (pod, node) in placement.nodes.iter().enumerate() {
+                self.cluster
+                    .add_usage(node, &placement.usage_of(pod, &set.requests));
             }
         }
     }

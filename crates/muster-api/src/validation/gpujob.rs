@@ -127,6 +127,7 @@ fn pod_set(e: &mut Errors, path: &str, set: &PodSet) {
         );
     }
     let requests = template(e, &format!("{path}.template"), &set.template);
+    gpu_share(e, path, set, requests.as_ref());
     if let Some(topology) = &set.topology {
         topology_request(
             e,
@@ -134,6 +135,52 @@ fn pod_set(e: &mut Errors, path: &str, set: &PodSet) {
             topology,
             set.count,
             requests.as_ref(),
+        );
+    }
+}
+
+/// The GPU share: below one GPU, in whole percent (HAMi takes percentages), and the template
+/// asks for no GPU of its own (Muster gives each pod its vGPU).
+fn gpu_share(e: &mut Errors, path: &str, set: &PodSet, requests: Option<&Resources>) {
+    let Some(share) = set.gpu_share_milli() else {
+        return;
+    };
+    let field = format!("{path}.gpuShare");
+    let text = set.gpu_share.as_deref().unwrap_or_default();
+    match share {
+        Err(err) => e.push(
+            field,
+            format!("{text:?} is not a quantity ({err}); write a part of one GPU, e.g. 500m or 0.25"),
+        ),
+        Ok(0) => e.push(
+            field,
+            "is zero; give the part of one GPU each pod needs, e.g. 250m, or remove gpuShare",
+        ),
+        Ok(milli) if milli >= 1000 => e.push(
+            field,
+            format!("{text} is one GPU or more; ask for whole GPUs with nvidia.com/gpu in the template and remove gpuShare"),
+        ),
+        Ok(milli) if milli % 10 != 0 => e.push(
+            field,
+            format!(
+                "{text} is not a whole percent of a GPU (HAMi takes percentages); use {}m or {}m",
+                milli / 10 * 10,
+                (milli / 10 + 1) * 10
+            ),
+        ),
+        Ok(_) => {}
+    }
+    let gpu_names = [
+        names::NVIDIA_GPU,
+        names::HAMI_GPU_CORES,
+        names::HAMI_GPU_MEMORY_PERCENTAGE,
+        "nvidia.com/gpumem",
+    ];
+    if let Some(asked) = requests.and_then(|r| gpu_names.into_iter().find(|n| !r.get(n).is_zero()))
+    {
+        e.push(
+            format!("{path}.template"),
+            format!("asks for {asked} while gpuShare is set; remove it: Muster gives each pod one vGPU with the share"),
         );
     }
 }

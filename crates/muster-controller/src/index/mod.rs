@@ -93,6 +93,8 @@ pub struct GangMember {
     pub domain: Vec<(String, String)>,
     /// The node it is pinned to (its hostname node selector).
     pub pinned: Option<String>,
+    /// The GPU devices of that node it was counted on (empty where they are not tracked).
+    pub devices: Vec<u32>,
 }
 
 /// What the index keeps of a pod.

@@ -109,6 +109,7 @@ fn admission() -> Admitted {
             flavor: "h100".to_owned(),
             domain: vec![("example.com/block".to_owned(), "b1".to_owned())],
             nodes: vec!["n1".to_owned(), "n2".to_owned()],
+            devices: Vec::new(),
         }],
         borrowing: false,
     }

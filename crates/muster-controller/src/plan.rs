@@ -70,6 +70,7 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
 
     // (2) Admission's cycle. A held job's pods of its current attempt are booked through its
     // admission; pods of earlier attempts still terminating are booked as ordinary pods.
+    let policy = state.placement_policy.clone();
     let State {
         index,
         nominated,
@@ -80,7 +81,7 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     let (mut scheduler, basis) =
         crate::kept::scheduler_for(kept, index, nominated, seats, &changes, |index, usage| {
             let cluster = index.empty_cluster().clone();
-            scheduler(index, cluster, usage)
+            scheduler(index, cluster, usage, &policy)
         });
     plan.summary.scheduler_rebuilt = basis.rebuilt();
     let cycles = scheduler.cycles_run();
@@ -284,6 +285,7 @@ fn scheduler(
     index: &Index,
     mut cluster: Cluster,
     usage: &BTreeMap<String, Resources>,
+    policy: &str,
 ) -> Scheduler {
     for (node, usage) in usage {
         cluster.add_usage(node, usage);
@@ -308,5 +310,8 @@ fn scheduler(
     for (name, labels) in &index.namespaces {
         scheduler.set_namespace(name, labels.clone());
     }
-    scheduler
+    match muster_topology::by_name(policy) {
+        Some(policy) => scheduler.with_policy(policy),
+        None => scheduler,
+    }
 }

@@ -50,6 +50,10 @@ pub struct Options {
     pub tick: Duration,
     /// Actions in flight at once.
     pub write_concurrency: usize,
+    /// How gangs are placed: one of [`muster_topology::POLICY_NAMES`] (`best-fit` by
+    /// default; `packing`, `random` and `fgd` also choose the node and GPU device of each pod
+    /// that asks for part of a GPU).
+    pub placement_policy: String,
     /// Counts the API requests of the client given to [`run`] when it was built with
     /// [`ApiRequests::client`] (exported as `muster_api_requests_total`).
     pub api_requests: ApiRequests,
@@ -67,6 +71,7 @@ impl Default for Options {
             debounce: Duration::from_millis(200),
             tick: Duration::from_secs(5),
             write_concurrency: 32,
+            placement_policy: "best-fit".to_owned(),
             api_requests: ApiRequests::default(),
         }
     }
@@ -313,8 +318,11 @@ pub async fn run(
     options: Options,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let state = State::with_placement_policy(&options.placement_policy)
+        .map_err(|e| anyhow::anyhow!("--placement-policy: {e}"))?;
     let shared = Arc::new(Shared {
         metrics: Metrics::counting(options.api_requests.clone()),
+        state: Mutex::new(state),
         ..Shared::default()
     });
     let (stop_tx, stop_rx) = watch::channel(false);

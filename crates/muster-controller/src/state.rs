@@ -32,6 +32,8 @@ pub struct State {
     /// Writes landed (or failed): with the index's version, what the scheduling loop
     /// compares to decide whether to run.
     landings: u64,
+    /// The placement policy's name (see [`muster_topology::POLICY_NAMES`]); empty: best fit.
+    pub(crate) placement_policy: String,
 }
 
 impl std::ops::Deref for State {
@@ -45,6 +47,21 @@ impl State {
     /// An empty state.
     pub fn new() -> State {
         State::default()
+    }
+
+    /// An empty state whose scheduler places with the policy named `name` (one of
+    /// [`muster_topology::POLICY_NAMES`]); an unknown name is an error naming the known ones.
+    pub fn with_placement_policy(name: &str) -> Result<State, String> {
+        if muster_topology::by_name(name).is_none() {
+            return Err(format!(
+                "unknown placement policy {name:?}; use one of {}",
+                muster_topology::POLICY_NAMES.join(", ")
+            ));
+        }
+        Ok(State {
+            placement_policy: name.to_owned(),
+            ..State::default()
+        })
     }
 
     /// Folds in an added or modified object, as a watch reports it.

@@ -920,3 +920,17 @@ fn quiet_passes_explain_waiting_jobs_again_within_the_refresh_interval() {
     }
     assert!(quiet > refresh, "only {quiet} quiet passes");
 }
+
+#[test]
+fn the_placement_policy_is_one_the_fitter_knows() {
+    for name in muster_topology::POLICY_NAMES {
+        assert!(State::with_placement_policy(name).is_ok(), "{name}");
+    }
+    let unknown = State::with_placement_policy("tightest")
+        .err()
+        .unwrap_or_default();
+    assert!(
+        unknown.contains("tightest") && unknown.contains("fgd"),
+        "{unknown}"
+    );
+}

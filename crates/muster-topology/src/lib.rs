@@ -30,7 +30,10 @@ pub use node::{
     NVIDIA_GPU_COUNT, NVIDIA_GPU_REPLICAS, NodeInfo, pod_usage,
 };
 pub use place::{Fit, NoFit, NoFitKind, PodSetFit, place};
-pub use policy::{BestFit, FragmentationAware, POLICY_NAMES, Policy, Spread, Unit, by_name};
+pub use policy::{
+    BestFit, FragmentationAware, POLICY_NAMES, Policy, SHARE_SEED, SharePlacement, Spread, Unit,
+    by_name,
+};
 pub use request::{Constraint, Eligibility, Mismatch, PodSetRequest, RequestError, tolerated};
 pub use rng::Rng;
 pub use tree::{DenseRequest, Domain, DomainId, Mark, NodeId, NodeState, Topology, on_devices};

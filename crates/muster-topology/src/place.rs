@@ -7,8 +7,9 @@ use muster_api::resources::names;
 
 use crate::policy::{Policy, Unit};
 use crate::request::{Constraint, Mismatch, PodSetRequest};
+use crate::shared::{ShareRequest, SharedNode};
 use crate::tpu;
-use crate::tree::{DomainId, NodeId, Topology};
+use crate::tree::{DomainId, NodeId, Topology, on_devices};
 
 /// Where every pod of a gang goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,12 +99,16 @@ pub fn place(
             }
         };
         match placed {
-            Ok((domain, nodes)) => {
+            Ok((domain, nodes, chosen)) => {
                 let mut devices = Vec::with_capacity(nodes.len());
-                for node in &nodes {
+                for (pod, node) in nodes.iter().enumerate() {
                     // The node's capacity counted its devices, so they hold every pod placed
                     // there; a pod they cannot hold is a fitter bug, not a reason to overbook.
-                    let Some((usage, taken)) = topo.device_usage(*node, &req.requests) else {
+                    let booked = match chosen.get(pod) {
+                        Some(taken) => Some((on_devices(&req.requests, taken), taken.clone())),
+                        None => topo.device_usage(*node, &req.requests),
+                    };
+                    let Some((usage, taken)) = booked else {
                         topo.rollback(mark);
                         return Err(NoFit {
                             pod_set: req.name.clone(),
@@ -212,7 +217,9 @@ fn mismatches(topo: &Topology, req: &PodSetRequest) -> Vec<Mismatch> {
 }
 
 /// A pod set's chosen domain as (level, value) pairs, and the node of each pod.
-pub(crate) type Placed = (Vec<(String, String)>, Vec<NodeId>);
+/// Where a pod set goes: its domain, each pod's node, and — when the policy chose them — each
+/// pod's GPU devices (empty: the fitter picks them as it books).
+pub(crate) type Placed = (Vec<(String, String)>, Vec<NodeId>, Vec<Vec<u32>>);
 
 fn place_in_domain(
     topo: &Topology,
@@ -305,15 +312,87 @@ fn place_in_domain(
             0
         }
     };
+    let path = topo.path(chosen);
+    let domain = topo.levels().iter().cloned().zip(path).collect();
+    if policy.places_shares()
+        && let Some((nodes, devices)) = place_shares(topo, req, &cap, eligible, policy, chosen)
+    {
+        return Ok((domain, nodes, devices));
+    }
     let mut runs = Vec::new();
     distribute(topo, &cap, policy, chosen, req.count, &mut runs);
     let nodes = runs
         .iter()
         .flat_map(|(node, n)| std::iter::repeat_n(*node, *n as usize))
         .collect();
-    let path = topo.path(chosen);
-    let domain = topo.levels().iter().cloned().zip(path).collect();
-    Ok((domain, nodes))
+    Ok((domain, nodes, Vec::new()))
+}
+
+/// Pods asking for part of a GPU, placed one by one by the policy's device level
+/// ([`Policy::place_share`]) on the nodes of `domain` that can take one, seen as
+/// [`SharedNode`]s (free CPU, memory and each device's free share). A node never takes more
+/// pods than its capacity counts (its other resources: pod slots, vGPUs). `None` when the pod
+/// set asks for no share, or the policy leaves a pod to the fitter.
+fn place_shares(
+    topo: &Topology,
+    req: &PodSetRequest,
+    cap: &Capacity,
+    eligible: &[bool],
+    policy: &dyn Policy,
+    domain: DomainId,
+) -> Option<(Vec<NodeId>, Vec<Vec<u32>>)> {
+    let share = u32::try_from(req.requests.get(names::GPU_SHARE).milli()).ok()?;
+    if share == 0 {
+        return None;
+    }
+    let mib = |bytes_milli: u64| bytes_milli / 1000 / (1 << 20);
+    let request = ShareRequest::new(
+        req.requests.get(names::CPU).milli(),
+        mib(req.requests.get(names::MEMORY).milli()),
+        1,
+        share,
+        Vec::new(),
+    )
+    .ok()?;
+    let candidates: Vec<NodeId> = topo
+        .nodes_under(domain)
+        .into_iter()
+        .filter(|&id| eligible.get(id).copied().unwrap_or(false) && cap.node[id] > 0)
+        .collect();
+    let mut views: Vec<SharedNode> = candidates
+        .iter()
+        .map(|&id| {
+            let free = topo.free(id);
+            let devices: Vec<u32> = topo
+                .device_free(id)
+                .into_iter()
+                .map(|f| u32::try_from(f).unwrap_or(u32::MAX))
+                .collect();
+            SharedNode::with_free(
+                topo.nodes()[id].info.name.clone(),
+                "",
+                free.get(names::CPU).milli(),
+                mib(free.get(names::MEMORY).milli()),
+                &devices,
+            )
+        })
+        .collect();
+    let mut room: Vec<u32> = candidates.iter().map(|&id| cap.node[id]).collect();
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    let mut nodes = Vec::with_capacity(req.count as usize);
+    let mut devices = Vec::with_capacity(req.count as usize);
+    for _ in 0..req.count {
+        let pick = policy.place_share(&views, &order, &request)?;
+        let view = views.get_mut(pick.node)?;
+        view.take(&request, &pick.devices).ok()?;
+        room[pick.node] -= 1;
+        if room[pick.node] == 0 {
+            order.retain(|&i| i != pick.node);
+        }
+        nodes.push(candidates[pick.node]);
+        devices.push(pick.devices.iter().map(|&d| u32::from(d)).collect());
+    }
+    Some((nodes, devices))
 }
 
 /// The labelled domains at `depth` with room for at least one pod.

@@ -4,6 +4,13 @@
 //! of the pod set it can hold. The fitter asks it two things: which single unit should take
 //! `need` pods (among those that can), and, when none can, which unit to fill next.
 
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use crate::shared::{
+    DevicePick, DevicePolicy, Fgd, ShareRequest, SharedNode, TaskMix, device_policy,
+};
+
 /// One candidate: a domain or a node, and how many pods of the set it can hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Unit {
@@ -32,6 +39,134 @@ pub trait Policy: Send {
     /// Whether the policy reads [`Unit::empty_capacity`] (computing it costs a second pass).
     fn uses_empty_capacity(&self) -> bool {
         false
+    }
+
+    /// For a pod asking for part of one GPU, within the domain the policy chose: its node
+    /// among `nodes` (what each candidate has free, device by device; ties go to the first in
+    /// `order`) and its device. `None` leaves the choice to the fitter: the policy's units,
+    /// then the device with the least left that holds the share.
+    fn place_share(
+        &self,
+        nodes: &[SharedNode],
+        order: &[usize],
+        request: &ShareRequest,
+    ) -> Option<DevicePick> {
+        let _ = (nodes, order, request);
+        None
+    }
+
+    /// Whether [`Policy::place_share`] places shares (the fitter then asks it pod by pod).
+    fn places_shares(&self) -> bool {
+        false
+    }
+}
+
+/// How many recent share requests a learning FGD policy keeps as its target workload.
+const FGD_WINDOW: usize = 1000;
+/// How many new share requests a learning FGD policy takes before it works its target
+/// workload out again.
+const FGD_RELEARN_EVERY: usize = 50;
+
+/// Domains as [`BestFit`] chooses them; pods asking for part of a GPU placed by one of the FGD
+/// paper's device policies (`packing`, `random`, `fgd`, see [`crate::shared`]), node and
+/// device at once. Pods of whole GPUs are placed as by [`BestFit`].
+///
+/// `fgd` needs the target workload it measures fragmentation against. Given one
+/// ([`SharePlacement::fgd`]), it keeps it; by name it learns it: the shapes of the last 1000
+/// shares it was asked to place (tentative placements included; in the controller, since its
+/// scheduler was last built), worked out again every 50 — the same sequence of placements
+/// always gives the same choices.
+pub struct SharePlacement {
+    name: &'static str,
+    state: Mutex<ShareState>,
+}
+
+struct ShareState {
+    devices: Box<dyn DevicePolicy>,
+    /// For a learning `fgd`: the recent shares, and how many arrived since the last relearn.
+    learned: Option<(VecDeque<ShareRequest>, usize)>,
+}
+
+impl SharePlacement {
+    /// Shares placed by device policy `name` (`packing`, `random` drawing from `seed`, or
+    /// `fgd` learning its target workload); `None` for another name.
+    pub fn by_name(name: &str, seed: u64) -> Option<SharePlacement> {
+        let (name, learned): (&'static str, _) = match name {
+            "packing" => ("packing", None),
+            "random" => ("random", None),
+            "fgd" => ("fgd", Some((VecDeque::new(), 0))),
+            _ => return None,
+        };
+        let devices = device_policy(name, seed, &TaskMix::default())?;
+        Some(SharePlacement {
+            name,
+            state: Mutex::new(ShareState { devices, learned }),
+        })
+    }
+
+    /// Shares placed by FGD against the target workload `mix`.
+    pub fn fgd(mix: TaskMix) -> SharePlacement {
+        SharePlacement {
+            name: "fgd",
+            state: Mutex::new(ShareState {
+                devices: Box::new(Fgd::new(mix)),
+                learned: None,
+            }),
+        }
+    }
+}
+
+impl std::fmt::Debug for SharePlacement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharePlacement")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Policy for SharePlacement {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn choose_single(&self, units: &[Unit], need: u32) -> Option<usize> {
+        BestFit.choose_single(units, need)
+    }
+
+    fn fill_next(&self, units: &[Unit], need: u32) -> Option<usize> {
+        BestFit.fill_next(units, need)
+    }
+
+    fn place_share(
+        &self,
+        nodes: &[SharedNode],
+        order: &[usize],
+        request: &ShareRequest,
+    ) -> Option<DevicePick> {
+        // A poisoned lock only means an earlier placement panicked mid-way; the state is
+        // still whole (it is replaced, never half-updated).
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let ShareState { devices, learned } = &mut *state;
+        if let Some((window, fresh)) = learned {
+            window.push_back(request.clone());
+            if window.len() > FGD_WINDOW {
+                window.pop_front();
+            }
+            *fresh += 1;
+            if *fresh >= FGD_RELEARN_EVERY || window.len() == 1 {
+                let shapes: Vec<ShareRequest> = window.iter().cloned().collect();
+                *devices = Box::new(Fgd::new(TaskMix::from_pods(&shapes, 0.95)));
+                *fresh = 0;
+            }
+        }
+        devices.choose(nodes, order, request)
+    }
+
+    fn places_shares(&self) -> bool {
+        true
     }
 }
 
@@ -118,12 +253,23 @@ pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
         "best-fit" => Some(Box::new(BestFit)),
         "spread" => Some(Box::new(Spread)),
         "fragmentation-aware" => Some(Box::new(FragmentationAware)),
-        _ => None,
+        // The share policies draw (`random`) from a fixed seed: runs repeat.
+        other => SharePlacement::by_name(other, SHARE_SEED).map(|p| Box::new(p) as Box<dyn Policy>),
     }
 }
 
+/// The seed of the `random` share policy that [`by_name`] builds.
+pub const SHARE_SEED: u64 = 42;
+
 /// The names `by_name` knows.
-pub const POLICY_NAMES: &[&str] = &["best-fit", "spread", "fragmentation-aware"];
+pub const POLICY_NAMES: &[&str] = &[
+    "best-fit",
+    "spread",
+    "fragmentation-aware",
+    "packing",
+    "random",
+    "fgd",
+];
 
 fn largest(units: &[Unit]) -> Option<usize> {
     position_min_by_key(units, |u| (u.capacity > 0).then_some(u32::MAX - u.capacity))

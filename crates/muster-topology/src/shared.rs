@@ -184,6 +184,24 @@ impl SharedNode {
         }
     }
 
+    /// A node whose devices have `free` milli-GPU left each (at most 1000 each, at most 255
+    /// devices): a view of a node part of whose GPUs are in use.
+    pub fn with_free(
+        name: impl Into<String>,
+        model: impl Into<String>,
+        cpu_milli: u64,
+        memory_mib: u64,
+        free: &[u32],
+    ) -> SharedNode {
+        SharedNode {
+            name: name.into(),
+            model: model.into(),
+            cpu_milli,
+            memory_mib,
+            gpus: free.iter().take(255).map(|f| (*f).min(GPU_MILLI)).collect(),
+        }
+    }
+
     /// Free milli-GPU of each device.
     pub fn devices(&self) -> &[u32] {
         &self.gpus

@@ -31,7 +31,7 @@ pub(crate) fn place_slices(
         allow_rotation,
     } = &req.constraint
     else {
-        return Ok((Vec::new(), Vec::new()));
+        return Ok((Vec::new(), Vec::new(), Vec::new()));
     };
     // Requests are built with a slice count that divides the pod count.
     let hosts = req.count / slices.max(&1);
@@ -115,5 +115,5 @@ pub(crate) fn place_slices(
         .map(|s| (label.to_owned(), s.name.clone()))
         .collect();
     let nodes = free.into_iter().flat_map(|s| s.nodes).collect();
-    Ok((domain, nodes))
+    Ok((domain, nodes, Vec::new()))
 }

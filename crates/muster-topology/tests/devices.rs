@@ -154,8 +154,9 @@ fn rolling_back_a_placement_restores_every_device() {
 }
 
 proptest! {
-    /// Any mix of shares and whole GPUs, placed and then given back in any order: no device
-    /// ever holds more than one GPU, and giving every pod back leaves every device whole.
+    /// Any mix of shares and whole GPUs, placed by any policy and then given back in any
+    /// order: no device ever holds more than one GPU, and giving every pod back leaves every
+    /// device whole.
     #[test]
     fn no_device_goes_over_one_gpu_and_give_back_is_exact(
         pods in proptest::collection::vec(
@@ -163,12 +164,14 @@ proptest! {
             1..40,
         ),
         order in any::<u64>(),
+        policy in proptest::sample::select(muster_topology::POLICY_NAMES.to_vec()),
     ) {
+        let policy = muster_topology::by_name(policy).unwrap_or_else(|| Box::new(BestFit));
         let mut topo = topology(vec![hami_node("h1", 4), hami_node("h2", 2)]);
         let mut booked: Vec<(String, Resources, Vec<u32>)> = Vec::new();
         for milli in pods {
             let req = set(1, milli);
-            if let Ok(fit) = place(&mut topo, std::slice::from_ref(&req), &BestFit) {
+            if let Ok(fit) = place(&mut topo, std::slice::from_ref(&req), policy.as_ref()) {
                 let placed = &fit.pod_sets[0];
                 booked.push((placed.nodes[0].clone(), req.requests, placed.devices[0].clone()));
             }
@@ -201,4 +204,80 @@ proptest! {
         prop_assert_eq!(free(&topo, "h1"), vec![1000; 4]);
         prop_assert_eq!(free(&topo, "h2"), vec![1000; 2]);
     }
+}
+
+/// The share policies (`packing`, `random`, `fgd`) choose node and device for each share; the
+/// same placements in the same order give the same choices, and each choice is one a device
+/// can hold.
+#[test]
+fn share_policies_place_every_share_and_repeat_themselves() {
+    let shares = [500, 300, 700, 250, 250, 100, 600, 400, 900, 50];
+    for name in ["packing", "random", "fgd"] {
+        let run = || {
+            let policy = muster_topology::by_name(name).unwrap_or_else(|| Box::new(BestFit));
+            let mut topo = topology(vec![
+                hami_node("h1", 2),
+                hami_node("h2", 2),
+                hami_node("h3", 1),
+            ]);
+            let mut placed = Vec::new();
+            for milli in shares {
+                let fit = place(&mut topo, &[set(1, milli)], policy.as_ref()).ok();
+                placed.push(
+                    fit.map(|f| (f.pod_sets[0].nodes.clone(), f.pod_sets[0].devices.clone())),
+                );
+            }
+            (placed, ["h1", "h2", "h3"].map(|n| free(&topo, n)))
+        };
+        let (first, left) = run();
+        assert_eq!(
+            (first.clone(), left.clone()),
+            run(),
+            "{name} repeats itself"
+        );
+        // A policy may leave a share unplaced (fragmentation is what they trade), never
+        // half-booked: what the devices lost is what was placed.
+        let placed: u64 = first
+            .iter()
+            .zip(shares)
+            .filter(|(p, _)| p.is_some())
+            .map(|(_, milli)| milli)
+            .sum();
+        assert!(placed >= 3000, "{name}: {first:?}");
+        let used: u64 = left.iter().flatten().map(|f| 1000 - f).sum();
+        assert_eq!(used, placed, "{name}: every placed share booked once");
+    }
+}
+
+/// A gang of shares under a share policy goes to the domain the policy's domain level chose
+/// and stays there.
+#[test]
+fn gangs_of_shares_keep_their_required_domain_under_a_share_policy() {
+    let block = |name: &str, b: &str| {
+        let mut n = hami_node(name, 2);
+        n.labels.insert("block".to_owned(), b.to_owned());
+        n
+    };
+    let mut topo = Topology::new(
+        vec!["block".to_owned(), HOST.to_owned()],
+        vec![block("a1", "a"), block("a2", "a"), block("b1", "b")],
+    );
+    let packing = muster_topology::by_name("packing").unwrap_or_else(|| Box::new(BestFit));
+    assert!(place(&mut topo, &[set(1, 200)], packing.as_ref()).is_ok());
+    let mut gang = set(3, 500);
+    gang.constraint = Constraint::Required("block".to_owned());
+    let fit = place(&mut topo, &[gang], packing.as_ref()).ok();
+    let nodes = fit.map(|f| (f.pod_sets[0].domain.clone(), f.pod_sets[0].nodes.clone()));
+    let Some((domain, nodes)) = nodes else {
+        unreachable!("the gang fits a block")
+    };
+    let [(level, block)] = domain.as_slice() else {
+        unreachable!("one level: {domain:?}")
+    };
+    assert_eq!(level, "block");
+    assert_eq!(nodes.len(), 3);
+    assert!(
+        nodes.iter().all(|n| n.starts_with(block.as_str())),
+        "{block}: {nodes:?}"
+    );
 }

@@ -36,6 +36,10 @@ pub struct Args {
     /// Writes in flight at once.
     #[arg(long, default_value_t = 32)]
     write_concurrency: usize,
+    /// How gangs are placed: best-fit, spread, fragmentation-aware, or packing, random or fgd
+    /// (which also choose the node and GPU device of each pod asking for part of a GPU).
+    #[arg(long, default_value = "best-fit", value_parser = clap::builder::PossibleValuesParser::new(muster_topology::POLICY_NAMES))]
+    placement_policy: String,
 }
 
 /// Runs the controller until SIGTERM or Ctrl-C.
@@ -69,6 +73,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             lease_name: args.lease_name.clone(),
             identity,
             write_concurrency: args.write_concurrency,
+            placement_policy: args.placement_policy.clone(),
             api_requests,
             ..Options::default()
         };

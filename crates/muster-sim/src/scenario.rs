@@ -251,6 +251,10 @@ pub struct TraceSpec {
     /// backfill).
     #[serde(default)]
     pub announce_runtime: bool,
+    /// Submit the jobs this many times faster (submission times divided by it, durations
+    /// kept): a trace whose fleet idles becomes one that queues. Default 1.
+    #[serde(default)]
+    pub compress_arrivals: Option<u32>,
 }
 
 /// A generated workload: Poisson arrivals, a weighted mix of sizes, exponential durations.
@@ -568,7 +572,7 @@ impl Loaded {
                         return Err(ScenarioError::Invalid {
                             path: file,
                             message: format!(
-                                "unknown trace format {other:?}; use muster or philly"
+                                "unknown trace format {other:?}; use muster, philly or openb"
                             ),
                         });
                     }
@@ -576,7 +580,9 @@ impl Loaded {
                 if let Some(limit) = t.limit {
                     jobs.truncate(limit);
                 }
+                let compress = i64::from(t.compress_arrivals.unwrap_or(1).max(1));
                 for job in &mut jobs {
+                    job.submit /= compress;
                     if let Some(queue) = &t.queue {
                         job.queue.clone_from(queue);
                     }
@@ -606,8 +612,12 @@ impl Loaded {
     }
 }
 
+/// vGPUs per GPU on a HAMi pool (HAMi's default `deviceSplitCount`).
+const HAMI_SPLIT: u64 = 10;
+
 /// Every node of every pool: `<pool>-b<block>-h<host>`, labelled with the pool's labels, its
-/// block and its host name.
+/// block and its host name. A pool labelled `gpu: "on"` is a HAMi pool: its GPUs are tracked
+/// one by one (`nvidia.com/gpu.count` is set) and each advertises 10 vGPUs.
 fn nodes(cluster: &ClusterSpec) -> Result<Vec<NodeInfo>, String> {
     let mut out = Vec::new();
     for pool in &cluster.pools {
@@ -623,6 +633,19 @@ fn nodes(cluster: &ClusterSpec) -> Result<Vec<NodeInfo>, String> {
             pool.resource.as_str()
         };
         allocatable.set(resource, Amount::from_units(u64::from(pool.gpus_per_host)));
+        let hami = pool
+            .labels
+            .get(muster_topology::HAMI_NODE_LABEL)
+            .map(String::as_str)
+            == Some("on");
+        if hami {
+            // HAMi's device plugin advertises each GPU as 10 vGPUs (its default split count),
+            // and GPU feature discovery labels the physical count.
+            allocatable.set(
+                resource,
+                Amount::from_units(u64::from(pool.gpus_per_host) * HAMI_SPLIT),
+            );
+        }
         if allocatable.get("pods").is_zero() {
             allocatable.set("pods", Amount::from_units(110));
         }
@@ -630,6 +653,12 @@ fn nodes(cluster: &ClusterSpec) -> Result<Vec<NodeInfo>, String> {
             for h in 0..pool.hosts_per_block {
                 let name = format!("{}-b{b:02}-h{h:03}", pool.name);
                 let mut labels = pool.labels.clone();
+                if hami {
+                    labels.insert(
+                        muster_topology::NVIDIA_GPU_COUNT.to_owned(),
+                        pool.gpus_per_host.to_string(),
+                    );
+                }
                 labels.insert(pool.block_label.clone(), format!("{}-b{b:02}", pool.name));
                 labels.insert(HOSTNAME_LABEL.to_owned(), name.clone());
                 if let Some(subs) = pool.sub_blocks_per_block.filter(|n| *n > 0) {

@@ -379,9 +379,11 @@ pub fn read_philly(file: &str, text: &str, topology: &str) -> Result<Vec<TraceJo
 /// (`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time`).
 /// Each pod is a one-pod job submitted at `creation_time` to the LocalQueue named by its `qos`
 /// (lower case), running `deletion_time − scheduled_time` seconds (`− creation_time` for pods
-/// never scheduled), at least one. In this replay through admission a GPU-sharing pod
-/// (`gpu_milli` < 1000) asks for one whole GPU and `gpu_spec` is not used; the fill experiment
-/// ([`crate::fill`], [`read_openb_shares`]) keeps both.
+/// never scheduled), at least one. A GPU-sharing pod (`gpu_milli` < 1000, one GPU) asks for
+/// that part of one GPU, as a pod set with `gpuShare` does: one vGPU
+/// (`nvidia.com/gpu: 1`) and the share ([`muster_api::resources::names::GPU_SHARE`]), so it
+/// only fits nodes whose GPUs are tracked one by one (HAMi pools). `gpu_spec` is not used in
+/// this replay; the fill experiment ([`crate::fill`], [`read_openb_shares`]) keeps it.
 pub fn read_openb(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> {
     let mut jobs = Vec::new();
     for row in rows(file, text) {
@@ -397,6 +399,7 @@ pub fn read_openb(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> {
         let cpu_milli = non_negative(1, "cpu_milli")?;
         let memory_mib = non_negative(2, "memory_mib")?;
         let gpus = non_negative(3, "num_gpu")?;
+        let gpu_milli = non_negative(4, "gpu_milli")?;
         let (_, qos) = row.get(6, "qos")?;
         let created = row.int(8, "creation_time")?;
         let deleted = row.int(9, "deletion_time")?;
@@ -413,6 +416,12 @@ pub fn read_openb(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> {
         ]);
         if gpus > 0 {
             requests.insert("nvidia.com/gpu".to_owned(), Amount::from_units(gpus));
+        }
+        if gpus == 1 && (1..1000).contains(&gpu_milli) {
+            requests.insert(
+                muster_api::resources::names::GPU_SHARE.to_owned(),
+                Amount::from_milli(gpu_milli),
+            );
         }
         jobs.push(TraceJob {
             id: name.trim().to_owned(),

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use muster_admission::Decision;
 use muster_sim::scenario::Loaded;
 use muster_sim::{engine, report, trace};
+use muster_topology::NodeInfo;
 
 fn manifest() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -224,7 +225,7 @@ fn the_real_philly_trace_reads_whole() {
 }
 
 #[test]
-fn openb_pods_become_one_pod_jobs_with_whole_gpus() {
+fn openb_pods_become_one_pod_jobs_and_gpu_sharing_pods_ask_for_their_share() {
     let text = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n\
                 p0,12000,16384,1,460,,LS,Running,100,700,200\n\
                 p1,4000,1024,0,0,,BE,Pending,300,900,\n";
@@ -250,6 +251,13 @@ fn openb_pods_become_one_pod_jobs_with_whole_gpus() {
             ("p1".into(), 300, 600, "be".into(), 4_000, 0),
         ]
     );
+    let share_of = |j: &trace::TraceJob| {
+        j.pod_sets[0]
+            .2
+            .get(muster_api::resources::names::GPU_SHARE)
+            .map_or(0, |a| a.milli())
+    };
+    assert_eq!(jobs.iter().map(share_of).collect::<Vec<_>>(), [460, 0]);
     let bad = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n\
                p0,-5,16384,1,460,,LS,Running,100,700,200\n";
     assert_eq!(
@@ -568,4 +576,43 @@ fn the_shipped_provisioning_scenario_meets_stockouts_and_beats_waiting() {
     };
     assert!(bought.records.iter().all(|r| r.end.is_some()));
     assert!(mean_wait(&bought) < mean_wait(&fixed));
+}
+
+/// The shipped openb scenarios: HAMi pools shaped like the trace's node list (every GPU
+/// tracked one by one, 10 vGPUs each), the trace's sharing pods asking for their share, and
+/// the busy variant submitting 300 times faster.
+#[test]
+fn the_openb_scenarios_run_shares_on_hami_pools() {
+    let trace = manifest().join("../../../shared/traces/openb/openb_pod_list_default.csv");
+    if !trace.exists() {
+        eprintln!(
+            "skipped: the openb trace {} is not present",
+            trace.display()
+        );
+        return;
+    }
+    let calm = load(&manifest().join("../../simulations/openb-shares.yaml"));
+    let busy = load(&manifest().join("../../simulations/openb-shares-busy.yaml"));
+    assert_eq!(calm.nodes.len(), 1_213);
+    let devices: u32 = calm.nodes.iter().map(NodeInfo::gpu_devices).sum();
+    assert_eq!(
+        devices, 6_212,
+        "every GPU of the node list, tracked one by one"
+    );
+    assert!(calm.nodes.iter().all(|n| {
+        n.allocatable.get("nvidia.com/gpu")
+            == muster_api::Amount::from_units(u64::from(n.gpu_devices()) * 10)
+    }));
+    let shares = calm
+        .jobs
+        .iter()
+        .filter(|j| {
+            j.pod_sets[0]
+                .2
+                .contains_key(muster_api::resources::names::GPU_SHARE)
+        })
+        .count();
+    assert_eq!(shares, 3_078, "the pods asking for part of one GPU");
+    let submits = |l: &Loaded| l.jobs.iter().map(|j| j.submit).max();
+    assert_eq!(submits(&busy), submits(&calm).map(|s| s / 1000));
 }

@@ -38,7 +38,10 @@ pub(crate) fn release_action(
         .iter()
         .map(|(n, f)| (n.clone(), f.spec.clone()))
         .collect();
-    let gang = gang(job, admitted, &flavors).map_err(|e| e.to_string())?;
+    let mut gang = gang(job, admitted, &flavors).map_err(|e| e.to_string())?;
+    crate::hami::pin_devices(&mut gang.pods, |node| {
+        index.gpu_uuids.get(node).map(Vec::as_slice)
+    });
     let current = job.status.clone().unwrap_or_default();
     let bought = current.provisioning_request.is_some();
     let mut status =

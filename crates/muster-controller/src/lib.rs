@@ -27,6 +27,7 @@ pub mod action;
 mod decide;
 pub mod deferred;
 pub mod executor;
+pub mod hami;
 mod holding;
 pub mod index;
 pub mod job;

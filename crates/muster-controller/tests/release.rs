@@ -284,3 +284,47 @@ fn a_share_pod_gets_its_vgpu_and_names_its_device() {
         ])
     );
 }
+
+/// HAMi registers a node's GPUs in a node annotation (legacy `:`-joined entries or JSON); a
+/// share pod is pinned to the UUID of the device Muster counted it on, so HAMi binds its vGPU
+/// there. Unknown nodes and devices the node does not list are left to HAMi.
+#[test]
+fn share_pods_are_pinned_to_the_uuid_of_their_device() {
+    use muster_controller::hami::{USE_GPU_UUID_ANNOTATION, device_uuids, pin_devices};
+    let legacy = "GPU-aaa,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:GPU-bbb,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:";
+    assert_eq!(device_uuids(legacy), ["GPU-aaa", "GPU-bbb"]);
+    let json = r#"[{"id":"GPU-ccc","count":10,"devmem":81920},{"id":"GPU-ddd","count":10}]"#;
+    assert_eq!(device_uuids(json), ["GPU-ccc", "GPU-ddd"]);
+    assert!(device_uuids("[not json").is_empty());
+    assert!(device_uuids("").is_empty());
+
+    let mut workers = set("workers", 3, &serde_json::json!(null));
+    workers["gpuShare"] = serde_json::json!("500m");
+    let job = job(&serde_json::json!([workers]));
+    let mut placed = placement("workers", "h100", &["n1", "n1", "n2"]);
+    placed.devices = vec![vec![1], vec![7], vec![0]];
+    let admitted = Admitted {
+        job: "team-a/train".into(),
+        cluster_queue: "research".into(),
+        pod_sets: vec![placed],
+        borrowing: false,
+    };
+    let mut g = match gang(&job, &admitted, &flavors()) {
+        Ok(g) => g,
+        Err(e) => unreachable!("{e}"),
+    };
+    let n1 = device_uuids(legacy);
+    pin_devices(&mut g.pods, |node| (node == "n1").then_some(n1.as_slice()));
+    let pins: Vec<Option<String>> = g
+        .pods
+        .iter()
+        .map(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(USE_GPU_UUID_ANNOTATION).cloned())
+        })
+        .collect();
+    // Device 7 is not among n1's two; n2's devices are unknown.
+    assert_eq!(pins, [Some("GPU-bbb".to_owned()), None, None]);
+}

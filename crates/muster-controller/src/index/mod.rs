@@ -183,6 +183,9 @@ pub struct Index {
     pub(crate) local_queues: BTreeMap<String, LocalQueue>,
     pub(crate) flavors: BTreeMap<String, ResourceFlavor>,
     pub(crate) nodes: BTreeMap<String, NodeInfo>,
+    /// Per node, the UUIDs of its GPU devices in device order, as HAMi's device plugin
+    /// registers them (nodes without the annotation are absent).
+    pub(crate) gpu_uuids: BTreeMap<String, Vec<String>>,
     pub(crate) pods: BTreeMap<String, PodRecord>,
     /// Job → its pods' keys.
     pub(crate) pods_by_job: BTreeMap<String, BTreeSet<String>>,

@@ -107,6 +107,20 @@ impl Indexed for Node {
     const KIND: Kind = Kind::Node;
     fn apply(self, index: &mut Index) {
         let key = Indexed::key(&self);
+        match self
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::hami::NODE_REGISTER_ANNOTATION))
+            .map(|text| crate::hami::device_uuids(text))
+        {
+            Some(uuids) if !uuids.is_empty() => {
+                index.gpu_uuids.insert(key.clone(), uuids);
+            }
+            _ => {
+                index.gpu_uuids.remove(&key);
+            }
+        }
         match NodeInfo::from_node(&self) {
             Ok(info) => {
                 index.unreadable.remove(&format!("Node {key}"));
@@ -130,6 +144,7 @@ impl Indexed for Node {
         if index.nodes.remove(key).is_some() {
             index.topology_version += 1;
         }
+        index.gpu_uuids.remove(key);
         index.unreadable.remove(&format!("Node {key}"));
     }
 }

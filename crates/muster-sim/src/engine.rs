@@ -19,8 +19,10 @@ pub struct JobRecord {
     pub id: String,
     /// Its LocalQueue.
     pub queue: String,
-    /// GPUs it asked for.
+    /// GPUs it asked for (a pod asking for part of one GPU counts the one GPU it is on).
     pub gpus: u64,
+    /// Milli-GPU it asked for: a part of one GPU counts exactly.
+    pub gpu_milli: u64,
     /// When it was submitted.
     pub submit: i64,
     /// When it was first admitted.
@@ -47,8 +49,8 @@ pub struct JobRecord {
 pub struct Sample {
     /// Virtual time.
     pub time: i64,
-    /// GPUs held by admitted jobs from then on.
-    pub allocated: u64,
+    /// Milli-GPU held by admitted jobs from then on (a part of one GPU counts exactly).
+    pub allocated_milli: u64,
     /// Jobs waiting from then on.
     pub pending: u64,
     /// Some ClusterQueue's head job waits for capacity or quota from then on.
@@ -221,6 +223,7 @@ impl Books {
                     id: j.id.clone(),
                     queue: j.queue.clone(),
                     gpus: j.gpus(),
+                    gpu_milli: j.gpu_milli(),
                     submit: j.submit,
                     admit: None,
                     start: None,
@@ -256,7 +259,7 @@ impl Books {
             self.ends.pop();
             if a == self.attempt[i] && self.running[i] {
                 self.running[i] = false;
-                self.allocated -= self.records[i].gpus;
+                self.allocated -= self.records[i].gpu_milli;
                 self.records[i].end = Some(now);
                 self.finished += 1;
                 s.finish(&format!("{}/{}", self.namespace, self.records[i].id));
@@ -270,7 +273,7 @@ impl Books {
             return;
         };
         self.running[i] = true;
-        self.allocated += self.records[i].gpus;
+        self.allocated += self.records[i].gpu_milli;
         self.pending -= 1;
         let r = &mut self.records[i];
         r.admit.get_or_insert(now);
@@ -294,7 +297,7 @@ impl Books {
         s.requeue(id);
         if self.running[i] {
             self.running[i] = false;
-            self.allocated -= self.records[i].gpus;
+            self.allocated -= self.records[i].gpu_milli;
             self.pending += 1;
             let ran = self.records[i]
                 .start
@@ -304,7 +307,7 @@ impl Books {
                 self.remaining[i] = (self.remaining[i] - kept).max(1);
             }
             let lost = u64::try_from(ran - kept).unwrap_or(0);
-            self.records[i].lost_gpu_seconds += self.records[i].gpus * lost;
+            self.records[i].lost_gpu_seconds += self.records[i].gpu_milli * lost / 1000;
         }
         self.attempt[i] += 1;
         if failed {
@@ -417,7 +420,7 @@ pub fn run(
         }
         timeline.push(Sample {
             time: now,
-            allocated: books.allocated,
+            allocated_milli: books.allocated,
             pending: books.pending,
             head_waiting,
             fragmented,

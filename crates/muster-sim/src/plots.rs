@@ -98,7 +98,7 @@ pub fn fill(series: &[(String, Vec<(f64, f64)>)]) -> String {
 }
 
 /// Step series of allocated GPUs and waiting jobs over hours since the first event.
-fn steps(run: &Run, value: impl Fn(&crate::engine::Sample) -> u64) -> Vec<(f64, f64)> {
+fn steps(run: &Run, value: impl Fn(&crate::engine::Sample) -> f64) -> Vec<(f64, f64)> {
     let start = run.timeline.first().map_or(0, |s| s.time);
     let mut out = Vec::with_capacity(run.timeline.len() * 2);
     let mut last: Option<f64> = None;
@@ -107,7 +107,7 @@ fn steps(run: &Run, value: impl Fn(&crate::engine::Sample) -> u64) -> Vec<(f64, 
         if let Some(prev) = last {
             out.push((x, prev));
         }
-        let y = g(value(s));
+        let y = value(s);
         out.push((x, y));
         last = Some(y);
     }
@@ -120,7 +120,10 @@ pub fn allocation(run: &Run) -> String {
         &format!("GPU allocation ({} GPUs)", run.total_gpus),
         "hours",
         "GPUs allocated",
-        &[(run.policy.clone(), steps(run, |s| s.allocated))],
+        &[(
+            run.policy.clone(),
+            steps(run, |s| g(s.allocated_milli) / 1000.0),
+        )],
     )
 }
 
@@ -130,7 +133,7 @@ pub fn queue_length(run: &Run) -> String {
         "Waiting jobs",
         "hours",
         "jobs waiting",
-        &[(run.policy.clone(), steps(run, |s| s.pending))],
+        &[(run.policy.clone(), steps(run, |s| g(s.pending)))],
     )
 }
 

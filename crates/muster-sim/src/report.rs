@@ -70,6 +70,27 @@ fn bought(run: &Run) -> u128 {
     })
 }
 
+/// From the allocation timeline, GPU-seconds: held by admitted jobs, free while a queue head
+/// waits, and free while one waits on fragmentation. Summed in milli-GPU-seconds (parts of a
+/// GPU count exactly), returned in GPU-seconds.
+fn timeline_gpu_seconds(run: &Run) -> (u128, u128, u128) {
+    let (mut held_total, mut head_blocked, mut fragmented): (u128, u128, u128) = (0, 0, 0);
+    let fleet_milli = u128::from(run.total_gpus) * 1000;
+    for pair in run.timeline.windows(2) {
+        let dt = u128::try_from(pair[1].time - pair[0].time).unwrap_or(0);
+        let held = u128::from(pair[0].allocated_milli);
+        held_total += held * dt;
+        let free = fleet_milli.saturating_sub(held) * dt;
+        if pair[0].head_waiting {
+            head_blocked += free;
+        }
+        if pair[0].fragmented {
+            fragmented += free;
+        }
+    }
+    (held_total / 1000, head_blocked / 1000, fragmented / 1000)
+}
+
 /// The autoscaler's part of `summary.json`.
 fn provisioning(p: &crate::autoscaler::ProvisioningStats) -> Value {
     json!({
@@ -122,19 +143,7 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
         by_size.insert((*name).to_owned(), stats(&mut w));
         jct_by_size.insert((*name).to_owned(), stats(&mut c));
     }
-    // Free GPU-seconds while a queue head waits, and while one waits on fragmentation.
-    let (mut gpu_seconds, mut head_blocked, mut fragmented): (u128, u128, u128) = (0, 0, 0);
-    for pair in run.timeline.windows(2) {
-        let dt = u128::try_from(pair[1].time - pair[0].time).unwrap_or(0);
-        gpu_seconds += u128::from(pair[0].allocated) * dt;
-        let free = u128::from(run.total_gpus.saturating_sub(pair[0].allocated)) * dt;
-        if pair[0].head_waiting {
-            head_blocked += free;
-        }
-        if pair[0].fragmented {
-            fragmented += free;
-        }
-    }
+    let (gpu_seconds, head_blocked, fragmented) = timeline_gpu_seconds(run);
     // Capacity: the fleet over the makespan, plus whatever was bought (jobs on bought
     // capacity count as allocated, so it counts as capacity too).
     let capacity =
@@ -206,8 +215,9 @@ fn waste(run: &Run, finished: &[&crate::engine::JobRecord], capacity: u128) -> W
     // earlier runs kept at checkpoints).
     let useful: u128 = finished
         .iter()
-        .map(|r| u128::from(r.gpus) * u128::try_from(r.work.max(0)).unwrap_or(0))
-        .sum();
+        .map(|r| u128::from(r.gpu_milli) * u128::try_from(r.work.max(0)).unwrap_or(0))
+        .sum::<u128>()
+        / 1000;
     #[expect(clippy::cast_precision_loss, reason = "a fraction for people to read")]
     let goodput = if capacity == 0 {
         0.0
@@ -236,7 +246,7 @@ fn per_queue(run: &Run) -> serde_json::Map<String, Value> {
         let entry = queues.entry(r.queue.as_str()).or_default();
         entry.0 += 1;
         if let (Some(start), Some(end)) = (r.start, r.end) {
-            entry.1 += u128::from(r.gpus) * u128::try_from(end - start).unwrap_or(0);
+            entry.1 += u128::from(r.gpu_milli) * u128::try_from(end - start).unwrap_or(0) / 1000;
         }
     }
     let used: u128 = queues.values().map(|q| q.1).sum();

@@ -44,6 +44,25 @@ impl TraceJob {
             })
             .sum()
     }
+
+    /// Milli-GPU (or milli-chips) the job asks for in all: a pod asking for part of one GPU
+    /// counts that part, not the GPU it is on.
+    pub fn gpu_milli(&self) -> u64 {
+        self.pod_sets
+            .iter()
+            .map(|(_, count, r)| {
+                let per_pod: u64 = match r.get(muster_api::resources::names::GPU_SHARE) {
+                    Some(share) if !share.is_zero() => share.milli(),
+                    _ => ["nvidia.com/gpu", "google.com/tpu"]
+                        .iter()
+                        .filter_map(|k| r.get(*k))
+                        .map(|a| a.units_ceil() * 1000)
+                        .sum(),
+                };
+                per_pod * u64::from(*count)
+            })
+            .sum()
+    }
 }
 
 /// A row a trace adapter cannot read.

@@ -258,6 +258,13 @@ fn openb_pods_become_one_pod_jobs_and_gpu_sharing_pods_ask_for_their_share() {
             .map_or(0, |a| a.milli())
     };
     assert_eq!(jobs.iter().map(share_of).collect::<Vec<_>>(), [460, 0]);
+    // Allocation and goodput count the share exactly, not the GPU it is on.
+    assert_eq!(
+        jobs.iter()
+            .map(trace::TraceJob::gpu_milli)
+            .collect::<Vec<_>>(),
+        [460, 0]
+    );
     let bad = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n\
                p0,-5,16384,1,460,,LS,Running,100,700,200\n";
     assert_eq!(

@@ -13,5 +13,6 @@ mod ha;
 mod leadership;
 mod lifecycle;
 mod provisioning;
+mod shares;
 mod support;
 mod tpu;

@@ -197,3 +197,23 @@ fn a_restored_holding_keeps_its_devices() {
     let decisions = cycle(&mut restarted, 20);
     assert_eq!(devices_of(&decisions, "whole"), [vec![0]]);
 }
+
+/// A share in a flavor whose nodes count their GPUs whole waits with a reason that says what
+/// a node needs to take it.
+#[test]
+fn a_share_with_no_hami_node_says_so() {
+    let mut plain = hami_pool(1, 2);
+    plain[0].labels.remove(muster_topology::HAMI_NODE_LABEL);
+    let mut s = scheduler(&plain, vec![flavor()], vec![("inference", queue(8))]);
+    s.submit(job("notebook", 1, 1, "250m"));
+    let decisions = cycle(&mut s, 10);
+    let Some(PendingReason::NoTopologyFit(no_fit)) = reason_of(&decisions, "notebook") else {
+        unreachable!("{decisions:?}")
+    };
+    assert_eq!(no_fit.kind, muster_topology::NoFitKind::NoEligibleNodes);
+    assert!(
+        no_fit.message.contains("250m of one GPU") && no_fit.message.contains("gpu: \"on\""),
+        "{}",
+        no_fit.message
+    );
+}

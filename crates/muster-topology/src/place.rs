@@ -298,6 +298,18 @@ fn place_in_domain(
             }
         }
         _ => {
+            let share = req.requests.get(names::GPU_SHARE);
+            if total < req.count && !share.is_zero() && !topo.tracks_devices() {
+                return Err(no_fit(
+                    NoFitKind::NoEligibleNodes,
+                    None,
+                    format!(
+                        "pod set {} asks for {}m of one GPU (gpuShare), and no node of the flavor hands its GPUs out in parts: HAMi nodes carry the labels gpu: \"on\" and nvidia.com/gpu.count",
+                        req.name,
+                        share.milli()
+                    ),
+                ));
+            }
             if total < req.count {
                 return Err(no_fit(
                     NoFitKind::NotEnoughCapacity,

@@ -422,6 +422,12 @@ impl Topology {
         Some((on_devices(requests, &chosen), chosen))
     }
 
+    /// Whether any node's GPUs are tracked one by one (pods asking for part of a GPU can fit
+    /// nowhere else).
+    pub fn tracks_devices(&self) -> bool {
+        !self.devices.is_empty()
+    }
+
     /// What is left of each tracked GPU device of `node`, milli-GPU, device 0 first.
     pub fn device_free(&self, node: NodeId) -> Vec<u64> {
         self.tracked_devices(node)

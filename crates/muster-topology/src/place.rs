@@ -298,28 +298,9 @@ fn place_in_domain(
             }
         }
         _ => {
-            let share = req.requests.get(names::GPU_SHARE);
-            if total < req.count && !share.is_zero() && !topo.tracks_devices() {
-                return Err(no_fit(
-                    NoFitKind::NoEligibleNodes,
-                    None,
-                    format!(
-                        "pod set {} asks for {}m of one GPU (gpuShare), and no node of the flavor hands its GPUs out in parts: HAMi nodes carry the labels gpu: \"on\" and nvidia.com/gpu.count",
-                        req.name,
-                        share.milli()
-                    ),
-                ));
-            }
             if total < req.count {
-                return Err(no_fit(
-                    NoFitKind::NotEnoughCapacity,
-                    None,
-                    format!(
-                        "needs {} pods with {}; the flavor's nodes have room for {total}",
-                        req.count,
-                        describe(&req.requests)
-                    ),
-                ));
+                let (kind, message) = short_of_room(topo, req, total);
+                return Err(no_fit(kind, None, message));
             }
             0
         }
@@ -338,6 +319,30 @@ fn place_in_domain(
         .flat_map(|(node, n)| std::iter::repeat_n(*node, *n as usize))
         .collect();
     Ok((domain, nodes, Vec::new()))
+}
+
+/// Why the flavor's nodes have room for only `total` pods of an unconstrained pod set: no
+/// node takes a share of a GPU at all, or too little room.
+fn short_of_room(topo: &Topology, req: &PodSetRequest, total: u32) -> (NoFitKind, String) {
+    let share = req.requests.get(names::GPU_SHARE);
+    if !share.is_zero() && !topo.tracks_devices() {
+        return (
+            NoFitKind::NoEligibleNodes,
+            format!(
+                "pod set {} asks for {}m of one GPU (gpuShare), and no node of the flavor hands its GPUs out in parts: HAMi nodes carry the labels gpu: \"on\" and nvidia.com/gpu.count",
+                req.name,
+                share.milli()
+            ),
+        );
+    }
+    (
+        NoFitKind::NotEnoughCapacity,
+        format!(
+            "needs {} pods with {}; the flavor's nodes have room for {total}",
+            req.count,
+            describe(&req.requests)
+        ),
+    )
 }
 
 /// Pods asking for part of a GPU, placed one by one by the policy's device level

@@ -325,6 +325,8 @@ fn philly_sizes() -> Vec<SizeWeight> {
         weight,
         duration_seconds: None,
         priority: None,
+        gpu_share: None,
+        pods: None,
     })
     .collect()
 }
@@ -343,6 +345,29 @@ pub struct SizeWeight {
     /// A fixed priority for jobs of this size (instead of one of `priorities`).
     #[serde(default)]
     pub priority: Option<i32>,
+    /// Part of one GPU per pod (`250m`, below one GPU): jobs of this size are `pods` pods each
+    /// asking for that share (as a GpuJob's `gpuShare`), and `gpus` is not used.
+    #[serde(default)]
+    pub gpu_share: Option<String>,
+    /// Pods of a job asking for shares (default 1).
+    #[serde(default)]
+    pub pods: Option<u32>,
+}
+
+impl SizeWeight {
+    /// The share in milli-GPU, when `gpuShare` is set; an error naming the fix when it is not
+    /// a part of one GPU.
+    fn share_milli(&self) -> Result<Option<u64>, String> {
+        let Some(text) = &self.gpu_share else {
+            return Ok(None);
+        };
+        match Amount::parse(text).map(Amount::milli) {
+            Ok(m) if (1..1000).contains(&m) => Ok(Some(m)),
+            _ => Err(format!(
+                "gpuShare {text:?} is not a part of one GPU; write e.g. 250m or 0.5"
+            )),
+        }
+    }
 }
 
 /// What a scenario cannot be run with.
@@ -593,6 +618,12 @@ impl Loaded {
                 Ok(jobs)
             }
             (None, Some(s)) => {
+                if let Some(e) = s.sizes.iter().find_map(|w| w.share_milli().err()) {
+                    return Err(ScenarioError::Invalid {
+                        path: path.display().to_string(),
+                        message: format!("workload.synthetic.sizes: {e}"),
+                    });
+                }
                 if s.queues.is_empty()
                     || s.sizes.is_empty()
                     || s.sizes.iter().all(|w| w.weight == 0)
@@ -730,7 +761,25 @@ fn synthetic(s: &SyntheticSpec, seed: Option<u64>, block: &str) -> Vec<TraceJob>
             hit
         });
         let gpus = size.map_or(1, |w| w.gpus);
-        let (pods, per_pod) = trace::pods_of(gpus, s.max_gpus_per_pod.unwrap_or(8));
+        let share = size.and_then(|w| w.share_milli().ok().flatten());
+        let (pods, requests) = match share {
+            Some(milli) => (
+                size.and_then(|w| w.pods).unwrap_or(1).max(1),
+                BTreeMap::from([
+                    ("nvidia.com/gpu".to_owned(), Amount::from_units(1)),
+                    (
+                        muster_api::resources::names::GPU_SHARE.to_owned(),
+                        Amount::from_milli(milli),
+                    ),
+                ]),
+            ),
+            None => {
+                let (pods, per_pod) = trace::pods_of(gpus, s.max_gpus_per_pod.unwrap_or(8));
+                let requests =
+                    BTreeMap::from([("nvidia.com/gpu".to_owned(), Amount::from_units(per_pod))]);
+                (pods, requests)
+            }
+        };
         let queue = pick_one(&mut rng, &s.queues).cloned().unwrap_or_default();
         let drawn_priority = pick_one(&mut rng, &priorities).copied().unwrap_or(0);
         let priority = size.and_then(|w| w.priority).unwrap_or(drawn_priority);
@@ -754,11 +803,7 @@ fn synthetic(s: &SyntheticSpec, seed: Option<u64>, block: &str) -> Vec<TraceJob>
             duration,
             queue,
             priority,
-            pod_sets: vec![(
-                "workers".to_owned(),
-                pods,
-                BTreeMap::from([("nvidia.com/gpu".to_owned(), Amount::from_units(per_pod))]),
-            )],
+            pod_sets: vec![("workers".to_owned(), pods, requests)],
             topology: if pods > 1 {
                 topology.clone()
             } else {

@@ -623,3 +623,41 @@ fn the_openb_scenarios_run_shares_on_hami_pools() {
     let submits = |l: &Loaded| l.jobs.iter().map(|j| j.submit).max();
     assert_eq!(submits(&busy), submits(&calm).map(|s| s / 1000));
 }
+
+/// A synthetic size with `gpuShare` makes gangs of that many pods each asking for the share;
+/// a share of a whole GPU or more is refused with the field named.
+#[test]
+fn synthetic_sizes_may_ask_for_shares() {
+    let loaded = load(&manifest().join("../../simulations/shares-gangs.yaml"));
+    let share = |j: &trace::TraceJob| {
+        j.pod_sets[0]
+            .2
+            .get(muster_api::resources::names::GPU_SHARE)
+            .map(|a| (j.pod_sets[0].1, a.milli()))
+    };
+    let shapes: BTreeSet<(u32, u64)> = loaded.jobs.iter().filter_map(share).collect();
+    assert_eq!(
+        shapes,
+        [(1, 300), (1, 700), (2, 500), (4, 250)]
+            .into_iter()
+            .collect()
+    );
+    assert!(loaded.nodes.iter().all(|n| n.gpu_devices() == 4));
+    let text = std::fs::read_to_string(manifest().join("../../simulations/shares-gangs.yaml"))
+        .unwrap_or_default()
+        .replace("gpuShare: 700m", "gpuShare: 1500m");
+    let dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => unreachable!("a temporary folder: {e}"),
+    };
+    let path = dir.path().join("bad.yaml");
+    if let Err(e) = std::fs::write(&path, text) {
+        unreachable!("writing {}: {e}", path.display());
+    }
+    let err = Loaded::from_file(&path, None).err().map(|e| e.to_string());
+    assert!(
+        err.as_deref()
+            .is_some_and(|e| e.contains("gpuShare \"1500m\"")),
+        "{err:?}"
+    );
+}

@@ -344,9 +344,9 @@ pub async fn run(
     let executor = Executor::new(
         client.clone(),
         leader.clone(),
-        Some(Recorder::new(client, reporter)),
+        Some(Recorder::new(client.clone(), reporter)),
     );
-    scheduling_loop(&shared, executor, leader, &options, stop_rx).await;
+    scheduling_loop(&shared, &client, executor, leader, &options, stop_rx).await;
     // Every holder of the leadership channel is gone now: the lease manager gives the Lease
     // up, so that a standby takes over at once rather than after the Lease expires.
     if tokio::time::timeout(Duration::from_secs(5), lease)
@@ -363,6 +363,7 @@ pub async fn run(
 
 async fn scheduling_loop(
     shared: &Arc<Shared>,
+    client: &Client,
     executor: Executor,
     mut leader: watch::Receiver<bool>,
     options: &Options,
@@ -400,6 +401,9 @@ async fn scheduling_loop(
             continue;
         }
         let started = Instant::now();
+        if !leading && !catch_up(shared, client, options.namespace_scope.as_deref()).await {
+            continue;
+        }
         let (term, actions) = {
             let mut state = shared.state();
             if !state.ready() {
@@ -456,6 +460,50 @@ async fn scheduling_loop(
     // Let writes in flight finish (each is idempotent, so a cut one is finished later).
     let all = u32::try_from(options.write_concurrency.max(1)).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(all)).await;
+}
+
+/// Before a replica's first pass as leader: a standby's caches may lag the API server (a
+/// watch cut and backing off), so the jobs and pods are read afresh and folded in (a copy
+/// never replaces a newer one), and the first pass never gives away quota that a gang
+/// admitted moments ago already holds. False when the caches are not synced yet or the read
+/// failed: the replica does not lead on a view it could not bring up to date.
+async fn catch_up(shared: &Arc<Shared>, client: &Client, namespace: Option<&str>) -> bool {
+    if !shared.state().ready() {
+        return false;
+    }
+    match fresh_view(client, namespace).await {
+        Ok((jobs, pods)) => {
+            let mut state = shared.state();
+            for job in jobs {
+                state.apply(job);
+            }
+            for pod in pods {
+                state.apply(pod);
+            }
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "reading jobs and pods before leading failed; trying again");
+            false
+        }
+    }
+}
+
+/// The GpuJobs (in `namespace`, or everywhere) and pods as the API server has them now: a
+/// consistent read, as fresh as the moment it is made.
+async fn fresh_view(
+    client: &Client,
+    namespace: Option<&str>,
+) -> Result<(Vec<GpuJob>, Vec<Pod>), kube::Error> {
+    let jobs = scoped::<GpuJob>(client, namespace)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    Ok((jobs, pods))
 }
 
 /// Carries `action` out in a task of its own, holding `permit` until it has landed; wakes

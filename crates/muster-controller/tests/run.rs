@@ -70,15 +70,19 @@ mod erased {
     }
 }
 
-/// Answers lists from `lists`, holds watches open (never answering), 404s paths it has no
-/// list for (such as the ProvisioningRequest probe, unless given), answers the first
-/// `failing` lists of a path with 500, echoes writes; reports every write on `writes`.
+/// Answers lists from `lists` (from `later` for a path's second list on, when it has one:
+/// the cluster moved on while the watches lag), holds watches open (never answering), 404s
+/// paths it has no list for (such as the ProvisioningRequest probe, unless given), answers
+/// the first `failing` lists of a path with 500, echoes writes; reports every write on
+/// `writes`.
 async fn api_server(
     mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
     writes: mpsc::UnboundedSender<(String, String)>,
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
+    later: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     mut failing: BTreeMap<&'static str, u32>,
 ) {
+    let mut listed: BTreeMap<String, u32> = BTreeMap::new();
     let jobs = jobs_by_name(&lists);
     // The listed ClusterQueue: a status write answers with it (spec included).
     let queues = lists
@@ -117,7 +121,8 @@ async fn api_server(
             continue;
         }
         if method == "GET" {
-            let response = match lists.get(path.as_str()) {
+            let source = list_of(&mut listed, &path, &lists, &later);
+            let response = match source {
                 Some((kind, items)) => reply(
                     200,
                     json!({"apiVersion": "v1", "kind": kind,
@@ -172,6 +177,22 @@ async fn api_server(
             body
         };
         respond.send_response(reply(if method == "POST" { 201 } else { 200 }, object));
+    }
+}
+
+/// The list to answer `path`'s next list with: from `later` from its second list on, when it
+/// has one there.
+fn list_of<'a>(
+    listed: &mut BTreeMap<String, u32>,
+    path: &str,
+    lists: &'a BTreeMap<&'static str, (&'static str, Vec<Value>)>,
+    later: &'a BTreeMap<&'static str, (&'static str, Vec<Value>)>,
+) -> Option<&'a (&'static str, Vec<Value>)> {
+    let times = listed.entry(path.to_owned()).or_default();
+    *times += 1;
+    match later.get(path) {
+        Some(list) if *times > 1 => Some(list),
+        _ => lists.get(path),
     }
 }
 
@@ -230,14 +251,30 @@ async fn start(lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>) -> Sta
     start_failing(lists, BTreeMap::new()).await
 }
 
+/// [`start`], with later lists of some paths answered from `later` (see [`api_server`]).
+async fn start_moved_on(
+    lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
+    later: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
+) -> Started {
+    start_with(lists, later, BTreeMap::new()).await
+}
+
 /// [`start`], with the first lists of some paths failing (see [`api_server`]).
 async fn start_failing(
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     failing: BTreeMap<&'static str, u32>,
 ) -> Started {
+    start_with(lists, BTreeMap::new(), failing).await
+}
+
+async fn start_with(
+    lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
+    later: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
+    failing: BTreeMap<&'static str, u32>,
+) -> Started {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let (writes_tx, writes) = mpsc::unbounded_channel();
-    tokio::spawn(api_server(handle, writes_tx, lists, failing));
+    tokio::spawn(api_server(handle, writes_tx, lists, later, failing));
     let port = free_port().await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(run(
@@ -471,4 +508,74 @@ fn every_process_gets_its_own_lease_identity() {
         "{c} {d}"
     );
     assert_ne!(Options::default().identity, Options::default().identity);
+}
+
+/// A replica that becomes leader while its watches lag: its caches show two queued jobs, but
+/// the API server already has `b` admitted with its gang running (a leader that died moments
+/// ago released it). The new leader reads jobs and pods afresh before its first pass, so it
+/// never releases `a` into the quota and nodes `b` holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_reads_jobs_and_pods_afresh_before_its_first_pass() {
+    use muster_controller::plan::{Action, plan};
+    // What the dead leader did: release b, with the whole quota (16 GPUs on n1 and n2).
+    let mut before = support::cluster(16, vec![support::job("b", 2, 1)]);
+    let pass = plan(&mut before, support::at(5));
+    let Some(Action::Release { gang, status, .. }) = pass
+        .actions
+        .iter()
+        .find(|a| matches!(a, Action::Release { .. }))
+        .cloned()
+    else {
+        unreachable!("b is released: {:?}", pass.actions)
+    };
+    let mut b = support::job("b", 2, 1);
+    b.status = Some(*status);
+    b.metadata.resource_version = Some("9".to_owned());
+    let value = |v: &dyn erased::Json| v.json();
+    let running: Vec<Value> = gang
+        .pods
+        .iter()
+        .map(|p| value(&support::with_phase(p.clone(), "Running", true)))
+        .collect();
+    let mut stale = lists();
+    stale.insert(
+        "/apis/muster.dev/v1alpha1/gpujobs",
+        (
+            "GpuJobList",
+            vec![
+                value(&support::job("a", 2, 0)),
+                value(&support::job("b", 2, 1)),
+            ],
+        ),
+    );
+    stale.insert(
+        "/apis/muster.dev/v1alpha1/clusterqueues",
+        ("ClusterQueueList", vec![value(&support::cluster_queue(16))]),
+    );
+    let fresh = BTreeMap::from([
+        (
+            "/apis/muster.dev/v1alpha1/gpujobs",
+            (
+                "GpuJobList",
+                vec![value(&support::job("a", 2, 0)), value(&b)],
+            ),
+        ),
+        ("/api/v1/pods", ("PodList", running)),
+    ]);
+    let Started {
+        mut writes,
+        stop,
+        controller,
+        ..
+    } = start_moved_on(stale, fresh).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let seen = until_quiet(&mut writes, deadline).await;
+    assert!(
+        !seen
+            .iter()
+            .any(|(m, p)| m == "POST" && p.ends_with("/pods")),
+        "a was released beside b's running gang: {seen:?}"
+    );
+    let _ = stop.send(());
+    let _ = controller.await;
 }

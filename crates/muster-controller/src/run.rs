@@ -449,6 +449,7 @@ async fn scheduling_loop(
         };
         last_pass = started.elapsed();
         for action in actions {
+            log_quota_change(&action, term);
             let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
                 break;
             };
@@ -504,6 +505,36 @@ async fn fresh_view(
         .await?
         .items;
     Ok((jobs, pods))
+}
+
+/// Logs a write that gives or takes quota (a release, an eviction), with its job, the
+/// ClusterQueue and GPUs of the admission it writes, and the leadership term: what an
+/// investigation of a quota excursion needs from the controller's side.
+fn log_quota_change(action: &crate::action::Action, term: u64) {
+    use crate::action::Action;
+    match action {
+        Action::Release { job, status, .. } => {
+            let admission = status.admission.as_ref();
+            tracing::info!(
+                job = %job,
+                term,
+                cluster_queue = admission.map_or("", |a| a.cluster_queue.as_str()),
+                pods = admission.map_or(0, |a| a.pod_sets.iter().map(|p| p.nodes.len()).sum::<usize>()),
+                attempt = status.requeue_count,
+                "release"
+            );
+        }
+        Action::Evict { job, status, .. } => {
+            tracing::info!(
+                job = %job,
+                term,
+                phase = ?status.phase,
+                attempt = status.requeue_count,
+                "evict"
+            );
+        }
+        _ => {}
+    }
 }
 
 /// Carries `action` out in a task of its own, holding `permit` until it has landed; wakes

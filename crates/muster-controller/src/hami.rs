@@ -1,10 +1,18 @@
-//! HAMi, the device plugin and scheduler extender that hands GPUs out in parts: which GPU
-//! devices a node has (HAMi's own node annotation), and pinning a share pod to the device
-//! Muster counted it on, so that HAMi's choice and Muster's books agree.
+//! HAMi, the device plugin and scheduler extender that hands GPUs out in parts, in both
+//! directions: a share as the vGPU a pod asks HAMi for, and back as the devices the pod
+//! books; which GPU devices a node has (HAMi's own node annotation), and pinning a share pod
+//! to the device Muster counted it on, so that HAMi's choice and Muster's books agree.
 
-use k8s_openapi::api::core::v1::Pod;
+use std::collections::BTreeMap;
 
-use crate::release::{GPU_DEVICES_ANNOTATION, parse_devices};
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use muster_api::resources::names;
+use muster_api::{Amount, Resources};
+
+/// Annotation with the GPU devices of its node a pod was counted on, joined by `,` (set on
+/// nodes whose GPUs are handed out in parts): the device Muster booked its share on, or the
+/// untouched devices it booked whole.
+pub const GPU_DEVICES_ANNOTATION: &str = "muster.dev/gpu-devices";
 
 /// The node annotation in which HAMi's device plugin registers the node's NVIDIA GPUs: one
 /// entry per device, in device order — `UUID,split,memory,cores,type,numa,healthy` entries
@@ -68,4 +76,56 @@ pub fn pin_devices<'a>(pods: &mut [Pod], uuids: impl Fn(&str) -> Option<&'a [Str
             annotations.insert(USE_GPU_UUID_ANNOTATION.to_owned(), pinned.join(","));
         }
     }
+}
+
+/// Gives the pod's first container one HAMi vGPU with `share` milli-GPU of a GPU's cores and
+/// memory, in percent: `nvidia.com/gpu: 1`, `nvidia.com/gpucores` and
+/// `nvidia.com/gpumem-percentage`, as limits (extended resources are requested as limits).
+pub(crate) fn give_vgpu(spec: &mut PodSpec, share: u64) {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let Some(container) = spec.containers.first_mut() else {
+        return;
+    };
+    let percent = (share / 10).to_string();
+    let resources = container.resources.get_or_insert_with(Default::default);
+    let limits = resources.limits.get_or_insert_with(BTreeMap::new);
+    limits.insert(names::NVIDIA_GPU.to_owned(), Quantity("1".to_owned()));
+    limits.insert(names::HAMI_GPU_CORES.to_owned(), Quantity(percent.clone()));
+    limits.insert(
+        names::HAMI_GPU_MEMORY_PERCENTAGE.to_owned(),
+        Quantity(percent),
+    );
+}
+
+/// Devices as the pod annotation spells them: indices joined by `,`.
+pub fn format_devices(devices: &[u32]) -> String {
+    devices
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Reads a devices annotation back; `None` when any entry is not a device index.
+pub fn parse_devices(text: &str) -> Option<Vec<u32>> {
+    text.split(',')
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| d.trim().parse().ok())
+        .collect()
+}
+
+/// What a pod counted on `devices` books on its node, from its `usage` as its requests give
+/// it: its vGPU's share of cores (percent, as [`give_vgpu`] wrote it) as milli-GPU on its
+/// device, or its whole GPUs on theirs; HAMi's percentages themselves are not booked.
+pub fn booked_usage(mut usage: Resources, devices: &[u32]) -> Resources {
+    if devices.is_empty() {
+        return usage;
+    }
+    let percent = usage.get(names::HAMI_GPU_CORES).milli() / 1000;
+    usage.set(names::HAMI_GPU_CORES, Amount::ZERO);
+    usage.set(names::HAMI_GPU_MEMORY_PERCENTAGE, Amount::ZERO);
+    if percent > 0 {
+        usage.set(names::GPU_SHARE, Amount::from_milli(percent * 10));
+    }
+    muster_topology::on_devices(&usage, devices)
 }

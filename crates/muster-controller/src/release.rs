@@ -29,10 +29,6 @@ pub const CLUSTER_QUEUE_ANNOTATION: &str = "muster.dev/cluster-queue";
 pub const FLAVOR_ANNOTATION: &str = "muster.dev/flavor";
 /// Annotation with the pod set's domain as `level=value` pairs, widest first, joined by `,`.
 pub const DOMAIN_ANNOTATION: &str = "muster.dev/domain";
-/// Annotation with the GPU devices of its node a pod was counted on, joined by `,` (set on
-/// nodes whose GPUs are handed out in parts): the device Muster booked its share on, or the
-/// untouched devices it booked whole.
-pub const GPU_DEVICES_ANNOTATION: &str = "muster.dev/gpu-devices";
 
 /// Why a gang's objects cannot be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -225,7 +221,7 @@ fn pod(
     }
     let mut spec: PodSpec = set.template.spec.clone().unwrap_or_default();
     if let Some(Ok(share)) = set.gpu_share_milli() {
-        give_vgpu(&mut spec, share);
+        crate::hami::give_vgpu(&mut spec, share);
     }
     for container in spec
         .containers
@@ -271,7 +267,10 @@ fn pod(
         format_domain(&placement.domain),
     );
     if let Some(devices) = placement.devices.get(index).filter(|d| !d.is_empty()) {
-        annotations.insert(GPU_DEVICES_ANNOTATION.to_owned(), format_devices(devices));
+        annotations.insert(
+            crate::hami::GPU_DEVICES_ANNOTATION.to_owned(),
+            crate::hami::format_devices(devices),
+        );
     }
     Pod {
         metadata: ObjectMeta {
@@ -333,43 +332,6 @@ fn add_env(container: &mut Container, env: &[EnvVar]) {
     vars.retain(|v| !env.iter().any(|e| e.name == v.name));
     vars.extend(env.iter().cloned());
     container.env = Some(vars);
-}
-
-/// Gives the pod's first container one HAMi vGPU with `share` milli-GPU of a GPU's cores and
-/// memory, in percent: `nvidia.com/gpu: 1`, `nvidia.com/gpucores` and
-/// `nvidia.com/gpumem-percentage`, as limits (extended resources are requested as limits).
-fn give_vgpu(spec: &mut PodSpec, share: u64) {
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    use muster_api::resources::names;
-    let Some(container) = spec.containers.first_mut() else {
-        return;
-    };
-    let percent = (share / 10).to_string();
-    let resources = container.resources.get_or_insert_with(Default::default);
-    let limits = resources.limits.get_or_insert_with(BTreeMap::new);
-    limits.insert(names::NVIDIA_GPU.to_owned(), Quantity("1".to_owned()));
-    limits.insert(names::HAMI_GPU_CORES.to_owned(), Quantity(percent.clone()));
-    limits.insert(
-        names::HAMI_GPU_MEMORY_PERCENTAGE.to_owned(),
-        Quantity(percent),
-    );
-}
-
-/// Devices as the pod annotation spells them: indices joined by `,`.
-pub fn format_devices(devices: &[u32]) -> String {
-    devices
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// Reads a devices annotation back; `None` when any entry is not a device index.
-pub fn parse_devices(text: &str) -> Option<Vec<u32>> {
-    text.split(',')
-        .filter(|d| !d.trim().is_empty())
-        .map(|d| d.trim().parse().ok())
-        .collect()
 }
 
 /// A domain as the pod annotation spells it: `level=value` pairs joined by `,`.

@@ -114,7 +114,7 @@ fn modules_import_no_module_above_them() {
 fn the_index_knows_nothing_of_passes_or_writes() {
     let graph = edges();
     // The object conventions: Muster's own labels and annotations (`release`) and HAMi's
-    // (`hami`, which reads only `release`).
+    // (`hami`, which names nothing else of the crate).
     let below: BTreeSet<&str> = ["release", "hami"].into();
     let index = &graph["index"];
     let above: Vec<&String> = index

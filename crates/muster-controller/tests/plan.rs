@@ -26,6 +26,17 @@ fn statuses_written(actions: &[Action]) -> Vec<&str> {
         .collect()
 }
 
+/// The gang a controller releases for job `a` (2 pods) alone on a cluster with `gpus` of
+/// quota: what a restarted controller finds half done.
+fn released_gang(gpus: u32) -> muster_controller::release::Gang {
+    let mut first = cluster(gpus, vec![job("a", 2, 0)]);
+    let pass = plan(&mut first, at(10));
+    match releases(&pass.actions).first() {
+        Some(Action::Release { gang, .. }) => (**gang).clone(),
+        _ => unreachable!("a is released: {:?}", pass.actions),
+    }
+}
+
 fn job_actions<'a>(actions: &'a [Action], key: &str) -> Vec<&'a Action> {
     actions.iter().filter(|a| a.job() == Some(key)).collect()
 }
@@ -311,11 +322,7 @@ fn a_restarted_controller_finishes_a_whole_release_exactly_once() {
 
 #[test]
 fn a_restarted_controller_rolls_back_a_half_created_gang() {
-    let mut first = cluster(32, vec![job("a", 2, 0)]);
-    let pass = plan(&mut first, at(10));
-    let Action::Release { gang, .. } = releases(&pass.actions)[0].clone() else {
-        unreachable!()
-    };
+    let gang = released_gang(32);
     let mut restarted = cluster(32, vec![job("a", 2, 0)]);
     restarted.apply(gang.pods[0].clone());
     let pass = plan(&mut restarted, at(20));
@@ -336,11 +343,7 @@ fn a_restarted_controller_rolls_back_a_half_created_gang() {
 /// gang released into that quota in the same pass would run beside pods that still run.
 #[test]
 fn a_rolled_back_release_holds_its_quota_until_its_pods_are_deleted() {
-    let mut first = cluster(16, vec![job("a", 2, 0)]);
-    let pass = plan(&mut first, at(10));
-    let Action::Release { gang, .. } = releases(&pass.actions)[0].clone() else {
-        unreachable!()
-    };
+    let gang = released_gang(16);
     // A new leader finds a's first pod (8 GPUs) and b, which wants the whole quota (16).
     let mut restarted = cluster(16, vec![job("a", 2, 0), job("b", 2, 1)]);
     restarted.apply(gang.pods[0].clone());
@@ -375,11 +378,7 @@ fn a_rolled_back_release_holds_its_quota_until_its_pods_are_deleted() {
 /// holds its quota until they are being deleted, whatever its status says.
 #[test]
 fn pods_of_an_evicted_attempt_hold_the_quota_until_they_are_deleted() {
-    let mut first = cluster(16, vec![job("a", 2, 0)]);
-    let pass = plan(&mut first, at(10));
-    let Action::Release { gang, .. } = releases(&pass.actions)[0].clone() else {
-        unreachable!()
-    };
+    let gang = released_gang(16);
     let mut a = job("a", 2, 0);
     a.status = Some(muster_api::GpuJobStatus {
         requeue_count: 1,
@@ -435,11 +434,7 @@ fn an_admitted_gang_left_gated_by_another_writer_is_finished_at_once() {
 
 #[test]
 fn pods_of_an_earlier_attempt_are_deleted_before_the_job_runs_again() {
-    let mut first = cluster(32, vec![job("a", 2, 0)]);
-    let pass = plan(&mut first, at(10));
-    let Action::Release { gang, .. } = releases(&pass.actions)[0].clone() else {
-        unreachable!()
-    };
+    let gang = released_gang(32);
     // The status says attempt 1 (an eviction was written), the pods are attempt 0.
     let mut a = job("a", 2, 0);
     a.status = Some(muster_api::GpuJobStatus {

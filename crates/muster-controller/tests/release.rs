@@ -50,6 +50,14 @@ fn flavors() -> BTreeMap<String, ResourceFlavorSpec> {
     )])
 }
 
+/// The pod's annotation `key`.
+fn annotation(pod: &Pod, key: &str) -> Option<String> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key).cloned())
+}
+
 fn env(pod: &Pod, name: &str) -> Option<String> {
     pod.spec.as_ref()?.containers[0]
         .env
@@ -258,12 +266,7 @@ fn a_share_pod_gets_its_vgpu_and_names_its_device() {
     let devices: Vec<Option<String>> = g
         .pods
         .iter()
-        .map(|p| {
-            p.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("muster.dev/gpu-devices").cloned())
-        })
+        .map(|p| annotation(p, "muster.dev/gpu-devices"))
         .collect();
     assert_eq!(devices, [Some("0".to_owned()), Some("3".to_owned())]);
     let limits: BTreeMap<String, String> = g.pods[0]
@@ -318,12 +321,7 @@ fn share_pods_are_pinned_to_the_uuid_of_their_device() {
     let pins: Vec<Option<String>> = g
         .pods
         .iter()
-        .map(|p| {
-            p.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(USE_GPU_UUID_ANNOTATION).cloned())
-        })
+        .map(|p| annotation(p, USE_GPU_UUID_ANNOTATION))
         .collect();
     // Device 7 is not among n1's two; n2's devices are unknown.
     assert_eq!(pins, [Some("GPU-bbb".to_owned()), None, None]);

@@ -115,10 +115,7 @@ pub fn admission_job(job: &TraceJob, namespace: &str) -> Job {
             .map(|(name, count, requests)| {
                 let mut r: Resources = requests.iter().map(|(k, v)| (k.clone(), *v)).collect();
                 r.set("pods", Amount::from_units(1));
-                // Trace jobs ask for whole GPUs, but for a share of one (openb's sharing pods),
-                // which is placed per device on HAMi pools as a GpuJob's `gpuShare` is.
-                let whole_gpus = !r.get("nvidia.com/gpu").is_zero()
-                    && r.get(muster_api::resources::names::GPU_SHARE).is_zero();
+                let whole_gpus = muster_topology::needs_whole_gpus(&r);
                 PodSetRequest {
                     name: name.clone(),
                     count: *count,

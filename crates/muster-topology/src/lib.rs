@@ -34,6 +34,8 @@ pub use policy::{
     BestFit, FragmentationAware, POLICY_NAMES, Policy, SHARE_SEED, SharePlacement, Spread, Unit,
     by_name,
 };
-pub use request::{Constraint, Eligibility, Mismatch, PodSetRequest, RequestError, tolerated};
+pub use request::{
+    Constraint, Eligibility, Mismatch, PodSetRequest, RequestError, needs_whole_gpus, tolerated,
+};
 pub use rng::Rng;
 pub use tree::{DenseRequest, Domain, DomainId, Mark, NodeId, NodeState, Topology, on_devices};

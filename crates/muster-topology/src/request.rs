@@ -94,6 +94,14 @@ pub enum RequestError {
     GpuShare(String),
 }
 
+/// Whether pods of per-pod `requests` need whole GPUs, so never go to time-shared replicas:
+/// they ask for `nvidia.com/gpu` and not for a share of one (a share only fits nodes whose
+/// devices are tracked, never time-sliced ones). Admission relaxes it for jobs that accept
+/// shared GPUs.
+pub fn needs_whole_gpus(requests: &Resources) -> bool {
+    !requests.get(names::NVIDIA_GPU).is_zero() && requests.get(names::GPU_SHARE).is_zero()
+}
+
 impl PodSetRequest {
     /// Builds the request of one GpuJob pod set under a flavor.
     pub fn from_pod_set(
@@ -148,10 +156,7 @@ impl PodSetRequest {
             requests.set(names::NVIDIA_GPU, Amount::from_units(1));
             requests.set(names::GPU_SHARE, Amount::from_milli(milli));
         }
-        // Exclusive by default; admission relaxes it for jobs that accept shared GPUs. Pods
-        // with a share only fit nodes whose devices are tracked, never time-sliced ones.
-        let whole_gpus =
-            !requests.get(names::NVIDIA_GPU).is_zero() && requests.get(names::GPU_SHARE).is_zero();
+        let whole_gpus = needs_whole_gpus(&requests);
         Ok(PodSetRequest {
             name: set.name.clone(),
             count,

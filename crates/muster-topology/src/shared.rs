@@ -175,13 +175,13 @@ impl SharedNode {
         memory_mib: u64,
         gpus: u8,
     ) -> SharedNode {
-        SharedNode {
-            name: name.into(),
-            model: model.into(),
+        SharedNode::with_free(
+            name,
+            model,
             cpu_milli,
             memory_mib,
-            gpus: vec![GPU_MILLI; usize::from(gpus)],
-        }
+            &vec![GPU_MILLI; usize::from(gpus)],
+        )
     }
 
     /// A node whose devices have `free` milli-GPU left each (at most 1000 each, at most 255

@@ -3,17 +3,15 @@
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodTemplate};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use muster_api::Amount;
 use muster_api::resource_flavor::HOSTNAME_LABEL;
-use muster_api::resources::names;
 use muster_api::validation::ADMISSION_GATE;
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
 use muster_topology::{NodeInfo, pod_usage};
 
 use super::{GangMember, Index, Indexed, Kind, PodPhase, PodRecord, TemplateRecord};
 use crate::release::{
-    ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION,
-    GPU_DEVICES_ANNOTATION, JOB_LABEL, POD_INDEX_LABEL, POD_SET_LABEL, parse_devices, parse_domain,
+    ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION, JOB_LABEL,
+    POD_INDEX_LABEL, POD_SET_LABEL, parse_domain,
 };
 
 impl Indexed for GpuJob {
@@ -279,19 +277,10 @@ fn request_changed(index: &mut Index, request: &ProvisioningRequest) {
 fn pod_record(pod: &Pod) -> Result<PodRecord, String> {
     let usage = pod_usage(pod).map_err(|e| e.to_string())?;
     let record = pod_record_lenient(pod);
-    // A pod counted on GPU devices books them, as its holding would: its vGPU's share of
-    // cores (percent) on its device, or whole devices.
-    let usage = usage.map(|(_, mut r)| match &record.member {
-        Some(m) if !m.devices.is_empty() => {
-            let percent = r.get(names::HAMI_GPU_CORES).milli() / 1000;
-            r.set(names::HAMI_GPU_CORES, Amount::ZERO);
-            r.set(names::HAMI_GPU_MEMORY_PERCENTAGE, Amount::ZERO);
-            if percent > 0 {
-                r.set(names::GPU_SHARE, Amount::from_milli(percent * 10));
-            }
-            muster_topology::on_devices(&r, &m.devices)
-        }
-        _ => r,
+    // A pod counted on GPU devices books them, as its holding would.
+    let usage = usage.map(|(_, r)| match &record.member {
+        Some(m) => crate::hami::booked_usage(r, &m.devices),
+        None => r,
     });
     Ok(PodRecord { usage, ..record })
 }
@@ -361,6 +350,7 @@ fn member(pod: &Pod) -> Option<GangMember> {
             .and_then(|s| s.node_selector.as_ref())
             .and_then(|s| s.get(HOSTNAME_LABEL))
             .cloned(),
-        devices: parse_devices(&annotation(GPU_DEVICES_ANNOTATION)).unwrap_or_default(),
+        devices: crate::hami::parse_devices(&annotation(crate::hami::GPU_DEVICES_ANNOTATION))
+            .unwrap_or_default(),
     })
 }

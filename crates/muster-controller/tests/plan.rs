@@ -124,7 +124,18 @@ fn a_gang_runs_when_every_pod_is_ready_and_succeeds_together() {
     );
     report(&mut index, &released, "Succeeded", false);
     let pass = plan(&mut index, at(30));
-    // a's quota is free the moment it is seen to finish: b is admitted in the same pass.
+    // a's quota is free once the API server shows a finished: until its status lands, a
+    // still shows admitted, and b released beside it would show 32 GPUs admitted of 16.
+    assert!(releases(&pass.actions).is_empty(), "{:#?}", pass.actions);
+    assert!(
+        releases(&plan(&mut index, at(30)).actions).is_empty(),
+        "not while the write is in flight"
+    );
+    land_all(&mut index, &pass.actions, 30);
+    let a = status_of(&index, "team-a/a");
+    assert_eq!(a.phase, Some(GpuJobPhase::Succeeded));
+    assert!(a.admission.is_none() && a.completion_time.is_some());
+    let pass = plan(&mut index, at(31));
     assert_eq!(
         releases(&pass.actions)
             .iter()
@@ -132,10 +143,48 @@ fn a_gang_runs_when_every_pod_is_ready_and_succeeds_together() {
             .collect::<Vec<_>>(),
         ["team-a/b"]
     );
-    land_all(&mut index, &pass.actions, 30);
-    let a = status_of(&index, "team-a/a");
-    assert_eq!(a.phase, Some(GpuJobPhase::Succeeded));
-    assert!(a.admission.is_none() && a.completion_time.is_some());
+}
+
+/// A finish whose status write was lost (the leader that sent it died, or it failed): the
+/// job still shows admitted, so its quota stays held until a write saying otherwise lands.
+#[test]
+fn a_finish_that_did_not_land_keeps_its_quota_held() {
+    let mut index = cluster(16, vec![job("a", 2, 0), job("b", 2, 1)]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    let released = releases(&pass.actions)[0].clone();
+    report(&mut index, &released, "Succeeded", false);
+    let finish = plan(&mut index, at(20));
+    assert!(
+        matches!(
+            job_actions(&finish.actions, "team-a/a").as_slice(),
+            [Action::JobStatus { .. }]
+        ),
+        "{:#?}",
+        finish.actions
+    );
+    // A new leader, from what the API server holds: a admitted, its pods ended.
+    let mut restarted = cluster(
+        16,
+        vec![
+            index.job("team-a/a").cloned().unwrap_or_default(),
+            job("b", 2, 1),
+        ],
+    );
+    let Action::Release { gang, .. } = &released else {
+        unreachable!()
+    };
+    for pod in &gang.pods {
+        restarted.apply(with_phase(pod.clone(), "Succeeded", false));
+    }
+    let again = plan(&mut restarted, at(40));
+    assert!(releases(&again.actions).is_empty(), "{:#?}", again.actions);
+    land_all(&mut restarted, &again.actions, 40);
+    assert_eq!(
+        releases(&plan(&mut restarted, at(41)).actions).len(),
+        1,
+        "b, once a's finish landed"
+    );
 }
 
 #[test]
@@ -513,7 +562,9 @@ fn a_waiting_job_gets_the_finalizer_only_with_its_release() {
         "Succeeded",
         false,
     );
-    let pass = plan(&mut index, at(20));
+    let finish = plan(&mut index, at(20));
+    land_all(&mut index, &finish.actions, 20);
+    let pass = plan(&mut index, at(21));
     assert!(
         job_actions(&pass.actions, "team-a/b")
             .iter()

@@ -576,9 +576,13 @@ fn admitted(
         step.to_running = Some(now_s - created);
     }
     let step = step.act(action);
-    if keeps {
-        step.holds(held, false)
-    } else if status.provisioning_request.is_some() {
+    // A status that gives the admission up (a finish, an eviction) frees the quota only once
+    // it has landed: until then the API server still shows this job admitted, and a gang
+    // released into its quota now could show admitted beside it (its status written first,
+    // or this write lost with a leader that died). While the write is in flight the job
+    // holds through its status (see `step_by_status`); here, in the pass that decides it.
+    let step = step.holds(held, false);
+    if !keeps && status.provisioning_request.is_some() {
         // The gang leaves its bought capacity: give the requests back.
         step.act(unprovision(job, status))
     } else {

@@ -402,11 +402,11 @@ fn every_situation_gives_its_step() {
             "Releasing · Evict(PodsReadyTimeout) · holds",
         ),
         (
-            "every pod succeeded: Succeeded is written",
+            "every pod succeeded: Succeeded is written, the quota held until it lands",
             World::new()
                 .admitted()
                 .pods(&[("Succeeded", false), ("Succeeded", false)]),
-            "Finishing · JobStatus(Succeeded, Succeeded) · out",
+            "Finishing · JobStatus(Succeeded, Succeeded) · holds",
         ),
         // Restarting.
         (

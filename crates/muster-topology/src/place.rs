@@ -229,6 +229,11 @@ fn place_in_domain(
     policy: &dyn Policy,
 ) -> Result<Placed, NoFit> {
     let cap = capacity(topo, req, index, eligible, policy.uses_empty_capacity());
+    if topo.tracks_devices()
+        && let Some(request) = device_request(req)
+    {
+        policy.observe(&request, req.count);
+    }
     let total = cap.domain[0];
     let no_fit = |kind, best: Option<(String, u32)>, message: String| NoFit {
         pod_set: req.name.clone(),
@@ -270,7 +275,9 @@ fn place_in_domain(
             };
             for d in depths {
                 let units = domains_at(topo, &cap, d);
-                if let Some(i) = policy.choose_single(&units, req.count) {
+                let chosen = cheapest_unit(topo, req, &cap, eligible, policy, &units)
+                    .or_else(|| policy.choose_single(&units, req.count));
+                if let Some(i) = chosen {
                     found = Some(units[i].id);
                     break;
                 }
@@ -346,10 +353,9 @@ fn short_of_room(topo: &Topology, req: &PodSetRequest, total: u32) -> (NoFitKind
 }
 
 /// Pods asking for part of a GPU, placed one by one by the policy's device level
-/// ([`Policy::place_share`]) on the nodes of `domain` that can take one, seen as
-/// [`SharedNode`]s (free CPU, memory and each device's free share). A node never takes more
-/// pods than its capacity counts (its other resources: pod slots, vGPUs). `None` when the pod
-/// set asks for no share, or the policy leaves a pod to the fitter.
+/// ([`Policy::place_share`]) on the nodes of `domain` that can take one (see
+/// [`on_devices_of`]). `None` when the pod set asks for no share, or the policy leaves a pod
+/// to the fitter.
 fn place_shares(
     topo: &Topology,
     req: &PodSetRequest,
@@ -358,25 +364,76 @@ fn place_shares(
     policy: &dyn Policy,
     domain: DomainId,
 ) -> Option<(Vec<NodeId>, Vec<Vec<u32>>)> {
-    let share = u32::try_from(req.requests.get(names::GPU_SHARE).milli()).ok()?;
-    if share == 0 {
-        return None;
-    }
+    let request = device_request(req).filter(ShareRequest::is_share)?;
+    let placed = on_devices_of(
+        topo,
+        req,
+        cap,
+        eligible,
+        domain,
+        &request,
+        |views, order| policy.place_share(views, order, &request),
+    )?;
+    Some((placed.nodes, placed.devices))
+}
+
+/// What one pod of `req` asks of a node whose GPUs are tracked one by one: a share of one
+/// GPU, or whole GPUs; `None` for a pod without GPUs (or a GPU count that is not whole).
+fn device_request(req: &PodSetRequest) -> Option<ShareRequest> {
     let mib = |bytes_milli: u64| bytes_milli / 1000 / (1 << 20);
-    let request = ShareRequest::new(
+    let share = u32::try_from(req.requests.get(names::GPU_SHARE).milli()).ok()?;
+    let (gpus, milli) = if share > 0 {
+        (1, share)
+    } else {
+        let gpus = req.requests.get(names::NVIDIA_GPU).milli();
+        if gpus == 0 || gpus % 1000 != 0 {
+            return None;
+        }
+        (u32::try_from(gpus / 1000).ok()?, 1000)
+    };
+    ShareRequest::new(
         req.requests.get(names::CPU).milli(),
         mib(req.requests.get(names::MEMORY).milli()),
-        1,
-        share,
+        gpus,
+        milli,
         Vec::new(),
     )
-    .ok()?;
+    .ok()
+}
+
+/// A pod set placed pod by pod on the nodes of one domain, device by device.
+struct OnDevices {
+    /// Each pod's node.
+    nodes: Vec<NodeId>,
+    /// Each pod's devices.
+    devices: Vec<Vec<u32>>,
+    /// The domain's candidate nodes before the pods were placed...
+    before: Vec<SharedNode>,
+    /// ...and after, in the same order.
+    after: Vec<SharedNode>,
+}
+
+/// Places every pod of `req` (each asking `request`) on the nodes of `domain` that can take
+/// one, seen as [`SharedNode`]s (free CPU, memory and each device's free share), choosing
+/// each pod's node and devices with `pick` (given the nodes as they are so far and the ones
+/// still open, in order). A node never takes more pods than its capacity counts (its other
+/// resources: pod slots, vGPUs). `None` when `pick` finds no place for a pod.
+fn on_devices_of(
+    topo: &Topology,
+    req: &PodSetRequest,
+    cap: &Capacity,
+    eligible: &[bool],
+    domain: DomainId,
+    request: &ShareRequest,
+    mut pick: impl FnMut(&[SharedNode], &[usize]) -> Option<crate::shared::DevicePick>,
+) -> Option<OnDevices> {
+    let mib = |bytes_milli: u64| bytes_milli / 1000 / (1 << 20);
     let candidates: Vec<NodeId> = topo
         .nodes_under(domain)
         .into_iter()
         .filter(|&id| eligible.get(id).copied().unwrap_or(false) && cap.node[id] > 0)
         .collect();
-    let mut views: Vec<SharedNode> = candidates
+    let before: Vec<SharedNode> = candidates
         .iter()
         .map(|&id| {
             let free = topo.free(id);
@@ -394,22 +451,70 @@ fn place_shares(
             )
         })
         .collect();
+    let mut views = before.clone();
     let mut room: Vec<u32> = candidates.iter().map(|&id| cap.node[id]).collect();
     let mut order: Vec<usize> = (0..candidates.len()).collect();
     let mut nodes = Vec::with_capacity(req.count as usize);
     let mut devices = Vec::with_capacity(req.count as usize);
     for _ in 0..req.count {
-        let pick = policy.place_share(&views, &order, &request)?;
-        let view = views.get_mut(pick.node)?;
-        view.take(&request, &pick.devices).ok()?;
-        room[pick.node] -= 1;
-        if room[pick.node] == 0 {
-            order.retain(|&i| i != pick.node);
+        let chosen = pick(&views, &order)?;
+        let view = views.get_mut(chosen.node)?;
+        view.take(request, &chosen.devices).ok()?;
+        room[chosen.node] -= 1;
+        if room[chosen.node] == 0 {
+            order.retain(|&i| i != chosen.node);
         }
-        nodes.push(candidates[pick.node]);
-        devices.push(pick.devices.iter().map(|&d| u32::from(d)).collect());
+        nodes.push(candidates[chosen.node]);
+        devices.push(chosen.devices.iter().map(|&d| u32::from(d)).collect());
     }
-    Some((nodes, devices))
+    Some(OnDevices {
+        nodes,
+        devices,
+        before,
+        after: views,
+    })
+}
+
+/// For a policy that scores gangs ([`Policy::scores_gangs`]) on GPUs tracked one by one:
+/// among `units` that hold all the pod set's pods, the one where a tentative placement of the
+/// whole pod set costs least ([`Policy::gang_cost`]), the tightest first among equal costs,
+/// then the first. `None` when the policy does not score gangs, the pod set asks for no GPU,
+/// or no unit takes it.
+fn cheapest_unit(
+    topo: &Topology,
+    req: &PodSetRequest,
+    cap: &Capacity,
+    eligible: &[bool],
+    policy: &dyn Policy,
+    units: &[Unit],
+) -> Option<usize> {
+    if !policy.scores_gangs() || !topo.tracks_devices() {
+        return None;
+    }
+    let request = device_request(req)?;
+    let mut best: Option<(f64, u32, usize)> = None;
+    for (i, unit) in units.iter().enumerate() {
+        if unit.capacity < req.count {
+            continue;
+        }
+        let Some(placed) = on_devices_of(topo, req, cap, eligible, unit.id, &request, |v, o| {
+            policy.try_share(v, o, &request)
+        }) else {
+            continue;
+        };
+        let Some(cost) = policy.gang_cost(&placed.before, &placed.after) else {
+            continue;
+        };
+        let better = best.is_none_or(|(c, capacity, _)| {
+            cost.total_cmp(&c)
+                .then(unit.capacity.cmp(&capacity))
+                .is_lt()
+        });
+        if better {
+            best = Some((cost, unit.capacity, i));
+        }
+    }
+    best.map(|(_, _, i)| i)
 }
 
 /// The labelled domains at `depth` with room for at least one pod.

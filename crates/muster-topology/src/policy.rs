@@ -59,6 +59,38 @@ pub trait Policy: Send {
     fn places_shares(&self) -> bool {
         false
     }
+
+    /// [`Policy::place_share`] for a placement the fitter only weighs (a candidate domain
+    /// of [`Policy::scores_gangs`]): nothing is learned from it.
+    fn try_share(
+        &self,
+        nodes: &[SharedNode],
+        order: &[usize],
+        request: &ShareRequest,
+    ) -> Option<DevicePick> {
+        self.place_share(nodes, order, request)
+    }
+
+    /// Whether the policy chooses the domain of a gang on GPUs tracked one by one itself:
+    /// the fitter then places the gang tentatively in every domain that holds it (pod by pod
+    /// with [`Policy::try_share`]) and takes the one of least [`Policy::gang_cost`].
+    fn scores_gangs(&self) -> bool {
+        false
+    }
+
+    /// A pod set of `pods` pods, each asking `request`, is being placed on GPUs tracked one by
+    /// one (shares and whole GPUs alike): what a policy that learns its workload learns from.
+    fn observe(&self, request: &ShareRequest, pods: u32) {
+        let _ = (request, pods);
+    }
+
+    /// What placing a gang costs, from the nodes of its candidate domain before and after
+    /// (the same nodes, in the same order); lower is better. `None`: the policy does not
+    /// score gangs.
+    fn gang_cost(&self, before: &[SharedNode], after: &[SharedNode]) -> Option<f64> {
+        let _ = (before, after);
+        None
+    }
 }
 
 /// How many recent share requests a learning FGD policy keeps as its target workload.
@@ -76,6 +108,13 @@ const FGD_RELEARN_EVERY: usize = 50;
 /// shares it was asked to place (tentative placements included; in the controller, since its
 /// scheduler was last built), worked out again every 50 — the same sequence of placements
 /// always gives the same choices.
+///
+/// `fgd-gang` is `fgd` made gang-aware: the domain of a gang that must share one (a block) is
+/// not best fit's but the one where a tentative placement of the whole gang adds least
+/// fragmentation, summed over the domain's nodes ([`Policy::gang_cost`]); whole-GPU gangs on
+/// tracked GPUs are scored alike (then placed within the domain as by best fit). It learns its
+/// target workload from every pod set placed on tracked GPUs, whole GPUs included, since the
+/// fragmentation that hurts a gang queue is often untouched GPUs broken for whole-GPU pods.
 pub struct SharePlacement {
     name: &'static str,
     state: Mutex<ShareState>,
@@ -83,24 +122,56 @@ pub struct SharePlacement {
 
 struct ShareState {
     devices: Box<dyn DevicePolicy>,
+    /// The target workload `fgd` measures fragmentation against (empty for the others).
+    mix: TaskMix,
     /// For a learning `fgd`: the recent shares, and how many arrived since the last relearn.
     learned: Option<(VecDeque<ShareRequest>, usize)>,
+    /// `fgd-gang`: gangs' domains scored by the fragmentation they add, the workload learned
+    /// from every pod set on tracked GPUs (not only from shares placed).
+    gangs: bool,
+}
+
+impl ShareState {
+    /// Adds `request` to the learned window, working the target workload out again every
+    /// [`FGD_RELEARN_EVERY`] requests (and at the first).
+    fn learn(&mut self, request: &ShareRequest) {
+        let Some((window, fresh)) = &mut self.learned else {
+            return;
+        };
+        window.push_back(request.clone());
+        if window.len() > FGD_WINDOW {
+            window.pop_front();
+        }
+        *fresh += 1;
+        if *fresh >= FGD_RELEARN_EVERY || window.len() == 1 {
+            let shapes: Vec<ShareRequest> = window.iter().cloned().collect();
+            self.mix = TaskMix::from_pods(&shapes, 0.95);
+            self.devices = Box::new(Fgd::new(self.mix.clone()));
+            *fresh = 0;
+        }
+    }
 }
 
 impl SharePlacement {
     /// Shares placed by device policy `name` (`packing`, `random` drawing from `seed`, or
-    /// `fgd` learning its target workload); `None` for another name.
+    /// `fgd` learning its target workload), or `fgd-gang`; `None` for another name.
     pub fn by_name(name: &str, seed: u64) -> Option<SharePlacement> {
-        let (name, learned): (&'static str, _) = match name {
-            "packing" => ("packing", None),
-            "random" => ("random", None),
-            "fgd" => ("fgd", Some((VecDeque::new(), 0))),
+        let (name, device, learned, gangs): (&'static str, &str, _, _) = match name {
+            "packing" => ("packing", "packing", None, false),
+            "random" => ("random", "random", None, false),
+            "fgd" => ("fgd", "fgd", Some((VecDeque::new(), 0)), false),
+            "fgd-gang" => ("fgd-gang", "fgd", Some((VecDeque::new(), 0)), true),
             _ => return None,
         };
-        let devices = device_policy(name, seed, &TaskMix::default())?;
+        let devices = device_policy(device, seed, &TaskMix::default())?;
         Some(SharePlacement {
             name,
-            state: Mutex::new(ShareState { devices, learned }),
+            state: Mutex::new(ShareState {
+                devices,
+                mix: TaskMix::default(),
+                learned,
+                gangs,
+            }),
         })
     }
 
@@ -109,8 +180,10 @@ impl SharePlacement {
         SharePlacement {
             name: "fgd",
             state: Mutex::new(ShareState {
-                devices: Box::new(Fgd::new(mix)),
+                devices: Box::new(Fgd::new(mix.clone())),
+                mix,
                 learned: None,
+                gangs: false,
             }),
         }
     }
@@ -143,30 +216,58 @@ impl Policy for SharePlacement {
         order: &[usize],
         request: &ShareRequest,
     ) -> Option<DevicePick> {
-        // A poisoned lock only means an earlier placement panicked mid-way; the state is
-        // still whole (it is replaced, never half-updated).
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let ShareState { devices, learned } = &mut *state;
-        if let Some((window, fresh)) = learned {
-            window.push_back(request.clone());
-            if window.len() > FGD_WINDOW {
-                window.pop_front();
-            }
-            *fresh += 1;
-            if *fresh >= FGD_RELEARN_EVERY || window.len() == 1 {
-                let shapes: Vec<ShareRequest> = window.iter().cloned().collect();
-                *devices = Box::new(Fgd::new(TaskMix::from_pods(&shapes, 0.95)));
-                *fresh = 0;
-            }
+        let mut state = self.state();
+        if !state.gangs {
+            state.learn(request);
         }
-        devices.choose(nodes, order, request)
+        state.devices.choose(nodes, order, request)
     }
 
     fn places_shares(&self) -> bool {
         true
+    }
+
+    fn try_share(
+        &self,
+        nodes: &[SharedNode],
+        order: &[usize],
+        request: &ShareRequest,
+    ) -> Option<DevicePick> {
+        self.state().devices.choose(nodes, order, request)
+    }
+
+    fn scores_gangs(&self) -> bool {
+        self.state().gangs
+    }
+
+    fn observe(&self, request: &ShareRequest, pods: u32) {
+        let mut state = self.state();
+        if state.gangs {
+            for _ in 0..pods.min(FGD_WINDOW as u32) {
+                state.learn(request);
+            }
+        }
+    }
+
+    fn gang_cost(&self, before: &[SharedNode], after: &[SharedNode]) -> Option<f64> {
+        let state = self.state();
+        if !state.gangs {
+            return None;
+        }
+        let sum = |nodes: &[SharedNode]| -> f64 {
+            nodes.iter().map(|n| n.fragmentation(&state.mix)).sum()
+        };
+        Some(sum(after) - sum(before))
+    }
+}
+
+impl SharePlacement {
+    /// The policy's state. A poisoned lock only means an earlier placement panicked mid-way;
+    /// the state is still whole (each field is replaced, never half-updated).
+    fn state(&self) -> std::sync::MutexGuard<'_, ShareState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -269,6 +370,7 @@ pub const POLICY_NAMES: &[&str] = &[
     "packing",
     "random",
     "fgd",
+    "fgd-gang",
 ];
 
 fn largest(units: &[Unit]) -> Option<usize> {

@@ -281,3 +281,58 @@ fn gangs_of_shares_keep_their_required_domain_under_a_share_policy() {
         "{block}: {nodes:?}"
     );
 }
+
+/// Best fit puts a gang in the block with the least room that holds it; `fgd-gang` in the
+/// block where the gang adds least fragmentation against the workload it has seen. Here the
+/// tightest block is an untouched GPU, which two 400m pods would spoil for whole-GPU pods,
+/// while the other block's GPUs each have 400m left that no whole-GPU pod can use anyway.
+#[test]
+fn fgd_gang_puts_a_gang_in_the_block_it_fragments_least() {
+    let block = |name: &str, b: &str, gpus: u32| {
+        let mut n = hami_node(name, gpus);
+        n.labels.insert("block".to_owned(), b.to_owned());
+        n
+    };
+    let fleet = || {
+        let mut topo = Topology::new(
+            vec!["block".to_owned(), HOST.to_owned()],
+            vec![block("a1", "a", 1), block("b1", "b", 4)],
+        );
+        // b1's four GPUs each get 600m.
+        for _ in 0..4 {
+            let mut pod = set(1, 600);
+            pod.node_selector.insert(HOST.to_owned(), "b1".to_owned());
+            assert!(place(&mut topo, &[pod], &BestFit).is_ok());
+        }
+        assert_eq!(free(&topo, "b1"), [400, 400, 400, 400]);
+        topo
+    };
+    let mut gang = set(2, 400);
+    gang.constraint = Constraint::Required("block".to_owned());
+    let block_of =
+        |fit: Option<muster_topology::Fit>| fit.map(|f| f.pod_sets[0].domain[0].1.clone());
+
+    let mut by_best_fit = fleet();
+    let fit = place(&mut by_best_fit, std::slice::from_ref(&gang), &BestFit).ok();
+    assert_eq!(
+        block_of(fit).as_deref(),
+        Some("a"),
+        "a holds 2 such pods, b 4"
+    );
+
+    let fgd_gang = muster_topology::by_name("fgd-gang").unwrap_or_else(|| Box::new(BestFit));
+    assert_eq!(fgd_gang.name(), "fgd-gang");
+    // The workload so far: mostly whole GPUs.
+    let whole = muster_topology::shared::ShareRequest::new(0, 0, 1, 1000, Vec::new())
+        .unwrap_or_else(|e| unreachable!("{e}"));
+    fgd_gang.observe(&whole, 20);
+    let mut by_fgd_gang = fleet();
+    let fit = place(&mut by_fgd_gang, &[gang], fgd_gang.as_ref()).ok();
+    assert_eq!(block_of(fit).as_deref(), Some("b"));
+    assert_eq!(
+        free(&by_fgd_gang, "a1"),
+        [1000],
+        "the untouched GPU stays whole"
+    );
+    assert_eq!(free(&by_fgd_gang, "b1"), [0, 0, 400, 400]);
+}

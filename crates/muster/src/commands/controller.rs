@@ -36,8 +36,9 @@ pub struct Args {
     /// Writes in flight at once.
     #[arg(long, default_value_t = 32)]
     write_concurrency: usize,
-    /// How gangs are placed: best-fit, spread, fragmentation-aware, or packing, random or fgd
-    /// (which also choose the node and GPU device of each pod asking for part of a GPU).
+    /// How gangs are placed: best-fit, spread, fragmentation-aware, or packing, random, fgd
+    /// or fgd-gang (which also choose the node and GPU device of each pod asking for part of a
+    /// GPU; fgd-gang also chooses a gang's block by the fragmentation it adds).
     #[arg(long, default_value = "best-fit", value_parser = clap::builder::PossibleValuesParser::new(muster_topology::POLICY_NAMES))]
     placement_policy: String,
 }

@@ -386,7 +386,7 @@ fn device_request(req: &PodSetRequest) -> Option<ShareRequest> {
         (1, share)
     } else {
         let gpus = req.requests.get(names::NVIDIA_GPU).milli();
-        if gpus == 0 || gpus % 1000 != 0 {
+        if gpus == 0 || !gpus.is_multiple_of(1000) {
             return None;
         }
         (u32::try_from(gpus / 1000).ok()?, 1000)
@@ -479,7 +479,7 @@ fn on_devices_of(
 /// among `units` that hold all the pod set's pods, the one where a tentative placement of the
 /// whole pod set costs least ([`Policy::gang_cost`]), the tightest first among equal costs,
 /// then the first. `None` when the policy does not score gangs, the pod set asks for no GPU,
-/// or no unit takes it.
+/// or fewer than two units hold it (then there is nothing to weigh).
 fn cheapest_unit(
     topo: &Topology,
     req: &PodSetRequest,
@@ -492,6 +492,10 @@ fn cheapest_unit(
         return None;
     }
     let request = device_request(req)?;
+    if units.iter().filter(|u| u.capacity >= req.count).count() < 2 {
+        // Nothing to weigh (a preferred level's fallback to the whole flavor, one block).
+        return None;
+    }
     let mut best: Option<(f64, u32, usize)> = None;
     for (i, unit) in units.iter().enumerate() {
         if unit.capacity < req.count {

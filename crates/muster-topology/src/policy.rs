@@ -243,7 +243,8 @@ impl Policy for SharePlacement {
     fn observe(&self, request: &ShareRequest, pods: u32) {
         let mut state = self.state();
         if state.gangs {
-            for _ in 0..pods.min(FGD_WINDOW as u32) {
+            // More than a window's worth would only push out what it just added.
+            for _ in 0..usize::try_from(pods).map_or(FGD_WINDOW, |p| p.min(FGD_WINDOW)) {
                 state.learn(request);
             }
         }

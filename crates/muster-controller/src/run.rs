@@ -507,8 +507,8 @@ async fn fresh_view(
     Ok((jobs, pods))
 }
 
-/// Logs a write that gives or takes quota (a release, an eviction), with its job, the
-/// ClusterQueue and GPUs of the admission it writes, and the leadership term: what an
+/// Logs a write that gives or takes quota (a release, a request for capacity, an eviction),
+/// with its job, the ClusterQueue of the admission it writes and the leadership term: what an
 /// investigation of a quota excursion needs from the controller's side.
 fn log_quota_change(action: &crate::action::Action, term: u64) {
     use crate::action::Action;
@@ -522,6 +522,16 @@ fn log_quota_change(action: &crate::action::Action, term: u64) {
                 pods = admission.map_or(0, |a| a.pod_sets.iter().map(|p| p.nodes.len()).sum::<usize>()),
                 attempt = status.requeue_count,
                 "release"
+            );
+        }
+        Action::Provision { job, status, .. } => {
+            tracing::info!(
+                job = %job,
+                term,
+                cluster_queue = status.admission.as_ref().map_or("", |a| a.cluster_queue.as_str()),
+                request = status.provisioning_request.as_deref().unwrap_or(""),
+                attempt = status.requeue_count,
+                "provision"
             );
         }
         Action::Evict { job, status, .. } => {

@@ -240,7 +240,8 @@ pub(crate) fn unprovision(job: &GpuJob, status: &GpuJobStatus) -> Action {
 /// A job whose step holds nothing while pods of it may still run holds their quota all the
 /// same (see [`held_by_pods`]): a rolled-back release, an eviction or a finish frees its quota
 /// only once its pods are being deleted, so a gang released into that quota never runs
-/// beside them.
+/// beside them. And a finish or an eviction frees it only once the status saying so has
+/// landed, so a gang released into it never shows admitted beside it.
 pub fn step(index: &Index, ledger: &Ledger, key: &str, now: &Time) -> Option<Step> {
     let mut step = step_by_status(index, ledger, key, now)?;
     if matches!(
@@ -279,7 +280,8 @@ fn step_by_status(index: &Index, ledger: &Ledger, key: &str, now: &Time) -> Opti
             return Some(Step::new(Phase::Provisioning).holds(held.clone(), true));
         }
         Some(Busy::Other) => {
-            // An eviction or a finish in flight frees its quota one pass late, never early.
+            // An eviction or a finish in flight holds its quota (its status still shows the
+            // admission) until it lands: freed late, never early.
             let held = holding_of(job, status, &current);
             let provisioning = provision::is_provisioning(status);
             return Some(Step::new(shown_phase(job, status)).holds_maybe(held, provisioning));

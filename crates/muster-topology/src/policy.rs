@@ -113,8 +113,9 @@ const FGD_RELEARN_EVERY: usize = 50;
 /// not best fit's but the one where a tentative placement of the whole gang adds least
 /// fragmentation, summed over the domain's nodes ([`Policy::gang_cost`]); whole-GPU gangs on
 /// tracked GPUs are scored alike (then placed within the domain as by best fit). It learns its
-/// target workload from every pod set placed on tracked GPUs, whole GPUs included, since the
-/// fragmentation that hurts a gang queue is often untouched GPUs broken for whole-GPU pods.
+/// target workload from every pod set the fitter is asked to place on tracked GPUs (each
+/// attempt counts, as for `fgd`), whole GPUs included, since the fragmentation that hurts a
+/// gang queue is often untouched GPUs broken for whole-GPU pods.
 pub struct SharePlacement {
     name: &'static str,
     state: Mutex<ShareState>,

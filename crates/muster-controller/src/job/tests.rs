@@ -592,7 +592,7 @@ fn every_situation_gives_its_step() {
                 .buying()
                 .provisioning(1)
                 .autoscaler_says(&["Failed"]),
-            "Provisioning · unprovision · JobStatus(Queued, ProvisioningRetry) · out",
+            "Provisioning · unprovision · JobStatus(Queued, ProvisioningRetry) · holds quota",
         ),
         (
             "the request failed past retry.limit: the job fails",
@@ -600,7 +600,7 @@ fn every_situation_gives_its_step() {
                 .buying()
                 .provisioning(2)
                 .autoscaler_says(&["Failed"]),
-            "Provisioning · unprovision · JobStatus(Failed, ProvisioningFailed) · out",
+            "Provisioning · unprovision · JobStatus(Failed, ProvisioningFailed) · holds quota",
         ),
         (
             "a suspended job waiting for capacity gives the request up",
@@ -609,7 +609,7 @@ fn every_situation_gives_its_step() {
                 .provisioning(1)
                 .autoscaler_says(&[])
                 .with_job(|j| j.spec.suspend = true),
-            "Provisioning · unprovision · JobStatus(Queued) · out",
+            "Provisioning · unprovision · JobStatus(Queued) · holds quota",
         ),
         (
             "a release onto bought capacity cut off with every pod made: it is finished",
@@ -645,7 +645,7 @@ fn every_situation_gives_its_step() {
         (
             "provisioning, its ClusterQueue no longer buys capacity: the request is given up",
             World::new().provisioning(1),
-            "Provisioning · unprovision · JobStatus(Queued, ProvisioningStopped) · out",
+            "Provisioning · unprovision · JobStatus(Queued, ProvisioningStopped) · holds quota",
         ),
     ];
     let mut wrong = Vec::new();

@@ -107,6 +107,10 @@ struct PodFact {
 struct JobFact {
     /// The ClusterQueue and GPUs its status says it holds.
     admitted: Option<(String, i64)>,
+    /// Since when (seconds into the run) its status says so, and its phase and attempt as
+    /// last seen: what a report needs to tell a stale holder from a fresh one.
+    admitted_since: f64,
+    shown: String,
     /// Phase (`Succeeded`/`Failed`), reason and completion time once ended.
     ended: Option<(String, String, String)>,
 }
@@ -403,6 +407,16 @@ impl Checker {
             .flatten();
         let fact = self.jobs.entry(key.clone()).or_default();
         let before = std::mem::replace(&mut fact.admitted, admitted.clone());
+        if before.is_none() && admitted.is_some() {
+            fact.admitted_since = at;
+        }
+        fact.shown = format!(
+            "{}@{}",
+            status
+                .phase
+                .map_or_else(|| "-".to_owned(), |p| format!("{p:?}")),
+            status.requeue_count
+        );
         let end = ended.then(|| {
             let phase = if status.phase == Some(GpuJobPhase::Succeeded) {
                 "Succeeded"
@@ -663,13 +677,18 @@ impl Checker {
                 }
             }
         } else {
+            let mut list = Vec::new();
             for (job, fact) in &self.jobs {
                 if let Some((q, gpus)) = &fact.admitted
                     && q == queue
                 {
-                    held.insert(job.clone(), *gpus);
+                    list.push(format!(
+                        "{job}={gpus} ({} since {:.1} s)",
+                        fact.shown, fact.admitted_since
+                    ));
                 }
             }
+            return format!("held by {}", list.join(", "));
         }
         let list: Vec<String> = held.iter().map(|(k, g)| format!("{k}={g}")).collect();
         format!("held by {}", list.join(", "))

@@ -121,6 +121,17 @@ fn admitted_jobs_over_quota_are_a_violation() {
     assert_eq!(kinds(&checker), []);
     checker.job(&job("k", 1, 8, admitted), 1.0);
     assert!(kinds(&checker).contains(&ViolationKind::AdmittedOverQuota));
+    // The report names each holder's phase, attempt and since when it shows admitted.
+    let detail = checker
+        .violations()
+        .iter()
+        .map(|v| v.detail.clone())
+        .collect::<String>();
+    assert!(
+        detail.contains("=16 (Admitted@0 since 0.0 s)")
+            && detail.contains("=8 (Admitted@0 since 1.0 s)"),
+        "{detail}"
+    );
     // A job that ended no longer counts.
     let mut ended = Checker::new(limits(), BTreeSet::new());
     ended.job(

@@ -229,7 +229,8 @@ fn place_in_domain(
     policy: &dyn Policy,
 ) -> Result<Placed, NoFit> {
     let cap = capacity(topo, req, index, eligible, policy.uses_empty_capacity());
-    if topo.tracks_devices()
+    if policy.scores_gangs()
+        && topo.tracks_devices()
         && let Some(request) = device_request(req)
     {
         policy.observe(&request, req.count);

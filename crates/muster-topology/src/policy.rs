@@ -79,7 +79,8 @@ pub trait Policy: Send {
     }
 
     /// A pod set of `pods` pods, each asking `request`, is being placed on GPUs tracked one by
-    /// one (shares and whole GPUs alike): what a policy that learns its workload learns from.
+    /// one (shares and whole GPUs alike): what a policy that scores gangs learns its workload
+    /// from. The fitter tells only policies whose [`Policy::scores_gangs`] is true.
     fn observe(&self, request: &ShareRequest, pods: u32) {
         let _ = (request, pods);
     }
@@ -118,6 +119,9 @@ const FGD_RELEARN_EVERY: usize = 50;
 /// gang queue is often untouched GPUs broken for whole-GPU pods.
 pub struct SharePlacement {
     name: &'static str,
+    /// `fgd-gang`: gangs' domains scored by the fragmentation they add, the workload learned
+    /// from every pod set on tracked GPUs (not only from shares placed).
+    gangs: bool,
     state: Mutex<ShareState>,
 }
 
@@ -127,9 +131,6 @@ struct ShareState {
     mix: TaskMix,
     /// For a learning `fgd`: the recent shares, and how many arrived since the last relearn.
     learned: Option<(VecDeque<ShareRequest>, usize)>,
-    /// `fgd-gang`: gangs' domains scored by the fragmentation they add, the workload learned
-    /// from every pod set on tracked GPUs (not only from shares placed).
-    gangs: bool,
 }
 
 impl ShareState {
@@ -167,11 +168,11 @@ impl SharePlacement {
         let devices = device_policy(device, seed, &TaskMix::default())?;
         Some(SharePlacement {
             name,
+            gangs,
             state: Mutex::new(ShareState {
                 devices,
                 mix: TaskMix::default(),
                 learned,
-                gangs,
             }),
         })
     }
@@ -180,11 +181,11 @@ impl SharePlacement {
     pub fn fgd(mix: TaskMix) -> SharePlacement {
         SharePlacement {
             name: "fgd",
+            gangs: false,
             state: Mutex::new(ShareState {
                 devices: Box::new(Fgd::new(mix.clone())),
                 mix,
                 learned: None,
-                gangs: false,
             }),
         }
     }
@@ -217,11 +218,10 @@ impl Policy for SharePlacement {
         order: &[usize],
         request: &ShareRequest,
     ) -> Option<DevicePick> {
-        let mut state = self.state();
-        if !state.gangs {
-            state.learn(request);
+        if !self.gangs {
+            self.state().learn(request);
         }
-        state.devices.choose(nodes, order, request)
+        self.try_share(nodes, order, request)
     }
 
     fn places_shares(&self) -> bool {
@@ -238,12 +238,12 @@ impl Policy for SharePlacement {
     }
 
     fn scores_gangs(&self) -> bool {
-        self.state().gangs
+        self.gangs
     }
 
     fn observe(&self, request: &ShareRequest, pods: u32) {
-        let mut state = self.state();
-        if state.gangs {
+        if self.gangs {
+            let mut state = self.state();
             // More than a window's worth would only push out what it just added.
             for _ in 0..usize::try_from(pods).map_or(FGD_WINDOW, |p| p.min(FGD_WINDOW)) {
                 state.learn(request);
@@ -252,10 +252,10 @@ impl Policy for SharePlacement {
     }
 
     fn gang_cost(&self, before: &[SharedNode], after: &[SharedNode]) -> Option<f64> {
-        let state = self.state();
-        if !state.gangs {
+        if !self.gangs {
             return None;
         }
+        let state = self.state();
         let sum = |nodes: &[SharedNode]| -> f64 {
             nodes.iter().map(|n| n.fragmentation(&state.mix)).sum()
         };

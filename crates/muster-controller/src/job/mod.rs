@@ -240,8 +240,11 @@ pub(crate) fn unprovision(job: &GpuJob, status: &GpuJobStatus) -> Action {
 /// A job whose step holds nothing while pods of it may still run holds their quota all the
 /// same (see [`held_by_pods`]): a rolled-back release, an eviction or a finish frees its quota
 /// only once its pods are being deleted, so a gang released into that quota never runs
-/// beside them. And a finish or an eviction frees it only once the status saying so has
-/// landed, so a gang released into it never shows admitted beside it.
+/// beside them. And a job whose status still names an admission holds it until a write
+/// saying otherwise has landed (a finish, an eviction, a request for capacity given up): in
+/// the pass that decides the write here, while it is in flight in [`step_by_status`]. Until
+/// then the API server shows the job admitted, and a gang released into its quota could show
+/// admitted beside it (its status written first, or this write lost with a leader that died).
 pub fn step(index: &Index, ledger: &Ledger, key: &str, now: &Time) -> Option<Step> {
     let mut step = step_by_status(index, ledger, key, now)?;
     if matches!(
@@ -250,6 +253,16 @@ pub fn step(index: &Index, ledger: &Ledger, key: &str, now: &Time) -> Option<Ste
     ) {
         let job = index.jobs.get(key)?;
         let status = job.status.as_ref();
+        if let Some(status) = status.filter(|s| s.admission.is_some()) {
+            let (current, _) = split_pods(index, key, status.requeue_count);
+            if let Some(holding) = holding_of(job, status, &current) {
+                step.in_cycle = InCycle::Holds {
+                    holding,
+                    provisioning: provision::is_provisioning(status),
+                };
+                return Some(step);
+            }
+        }
         let attempt = status.map_or(0, |s| s.requeue_count);
         let since = status
             .and_then(crate::holding::admitted_at)
@@ -578,13 +591,9 @@ fn admitted(
         step.to_running = Some(now_s - created);
     }
     let step = step.act(action);
-    // A status that gives the admission up (a finish, an eviction) frees the quota only once
-    // it has landed: until then the API server still shows this job admitted, and a gang
-    // released into its quota now could show admitted beside it (its status written first,
-    // or this write lost with a leader that died). While the write is in flight the job
-    // holds through its status (see `step_by_status`); here, in the pass that decides it.
-    let step = step.holds(held, false);
-    if !keeps && status.provisioning_request.is_some() {
+    if keeps {
+        step.holds(held, false)
+    } else if status.provisioning_request.is_some() {
         // The gang leaves its bought capacity: give the requests back.
         step.act(unprovision(job, status))
     } else {

@@ -67,10 +67,6 @@ fn follow(
     let generation = job.metadata.generation;
     let held = provision::holding(status, now_s);
     let step = Step::new(Phase::Provisioning);
-    // Giving the request up frees the quota only once the status saying so has landed (the
-    // provisioning status names its admission): in this pass, and while the write is in
-    // flight, the job still holds it, so no gang shows admitted beside it.
-    let giving_up = step.clone().holds_maybe(held.clone(), true);
     let Some(policy) = provision::policy(index, status) else {
         // The job's ClusterQueue no longer buys capacity (or is gone): give the request up
         // and queue the job again.
@@ -81,7 +77,7 @@ fn follow(
             generation,
             now,
         );
-        return giving_up.act(unprovision(job, status)).act(Action::JobStatus {
+        return step.act(unprovision(job, status)).act(Action::JobStatus {
             job: key.to_owned(),
             status: Box::new(next),
             event: Some(Note::normal(
@@ -125,22 +121,16 @@ fn follow(
             }),
             None => step,
         },
-        Next::Retry { at, reason } => {
-            giving_up
-                .act(unprovision(job, status))
-                .act(Action::JobStatus {
-                    job: key.to_owned(),
-                    status: Box::new(provision::retrying(status, &reason, at, now, generation)),
-                    event: Some(Note::warning("ProvisioningRetry", reason)),
-                })
-        }
-        Next::Fail { reason } => giving_up
-            .act(unprovision(job, status))
-            .act(Action::JobStatus {
-                job: key.to_owned(),
-                status: Box::new(status::finished(status, generation, false, &reason, now)),
-                event: Some(Note::warning("ProvisioningFailed", reason)),
-            }),
+        Next::Retry { at, reason } => step.act(unprovision(job, status)).act(Action::JobStatus {
+            job: key.to_owned(),
+            status: Box::new(provision::retrying(status, &reason, at, now, generation)),
+            event: Some(Note::warning("ProvisioningRetry", reason)),
+        }),
+        Next::Fail { reason } => step.act(unprovision(job, status)).act(Action::JobStatus {
+            job: key.to_owned(),
+            status: Box::new(status::finished(status, generation, false, &reason, now)),
+            event: Some(Note::warning("ProvisioningFailed", reason)),
+        }),
         Next::Delete | Next::Revoked { .. } | Next::Nothing | Next::Create { .. } => {
             // Suspended (or nothing left to wait for): give the capacity up, queue again.
             let next = status::unprovisioned(
@@ -150,13 +140,11 @@ fn follow(
                 generation,
                 now,
             );
-            giving_up
-                .act(unprovision(job, status))
-                .act(Action::JobStatus {
-                    job: key.to_owned(),
-                    status: Box::new(next),
-                    event: None,
-                })
+            step.act(unprovision(job, status)).act(Action::JobStatus {
+                job: key.to_owned(),
+                status: Box::new(next),
+                event: None,
+            })
         }
     }
 }

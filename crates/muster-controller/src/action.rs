@@ -129,6 +129,20 @@ impl Action {
         }
     }
 
+    /// Whether the action writes its job's status (last, after any objects it creates). When
+    /// such an action fails, the status may still have been written — the API server carried
+    /// the request out and its answer was lost — so the job is read back (see
+    /// [`crate::executor::Executor::read_back`]).
+    pub fn writes_job_status(&self) -> bool {
+        matches!(
+            self,
+            Action::Release { .. }
+                | Action::Evict { .. }
+                | Action::JobStatus { .. }
+                | Action::Provision { .. }
+        )
+    }
+
     /// A short name, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 use muster_api::validation::ADMISSION_GATE;
@@ -85,6 +85,8 @@ pub struct Executor {
     pub gang_concurrency: usize,
     /// Retries per request.
     pub retry: Retry,
+    /// Retries of a read after a failed write (see [`Executor::read_back`]).
+    pub read_retry: Retry,
 }
 
 impl std::fmt::Debug for Executor {
@@ -139,6 +141,13 @@ impl Executor {
             recorder,
             gang_concurrency: 16,
             retry: Retry::default(),
+            // About 16 s in all: long enough to ride out a burst of faults; the job is held
+            // as its write promised meanwhile.
+            read_retry: Retry {
+                attempts: 8,
+                base: Duration::from_millis(200),
+                max: Duration::from_secs(5),
+            },
         }
     }
 
@@ -179,6 +188,91 @@ impl Executor {
                 }
             }
         }
+    }
+
+    /// One read, retried on transient errors. Unlike [`Executor::call`] it goes on when
+    /// leadership is lost: what it learns is folded into the index, whichever term reads it.
+    async fn read<T, F, Fut>(
+        &self,
+        action: &'static str,
+        object: &str,
+        request: F,
+    ) -> Result<T, ExecuteError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        let mut delay = self.read_retry.base;
+        let mut attempt = 1;
+        loop {
+            match request().await {
+                Ok(value) => return Ok(value),
+                Err(e) if transient(&e) && attempt < self.read_retry.attempts => {
+                    tracing::debug!(action, object, error = %e, attempt, "retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(self.read_retry.max);
+                    attempt += 1;
+                }
+                Err(source) => {
+                    return Err(ExecuteError::Api {
+                        action,
+                        object: object.to_owned(),
+                        source,
+                    });
+                }
+            }
+        }
+    }
+
+    /// After `action` failed: what it may have written, read afresh. A failed request is
+    /// not one the API server did not carry out — the answer may have been lost on the way
+    /// back — so the job's status may show the admission, eviction or request for capacity
+    /// this replica takes for unwritten. Until its watch brings that change (a watch cut
+    /// short may lag by many seconds), the next pass would count the job as holding nothing
+    /// and give its quota to another. So the job is read back (a consistent read), with,
+    /// for a release, its pods and, for a request for capacity, its ProvisioningRequests:
+    /// an admitted job whose pods the index lacks would look broken. Objects already gone
+    /// are left out; nothing is read for an action that writes no job status.
+    pub async fn read_back(&self, action: &Action) -> Result<Vec<Written>, ExecuteError> {
+        if !action.writes_job_status() {
+            return Ok(Vec::new());
+        }
+        let Some(key) = action.job() else {
+            return Ok(Vec::new());
+        };
+        let (namespace, name) = split(key)?;
+        let mut read = Vec::new();
+        let jobs: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
+        let job = self
+            .read("reading GpuJob back", key, || jobs.get_opt(name))
+            .await?;
+        read.extend(job.map(|job| Written::Job(Box::new(job))));
+        match action {
+            Action::Release { .. } => {
+                let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+                let selected =
+                    ListParams::default().labels(&format!("{}={name}", crate::release::JOB_LABEL));
+                let listed = self
+                    .read("reading the gang's pods back", key, || pods.list(&selected))
+                    .await?;
+                read.extend(listed.items.into_iter().map(|p| Written::Pod(Box::new(p))));
+            }
+            Action::Provision { requests, .. } => {
+                for request in requests {
+                    let (namespace, name) = named(request)?;
+                    let api: Api<muster_api::ProvisioningRequest> =
+                        Api::namespaced(self.client.clone(), &namespace);
+                    let request = self
+                        .read("reading ProvisioningRequest back", &name, || {
+                            api.get_opt(&name)
+                        })
+                        .await?;
+                    read.extend(request.map(|r| Written::Request(Box::new(r))));
+                }
+            }
+            _ => {}
+        }
+        Ok(read)
     }
 
     /// Carries out one action; returns the objects it wrote.

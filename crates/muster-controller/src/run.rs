@@ -560,12 +560,30 @@ fn spawn_write<P: Send + 'static>(
     let (shared, executor) = (Arc::clone(shared), executor.clone());
     tokio::spawn(async move {
         let result = executor.execute(&action).await.map_err(|e| e.to_string());
+        // A failed write may still have been carried out: read back what it wrote before
+        // the job is free for the next pass (see `Executor::read_back`).
+        let mut read = Vec::new();
         if let Err(e) = &result {
             tracing::warn!(action = action.kind(), job = ?action.job(), error = %e, "write failed");
+            if action.writes_job_status() {
+                match executor.read_back(&action).await {
+                    Ok(objects) => {
+                        shared.metrics.action("read_back", true);
+                        read = objects;
+                    }
+                    Err(e) => {
+                        shared.metrics.action("read_back", false);
+                        tracing::warn!(job = ?action.job(), error = %e, "reading back after a failed write failed; the watch brings the job");
+                    }
+                }
+            }
         }
         shared.metrics.action(action.kind(), result.is_ok());
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
-        shared.state().landed_in(term, &action, result, now);
+        let mut state = shared.state();
+        state.read_back(read);
+        state.landed_in(term, &action, result, now);
+        drop(state);
         if wake {
             shared.wake.notify_one();
         }

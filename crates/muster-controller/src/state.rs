@@ -126,6 +126,13 @@ impl State {
         self.index.fold_in(written);
     }
 
+    /// Folds in the objects read back after a failed write (see
+    /// [`crate::executor::Executor::read_back`]): like a write's response, never over a newer
+    /// version nor over a deletion the watch reported.
+    pub fn read_back(&mut self, objects: Vec<crate::index::Written>) {
+        self.index.fold_in(objects);
+    }
+
     /// Queues a waiting job's status write of this pass for the sender (see
     /// [`crate::deferred`]) instead of sending it now; gives back any other action, to send
     /// now.

@@ -74,24 +74,29 @@ mod erased {
 /// the cluster moved on while the watches lag), holds watches open (never answering), 404s
 /// paths it has no list for (such as the ProvisioningRequest probe, unless given), answers
 /// the first `failing` lists of a path with 500, echoes writes; reports every write on
-/// `writes`.
+/// `writes`. The first `lost` writes of a path are carried out but answered 500, as when the
+/// answer is lost on the way back. A job's own path answers with the job as last written, a
+/// request's with the request as created, and a namespace's pods (by the job label) with the
+/// pods as created and ungated.
 async fn api_server(
     mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
     writes: mpsc::UnboundedSender<(String, String)>,
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     later: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     mut failing: BTreeMap<&'static str, u32>,
+    mut lost: BTreeMap<&'static str, u32>,
 ) {
     let mut listed: BTreeMap<String, u32> = BTreeMap::new();
-    let jobs = jobs_by_name(&lists);
-    // The listed ClusterQueue: a status write answers with it (spec included).
-    let queues = lists
-        .get("/apis/muster.dev/v1alpha1/clusterqueues")
-        .and_then(|(_, items)| items.first().cloned())
-        .unwrap_or_default();
+    let mut objects = Objects {
+        jobs: jobs_by_name(&lists),
+        queue: lists
+            .get("/apis/muster.dev/v1alpha1/clusterqueues")
+            .and_then(|(_, items)| items.first().cloned())
+            .unwrap_or_default(),
+        pods: BTreeMap::new(),
+        requests: BTreeMap::new(),
+    };
     let mut held = Vec::new();
-    // Pods as created, so that a gate removal answers with the whole pod, as a server would.
-    let mut pods: BTreeMap<String, Value> = BTreeMap::new();
     while let Some((request, respond)) = handle.next_request().await {
         let method = request.method().to_string();
         let path = request.uri().path().to_owned();
@@ -120,6 +125,12 @@ async fn api_server(
             ));
             continue;
         }
+        if method == "GET"
+            && let Some((code, value)) = objects.read_one(&path, &query)
+        {
+            respond.send_response(reply(code, value));
+            continue;
+        }
         if method == "GET" {
             let source = list_of(&mut listed, &path, &lists, &later);
             let response = match source {
@@ -138,18 +149,48 @@ async fn api_server(
             continue;
         }
         let _ = writes.send((method.clone(), path.clone()));
-        let object = if path.contains("/gpujobs/") {
+        let object = objects.write(&method, &path, body);
+        if fails(&mut lost, &path) {
+            respond.send_response(reply(
+                500,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                       "reason": "InternalError", "code": 500, "message": "connection reset"}),
+            ));
+            continue;
+        }
+        respond.send_response(reply(if method == "POST" { 201 } else { 200 }, object));
+    }
+}
+
+/// The objects the mock server keeps as they are written, so that a read answers with the
+/// last write.
+struct Objects {
+    /// GpuJobs by name, as listed or last written.
+    jobs: BTreeMap<String, Value>,
+    /// The listed ClusterQueue: a status write answers with it (spec included).
+    queue: Value,
+    /// Pods as created, so that a gate removal answers with the whole pod, as a server would.
+    pods: BTreeMap<String, Value>,
+    /// ProvisioningRequests as created.
+    requests: BTreeMap<String, Value>,
+}
+
+impl Objects {
+    /// Carries a write out; the object to answer with.
+    fn write(&mut self, method: &str, path: &str, body: Value) -> Value {
+        if path.contains("/gpujobs/") {
             let name = path
                 .split("/gpujobs/")
                 .nth(1)
                 .and_then(|rest| rest.split('/').next())
                 .unwrap_or_default();
-            let mut job = jobs.get(name).cloned().unwrap_or_default();
+            let mut job = self.jobs.get(name).cloned().unwrap_or_default();
             job["status"] = body["status"].clone();
             job["metadata"]["resourceVersion"] = json!("11");
+            self.jobs.insert(name.to_owned(), job.clone());
             job
         } else if path.contains("/clusterqueues/") {
-            let mut queue = queues.clone();
+            let mut queue = self.queue.clone();
             queue["status"] = body["status"].clone();
             queue
         } else if path.contains("/localqueues/") {
@@ -162,21 +203,69 @@ async fn api_server(
             flavor
         } else if method == "PATCH" {
             let name = path.rsplit('/').next().unwrap_or_default();
-            let mut pod = pods.get(name).cloned().unwrap_or_else(|| {
+            let mut pod = self.pods.get(name).cloned().unwrap_or_else(|| {
                 json!({"apiVersion": "v1", "kind": "Pod",
-                       "metadata": {"name": name, "namespace": "team-a"}})
+                   "metadata": {"name": name, "namespace": "team-a"}})
             });
             pod["spec"]["schedulingGates"] = json!([]);
             pod["metadata"]["resourceVersion"] = json!("12");
+            self.pods.insert(name.to_owned(), pod.clone());
             pod
         } else {
+            let name = body["metadata"]["name"].as_str().unwrap_or_default();
             if path.ends_with("/pods") {
-                let name = body["metadata"]["name"].as_str().unwrap_or_default();
-                pods.insert(name.to_owned(), body.clone());
+                self.pods.insert(name.to_owned(), body.clone());
+            }
+            if path.ends_with("/provisioningrequests") {
+                self.requests.insert(name.to_owned(), body.clone());
             }
             body
+        }
+    }
+
+    /// A read of one object by its own path (a job, a ProvisioningRequest), or of a namespace's
+    /// pods by the job label: the answer, from the objects as last written; `None` for any other
+    /// path.
+    fn read_one(&self, path: &str, query: &str) -> Option<(u16, Value)> {
+        let found = |object: Option<&Value>| match object {
+            Some(object) => (200, object.clone()),
+            None => (
+                404,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                       "reason": "NotFound", "code": 404, "message": "not found"}),
+            ),
         };
-        respond.send_response(reply(if method == "POST" { 201 } else { 200 }, object));
+        if let Some(name) = path
+            .strip_prefix("/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/")
+            .filter(|n| !n.contains('/'))
+        {
+            return Some(found(self.jobs.get(name)));
+        }
+        if let Some(name) = path
+            .strip_prefix("/apis/autoscaling.x-k8s.io/v1/namespaces/team-a/provisioningrequests/")
+        {
+            return Some(found(self.requests.get(name)));
+        }
+        if path != "/api/v1/namespaces/team-a/pods" {
+            return None;
+        }
+        // `labelSelector=muster.dev/job-name=<job>` (URL-encoded `=` and `/`).
+        let job = query
+            .split("job-name%3D")
+            .nth(1)
+            .map(|rest| rest.split('&').next().unwrap_or_default())
+            .unwrap_or_default();
+        let items: Vec<Value> = self
+            .pods
+            .values()
+            .filter(|p| p["metadata"]["labels"]["muster.dev/job-name"] == json!(job))
+            .cloned()
+            .collect();
+        Some((
+            200,
+            json!({"apiVersion": "v1", "kind": "PodList",
+                   "metadata": {"resourceVersion": "13"}, "items": items}),
+        ))
     }
 }
 
@@ -256,7 +345,7 @@ async fn start_moved_on(
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     later: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
 ) -> Started {
-    start_with(lists, later, BTreeMap::new()).await
+    start_with(lists, later, BTreeMap::new(), BTreeMap::new()).await
 }
 
 /// [`start`], with the first lists of some paths failing (see [`api_server`]).
@@ -264,17 +353,27 @@ async fn start_failing(
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     failing: BTreeMap<&'static str, u32>,
 ) -> Started {
-    start_with(lists, BTreeMap::new(), failing).await
+    start_with(lists, BTreeMap::new(), failing, BTreeMap::new()).await
+}
+
+/// [`start`], with the first writes of some paths carried out but their answers lost (see
+/// [`api_server`]).
+async fn start_losing(
+    lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
+    lost: BTreeMap<&'static str, u32>,
+) -> Started {
+    start_with(lists, BTreeMap::new(), BTreeMap::new(), lost).await
 }
 
 async fn start_with(
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     later: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     failing: BTreeMap<&'static str, u32>,
+    lost: BTreeMap<&'static str, u32>,
 ) -> Started {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let (writes_tx, writes) = mpsc::unbounded_channel();
-    tokio::spawn(api_server(handle, writes_tx, lists, later, failing));
+    tokio::spawn(api_server(handle, writes_tx, lists, later, failing, lost));
     let port = free_port().await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(run(
@@ -431,6 +530,87 @@ async fn a_failed_probe_of_the_provisioning_api_is_asked_again_not_taken_for_mis
 /// A job that needs more than the cluster's one block: one request is made (the first
 /// `failing` lists of a path answered 500), asked once, and no pod.
 async fn buys_capacity(failing: BTreeMap<&'static str, u32>) {
+    let Started {
+        mut writes,
+        stop,
+        controller,
+        ..
+    } = start_failing(buying(), failing).await;
+    // Every write from the first (a failed probe is asked again a little later) until the
+    // controller has been quiet for a second.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let first = tokio::time::timeout_at(deadline, writes.recv()).await;
+    let mut seen: Vec<(String, String)> = first.ok().flatten().into_iter().collect();
+    seen.extend(until_quiet(&mut writes, deadline).await);
+    assert_eq!(
+        job_writes(&seen),
+        buying_writes(1),
+        "one request, asked once, and no pod: {seen:?}"
+    );
+    let _ = stop.send(());
+    let finished = tokio::time::timeout(Duration::from_secs(20), controller).await;
+    assert!(matches!(finished, Ok(Ok(Ok(())))));
+}
+
+/// A request for capacity whose status write the API server carries out but whose answers
+/// are lost, on every retry: the write fails, yet the job is provisioning and its request
+/// exists. The controller reads both back, so the job keeps its quota and its request, and
+/// no status built from the view before (queued, backing off) goes over the one the API
+/// server shows. Without the read-back the job would write a backoff over its provisioning
+/// status and its request would be deleted as an orphan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_for_capacity_whose_answer_is_lost_is_read_back() {
+    let lost = BTreeMap::from([(
+        "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/big/status",
+        5,
+    )]);
+    let Started {
+        mut writes,
+        stop,
+        controller,
+        ..
+    } = start_losing(buying(), lost).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let first = tokio::time::timeout_at(deadline, writes.recv()).await;
+    let mut seen: Vec<(String, String)> = first.ok().flatten().into_iter().collect();
+    seen.extend(until_quiet(&mut writes, deadline).await);
+    assert_eq!(job_writes(&seen), buying_writes(5), "{seen:?}");
+    let _ = stop.send(());
+    let _ = controller.await;
+}
+
+/// The writes of `seen` that are about jobs (not queues, flavors or Events).
+fn job_writes(seen: &[(String, String)]) -> Vec<(String, String)> {
+    seen.iter()
+        .filter(|(_, p)| !queue_or_flavor(p) && !p.ends_with("/events"))
+        .cloned()
+        .collect()
+}
+
+/// What buying capacity for `big` writes: its PodTemplate, its request, and its status
+/// (`status_attempts` times).
+fn buying_writes(status_attempts: usize) -> Vec<(String, String)> {
+    let write = |m: &str, p: &str| (m.to_owned(), p.to_owned());
+    let mut writes = vec![
+        write("POST", "/api/v1/namespaces/team-a/podtemplates"),
+        write(
+            "POST",
+            "/apis/autoscaling.x-k8s.io/v1/namespaces/team-a/provisioningrequests",
+        ),
+    ];
+    writes.extend(std::iter::repeat_n(
+        write(
+            "PATCH",
+            "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/big/status",
+        ),
+        status_attempts,
+    ));
+    writes
+}
+
+/// [`lists`] with one job, `big`, that needs more than the cluster's one block, in a queue
+/// that buys capacity.
+fn buying() -> BTreeMap<&'static str, (&'static str, Vec<Value>)> {
     let value = |v: &dyn erased::Json| v.json();
     let mut lists = lists();
     // 4 pods of 8 GPUs in one block: more than the two nodes hold; the queue buys capacity.
@@ -450,43 +630,7 @@ async fn buys_capacity(failing: BTreeMap<&'static str, u32>) {
     );
     // Muster's PodTemplates are watched with the requests.
     lists.insert("/api/v1/podtemplates", ("PodTemplateList", Vec::new()));
-    let Started {
-        mut writes,
-        stop,
-        controller,
-        ..
-    } = start_failing(lists, failing).await;
-    // Every write from the first (a failed probe is asked again a little later) until the
-    // controller has been quiet for a second.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let first = tokio::time::timeout_at(deadline, writes.recv()).await;
-    let mut seen: Vec<(String, String)> = first.ok().flatten().into_iter().collect();
-    seen.extend(until_quiet(&mut writes, deadline).await);
-    let job_writes: Vec<&(String, String)> = seen
-        .iter()
-        .filter(|(_, p)| !queue_or_flavor(p) && !p.ends_with("/events"))
-        .collect();
-    assert_eq!(
-        job_writes,
-        [
-            &(
-                "POST".to_owned(),
-                "/api/v1/namespaces/team-a/podtemplates".to_owned()
-            ),
-            &(
-                "POST".to_owned(),
-                "/apis/autoscaling.x-k8s.io/v1/namespaces/team-a/provisioningrequests".to_owned()
-            ),
-            &(
-                "PATCH".to_owned(),
-                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/big/status".to_owned()
-            ),
-        ],
-        "one request, asked once, and no pod: {seen:?}"
-    );
-    let _ = stop.send(());
-    let finished = tokio::time::timeout(Duration::from_secs(20), controller).await;
-    assert!(matches!(finished, Ok(Ok(Ok(())))));
+    lists
 }
 
 /// Two processes started alike (same pod or host name, or none) must not share a Lease
@@ -576,6 +720,66 @@ async fn a_new_leader_reads_jobs_and_pods_afresh_before_its_first_pass() {
             .any(|(m, p)| m == "POST" && p.ends_with("/pods")),
         "a was released beside b's running gang: {seen:?}"
     );
+    let _ = stop.send(());
+    let _ = controller.await;
+}
+
+/// A release whose status write the API server carries out but whose answers are lost, on
+/// every retry: the write fails, yet the job is admitted and its gang exists. The controller
+/// reads the job and its pods back before the next pass, so `b` is not released into the
+/// quota and nodes `a` holds, and `a` is not taken for broken (its pods missing) and evicted.
+/// Without the read-back both would happen: until its watch brings the change the job looks
+/// queued, holding nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_answer_is_lost_is_read_back_before_the_quota_is_given_again() {
+    let value = |v: &dyn erased::Json| v.json();
+    let mut lists = lists();
+    // Room for one gang of two 8-GPU pods, in quota and on the nodes; `a` is older.
+    lists.insert(
+        "/apis/muster.dev/v1alpha1/gpujobs",
+        (
+            "GpuJobList",
+            vec![
+                value(&support::job("a", 2, 0)),
+                value(&support::job("b", 2, 1)),
+            ],
+        ),
+    );
+    lists.insert(
+        "/apis/muster.dev/v1alpha1/clusterqueues",
+        ("ClusterQueueList", vec![value(&support::cluster_queue(16))]),
+    );
+    // Every attempt the executor makes (see `Retry::default`).
+    let lost = BTreeMap::from([(
+        "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status",
+        5,
+    )]);
+    let Started {
+        mut writes,
+        stop,
+        controller,
+        ..
+    } = start_losing(lists, lost).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let seen = until_quiet(&mut writes, deadline).await;
+    let count = |method: &str, path: &str| {
+        seen.iter()
+            .filter(|(m, p)| m == method && p.as_str() == path)
+            .count()
+    };
+    assert_eq!(
+        count("POST", "/api/v1/namespaces/team-a/pods"),
+        2,
+        "only a's two pods are created, never b's: {seen:?}"
+    );
+    assert!(
+        !seen.iter().any(|(m, _)| m == "DELETE"),
+        "a is not evicted: {seen:?}"
+    );
+    // Only the release's attempts write a's status: no status built from the view before the
+    // read-back (queued, backing off) goes over the admission the API server shows.
+    let a_status = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
+    assert_eq!(count("PATCH", a_status), 5, "{seen:?}");
     let _ = stop.send(());
     let _ = controller.await;
 }

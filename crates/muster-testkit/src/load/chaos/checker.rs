@@ -139,7 +139,21 @@ pub struct Checker {
     reported_pairs: BTreeSet<String>,
     /// The nodes that exist, once the first list of them is in (`None` before).
     nodes: Option<BTreeSet<String>>,
+    /// While a relist is folded in, the checks its objects call for: made once the whole
+    /// list is in (see [`Checker::relist`]).
+    relisting: Option<Pending>,
+    /// The checker's own relists, `Pod` or `GpuJob`, with when (seconds into the run).
+    relists: Vec<(String, f64)>,
     violations: Vec<Violation>,
+}
+
+/// Checks put off until a relist is whole.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Queues to check, by how usage is counted.
+    quotas: BTreeSet<(ViolationKind, String)>,
+    /// Jobs whose live attempts to check.
+    attempts: BTreeSet<String>,
 }
 
 /// Work in flight as the cluster shows it.
@@ -165,6 +179,13 @@ impl Checker {
     /// Every violation so far.
     pub fn violations(&self) -> &[Violation] {
         &self.violations
+    }
+
+    /// The checker's own relists so far (kind, seconds into the run): a watch that restarted
+    /// past what the API server remembered, as after its restart. The first of each kind is
+    /// the watch's start.
+    pub fn relists(&self) -> &[(String, f64)] {
+        &self.relists
     }
 
     /// Adds a violation found outside the checker (leftovers, queue statuses).
@@ -345,8 +366,70 @@ impl Checker {
     }
 
     /// A whole relist of pods (after the checker's watch was cut): every pod of it is known
-    /// to exist before any gate lift in it is judged, and pods not in it are gone.
+    /// to exist before any gate lift in it is judged, and pods not in it are gone. Quotas and
+    /// attempts are judged once the whole list is in: a list is one moment of the cluster,
+    /// and folded pod by pod it would count a pod started since the cut beside one that ended
+    /// since, which were never live together.
     pub fn relist(&mut self, pods: &[Pod], at: f64) {
+        self.relists.push(("Pod".to_owned(), at));
+        self.relisting.get_or_insert_default();
+        self.fold_relist(pods, at);
+        self.relisted(at);
+    }
+
+    /// A whole relist of jobs (after the checker's watch was cut): admitted usage is judged
+    /// once every job of it is in, as [`Checker::relist`] does for pods; a job not in it is
+    /// gone and holds nothing.
+    pub fn jobs_listed(&mut self, jobs: &[GpuJob], at: f64) {
+        self.relists.push(("GpuJob".to_owned(), at));
+        self.relisting.get_or_insert_default();
+        let listed: BTreeSet<String> = jobs
+            .iter()
+            .filter_map(|j| {
+                Some(format!(
+                    "{}/{}",
+                    j.metadata.namespace.as_deref()?,
+                    j.metadata.name.as_deref()?
+                ))
+            })
+            .collect();
+        let gone: Vec<String> = self
+            .jobs
+            .keys()
+            .filter(|k| !listed.contains(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            self.job_gone(&key);
+        }
+        for job in jobs {
+            self.job(job, at);
+        }
+        self.relisted(at);
+    }
+
+    /// A job (`namespace/name`) is gone: it holds nothing.
+    pub fn job_gone(&mut self, key: &str) {
+        if let Some((queue, gpus)) = self.jobs.get_mut(key).and_then(|f| f.admitted.take()) {
+            *self.admitted_usage.entry(queue.clone()).or_default() -= gpus;
+            self.settle_over(ViolationKind::AdmittedOverQuota, &queue);
+        }
+    }
+
+    /// The checks a relist put off, made now that it is whole.
+    fn relisted(&mut self, at: f64) {
+        let Some(pending) = self.relisting.take() else {
+            return;
+        };
+        for job in pending.attempts {
+            self.check_attempts(&job, at);
+        }
+        for (kind, queue) in pending.quotas {
+            self.check_quota(kind, &queue, at);
+        }
+    }
+
+    fn fold_relist(&mut self, pods: &[Pod], at: f64) {
         let mut listed = BTreeSet::new();
         for pod in pods {
             let (Some(key), Some(fact)) = (pod_key(pod), pod_fact(pod)) else {
@@ -575,6 +658,10 @@ impl Checker {
     }
 
     fn check_attempts(&mut self, job: &str, at: f64) {
+        if let Some(pending) = &mut self.relisting {
+            pending.attempts.insert(job.to_owned());
+            return;
+        }
         let Some(attempts) = self.live.get(job) else {
             return;
         };
@@ -619,6 +706,10 @@ impl Checker {
     }
 
     fn check_quota(&mut self, kind: ViolationKind, queue: &str, at: f64) {
+        if let Some(pending) = &mut self.relisting {
+            pending.quotas.insert((kind, queue.to_owned()));
+            return;
+        }
         let usage = self.usage(kind);
         let used = usage.get(queue).copied().unwrap_or(0);
         let Some((cohort, max)) = self.limits.queues.get(queue).cloned() else {
@@ -696,6 +787,11 @@ impl Checker {
 
     /// Forgets excursions that ended, so that the next one is reported again.
     fn settle_over(&mut self, kind: ViolationKind, queue: &str) {
+        if let Some(pending) = &mut self.relisting {
+            // Judged, and settled, once the relist is whole.
+            pending.quotas.insert((kind, queue.to_owned()));
+            return;
+        }
         let usage = self.usage(kind);
         let Some((cohort, max)) = self.limits.queues.get(queue).cloned() else {
             return;

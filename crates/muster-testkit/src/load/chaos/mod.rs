@@ -148,6 +148,9 @@ pub struct ChaosSummary {
     pub violations: BTreeMap<String, usize>,
     /// Every violation, with its object and time.
     pub violation_list: Vec<Violation>,
+    /// The checker's relists of pods and jobs (kind, seconds into the run), the watches'
+    /// first lists included: a report is read against them.
+    pub checker_relists: Vec<(String, f64)>,
     /// Lines of the replicas' logs that report a panic.
     pub panics: usize,
     /// From the first submission to the last job's end, seconds.
@@ -395,6 +398,7 @@ async fn run_once(
         bad_input: bad_stats,
         violations,
         violation_list: checker.violations().to_vec(),
+        checker_relists: checker.relists().to_vec(),
         panics,
         wall_seconds: ended_at.unwrap_or_else(|| start.elapsed()).as_secs_f64(),
         baseline_wall_seconds: None,
@@ -732,13 +736,35 @@ async fn watch_jobs(client: Client, checker: Arc<Mutex<Checker>>, start: Instant
     let api: Api<GpuJob> = Api::all(client);
     let mut events =
         std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+    // A relist (the watch restarted past what the API server still remembers: after its
+    // restart, say) is judged whole, as one moment of the cluster.
+    let mut relist: Option<Vec<GpuJob>> = None;
     while let Some(event) = events.next().await {
-        if let Ok(watcher::Event::Apply(job) | watcher::Event::InitApply(job)) = event {
-            let at = start.elapsed().as_secs_f64();
-            checker
+        let Ok(event) = event else { continue };
+        let at = start.elapsed().as_secs_f64();
+        match event {
+            watcher::Event::Init => relist = Some(Vec::new()),
+            watcher::Event::InitApply(job) => relist.get_or_insert_with(Vec::new).push(job),
+            watcher::Event::InitDone => {
+                let jobs = relist.take().unwrap_or_default();
+                checker
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .jobs_listed(&jobs, at);
+            }
+            watcher::Event::Apply(job) => checker
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .job(&job, at);
+                .job(&job, at),
+            watcher::Event::Delete(job) => {
+                if let (Some(namespace), Some(name)) = (&job.metadata.namespace, &job.metadata.name)
+                {
+                    checker
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .job_gone(&format!("{namespace}/{name}"));
+                }
+            }
         }
     }
 }

@@ -270,3 +270,88 @@ fn a_pod_on_a_node_that_is_gone_is_lost_not_live() {
     checker.pod(&bound("r0", 2, "n2"), 4.0);
     assert_eq!(kinds(&checker), [ViolationKind::TwoAttemptsLive]);
 }
+
+/// A relist of jobs is one moment of the cluster: folded job by job in name order, a job
+/// admitted since the watch was cut (`j`) would count beside one that ended since (`k`),
+/// though the API server never showed both admitted.
+#[test]
+fn a_relist_of_jobs_is_judged_whole() {
+    let admitted = json!({"phase": "Admitted",
+        "admission": {"clusterQueue": "a", "podSets": []}});
+    let succeeded = json!({"phase": "Succeeded",
+        "admission": {"clusterQueue": "a", "podSets": []}});
+    let mut checker = Checker::new(limits(), BTreeSet::new());
+    checker.job(&job("k", 2, 8, admitted.clone()), 0.0);
+    checker.jobs_listed(
+        &[job("j", 2, 8, admitted.clone()), job("k", 2, 8, succeeded)],
+        1.0,
+    );
+    assert_eq!(kinds(&checker), [], "{:?}", checker.violations());
+    // Over quota once the whole list is in: one report.
+    checker.jobs_listed(
+        &[
+            job("j", 2, 8, admitted.clone()),
+            job("m", 1, 8, admitted.clone()),
+        ],
+        2.0,
+    );
+    // The queue's and its cohort's.
+    let objects = |checker: &Checker| -> Vec<String> {
+        checker
+            .violations()
+            .iter()
+            .map(|v| v.object.clone())
+            .collect()
+    };
+    assert_eq!(objects(&checker), ["ClusterQueue/a", "Cohort/c"]);
+    // A job the relist no longer lists holds nothing: the excursion ends, and the next one
+    // is reported again.
+    checker.jobs_listed(&[job("j", 2, 8, admitted.clone())], 3.0);
+    checker.job(&job("n", 1, 8, admitted), 4.0);
+    assert_eq!(objects(&checker).len(), 4, "{:?}", checker.violations());
+}
+
+/// A relist of pods is judged whole too: a restarted gang's pods (attempt 1) listed before
+/// the pods of attempt 0 that ended since are not two attempts live, nor over quota.
+#[test]
+fn a_relist_of_pods_judges_quota_and_attempts_whole() {
+    let mut checker = Checker::new(limits(), BTreeSet::new());
+    checker.job(&job("j", 2, 8, json!({})), 0.0);
+    checker.relist(
+        &[
+            pod("p0", 0, false, "Running", 8),
+            pod("p1", 0, false, "Running", 8),
+        ],
+        1.0,
+    );
+    checker.relist(
+        &[
+            pod("q0", 1, false, "Running", 8),
+            pod("q1", 1, false, "Running", 8),
+            pod("p0", 0, false, "Failed", 8),
+            pod("p1", 0, false, "Failed", 8),
+        ],
+        2.0,
+    );
+    assert_eq!(kinds(&checker), [], "{:?}", checker.violations());
+    // Both attempts live once the whole list is in: judged then.
+    checker.relist(
+        &[
+            pod("q0", 1, false, "Running", 8),
+            pod("q1", 1, false, "Running", 8),
+            pod("r0", 2, false, "Running", 8),
+            pod("r1", 2, false, "Running", 8),
+        ],
+        3.0,
+    );
+    assert_eq!(
+        kinds(&checker),
+        [
+            ViolationKind::TwoAttemptsLive,
+            ViolationKind::PodsOverQuota,
+            ViolationKind::PodsOverQuota
+        ],
+        "{:?}",
+        checker.violations()
+    );
+}

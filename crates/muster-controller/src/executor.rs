@@ -162,32 +162,8 @@ impl Executor {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, kube::Error>>,
     {
-        let mut delay = self.retry.base;
-        let mut attempt = 1;
-        loop {
-            // Not leading, or leadership changed hands since the action began (even if this
-            // replica leads again): a new term plans from what the API server shows, and a
-            // write planned in the old one could land over the new term's.
-            if self.leader.has_changed().unwrap_or(true) || !*self.leader.borrow() {
-                return Err(ExecuteError::NotLeader(action));
-            }
-            match request().await {
-                Ok(value) => return Ok(value),
-                Err(e) if transient(&e) && attempt < self.retry.attempts => {
-                    tracing::debug!(action, object, error = %e, attempt, "retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(self.retry.max);
-                    attempt += 1;
-                }
-                Err(source) => {
-                    return Err(ExecuteError::Api {
-                        action,
-                        object: object.to_owned(),
-                        source,
-                    });
-                }
-            }
-        }
+        self.retrying(self.retry, true, action, object, request)
+            .await
     }
 
     /// One read, retried on transient errors. Unlike [`Executor::call`] it goes on when
@@ -202,15 +178,39 @@ impl Executor {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, kube::Error>>,
     {
-        let mut delay = self.read_retry.base;
+        self.retrying(self.read_retry, false, action, object, request)
+            .await
+    }
+
+    /// `request`, retried on transient errors as `retry` says; when `fenced`, never sent
+    /// once leadership was lost.
+    async fn retrying<T, F, Fut>(
+        &self,
+        retry: Retry,
+        fenced: bool,
+        action: &'static str,
+        object: &str,
+        request: F,
+    ) -> Result<T, ExecuteError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        let mut delay = retry.base;
         let mut attempt = 1;
         loop {
+            // Not leading, or leadership changed hands since the action began (even if this
+            // replica leads again): a new term plans from what the API server shows, and a
+            // write planned in the old one could land over the new term's.
+            if fenced && (self.leader.has_changed().unwrap_or(true) || !*self.leader.borrow()) {
+                return Err(ExecuteError::NotLeader(action));
+            }
             match request().await {
                 Ok(value) => return Ok(value),
-                Err(e) if transient(&e) && attempt < self.read_retry.attempts => {
+                Err(e) if transient(&e) && attempt < retry.attempts => {
                     tracing::debug!(action, object, error = %e, attempt, "retrying");
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(self.read_retry.max);
+                    delay = (delay * 2).min(retry.max);
                     attempt += 1;
                 }
                 Err(source) => {

@@ -393,13 +393,7 @@ impl Checker {
                 ))
             })
             .collect();
-        let gone: Vec<String> = self
-            .jobs
-            .keys()
-            .filter(|k| !listed.contains(*k))
-            .cloned()
-            .collect();
-        for key in gone {
+        for key in unlisted(self.jobs.keys(), &listed) {
             self.job_gone(&key);
         }
         for job in jobs {
@@ -441,13 +435,7 @@ impl Checker {
                 .insert(key.clone());
             listed.insert(key);
         }
-        let gone: Vec<String> = self
-            .pods
-            .keys()
-            .filter(|k| !listed.contains(*k))
-            .cloned()
-            .collect();
-        for key in gone {
+        for key in unlisted(self.pods.keys(), &listed) {
             self.pod_gone(&key);
         }
         for pod in pods {
@@ -817,6 +805,11 @@ impl Checker {
             self.over.remove(&(kind, object));
         }
     }
+}
+
+/// The keys of `known` that a relist did not list: gone.
+fn unlisted<'a>(known: impl Iterator<Item = &'a String>, listed: &BTreeSet<String>) -> Vec<String> {
+    known.filter(|k| !listed.contains(*k)).cloned().collect()
 }
 
 /// `namespace/name` of a pod.

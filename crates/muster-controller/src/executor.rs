@@ -166,24 +166,9 @@ impl Executor {
             .await
     }
 
-    /// One read, retried on transient errors. Unlike [`Executor::call`] it goes on when
-    /// leadership is lost: what it learns is folded into the index, whichever term reads it.
-    async fn read<T, F, Fut>(
-        &self,
-        action: &'static str,
-        object: &str,
-        request: F,
-    ) -> Result<T, ExecuteError>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Result<T, kube::Error>>,
-    {
-        self.retrying(self.read_retry, false, action, object, request)
-            .await
-    }
-
     /// `request`, retried on transient errors as `retry` says; when `fenced`, never sent
-    /// once leadership was lost.
+    /// once leadership was lost. Writes are fenced ([`Executor::call`]); reads back after a
+    /// failed write are not: what they learn is folded into the index, whichever term reads it.
     async fn retrying<T, F, Fut>(
         &self,
         retry: Retry,
@@ -232,11 +217,9 @@ impl Executor {
     /// and give its quota to another. So the job is read back (a consistent read), with,
     /// for a release, its pods and, for a request for capacity, its ProvisioningRequests:
     /// an admitted job whose pods the index lacks would look broken. Objects already gone
-    /// are left out; nothing is read for an action that writes no job status.
+    /// are left out. Meant for an action that [`Action::writes_job_status`]; for any other
+    /// job action it reads the job alone.
     pub async fn read_back(&self, action: &Action) -> Result<Vec<Written>, ExecuteError> {
-        if !action.writes_job_status() {
-            return Ok(Vec::new());
-        }
         let Some(key) = action.job() else {
             return Ok(Vec::new());
         };
@@ -244,7 +227,9 @@ impl Executor {
         let mut read = Vec::new();
         let jobs: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
         let job = self
-            .read("reading GpuJob back", key, || jobs.get_opt(name))
+            .retrying(self.read_retry, false, "reading GpuJob back", key, || {
+                jobs.get_opt(name)
+            })
             .await?;
         read.extend(job.map(|job| Written::Job(Box::new(job))));
         match action {
@@ -253,7 +238,13 @@ impl Executor {
                 let selected =
                     ListParams::default().labels(&format!("{}={name}", crate::release::JOB_LABEL));
                 let listed = self
-                    .read("reading the gang's pods back", key, || pods.list(&selected))
+                    .retrying(
+                        self.read_retry,
+                        false,
+                        "reading the gang's pods back",
+                        key,
+                        || pods.list(&selected),
+                    )
                     .await?;
                 read.extend(listed.items.into_iter().map(|p| Written::Pod(Box::new(p))));
             }
@@ -263,9 +254,13 @@ impl Executor {
                     let api: Api<muster_api::ProvisioningRequest> =
                         Api::namespaced(self.client.clone(), &namespace);
                     let request = self
-                        .read("reading ProvisioningRequest back", &name, || {
-                            api.get_opt(&name)
-                        })
+                        .retrying(
+                            self.read_retry,
+                            false,
+                            "reading ProvisioningRequest back",
+                            &name,
+                            || api.get_opt(&name),
+                        )
                         .await?;
                     read.extend(request.map(|r| Written::Request(Box::new(r))));
                 }

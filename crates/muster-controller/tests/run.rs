@@ -416,6 +416,18 @@ async fn until_quiet(
     }
 }
 
+/// Every write from the first (however long it takes to come, up to `deadline`) until none
+/// has come for a second (see [`until_quiet`]).
+async fn from_first_until_quiet(
+    writes: &mut mpsc::UnboundedReceiver<(String, String)>,
+    deadline: tokio::time::Instant,
+) -> Vec<(String, String)> {
+    let first = tokio::time::timeout_at(deadline, writes.recv()).await;
+    let mut seen: Vec<(String, String)> = first.ok().flatten().into_iter().collect();
+    seen.extend(until_quiet(writes, deadline).await);
+    seen
+}
+
 /// A free local port for the metrics server.
 async fn free_port() -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await;
@@ -539,9 +551,7 @@ async fn buys_capacity(failing: BTreeMap<&'static str, u32>) {
     // Every write from the first (a failed probe is asked again a little later) until the
     // controller has been quiet for a second.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let first = tokio::time::timeout_at(deadline, writes.recv()).await;
-    let mut seen: Vec<(String, String)> = first.ok().flatten().into_iter().collect();
-    seen.extend(until_quiet(&mut writes, deadline).await);
+    let seen = from_first_until_quiet(&mut writes, deadline).await;
     assert_eq!(
         job_writes(&seen),
         buying_writes(1),
@@ -571,9 +581,7 @@ async fn a_request_for_capacity_whose_answer_is_lost_is_read_back() {
         ..
     } = start_losing(buying(), lost).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let first = tokio::time::timeout_at(deadline, writes.recv()).await;
-    let mut seen: Vec<(String, String)> = first.ok().flatten().into_iter().collect();
-    seen.extend(until_quiet(&mut writes, deadline).await);
+    let seen = from_first_until_quiet(&mut writes, deadline).await;
     assert_eq!(job_writes(&seen), buying_writes(5), "{seen:?}");
     let _ = stop.send(());
     let _ = controller.await;

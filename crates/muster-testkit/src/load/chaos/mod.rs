@@ -271,7 +271,7 @@ impl Harness {
         let watches = [
             tokio::spawn(watch_pods(client.clone(), Arc::clone(&checker), start)),
             tokio::spawn(watch_jobs(client.clone(), Arc::clone(&checker), start)),
-            tokio::spawn(watch_nodes(client.clone(), Arc::clone(&checker))),
+            tokio::spawn(watch_nodes(client.clone(), Arc::clone(&checker), start)),
         ];
         let autoscaler = Autoscaler::start(client.clone(), options.seed);
         let generator = tokio::spawn(submit(client.clone(), workload.clone(), start));
@@ -668,105 +668,113 @@ async fn submit(client: Client, workload: Workload, start: Instant) -> anyhow::R
     Ok(())
 }
 
-async fn watch_pods(client: Client, checker: Arc<Mutex<Checker>>, start: Instant) {
-    let api: Api<Pod> = Api::all(client);
-    let config = watcher::Config::default().labels(JOB_LABEL);
+/// What the checker hears from one watch: a whole list (the watch's start, or a relist after
+/// it restarted past what the API server still remembers, as after the API server's
+/// restart), a change, or a deletion.
+enum Heard<K> {
+    Listed(Vec<K>),
+    Changed(K),
+    Gone(K),
+}
+
+/// Watches `api` for the run, telling `hear` (with the checker locked and the seconds into
+/// the run) each thing heard. A list is handed over whole, so that the checker judges it as
+/// one moment of the cluster.
+async fn watch_whole<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    checker: Arc<Mutex<Checker>>,
+    start: Instant,
+    hear: impl Fn(&mut Checker, Heard<K>, f64),
+) where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+{
     let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
-    let mut relist: Option<Vec<Pod>> = None;
+    let mut relist: Option<Vec<K>> = None;
     while let Some(event) = events.next().await {
         let Ok(event) = event else { continue };
+        let heard = match event {
+            watcher::Event::Init => {
+                relist = Some(Vec::new());
+                continue;
+            }
+            watcher::Event::InitApply(object) => {
+                relist.get_or_insert_with(Vec::new).push(object);
+                continue;
+            }
+            watcher::Event::InitDone => Heard::Listed(relist.take().unwrap_or_default()),
+            watcher::Event::Apply(object) => Heard::Changed(object),
+            watcher::Event::Delete(object) => Heard::Gone(object),
+        };
         let at = start.elapsed().as_secs_f64();
-        match event {
-            watcher::Event::Init => relist = Some(Vec::new()),
-            watcher::Event::InitApply(pod) => relist.get_or_insert_with(Vec::new).push(pod),
-            watcher::Event::InitDone => {
-                let pods = relist.take().unwrap_or_default();
-                checker
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .relist(&pods, at);
-            }
-            watcher::Event::Apply(pod) => checker
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .pod(&pod, at),
-            watcher::Event::Delete(pod) => {
-                if let Some(key) = pod_key(&pod) {
-                    checker
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .pod_gone(&key);
-                }
-            }
-        }
+        hear(
+            &mut checker.lock().unwrap_or_else(PoisonError::into_inner),
+            heard,
+            at,
+        );
     }
 }
 
-async fn watch_nodes(client: Client, checker: Arc<Mutex<Checker>>) {
+async fn watch_pods(client: Client, checker: Arc<Mutex<Checker>>, start: Instant) {
+    let config = watcher::Config::default().labels(JOB_LABEL);
+    watch_whole(
+        Api::<Pod>::all(client),
+        config,
+        checker,
+        start,
+        |c, heard, at| match heard {
+            Heard::Listed(pods) => c.relist(&pods, at),
+            Heard::Changed(pod) => c.pod(&pod, at),
+            Heard::Gone(pod) => {
+                if let Some(key) = pod_key(&pod) {
+                    c.pod_gone(&key);
+                }
+            }
+        },
+    )
+    .await;
+}
+
+async fn watch_nodes(client: Client, checker: Arc<Mutex<Checker>>, start: Instant) {
     let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client);
-    let mut events =
-        std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
-    let mut relist: Option<BTreeSet<String>> = None;
-    while let Some(event) = events.next().await {
-        let Ok(event) = event else { continue };
-        let mut checker = checker.lock().unwrap_or_else(PoisonError::into_inner);
-        match event {
-            watcher::Event::Init => relist = Some(BTreeSet::new()),
-            watcher::Event::InitApply(node) => {
-                if let Some(name) = node.metadata.name {
-                    relist.get_or_insert_with(BTreeSet::new).insert(name);
-                }
-            }
-            watcher::Event::InitDone => checker.nodes_listed(relist.take().unwrap_or_default()),
-            watcher::Event::Apply(node) => {
-                if let Some(name) = node.metadata.name.as_deref() {
-                    checker.node_seen(name);
-                }
-            }
-            watcher::Event::Delete(node) => {
-                if let Some(name) = node.metadata.name.as_deref() {
-                    checker.node_gone(name);
-                }
+    let config = watcher::Config::default();
+    watch_whole(api, config, checker, start, |c, heard, _| match heard {
+        Heard::Listed(nodes) => {
+            c.nodes_listed(nodes.into_iter().filter_map(|n| n.metadata.name).collect());
+        }
+        Heard::Changed(node) => {
+            if let Some(name) = node.metadata.name.as_deref() {
+                c.node_seen(name);
             }
         }
-    }
+        Heard::Gone(node) => {
+            if let Some(name) = node.metadata.name.as_deref() {
+                c.node_gone(name);
+            }
+        }
+    })
+    .await;
 }
 
 async fn watch_jobs(client: Client, checker: Arc<Mutex<Checker>>, start: Instant) {
-    let api: Api<GpuJob> = Api::all(client);
-    let mut events =
-        std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
-    // A relist (the watch restarted past what the API server still remembers: after its
-    // restart, say) is judged whole, as one moment of the cluster.
-    let mut relist: Option<Vec<GpuJob>> = None;
-    while let Some(event) = events.next().await {
-        let Ok(event) = event else { continue };
-        let at = start.elapsed().as_secs_f64();
-        match event {
-            watcher::Event::Init => relist = Some(Vec::new()),
-            watcher::Event::InitApply(job) => relist.get_or_insert_with(Vec::new).push(job),
-            watcher::Event::InitDone => {
-                let jobs = relist.take().unwrap_or_default();
-                checker
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .jobs_listed(&jobs, at);
-            }
-            watcher::Event::Apply(job) => checker
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .job(&job, at),
-            watcher::Event::Delete(job) => {
+    let config = watcher::Config::default();
+    watch_whole(
+        Api::<GpuJob>::all(client),
+        config,
+        checker,
+        start,
+        |c, heard, at| match heard {
+            Heard::Listed(jobs) => c.jobs_listed(&jobs, at),
+            Heard::Changed(job) => c.job(&job, at),
+            Heard::Gone(job) => {
                 if let (Some(namespace), Some(name)) = (&job.metadata.namespace, &job.metadata.name)
                 {
-                    checker
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .job_gone(&format!("{namespace}/{name}"));
+                    c.job_gone(&format!("{namespace}/{name}"));
                 }
             }
-        }
-    }
+        },
+    )
+    .await;
 }
 
 /// What the end of a run checks.

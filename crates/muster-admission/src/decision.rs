@@ -148,6 +148,30 @@ pub enum PendingReason {
     /// The autoscaler provisioned capacity for the job, which keeps its quota, but the gang
     /// does not fit on it yet (typically its nodes are still joining).
     AwaitingProvisionedNodes(Box<NoFit>),
+    /// It could start by evicting `victims`, but waiting for running jobs to end costs less
+    /// than the work the victims would lose; it evicts them at `until` if it is still blocked.
+    PreemptionDeferred(Box<Deferral>),
+}
+
+/// Why and until when a preemptor waits rather than evicts (see
+/// [`PendingReason::PreemptionDeferred`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deferral {
+    /// The jobs it would evict.
+    pub victims: Vec<JobId>,
+    /// GPU-seconds of work the victims would lose (GPUs held × time since admission), in
+    /// thousandths of a GPU-second.
+    pub lost_milli: u64,
+    /// GPU-seconds waiting costs it (its GPUs × the time until it is expected to start), in
+    /// thousandths.
+    pub waiting_milli: u64,
+    /// When the release timeline frees what it needs, seconds.
+    pub starts: i64,
+    /// When it chose to wait first, seconds.
+    pub since: i64,
+    /// When it stops waiting and evicts, seconds: `since` plus its ClusterQueue's
+    /// `preemption.maxWaitWhenCheaperSeconds`.
+    pub until: i64,
 }
 
 impl PendingReason {
@@ -166,6 +190,7 @@ impl PendingReason {
             PendingReason::CapacityReserved { .. } => PendingReasonKind::CapacityReserved,
             PendingReason::Preempting { .. } => PendingReasonKind::NotYetScheduled,
             PendingReason::AwaitingProvisionedNodes(_) => PendingReasonKind::Provisioning,
+            PendingReason::PreemptionDeferred(_) => PendingReasonKind::PreemptionDeferred,
         }
     }
 
@@ -222,6 +247,19 @@ impl PendingReason {
                 "the autoscaler provisioned the capacity; waiting for its nodes to hold the gang ({})",
                 no_fit.message
             ),
+            PendingReason::PreemptionDeferred(d) => format!(
+                "waiting rather than evicting {}: they would lose {} GPU-seconds of work, waiting until t={}s for running jobs to end costs {}; evicts them at t={}s if still blocked (preemption.maxWaitWhenCheaperSeconds)",
+                d.victims.join(", "),
+                gpu_seconds(d.lost_milli),
+                d.starts,
+                gpu_seconds(d.waiting_milli),
+                d.until
+            ),
         }
     }
+}
+
+/// Thousandths of a GPU-second as whole GPU-seconds, rounded, for people to read.
+fn gpu_seconds(milli: u64) -> u64 {
+    milli.saturating_add(500) / 1000
 }

@@ -112,6 +112,51 @@ impl Job {
         let total = self.total_requests();
         (total.get(names::NVIDIA_GPU).milli() + total.get(names::GOOGLE_TPU).milli()) / 1000
     }
+
+    /// What the job holds of accelerators in all, in thousandths of a GPU: whole GPUs and TPU
+    /// chips, parts of a GPU exactly, and MIG slices by their share of a GPU's compute (see
+    /// [`mig_share_milli`]). The weight of GPU time lost or spent waiting: a job of shares or
+    /// MIG slices holds real capacity even when it holds no whole GPU.
+    pub fn accelerator_milli(&self) -> u64 {
+        let total = self.total_requests();
+        total
+            .iter()
+            .map(|(resource, amount)| {
+                if resource == names::NVIDIA_GPU || resource == names::GOOGLE_TPU {
+                    amount.milli()
+                } else if let Some(share) = mig_share_milli(resource) {
+                    // A count of slices: whole units, each worth `share` of a GPU.
+                    (amount.milli() / 1000).saturating_mul(share)
+                } else {
+                    0
+                }
+            })
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
+/// The share of one GPU, in thousandths, that a slice of MIG profile `resource` holds
+/// (`nvidia.com/mig-3g.40gb`: 3 of an H100's or A100's 7 compute slices, 428), or `None` when
+/// `resource` is not a MIG profile. An A30 has 4 compute slices; its profiles are told apart
+/// by their memory (`1g.6gb`, `2g.12gb`, `4g.24gb`). A profile whose compute part cannot be
+/// read counts as a whole GPU.
+pub fn mig_share_milli(resource: &str) -> Option<u64> {
+    let profile = resource.strip_prefix("nvidia.com/mig-")?;
+    let compute = profile
+        .split_once('g')
+        .and_then(|(n, _)| n.parse::<u64>().ok())
+        .filter(|n| *n > 0);
+    let Some(compute) = compute else {
+        return Some(1000);
+    };
+    let memory = profile.split_once('.').map_or("", |(_, m)| m);
+    let memory = memory.split('+').next().unwrap_or(memory);
+    let slices = if matches!((compute, memory), (1, "6gb") | (2, "12gb") | (4, "24gb")) {
+        4
+    } else {
+        7
+    };
+    Some((compute * 1000 / slices).min(1000))
 }
 
 /// One pod set's quota usage: per-pod requests times the count, without the pod slot (pods are

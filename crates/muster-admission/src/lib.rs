@@ -21,8 +21,8 @@ mod reservation;
 mod scheduler;
 
 pub use cluster::{Cluster, ClusterMark, with_flavor};
-pub use decision::{Admitted, Decision, PendingReason, PodSetPlacement};
-pub use job::{Job, JobId, quota_usage};
+pub use decision::{Admitted, Decision, Deferral, PendingReason, PodSetPlacement};
+pub use job::{Job, JobId, mig_share_milli, quota_usage};
 pub use namespaces::selects;
 pub use quota::{QuotaBook, QuotaCheck, Shortfall};
 pub use scheduler::{Holding, JobState, REASONS_REFRESH_SECONDS, Scheduler};

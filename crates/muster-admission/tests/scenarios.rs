@@ -622,7 +622,7 @@ fn a_held_queue_does_not_start_provisioned_capacity_either() {
     // Restored as it was before the queue was held: provisioning, quota booked, no nodes.
     let holding = muster_admission::Holding {
         cluster_queue: "q".into(),
-        since: 0,
+        since: Some(0),
         pod_sets: vec![muster_admission::PodSetPlacement {
             name: "workers".into(),
             flavor: "h100".into(),
@@ -742,6 +742,7 @@ fn a_preemptor_waits_when_waiting_costs_less_than_the_work_it_would_throw_away()
             within_cluster_queue: WithinClusterQueue::LowerPriority,
             reclaim_within_cohort: ReclaimWithinCohort::Never,
             wait_when_cheaper: Some(weighs),
+            ..PreemptionPolicy::default()
         };
         let mut s = scheduler(
             &fleet("h100", 1, 4),
@@ -755,11 +756,10 @@ fn a_preemptor_waits_when_waiting_costs_less_than_the_work_it_would_throw_away()
         let d = cycle(&mut s, 1_000);
         if weighs {
             assert!(preempted(&d).is_empty(), "{d:#?}");
-            let Some(PendingReason::NoTopologyFit(_) | PendingReason::QuotaShort(_)) =
-                reason_of(&d, "high")
-            else {
-                unreachable!("high waits for capacity: {d:#?}")
+            let Some(PendingReason::PreemptionDeferred(deferral)) = reason_of(&d, "high") else {
+                unreachable!("high waits rather than evicts: {d:#?}")
             };
+            assert_eq!(deferral.starts, 1_100);
             let eta = d.iter().find_map(|x| match x {
                 Decision::Pending { job, eta, .. } if job == "ns/high" => *eta,
                 _ => None,

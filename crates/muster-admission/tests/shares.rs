@@ -188,7 +188,7 @@ fn a_restored_holding_keeps_its_devices() {
         job("first", 1, 1, "600m"),
         muster_admission::Holding {
             cluster_queue: "inference".into(),
-            since: 10,
+            since: Some(10),
             pod_sets: vec![placement],
         },
         false,

@@ -133,19 +133,42 @@ pub struct PreemptionPolicy {
     /// Reclaim nominal quota lent to other queues of the cohort. Default Never.
     #[serde(default)]
     pub reclaim_within_cohort: ReclaimWithinCohort,
-    /// Wait instead of evicting when the victims would lose more GPU-seconds (GPUs × time
-    /// since their admission) than the preemptor would spend waiting (its GPUs × the time
-    /// until the capacity it needs frees, by the runtimes jobs announce). Default true;
-    /// without announced runtimes there is no such estimate and preemption goes ahead.
+    /// Wait instead of evicting when the victims would lose more GPU-seconds (GPUs held —
+    /// parts of a GPU and MIG slices by what they hold — × time since their admission) than
+    /// the preemptor would spend waiting (its GPUs × the time until the capacity it needs
+    /// frees, by the runtimes jobs announce). Default true. Only running jobs that announced a
+    /// runtime and have not passed it count as about to leave: without that estimate, or
+    /// when a victim's admission time is unknown, preemption goes ahead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wait_when_cheaper: Option<bool>,
+    /// The longest a preemptor waits because waiting was cheaper, seconds, counted from the
+    /// first cycle it chose to wait; then it evicts. Default 1800. A wait that the release
+    /// timeline says would end later than this is not taken at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_wait_when_cheaper_seconds: Option<i64>,
 }
 
 impl PreemptionPolicy {
+    /// The default of [`PreemptionPolicy::max_wait_when_cheaper_seconds`]: half an hour. On the
+    /// simulator's demo (jobs of 1.5 h on average) shorter bounds turn waits that would have
+    /// ended into evictions — at 10 minutes up to 7 preemptions of one job and eight times
+    /// the work lost — while 30 minutes keeps every job to at most 3 (docs/performance.md,
+    /// "Preemption waste").
+    pub const DEFAULT_MAX_WAIT_WHEN_CHEAPER_SECONDS: i64 = 1800;
+
     /// Whether a preemptor waits when that costs less than evicting (see
     /// [`PreemptionPolicy::wait_when_cheaper`]).
     pub fn waits_when_cheaper(&self) -> bool {
         self.wait_when_cheaper.unwrap_or(true)
+    }
+
+    /// The longest a preemptor waits because waiting was cheaper, seconds, with its default
+    /// (see [`PreemptionPolicy::max_wait_when_cheaper_seconds`]).
+    pub fn max_wait_when_cheaper(&self) -> i64 {
+        self.max_wait_when_cheaper_seconds
+            .unwrap_or(Self::DEFAULT_MAX_WAIT_WHEN_CHEAPER_SECONDS)
+            .max(0)
     }
 }
 

@@ -275,6 +275,11 @@ pub struct PendingReason {
     /// The estimated start, when runtimes are known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eta: Option<Time>,
+    /// Since when the job waits for this reason, where that bounds the wait: for
+    /// `PreemptionDeferred`, when it first chose to wait rather than evict (it evicts
+    /// `preemption.maxWaitWhenCheaperSeconds` later).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
 }
 
 /// The kinds of reasons a job waits.
@@ -303,6 +308,10 @@ pub enum PendingReasonKind {
     Provisioning,
     /// Requeued after an eviction; waiting out its backoff.
     Backoff,
+    /// It could start by evicting lower-priority jobs, but waiting for running jobs to end
+    /// costs less than the work they would lose; it evicts once its ClusterQueue's
+    /// `preemption.maxWaitWhenCheaperSeconds` has passed.
+    PreemptionDeferred,
 }
 
 impl PendingReasonKind {
@@ -320,6 +329,7 @@ impl PendingReasonKind {
             PendingReasonKind::CapacityReserved => "CapacityReserved",
             PendingReasonKind::Provisioning => "Provisioning",
             PendingReasonKind::Backoff => "Backoff",
+            PendingReasonKind::PreemptionDeferred => "PreemptionDeferred",
         }
     }
 }

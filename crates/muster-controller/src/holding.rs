@@ -68,7 +68,9 @@ pub(crate) fn holding_of(
     pods: &[(&str, &PodRecord)],
 ) -> Option<Holding> {
     let admission = status.admission.as_ref()?;
-    let since = condition_time(status, conditions::ADMITTED).unwrap_or(0);
+    // A status that lost its Admitted condition still says when the gang was released; with
+    // neither the time is unknown, and nothing is estimated from it.
+    let since = admitted_at(status).or_else(|| status.start_time.as_ref().map(seconds));
     let pod_sets = admission
         .pod_sets
         .iter()
@@ -227,7 +229,7 @@ pub(crate) fn unfinished_release(
 pub(crate) fn holding(admitted: &Admitted, since: i64) -> Holding {
     Holding {
         cluster_queue: admitted.cluster_queue.clone(),
-        since,
+        since: Some(since),
         pod_sets: admitted.pod_sets.clone(),
     }
 }
@@ -261,7 +263,7 @@ pub(crate) fn held_by_pods(
     job: &GpuJob,
     key: &str,
     attempt: i32,
-    since: i64,
+    since: Option<i64>,
 ) -> Option<Holding> {
     let running: Vec<&PodRecord> = index
         .pods_of(key)

@@ -24,6 +24,7 @@ use muster_admission::{Job, JobState, Scheduler};
 use muster_api::{ClusterQueueSpec, Resources};
 
 use crate::index::Index;
+use crate::preemptors::Preemptors;
 use crate::seats::Seats;
 
 /// The scheduler a pass left, with what it was built from.
@@ -132,7 +133,7 @@ pub(crate) struct Basis {
 pub(crate) fn scheduler_for(
     slot: &mut Slot,
     index: &mut Index,
-    nominated: &BTreeSet<String>,
+    preemptors: &Preemptors,
     seats: &Seats,
     changes: &[String],
     build: impl FnOnce(&mut Index, &BTreeMap<String, Resources>) -> Scheduler,
@@ -140,7 +141,7 @@ pub(crate) fn scheduler_for(
     let members = OutsideUsage::members_of(index, seats.held());
     if let Some(mut kept) = slot.take()
         && kept.inputs.hold_in(index)
-        && kept.catch_up(seats, changes, nominated)
+        && kept.catch_up(seats, changes, preemptors)
     {
         kept.book(index, members);
         let Kept {
@@ -173,9 +174,7 @@ pub(crate) fn scheduler_for(
             scheduler.submit(job.clone());
         }
     }
-    for id in nominated {
-        scheduler.renominate(id);
-    }
+    preemptors.resume(&mut scheduler, index);
     let basis = Basis {
         inputs: None,
         usage,
@@ -205,17 +204,8 @@ impl Kept {
     /// scheduler is then dropped) when a difference is not one it can take in. Jobs whose
     /// seats did not change are as the scheduler holds them: the last pass left them so, and
     /// anything the cycle changed about a job has it settled again.
-    fn catch_up(
-        &mut self,
-        seats: &Seats,
-        changes: &[String],
-        nominated: &BTreeSet<String>,
-    ) -> bool {
-        if !self
-            .scheduler
-            .nominated()
-            .eq(nominated.iter().map(String::as_str))
-        {
+    fn catch_up(&mut self, seats: &Seats, changes: &[String], preemptors: &Preemptors) -> bool {
+        if !preemptors.held_by(&self.scheduler) {
             return false;
         }
         let s = &self.scheduler;

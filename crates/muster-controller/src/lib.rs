@@ -37,6 +37,7 @@ pub mod ledger;
 pub mod lifecycle;
 pub mod metrics;
 pub mod plan;
+mod preemptors;
 mod provision;
 mod queues;
 pub mod release;

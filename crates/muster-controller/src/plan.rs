@@ -27,6 +27,7 @@ use crate::holding::holding;
 use crate::index::Index;
 use crate::job::InCycle;
 use crate::ledger::Busy;
+use crate::preemptors::Preemptors;
 use crate::seats::Seat;
 use crate::settle::{Settled, settle};
 use crate::state::State;
@@ -73,13 +74,13 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     let policy = state.placement_policy.clone();
     let State {
         index,
-        nominated,
+        preemptors,
         kept,
         seats,
         ..
     } = &mut *state;
     let (mut scheduler, basis) =
-        crate::kept::scheduler_for(kept, index, nominated, seats, &changes, |index, usage| {
+        crate::kept::scheduler_for(kept, index, preemptors, seats, &changes, |index, usage| {
             let cluster = index.empty_cluster().clone();
             scheduler(index, cluster, usage, &policy)
         });
@@ -99,7 +100,7 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     }
     plan.summary.settled = settled;
     plan.summary.explained = explain;
-    state.nominated = scheduler.nominated().map(str::to_owned).collect();
+    state.preemptors = Preemptors::of(&scheduler);
 
     // (3) Decisions into writes.
     let mut tally = Tally::default();

@@ -265,7 +265,7 @@ pub(crate) fn holding(status: &GpuJobStatus, since: i64) -> Option<Holding> {
     let admission = status.admission.as_ref()?;
     Some(Holding {
         cluster_queue: admission.cluster_queue.clone(),
-        since,
+        since: Some(since),
         pod_sets: admission
             .pod_sets
             .iter()
@@ -366,6 +366,7 @@ pub(crate) fn start(
         kind: PendingReasonKind::Provisioning,
         message,
         eta: None,
+        since: None,
     });
     crate::status::set_condition(
         &mut next.conditions,
@@ -395,6 +396,7 @@ pub(crate) fn waiting(status: &GpuJobStatus, message: &str) -> GpuJobStatus {
         kind: PendingReasonKind::Provisioning,
         message: message.to_owned(),
         eta: None,
+        since: None,
     });
     next
 }
@@ -415,6 +417,7 @@ pub(crate) fn retrying(
         eta: k8s_openapi::jiff::Timestamp::from_second(retry_at)
             .ok()
             .map(Time),
+        since: None,
     });
     next
 }

@@ -7,12 +7,11 @@
 //! [`crate::plan`]). A `State` reads as its index (it dereferences to it); every change goes
 //! through it, so that the ledger stays in step with what lands.
 
-use std::collections::BTreeSet;
-
 use crate::action::Action;
 use crate::index::{Index, Indexed, Written};
 use crate::kept;
 use crate::ledger::Ledger;
+use crate::preemptors::Preemptors;
 use crate::seats::Seats;
 
 /// The index plus the controller's own memory (see the module docs).
@@ -22,9 +21,10 @@ pub struct State {
     pub(crate) index: Index,
     /// Writes started and not yet landed.
     pub(crate) ledger: Ledger,
-    /// Preemptors waiting for their victims to leave, as the last pass's cycle left them:
-    /// the next pass's scheduler, built afresh, serves them first again.
-    pub(crate) nominated: BTreeSet<String>,
+    /// Preemptors waiting for their victims to leave, or because waiting was cheaper, as
+    /// the last pass's cycle left them: a scheduler built afresh for the next pass learns
+    /// them again.
+    pub(crate) preemptors: Preemptors,
     /// Admission's scheduler as the last pass left it (see [`crate::kept`]).
     pub(crate) kept: kept::Slot,
     /// Every job as the last pass that settled it left it (see [`crate::seats`]).
@@ -163,5 +163,6 @@ impl State {
         self.ledger = Ledger::for_term(self.ledger.term + 1);
         // Jobs settled against the old term's writes in flight settle again.
         self.seats = Seats::default();
+        self.preemptors.start_term();
     }
 }

@@ -95,6 +95,14 @@ pub fn pending(
         eta: eta
             .and_then(|s| k8s_openapi::jiff::Timestamp::from_second(s).ok())
             .map(Time),
+        since: match reason {
+            PendingReason::PreemptionDeferred(d) => {
+                k8s_openapi::jiff::Timestamp::from_second(d.since)
+                    .ok()
+                    .map(Time)
+            }
+            _ => None,
+        },
     });
     next.admission = None;
     changed(current, next)
@@ -356,17 +364,20 @@ pub fn evicted(
                 eta: k8s_openapi::jiff::Timestamp::from_second(*retry_at)
                     .ok()
                     .map(Time),
+                since: None,
             }
         }
         Eviction::Suspended => muster_api::gpujob::PendingReason {
             kind: PendingReasonKind::Suspended,
             message: message.clone(),
             eta: None,
+            since: None,
         },
         _ => muster_api::gpujob::PendingReason {
             kind: PendingReasonKind::NotYetScheduled,
             message: message.clone(),
             eta: None,
+            since: None,
         },
     });
     next

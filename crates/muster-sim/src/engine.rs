@@ -19,6 +19,8 @@ pub struct JobRecord {
     pub id: String,
     /// Its LocalQueue.
     pub queue: String,
+    /// Its priority.
+    pub priority: i32,
     /// GPUs it asked for (a pod asking for part of one GPU counts the one GPU it is on).
     pub gpus: u64,
     /// Milli-GPU it asked for: a part of one GPU counts exactly.
@@ -219,6 +221,7 @@ impl Books {
                 .map(|j| JobRecord {
                     id: j.id.clone(),
                     queue: j.queue.clone(),
+                    priority: j.priority,
                     gpus: j.gpus(),
                     gpu_milli: j.gpu_milli(),
                     submit: j.submit,
@@ -363,6 +366,7 @@ pub fn run(
     let total = loaded.jobs.len();
     let mut failures = Failures::new(loaded);
     let mut changes = Changes::new(loaded, &mut s, &mut books);
+    let mut reweigh: Option<i64> = None;
     loop {
         let next_end = books.ends.peek().map(|Reverse((t, _, _))| *t);
         let next_arrival = loaded.jobs.get(next).map(|j| j.submit);
@@ -376,6 +380,9 @@ pub fn run(
         let next_autoscaler = autoscaler
             .as_ref()
             .and_then(crate::autoscaler::Autoscaler::next);
+        // A preemptor that waits because waiting is cheaper weighs again when a job passes
+        // its announced end or its wait reaches its bound, though no event comes then.
+        let next_reweigh = reweigh.filter(|_| work_left || books.pending > 0);
         let Some(now) = [
             next_end,
             next_arrival,
@@ -383,6 +390,7 @@ pub fn run(
             next_repair,
             next_change,
             next_autoscaler,
+            next_reweigh,
         ]
         .into_iter()
         .flatten()
@@ -409,6 +417,7 @@ pub fn run(
             now,
             &mut cycles,
         );
+        reweigh = s.reweigh_at(now);
         if let Some(a) = autoscaler.as_mut() {
             let running = books.running.clone();
             a.settle(now, &mut s, loaded, &mut books.absent, &|i| {
@@ -566,7 +575,8 @@ fn heads(s: &Scheduler) -> (bool, bool) {
             PendingReason::QuotaShort(_)
             | PendingReason::NotCovered { .. }
             | PendingReason::CapacityReserved { .. }
-            | PendingReason::Preempting { .. } => waiting = true,
+            | PendingReason::Preempting { .. }
+            | PendingReason::PreemptionDeferred(_) => waiting = true,
             _ => {}
         }
     }

@@ -7,6 +7,8 @@
 //! - [`engine`]: the discrete-event loop around `muster_admission::Scheduler::cycle`.
 //! - [`report`]: `jobs.csv`, `summary.json`, policy comparisons and the text summary.
 //! - [`plots`]: SVG plots of allocation, queue length and wait times.
+//! - `variation`: what-if changes to a loaded scenario (runtimes announced wrongly,
+//!   preemption settings), as [`scenario::Loaded`] methods.
 
 mod autoscaler;
 pub mod engine;
@@ -15,3 +17,4 @@ pub mod plots;
 pub mod report;
 pub mod scenario;
 pub mod trace;
+mod variation;

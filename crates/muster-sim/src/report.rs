@@ -143,6 +143,7 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
         by_size.insert((*name).to_owned(), stats(&mut w));
         jct_by_size.insert((*name).to_owned(), stats(&mut c));
     }
+    let wait_by_priority = wait_by_priority(&finished);
     let (gpu_seconds, head_blocked, fragmented) = timeline_gpu_seconds(run);
     // Capacity: the fleet over the makespan, plus whatever was bought (jobs on bought
     // capacity count as allocated, so it counts as capacity too).
@@ -166,6 +167,7 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
         "waitSeconds": stats(&mut waits),
         "jctSeconds": stats(&mut jcts),
         "waitSecondsBySize": by_size,
+        "waitSecondsByPriority": wait_by_priority,
         "jctSecondsBySize": jct_by_size,
         "gpus": run.total_gpus,
         "gpuSecondsAllocated": u64::try_from(gpu_seconds).unwrap_or(u64::MAX),
@@ -198,6 +200,25 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
         m.insert("eventsPerSecond".into(), json!(rate));
     }
     summary
+}
+
+/// The wait of finished jobs per priority: what preemption rules trade is the high-priority
+/// jobs' wait against the low-priority jobs' lost work.
+fn wait_by_priority(finished: &[&crate::engine::JobRecord]) -> serde_json::Map<String, Value> {
+    let mut by_priority: std::collections::BTreeMap<i32, Vec<i64>> =
+        std::collections::BTreeMap::new();
+    for r in finished {
+        if let Some(start) = r.start {
+            by_priority
+                .entry(r.priority)
+                .or_default()
+                .push(start - r.submit);
+        }
+    }
+    by_priority
+        .into_iter()
+        .map(|(p, mut w)| (p.to_string(), stats(&mut w)))
+        .collect()
 }
 
 /// What preemptions and failures cost a run.

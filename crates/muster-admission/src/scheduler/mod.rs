@@ -22,6 +22,7 @@ mod preempt;
 mod provisioned;
 mod reserve;
 mod waiting;
+mod weigh;
 
 /// How old the reasons [`Scheduler::waiting`] gives may get, seconds: a cycle skipped because
 /// nothing changed keeps the last full cycle's reasons, and a full cycle runs at least this
@@ -46,8 +47,10 @@ pub enum JobState {
 pub struct Holding {
     /// The ClusterQueue whose quota it uses.
     pub cluster_queue: String,
-    /// When it was admitted, seconds.
-    pub since: i64,
+    /// When it was admitted, seconds; `None` when that is not known (a job restored from a
+    /// status that lost its admission time). Nothing is estimated from an unknown time: such
+    /// a job has no expected end, and its work is not weighed against waiting.
+    pub since: Option<i64>,
     /// Per pod set: flavor, domain and nodes (no nodes while provisioning).
     pub pod_sets: Vec<PodSetPlacement>,
 }
@@ -228,6 +231,10 @@ pub struct Scheduler {
     shape_count: usize,
     /// Preemptors waiting for their victims to leave, with what they counted on.
     nominations: BTreeMap<JobId, nominate::Nomination>,
+    /// Preemptors waiting because waiting was cheaper than evicting (see [`weigh`]), with
+    /// the time each chose to wait first (their wait is bounded from then) and when that
+    /// bound ends, as its last weighing found.
+    deferred: BTreeMap<JobId, (i64, i64)>,
     policy: Box<dyn Policy>,
     /// Jobs that hold capacity (every state but pending).
     holders: BTreeSet<JobId>,
@@ -308,6 +315,7 @@ impl Scheduler {
             shapes: BTreeMap::new(),
             shape_count: 0,
             nominations: BTreeMap::new(),
+            deferred: BTreeMap::new(),
             policy: Box::new(BestFit),
             holders: BTreeSet::new(),
             running_in: BTreeMap::new(),
@@ -363,9 +371,9 @@ impl Scheduler {
                 self.file_running(id, &h.cluster_queue);
             }
             JobState::Admitted(h) => {
-                match job.expected_runtime {
-                    Some(r) => {
-                        self.ends.insert((h.since.saturating_add(r), Arc::from(id)));
+                match expected_end(job, h) {
+                    Some(end) => {
+                        self.ends.insert((end, Arc::from(id)));
                     }
                     None => {
                         self.unending.insert(Arc::from(id));
@@ -409,10 +417,9 @@ impl Scheduler {
                 self.unfile_running(id, &h.cluster_queue);
             }
             JobState::Admitted(h) => {
-                match job.expected_runtime {
-                    Some(r) => {
-                        self.ends
-                            .remove(&(h.since.saturating_add(r), Arc::from(id)));
+                match expected_end(job, h) {
+                    Some(end) => {
+                        self.ends.remove(&(end, Arc::from(id)));
                     }
                     None => {
                         self.unending.remove(id);
@@ -456,6 +463,7 @@ impl Scheduler {
             }
         } else {
             self.holders.insert(id.to_owned());
+            self.deferred.remove(id);
             if was_pending {
                 self.lists.remove(&job);
             }
@@ -532,6 +540,7 @@ impl Scheduler {
     pub fn finish(&mut self, id: &str) {
         self.generation += 1;
         self.release_all(id);
+        self.deferred.remove(id);
         if let Some(old) = self.jobs.remove(id) {
             self.lists.remove(&old.job);
             self.holders.remove(id);
@@ -932,14 +941,30 @@ impl Scheduler {
             state.strict_head.remove(cq);
             return;
         }
+        let deferred_since = self.deferred.remove(&job.id);
+        let mut deferral = None;
         if let Some((victims, leaving, assignment)) =
             self.preempt(cq, job, &state.reservations, now, &mut state.candidates)
-            && !self.cheaper_to_wait(cq, job, &victims, &leaving, &blocked, now, state)
         {
-            self.evict_for(job, &victims, &leaving, out);
-            self.nominate(cq, job, &victims, &assignment, state);
-            out.push(pending(PendingReason::Preempting { victims }, None));
-            return;
+            deferral = self.weigh(
+                cq,
+                job,
+                &victims,
+                &leaving,
+                &blocked,
+                deferred_since.map(|(since, _)| since),
+                now,
+                state,
+            );
+            if deferral.is_none() {
+                self.evict_for(job, &victims, &leaving, out);
+                self.nominate(cq, job, &victims, &assignment, state);
+                out.push(pending(PendingReason::Preempting { victims }, None));
+                return;
+            }
+        }
+        if let Some(d) = &deferral {
+            self.deferred.insert(job.id.clone(), (d.since, d.until));
         }
         if let Blocked::Topology { .. } = &blocked
             && preempt_first
@@ -956,11 +981,9 @@ impl Scheduler {
                 match state.weighed.take() {
                     Some((weighed, found)) if weighed == job.id => Some(found),
                     _ => {
-                        let release = std::rc::Rc::clone(
-                            state
-                                .release
-                                .get_or_insert_with(|| std::rc::Rc::new(self.release_order(now))),
-                        );
+                        let release = std::rc::Rc::clone(state.release.get_or_insert_with(|| {
+                            std::rc::Rc::new(self.release_order(now, true))
+                        }));
                         Some(self.reserve(cq, job, &blocked, now, &release))
                     }
                 }
@@ -978,70 +1001,23 @@ impl Scheduler {
             // job may still make the reservation, so it is not remembered.
             Some(None) => {}
             None => {
+                // What an identical job would be told: why it cannot start, not this job's
+                // own weighing.
                 let (key, respected) = key;
                 state.remember(key, respected, reason.clone(), now);
             }
         }
-        out.push(pending(reason, eta));
-    }
-
-    /// Whether `job` should wait rather than evict `victims` (those not already `leaving`):
-    /// they would lose more GPU-seconds — GPUs × time since their admission, all of it
-    /// unless they checkpoint — than it would spend waiting — its GPUs × the time until the
-    /// release timeline frees what it needs. Only when its queue's policy weighs the two
-    /// (the default) and the timeline knows when (announced runtimes); else it evicts.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the cycle's context, passed down once"
-    )]
-    fn cheaper_to_wait(
-        &mut self,
-        cq: &str,
-        job: &Job,
-        victims: &[JobId],
-        leaving: &BTreeSet<JobId>,
-        blocked: &Blocked,
-        now: i64,
-        state: &mut CycleState,
-    ) -> bool {
-        let weighs = self
-            .queues
-            .get(cq)
-            .and_then(|q| q.spec.preemption.as_ref())
-            .is_some_and(muster_api::cluster_queue::PreemptionPolicy::waits_when_cheaper);
-        if !weighs {
-            return false;
+        match deferral {
+            // Its start as the weighing sees it: only jobs about to leave free capacity.
+            Some(d) => {
+                let starts = d.starts;
+                out.push(pending(
+                    PendingReason::PreemptionDeferred(Box::new(d)),
+                    Some(starts),
+                ));
+            }
+            None => out.push(pending(reason, eta)),
         }
-        let lost: u64 = victims
-            .iter()
-            .filter(|v| !leaving.contains(*v))
-            .filter_map(|v| self.holding_of(v))
-            .map(|(victim, h)| {
-                victim
-                    .accelerators()
-                    .saturating_mul(u64::try_from(now - h.since).unwrap_or(0))
-            })
-            .sum();
-        if lost == 0 {
-            return false;
-        }
-        let release = std::rc::Rc::clone(
-            state
-                .release
-                .get_or_insert_with(|| std::rc::Rc::new(self.release_order(now))),
-        );
-        let found = self.reserve(cq, job, blocked, now, &release);
-        let starts = found.as_ref().and_then(|r| r.until);
-        state.weighed = Some((job.id.clone(), found));
-        let waits = starts.is_some_and(|t| {
-            let waiting = job
-                .accelerators()
-                .saturating_mul(u64::try_from(t - now).unwrap_or(0));
-            waiting <= lost
-        });
-        // What the victims would lose grows with time: a later cycle may decide otherwise.
-        state.timed |= waits;
-        waits
     }
 
     /// Whether `job` could start in `cq` only by borrowing: some pod set has no flavor with
@@ -1118,7 +1094,7 @@ impl Scheduler {
         }
         let holding = Holding {
             cluster_queue: cq.to_owned(),
-            since: now,
+            since: Some(now),
             pod_sets: assignment.pod_sets.clone(),
         };
         self.set_state(&job.id, JobState::Admitted(holding));
@@ -1179,7 +1155,7 @@ impl Scheduler {
             &job.id,
             JobState::Provisioning(Holding {
                 cluster_queue: cq.to_owned(),
-                since: now,
+                since: Some(now),
                 pod_sets: assignment.pod_sets,
             }),
         );
@@ -1212,4 +1188,10 @@ fn blocked_reason(cq: &str, blocked: Blocked) -> PendingReason {
         Blocked::Topology { no_fit, .. } => PendingReason::NoTopologyFit(no_fit),
         Blocked::Reserved { for_job, until } => PendingReason::CapacityReserved { for_job, until },
     }
+}
+
+/// When an admitted job is expected to end: its admission plus the runtime it announced, when
+/// both are known.
+fn expected_end(job: &Job, holding: &Holding) -> Option<i64> {
+    Some(holding.since?.saturating_add(job.expected_runtime?))
 }

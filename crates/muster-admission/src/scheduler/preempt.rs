@@ -11,8 +11,8 @@ use crate::job::{Job, JobId};
 use crate::reservation::Reservation;
 
 /// A preemption candidate: (not already leaving, in the preemptor's queue, priority, newest
-/// admission first, id).
-pub(super) type Candidate = (bool, bool, i32, std::cmp::Reverse<i64>, JobId);
+/// admission first — an unknown admission time last, as if the oldest — id).
+pub(super) type Candidate = (bool, bool, i32, std::cmp::Reverse<Option<i64>>, JobId);
 
 /// Preemption candidates per (ClusterQueue, preemptor priority), sorted, while usage stays as
 /// it is: identical preemptors in one cycle look at the same jobs.

@@ -56,7 +56,7 @@ impl Scheduler {
                         &job.id,
                         JobState::Admitted(Holding {
                             cluster_queue: holding.cluster_queue.clone(),
-                            since: now,
+                            since: Some(now),
                             pod_sets: pod_sets.clone(),
                         }),
                     );

@@ -58,44 +58,58 @@ impl Scheduler {
         book
     }
 
-    /// Admitted jobs with their expected end (now for jobs being evicted, and for jobs past
-    /// their expected end), soonest first, then by id; jobs without an expected runtime never
-    /// end as far as planning knows.
-    pub(super) fn release_timeline(&self, now: i64) -> Vec<(i64, SharedId)> {
+    /// Admitted jobs with their expected end (now for jobs being evicted and, when
+    /// `overdue_leave`, for jobs past their expected end), soonest first, then by id; jobs
+    /// without an expected runtime never end as far as planning knows. Without
+    /// `overdue_leave`, jobs past their expected end are left off (the caller counts them
+    /// with the jobs of unknown end).
+    pub(super) fn release_timeline(&self, now: i64, overdue_leave: bool) -> Vec<(i64, SharedId)> {
         // Everything due now (being evicted, or overdue) ties at `now` and goes by id; the
         // rest of the expected ends are kept in order already.
-        let overdue = self
-            .ends
-            .range(..(now.saturating_add(1), SharedId::from("")))
-            .count();
+        let overdue = self.overdue(now);
         let mut timeline: Vec<(i64, SharedId)> =
             Vec::with_capacity(self.evicting.len() + self.ends.len());
         timeline.extend(self.evicting.iter().map(|id| (now, id.clone())));
-        timeline.extend(
-            self.ends
-                .iter()
-                .take(overdue)
-                .map(|(_, id)| (now, id.clone())),
-        );
+        if overdue_leave {
+            timeline.extend(
+                self.ends
+                    .iter()
+                    .take(overdue)
+                    .map(|(_, id)| (now, id.clone())),
+            );
+        }
         timeline.sort();
         timeline.extend(self.ends.iter().skip(overdue).cloned());
         timeline
     }
 
+    /// How many admitted jobs are past their expected end at `now`.
+    pub(super) fn overdue(&self, now: i64) -> usize {
+        self.ends
+            .range(..(now.saturating_add(1), SharedId::from("")))
+            .count()
+    }
+
     /// The release timeline, then every other job that holds capacity (no known end), by id:
-    /// the order in which a reservation search releases jobs.
-    pub(super) fn release_order(&self, now: i64) -> ReleaseOrder {
-        let timeline = self.release_timeline(now);
+    /// the order in which a reservation search releases jobs. A reservation counts jobs past
+    /// their expected end as leaving now (`overdue_leave`: what they hold is as good as
+    /// free, so nothing may start there that would outlast them); a preemptor weighing
+    /// whether to wait does not (a job that overran what it announced says nothing about
+    /// when it ends, and waiting on it could last for ever).
+    pub(super) fn release_order(&self, now: i64, overdue_leave: bool) -> ReleaseOrder {
+        let timeline = self.release_timeline(now, overdue_leave);
         let mut ends = Vec::with_capacity(timeline.len());
         let mut order: Vec<SharedId> = Vec::with_capacity(self.holders.len());
         for (end, id) in timeline {
             ends.push(end);
             order.push(id);
         }
+        let overdue = if overdue_leave { 0 } else { self.overdue(now) };
         let mut rest: Vec<SharedId> = self
             .provisioning
             .iter()
             .chain(&self.unending)
+            .chain(self.ends.iter().take(overdue).map(|(_, id)| id))
             .cloned()
             .collect();
         rest.sort();

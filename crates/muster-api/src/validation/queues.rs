@@ -29,6 +29,17 @@ impl Validate for ClusterQueue {
         if let Some(p) = &spec.provisioning {
             provisioning(&mut e, "spec.provisioning", p);
         }
+        if let Some(wait) = spec
+            .preemption
+            .as_ref()
+            .and_then(|p| p.max_wait_when_cheaper_seconds)
+            .filter(|w| *w < 0)
+        {
+            e.push(
+                "spec.preemption.maxWaitWhenCheaperSeconds",
+                format!("{wait} is negative; use 0 to evict without waiting, or set waitWhenCheaper to false"),
+            );
+        }
         e.into_vec()
     }
 }

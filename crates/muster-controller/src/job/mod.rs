@@ -264,9 +264,7 @@ pub fn step(index: &Index, ledger: &Ledger, key: &str, now: &Time) -> Option<Ste
             }
         }
         let attempt = status.map_or(0, |s| s.requeue_count);
-        let since = status
-            .and_then(crate::holding::admitted_at)
-            .unwrap_or_default();
+        let since = status.and_then(crate::holding::admitted_at);
         if let Some(holding) = held_by_pods(index, job, key, attempt, since) {
             step.in_cycle = InCycle::Holds {
                 holding,
@@ -383,6 +381,7 @@ fn next(
             kind: PendingReasonKind::Backoff,
             message: format!("releasing the gang failed {failures} times, last: {error}"),
             eta: Timestamp::from_second(*retry_at).ok().map(Time),
+            since: None,
         });
         let step = Step::new(Phase::Waiting);
         if next == *status {
@@ -462,7 +461,9 @@ fn admitted(
         &placed,
         current,
         |n| index.nodes.get(n),
-        held.since,
+        // An admission time that is unknown starts no pods-ready timeout: a gang that never
+        // became Ready is still restarted when a pod fails or loses its node.
+        held.since.unwrap_or(now_s),
         timeout,
         now_s,
     );
@@ -577,7 +578,7 @@ fn admitted(
         return step.holds(held, false);
     };
     let mut step = Step {
-        ran_since: Some(held.since),
+        ran_since: held.since,
         ..step
     };
     // A Running update keeps the admission; everything else gives it up.

@@ -322,6 +322,7 @@ fn backoff(until: i64) -> PendingReason {
         kind: PendingReasonKind::Backoff,
         message: "waits".to_owned(),
         eta: Some(time(until)),
+        since: None,
     }
 }
 

@@ -27,10 +27,35 @@ pub struct Args {
     /// to this file, and exit without simulating.
     #[arg(long, value_name = "FILE")]
     export_trace: Option<PathBuf>,
+    /// Make announced runtimes wrong by up to this fraction of themselves, drawn per job
+    /// (0.5: from half to one and a half times the true runtime); jobs still run their true
+    /// duration.
+    #[arg(long, value_name = "FRACTION")]
+    runtime_error: Option<f64>,
+    /// Seed of the runtime errors.
+    #[arg(
+        long,
+        value_name = "SEED",
+        default_value_t = 1,
+        requires = "runtime_error"
+    )]
+    runtime_error_seed: u64,
+    /// Set `preemption.waitWhenCheaper` on every ClusterQueue that preempts.
+    #[arg(long, value_name = "BOOL")]
+    wait_when_cheaper: Option<bool>,
+    /// Set `preemption.maxWaitWhenCheaperSeconds` on every ClusterQueue that preempts.
+    #[arg(long, value_name = "SECONDS")]
+    max_wait_when_cheaper: Option<i64>,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let loaded = Loaded::from_file(&args.scenario, args.seed)?;
+    let mut loaded = Loaded::from_file(&args.scenario, args.seed)?;
+    if let Some(error) = args.runtime_error {
+        loaded
+            .misannounce_runtimes(error, args.runtime_error_seed)
+            .map_err(anyhow::Error::msg)?;
+    }
+    loaded.set_preemption_waits(args.wait_when_cheaper, args.max_wait_when_cheaper);
     if let Some(path) = &args.export_trace {
         std::fs::write(path, muster_sim::trace::write_muster(&loaded.jobs))
             .with_context(|| format!("writing {}", path.display()))?;

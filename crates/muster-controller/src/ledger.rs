@@ -37,6 +37,10 @@ pub struct Ledger {
     /// Status writes of waiting jobs queued for the sender, not yet sent: each such job is
     /// [`Busy::StatusQueued`] and counts one write in flight.
     pub(crate) deferred: DeferredStatuses,
+    /// Per job with a release in flight, when its admission began (the time its status will
+    /// show): the job holds its quota and nodes from then on, in every pass until the
+    /// release lands, as it will once it has.
+    pub(crate) released_at: BTreeMap<String, i64>,
 }
 
 impl Ledger {
@@ -117,11 +121,17 @@ impl Ledger {
             .insert(key.to_owned(), (failures, now + delay, error));
     }
 
-    /// Counts every job action of a pass as in flight until it lands.
+    /// Counts every job action of a pass as in flight until it lands, and keeps when each
+    /// release's admission began.
     pub(crate) fn sent(&mut self, actions: &[Action]) {
         for action in actions {
             if let Some(job) = action.job() {
                 *self.in_flight.entry(job.to_owned()).or_default() += 1;
+                if let Action::Release { status, .. } = action
+                    && let Some(at) = crate::holding::admitted_at(status)
+                {
+                    self.released_at.insert(job.to_owned(), at);
+                }
             }
         }
     }
@@ -144,6 +154,7 @@ impl Ledger {
             if left == 0 {
                 self.in_flight.remove(job);
                 self.busy.remove(job);
+                self.released_at.remove(job);
             }
         }
         match action {

@@ -425,6 +425,16 @@ impl MusterProcess {
         self.log().contains("leading: scheduling")
     }
 
+    /// Its identity in the Lease, as it logged it when starting (`identity: "…"` in its
+    /// options, quoted once more in a JSON log line); `None` until it has.
+    pub fn identity(&self) -> Option<String> {
+        let log = self.log();
+        let rest = &log[log.find("identity: ")? + "identity: ".len()..];
+        let rest = rest.trim_start_matches(['\\', '"']);
+        let end = rest.find(['\\', '"'])?;
+        Some(rest[..end].to_owned()).filter(|id| !id.is_empty())
+    }
+
     /// `kill -9`.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -3,7 +3,7 @@
 //! them out; the ledger keeps track of those in flight.
 
 use muster_api::gpujob::GpuJobStatus;
-use muster_api::{ClusterQueueStatus, LocalQueueStatus, ResourceFlavorStatus};
+use muster_api::{ClusterQueueStatus, GpuJob, LocalQueueStatus, ResourceFlavorStatus};
 
 use crate::release::Gang;
 use crate::summary::Summary;
@@ -157,6 +157,62 @@ impl Action {
             Action::ClusterQueueStatus { .. } => "cluster_queue_status",
             Action::LocalQueueStatus { .. } => "local_queue_status",
             Action::FlavorStatus { .. } => "flavor_status",
+        }
+    }
+}
+
+/// A job as the pass that planned a write of its status read it. The status is written only
+/// onto that version (a `resourceVersion` precondition): a write never lands on a status, a
+/// spec or an object (a job deleted and made again under its name) that its pass did not
+/// see — a watch behind the API server, another leader's write that landed late, an answer
+/// lost on the way back. When the precondition fails, the executor reads the job afresh and
+/// decides again (see [`JobRead::holds_for`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobRead {
+    /// The version read.
+    pub resource_version: Option<String>,
+    uid: Option<String>,
+    generation: Option<i64>,
+    deleting: bool,
+    status: Option<GpuJobStatus>,
+}
+
+impl JobRead {
+    /// What a pass reads of `job`.
+    pub fn of(job: &GpuJob) -> JobRead {
+        JobRead {
+            resource_version: job.metadata.resource_version.clone(),
+            uid: job.metadata.uid.clone(),
+            generation: job.metadata.generation,
+            deleting: job.metadata.deletion_timestamp.is_some(),
+            status: job.status.clone(),
+        }
+    }
+
+    /// Whether a write decided on this read is still the one to make on `current`, a newer
+    /// version of the job: the same object (UID), spec (generation), deletion and status —
+    /// everything a job's step reads of its GpuJob. Its labels, annotations, finalizers and
+    /// managed fields may have moved (Muster's own finalizer lands beside a release).
+    pub fn holds_for(&self, current: &GpuJob) -> bool {
+        let now = JobRead::of(current);
+        self.uid == now.uid
+            && self.generation == now.generation
+            && self.deleting == now.deleting
+            && self.status == now.status
+    }
+
+    /// This read at `current`'s version when the decision still holds there (see
+    /// [`JobRead::holds_for`]; `current` is what another write of this controller returned);
+    /// else unchanged, so that the write meets the precondition and its job is decided again.
+    #[must_use]
+    pub fn at_version_of(&self, current: &GpuJob) -> JobRead {
+        if self.holds_for(current) {
+            JobRead {
+                resource_version: current.metadata.resource_version.clone(),
+                ..self.clone()
+            }
+        } else {
+            self.clone()
         }
     }
 }

@@ -8,23 +8,26 @@
 //!
 //! Every step is idempotent: names are deterministic, an object that already exists (from an
 //! earlier, interrupted attempt) counts as created, and one already gone counts as deleted.
-//! Conflicts, throttling and server errors are retried with exponential backoff. Before every
-//! request the executor checks that it still leads: a controller that lost its lease stops
-//! writing at once.
+//! Conflicts, throttling and server errors are retried with exponential backoff — except that
+//! a job's status is written only onto the version of the job its pass read, and a conflict
+//! there is decided again from a fresh read (`job_status`). Before every request the executor
+//! checks that it still leads: a controller that lost its lease stops writing at once.
+
+mod job_status;
 
 use std::future::Future;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 use muster_api::validation::ADMISSION_GATE;
 use muster_api::{API_VERSION, ClusterQueue, GpuJob, GpuJobStatus, LocalQueue, ResourceFlavor};
 use tokio::sync::watch;
 
-use crate::action::{Action, FINALIZER, Note};
+use crate::action::{Action, FINALIZER, JobRead, Note};
 pub use crate::index::Written;
 use crate::release::Gang;
 
@@ -42,6 +45,16 @@ pub enum ExecuteError {
     /// This controller no longer holds the lease.
     #[error("not the leader: stopped before {0}")]
     NotLeader(&'static str),
+    /// The job changed since the pass that planned the write read it, in what the write was
+    /// decided on (its spec, status, deletion, or the object itself): the status was not
+    /// written, and the next pass decides again from what the job shows now.
+    #[error("GpuJob {job} changed since it was read ({why}); not written, to be decided again")]
+    Superseded {
+        /// The job.
+        job: String,
+        /// What changed.
+        why: String,
+    },
     /// The API server refused a request, after retries.
     #[error("{action} {object}: {source}")]
     Api {
@@ -209,78 +222,28 @@ impl Executor {
         }
     }
 
-    /// After `action` failed: what it may have written, read afresh. A failed request is
-    /// not one the API server did not carry out — the answer may have been lost on the way
-    /// back — so the job's status may show the admission, eviction or request for capacity
-    /// this replica takes for unwritten. Until its watch brings that change (a watch cut
-    /// short may lag by many seconds), the next pass would count the job as holding nothing
-    /// and give its quota to another. So the job is read back (a consistent read), with,
-    /// for a release, its pods and, for a request for capacity, its ProvisioningRequests:
-    /// an admitted job whose pods the index lacks would look broken. Objects already gone
-    /// are left out. Meant for an action that [`Action::writes_job_status`]; for any other
-    /// job action it reads the job alone.
-    pub async fn read_back(&self, action: &Action) -> Result<Vec<Written>, ExecuteError> {
-        let Some(key) = action.job() else {
-            return Ok(Vec::new());
-        };
-        let (namespace, name) = split(key)?;
-        let mut read = Vec::new();
-        let jobs: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
-        let job = self
-            .retrying(self.read_retry, false, "reading GpuJob back", key, || {
-                jobs.get_opt(name)
-            })
-            .await?;
-        read.extend(job.map(|job| Written::Job(Box::new(job))));
-        match action {
-            Action::Release { .. } => {
-                let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-                let selected =
-                    ListParams::default().labels(&format!("{}={name}", crate::release::JOB_LABEL));
-                let listed = self
-                    .retrying(
-                        self.read_retry,
-                        false,
-                        "reading the gang's pods back",
-                        key,
-                        || pods.list(&selected),
-                    )
-                    .await?;
-                read.extend(listed.items.into_iter().map(|p| Written::Pod(Box::new(p))));
-            }
-            Action::Provision { requests, .. } => {
-                for request in requests {
-                    let (namespace, name) = named(request)?;
-                    let api: Api<muster_api::ProvisioningRequest> =
-                        Api::namespaced(self.client.clone(), &namespace);
-                    let request = self
-                        .retrying(
-                            self.read_retry,
-                            false,
-                            "reading ProvisioningRequest back",
-                            &name,
-                            || api.get_opt(&name),
-                        )
-                        .await?;
-                    read.extend(request.map(|r| Written::Request(Box::new(r))));
-                }
-            }
-            _ => {}
-        }
-        Ok(read)
-    }
-
-    /// Carries out one action; returns the objects it wrote.
-    pub async fn execute(&self, action: &Action) -> Result<Vec<Written>, ExecuteError> {
+    /// Carries out one action; returns the objects it wrote. `read` is the job as the pass
+    /// that planned the action read it ([`crate::state::State::decided_on`]): a job's status
+    /// is written only onto that version (see [`JobRead`]). Without one (or one without a
+    /// version) the status is written whatever the job's version.
+    pub async fn execute(
+        &self,
+        action: &Action,
+        read: Option<&JobRead>,
+    ) -> Result<Vec<Written>, ExecuteError> {
         // The action belongs to the leadership term it begins in: any change of leadership
         // from here on ends it (see `call`).
         let mut in_term = self.clone();
         in_term.leader.mark_unchanged();
-        in_term.execute_in_term(action).await
+        in_term.execute_in_term(action, read).await
     }
 
     /// [`Executor::execute`] within the current term.
-    async fn execute_in_term(&self, action: &Action) -> Result<Vec<Written>, ExecuteError> {
+    async fn execute_in_term(
+        &self,
+        action: &Action,
+        read: Option<&JobRead>,
+    ) -> Result<Vec<Written>, ExecuteError> {
         let mut written = Vec::new();
         match action {
             Action::Release {
@@ -290,7 +253,7 @@ impl Executor {
                 event,
             } => {
                 written.extend(self.release(gang).await?);
-                let job = self.write_status(job, status).await?;
+                let job = self.write_status(job, status, read).await?;
                 self.record(&job, event.as_ref()).await;
                 written.push(Written::Job(Box::new(job)));
             }
@@ -300,14 +263,14 @@ impl Executor {
                 pods,
                 event,
             } => {
-                let job = self.write_status(job, status).await?;
+                let job = self.write_status(job, status, read).await?;
                 self.record(&job, Some(event)).await;
                 written.push(Written::Job(Box::new(job)));
                 written.extend(self.delete_pods(pods).await?);
             }
             Action::DeletePods { pods, .. } => written.extend(self.delete_pods(pods).await?),
             Action::JobStatus { job, status, event } => {
-                let job = self.write_status(job, status).await?;
+                let job = self.write_status(job, status, read).await?;
                 self.record(&job, event.as_ref()).await;
                 written.push(Written::Job(Box::new(job)));
             }
@@ -322,7 +285,7 @@ impl Executor {
                 status,
                 event,
             } => written.extend(
-                self.provision(job, templates, requests, status, event)
+                self.provision(job, templates, requests, status, event, read)
                     .await?,
             ),
             Action::Unprovision {
@@ -470,21 +433,6 @@ impl Executor {
         Ok(Written::Pod(Box::new(pod)))
     }
 
-    /// Writes a job's whole status by server-side apply: fields Muster set before and left
-    /// out now are removed, which a merge patch would keep.
-    async fn write_status(&self, key: &str, status: &GpuJobStatus) -> Result<GpuJob, ExecuteError> {
-        let (namespace, name) = split(key)?;
-        let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
-        let body =
-            serde_json::json!({"apiVersion": API_VERSION, "kind": "GpuJob", "status": status});
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        let patch = Patch::Apply(&body);
-        self.call("writing GpuJob status", key, || {
-            api.patch_status(name, &params, &patch)
-        })
-        .await
-    }
-
     /// Adds Muster's finalizer in one request: a server-side apply that owns only that entry
     /// of `metadata.finalizers` (a set), so the finalizers of others are kept without reading
     /// the job first.
@@ -543,7 +491,8 @@ impl Executor {
         Ok(written)
     }
 
-    /// Creates the PodTemplates, then the requests that count them, then writes the status.
+    /// Creates the PodTemplates, then the requests that count them, then writes the status
+    /// (onto the version `read`, see [`Executor::write_status`]).
     async fn provision(
         &self,
         job: &str,
@@ -551,6 +500,7 @@ impl Executor {
         requests: &[muster_api::ProvisioningRequest],
         status: &GpuJobStatus,
         event: &Note,
+        read: Option<&JobRead>,
     ) -> Result<Vec<Written>, ExecuteError> {
         let mut written = Vec::new();
         for template in templates {
@@ -576,7 +526,7 @@ impl Executor {
                 written.push(Written::Request(Box::new(created)));
             }
         }
-        let job = self.write_status(job, status).await?;
+        let job = self.write_status(job, status, read).await?;
         self.record(&job, Some(event)).await;
         written.push(Written::Job(Box::new(job)));
         Ok(written)

@@ -14,9 +14,10 @@
 //! pass builds the scheduler afresh, as every pass once did. Either way the scheduler holds
 //! the same jobs, quota and node usage, so it decides the same.
 //!
-//! One difference is deliberate: a job whose release is still in flight is counted from its
-//! admission, where a scheduler built afresh counts it from the current pass (it has no
-//! other time for it until the status lands).
+//! An admitted job is held from the same second either way: from its admission, also while
+//! its release is in flight (the ledger keeps the time its status will show). A held job
+//! whose admission time is not the one the scheduler gave it (a release finished after a
+//! restart keeps its status's time) has the scheduler built afresh.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -224,7 +225,11 @@ impl Kept {
                     }
                 }
                 (Some((job, Some((h, false)))), Some(JobState::Admitted(k)))
-                | (Some((job, Some((h, true)))), Some(JobState::Provisioning(k)))
+                    if known == Some(job)
+                        && k.cluster_queue == h.cluster_queue
+                        && k.pod_sets == h.pod_sets
+                        && k.since == h.since => {}
+                (Some((job, Some((h, true)))), Some(JobState::Provisioning(k)))
                     if known == Some(job)
                         && k.cluster_queue == h.cluster_queue
                         && k.pod_sets == h.pod_sets => {}

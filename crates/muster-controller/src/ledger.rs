@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use muster_admission::{Admitted, Holding};
 use muster_api::GpuJob;
 
-use crate::action::Action;
+use crate::action::{Action, JobRead};
 use crate::deferred::DeferredStatuses;
 
 /// Writes the controller has started and not yet seen land, kept between the passes of one
@@ -37,6 +37,13 @@ pub struct Ledger {
     /// Status writes of waiting jobs queued for the sender, not yet sent: each such job is
     /// [`Busy::StatusQueued`] and counts one write in flight.
     pub(crate) deferred: DeferredStatuses,
+    /// Per job with a status write in flight (or queued), the job as the pass that planned
+    /// the write read it: the write is made only onto that version.
+    pub(crate) reads: BTreeMap<String, JobRead>,
+    /// Per job with a release in flight, when its admission began (the time its status will
+    /// show): the job holds its quota and nodes from then on, in every pass until the
+    /// release lands, as it will once it has.
+    pub(crate) released_at: BTreeMap<String, i64>,
 }
 
 impl Ledger {
@@ -59,6 +66,7 @@ impl Ledger {
         });
         if left == 0 {
             self.in_flight.remove(job);
+            self.reads.remove(job);
         }
         if matches!(self.busy.get(job), Some(Busy::StatusQueued)) {
             self.busy.remove(job);
@@ -117,13 +125,31 @@ impl Ledger {
             .insert(key.to_owned(), (failures, now + delay, error));
     }
 
-    /// Counts every job action of a pass as in flight until it lands.
-    pub(crate) fn sent(&mut self, actions: &[Action]) {
+    /// Counts every job action of a pass as in flight until it lands, and keeps the version
+    /// of `jobs` each status write was decided on.
+    pub(crate) fn sent(&mut self, actions: &[Action], jobs: &BTreeMap<String, GpuJob>) {
         for action in actions {
             if let Some(job) = action.job() {
                 *self.in_flight.entry(job.to_owned()).or_default() += 1;
+                if let (true, Some(read)) = (action.writes_job_status(), jobs.get(job)) {
+                    self.reads.insert(job.to_owned(), JobRead::of(read));
+                }
+                if let Action::Release { status, .. } = action
+                    && let Some(at) = crate::holding::admitted_at(status)
+                {
+                    self.released_at.insert(job.to_owned(), at);
+                }
             }
         }
+    }
+
+    /// The version of the job `action` is about that the pass planning it read, when the
+    /// action writes the job's status.
+    pub(crate) fn read_for(&self, action: &Action) -> Option<&JobRead> {
+        action
+            .job()
+            .filter(|_| action.writes_job_status())
+            .and_then(|job| self.reads.get(job))
     }
 
     /// Whether `job` has any write in flight or promised.
@@ -144,6 +170,8 @@ impl Ledger {
             if left == 0 {
                 self.in_flight.remove(job);
                 self.busy.remove(job);
+                self.reads.remove(job);
+                self.released_at.remove(job);
             }
         }
         match action {

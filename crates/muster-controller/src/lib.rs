@@ -20,8 +20,10 @@
 //!   admission's cycle (`kept`), turn decisions into writes (`decide`), write queue statuses
 //!   (`queues`).
 //!
-//! The shell around them: [`executor`] carries actions out on the API server, and [`run`]
-//! watches, elects a leader, loops and serves metrics.
+//! The shell around them: [`executor`] carries actions out on the API server (a job's status
+//! only onto the version its pass read), `writes` sends a pass's actions to it and lands
+//! their outcomes in the state, and [`run`] watches, elects a leader, loops and serves
+//! metrics.
 
 pub mod action;
 mod decide;
@@ -44,6 +46,8 @@ pub mod release;
 pub mod run;
 mod seats;
 mod settle;
+mod shared;
 pub mod state;
 pub mod status;
 pub mod summary;
+mod writes;

@@ -130,7 +130,7 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     queue_statuses(state, &scheduler, explain, &now_t, &mut plan.actions);
 
     state.ledger.drop_superseded(&state.index.jobs);
-    state.ledger.sent(&plan.actions);
+    state.ledger.sent(&plan.actions, &state.index.jobs);
     // Jobs the ledger names now settle again next pass, whatever lands meanwhile.
     let ledger = &state.ledger;
     state.seats.again = ledger

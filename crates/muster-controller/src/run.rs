@@ -7,7 +7,7 @@
 //! before every request.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -20,12 +20,13 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher::{self, Event};
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
 use serde::de::DeserializeOwned;
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Semaphore, watch};
 
 use crate::executor::Executor;
 use crate::index::{Indexed, Kind};
 use crate::metrics::{ApiRequests, Metrics};
 use crate::plan::plan;
+pub use crate::shared::Shared;
 use crate::state::State;
 
 /// How the controller runs.
@@ -98,24 +99,6 @@ pub fn lease_identity(base: Option<&str>) -> String {
         hasher.write_u128(elapsed.as_nanos());
     }
     format!("{base}_{:016x}", hasher.finish())
-}
-
-/// What the watches, the loop and the HTTP server share.
-#[derive(Debug, Default)]
-pub struct Shared {
-    state: Mutex<State>,
-    wake: Notify,
-    /// Wakes the sender of queued status writes.
-    deferred_wake: Notify,
-    /// The metrics.
-    pub metrics: Metrics,
-}
-
-impl Shared {
-    /// The state, locked (a panic elsewhere never stops the controller from serving).
-    pub fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
 }
 
 /// Keeps one kind's cache: folds every watch event into the index and wakes the loop.
@@ -370,7 +353,7 @@ async fn scheduling_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let permits = Arc::new(Semaphore::new(options.write_concurrency.max(1)));
-    let sender = tokio::spawn(send_deferred(
+    let sender = tokio::spawn(crate::writes::send_deferred(
         Arc::clone(shared),
         executor.clone(),
         leader.clone(),
@@ -430,11 +413,13 @@ async fn scheduling_loop(
                     "pass"
                 );
             }
-            // Waiting jobs' statuses go to the sender; everything else goes now.
+            // Waiting jobs' statuses go to the sender; everything else goes now, each status
+            // write with the version of its job it was decided on.
             let mut now_actions = Vec::with_capacity(pass.actions.len());
             for action in pass.actions {
                 if let Some(action) = state.defer(action) {
-                    now_actions.push(action);
+                    let read = state.decided_on(&action);
+                    now_actions.push((action, read));
                 }
             }
             let queued = state.deferred_len();
@@ -448,12 +433,14 @@ async fn scheduling_loop(
             (state.term(), now_actions)
         };
         last_pass = started.elapsed();
-        for action in actions {
-            log_quota_change(&action, term);
+        for writes in crate::writes::in_order(actions) {
+            for (action, _) in &writes {
+                crate::writes::log_quota_change(action, term);
+            }
             let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
                 break;
             };
-            spawn_write(shared, &executor, term, action, permit, true);
+            crate::writes::spawn_writes(shared, &executor, term, writes, permit, true);
         }
         last_end = Instant::now();
     }
@@ -505,132 +492,6 @@ async fn fresh_view(
         .await?
         .items;
     Ok((jobs, pods))
-}
-
-/// Logs a write that gives or takes quota (a release, a request for capacity, an eviction),
-/// with its job, the ClusterQueue of the admission it writes and the leadership term: what an
-/// investigation of a quota excursion needs from the controller's side.
-fn log_quota_change(action: &crate::action::Action, term: u64) {
-    use crate::action::Action;
-    match action {
-        Action::Release { job, status, .. } => {
-            let admission = status.admission.as_ref();
-            tracing::info!(
-                job = %job,
-                term,
-                cluster_queue = admission.map_or("", |a| a.cluster_queue.as_str()),
-                pods = admission.map_or(0, |a| a.pod_sets.iter().map(|p| p.nodes.len()).sum::<usize>()),
-                attempt = status.requeue_count,
-                "release"
-            );
-        }
-        Action::Provision { job, status, .. } => {
-            tracing::info!(
-                job = %job,
-                term,
-                cluster_queue = status.admission.as_ref().map_or("", |a| a.cluster_queue.as_str()),
-                request = status.provisioning_request.as_deref().unwrap_or(""),
-                attempt = status.requeue_count,
-                "provision"
-            );
-        }
-        Action::Evict { job, status, .. } => {
-            tracing::info!(
-                job = %job,
-                term,
-                phase = ?status.phase,
-                attempt = status.requeue_count,
-                "evict"
-            );
-        }
-        _ => {}
-    }
-}
-
-/// Carries `action` out in a task of its own, holding `permit` until it has landed; wakes
-/// the loop afterwards when `wake`.
-fn spawn_write<P: Send + 'static>(
-    shared: &Arc<Shared>,
-    executor: &Executor,
-    term: u64,
-    action: crate::action::Action,
-    permit: P,
-    wake: bool,
-) {
-    let (shared, executor) = (Arc::clone(shared), executor.clone());
-    tokio::spawn(async move {
-        let result = executor.execute(&action).await.map_err(|e| e.to_string());
-        // A failed write may still have been carried out: read back what it wrote before
-        // the job is free for the next pass (see `Executor::read_back`).
-        let mut read = Vec::new();
-        if let Err(e) = &result {
-            tracing::warn!(action = action.kind(), job = ?action.job(), error = %e, "write failed");
-            if action.writes_job_status() {
-                match executor.read_back(&action).await {
-                    Ok(objects) => {
-                        shared.metrics.action("read_back", true);
-                        read = objects;
-                    }
-                    Err(e) => {
-                        shared.metrics.action("read_back", false);
-                        tracing::warn!(job = ?action.job(), error = %e, "reading back after a failed write failed; the watch brings the job");
-                    }
-                }
-            }
-        }
-        shared.metrics.action(action.kind(), result.is_ok());
-        let now = k8s_openapi::jiff::Timestamp::now().as_second();
-        let mut state = shared.state();
-        state.read_back(read);
-        state.landed_in(term, &action, result, now);
-        drop(state);
-        if wake {
-            shared.wake.notify_one();
-        }
-        drop(permit);
-    });
-}
-
-/// Sends the waiting jobs' status writes that passes queued (see [`crate::deferred`]),
-/// oldest first, at most `lane` at once and each also holding one of the loop's `permits`:
-/// releases and evictions keep most of the API server's attention. Only while leading.
-async fn send_deferred(
-    shared: Arc<Shared>,
-    executor: Executor,
-    leader: watch::Receiver<bool>,
-    permits: Arc<Semaphore>,
-    lane: usize,
-    mut stop: watch::Receiver<bool>,
-) {
-    let lane = Arc::new(Semaphore::new(lane));
-    loop {
-        tokio::select! {
-            () = shared.deferred_wake.notified() => {}
-            _ = stop.changed() => return,
-        }
-        while *leader.borrow() && !*stop.borrow() {
-            let Ok(own) = Arc::clone(&lane).acquire_owned().await else {
-                return;
-            };
-            let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-                return;
-            };
-            let next = {
-                let mut state = shared.state();
-                let next = state.next_deferred();
-                shared
-                    .metrics
-                    .deferred_status_writes
-                    .set(i64::try_from(state.deferred_len()).unwrap_or(i64::MAX));
-                next
-            };
-            let Some((term, action)) = next else {
-                break;
-            };
-            // Its landing need not wake the loop: the job's watch event does.
-            spawn_write(&shared, &executor, term, action, (own, permit), false);
-        }
-    }
 }
 
 /// `/metrics`, `/livez` and `/readyz` until `stop`.

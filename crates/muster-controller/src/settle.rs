@@ -98,6 +98,22 @@ pub(crate) fn settle(
         };
         let in_cycle = match step.in_cycle {
             InCycle::FinishRelease(_) => InCycle::Out,
+            // A release in flight holds from its admission, as its status will say once it
+            // lands (and as the scheduler that admitted it counts it), not from this pass:
+            // a scheduler built afresh must see the same release timeline and the same
+            // most recent admissions as the one kept.
+            InCycle::Holds {
+                mut holding,
+                provisioning,
+            } if matches!(ledger.busy.get(key), Some(Busy::Release(_))) => {
+                if let Some(at) = ledger.released_at.get(key) {
+                    holding.since = Some(*at);
+                }
+                InCycle::Holds {
+                    holding,
+                    provisioning,
+                }
+            }
             other => other,
         };
         let attempt = gpujob.status.as_ref().map_or(0, |s| s.requeue_count);

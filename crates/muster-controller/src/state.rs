@@ -147,6 +147,12 @@ impl State {
         Some((self.ledger.term, action))
     }
 
+    /// The job `action` writes the status of, as the pass that planned it read it: the
+    /// executor writes the status only onto that version (see [`crate::action::JobRead`]).
+    pub fn decided_on(&self, action: &Action) -> Option<crate::action::JobRead> {
+        self.ledger.read_for(action).cloned()
+    }
+
     /// How many status writes are queued and not yet sent.
     pub fn deferred_len(&self) -> usize {
         self.ledger.deferred.len()

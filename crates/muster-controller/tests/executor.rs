@@ -11,6 +11,7 @@ use std::time::Duration;
 use http::{Request, Response};
 use kube::Client;
 use kube::client::Body;
+use muster_controller::action::JobRead;
 use muster_controller::executor::{Executor, Retry};
 use muster_controller::plan::{Action, plan};
 use muster_controller::state::State;
@@ -157,8 +158,10 @@ async fn run(
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let server = tokio::spawn(serve(handle, failures, exists));
     let (executor, _leader) = executor(Client::new(service, "default"), leading, 1);
+    // The job as a pass read it: the fixture, at version 1.
+    let read = JobRead::of(&job("a", 2, 0));
     let result = executor
-        .execute(action)
+        .execute(action, Some(&read))
         .await
         .map(|w| w.len())
         .map_err(|e| e.to_string());
@@ -197,8 +200,10 @@ async fn an_admission_creates_the_whole_gang_gated_then_opens_every_gate_then_wr
         json!([{"name": "muster.dev/admission"}])
     );
     assert_eq!(seen[3].body, json!({"spec": {"schedulingGates": []}}));
-    // The status goes by server-side apply, so fields left out are removed.
+    // The status goes by server-side apply, so fields left out are removed, and only onto
+    // the version of the job the pass read.
     assert_eq!(seen[5].content_type, "application/apply-patch+yaml");
+    assert_eq!(seen[5].body["metadata"]["resourceVersion"], "1");
     assert_eq!(seen[5].body["status"]["phase"], "Admitted");
     assert_eq!(
         seen[5].body["status"]["admission"]["podSets"][0]["nodes"]
@@ -302,7 +307,9 @@ async fn a_64_pod_gang_costs_one_request_per_pod_and_gate_plus_two() {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let server = tokio::spawn(serve(handle, BTreeMap::new(), Vec::new()));
     let (executor, _leader) = executor(Client::new(service, "default"), true, 16);
-    let result = executor.execute(&action).await;
+    let result = executor
+        .execute(&action, index.decided_on(&action).as_ref())
+        .await;
     let elapsed = started.elapsed();
     drop(executor);
     let seen = server.await.unwrap_or_default();
@@ -567,7 +574,7 @@ async fn a_retry_is_not_sent_when_leadership_flipped_since_the_action_began() {
         }
         requests
     });
-    let result = executor.execute(&status_write).await;
+    let result = executor.execute(&status_write, None).await;
     drop(executor);
     assert!(
         result

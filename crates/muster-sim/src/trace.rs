@@ -1,12 +1,16 @@
-//! Workloads: Muster's own CSV, the Philly per-job projection, and a synthetic generator. Every
-//! adapter yields [`TraceJob`]s; a malformed row is an error naming file, line and column.
+//! Workloads: Muster's own CSV, the Philly per-job projection, the Alibaba openb pod and node
+//! lists (`openb`), and a synthetic generator. Every adapter yields [`TraceJob`]s; a malformed
+//! row is an error naming file, line and column.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fmt::Write as _;
 
 use muster_api::Amount;
-use muster_topology::shared::{ShareRequest, SharedNode};
+
+mod openb;
+
+pub use openb::{read_openb, read_openb_nodes, read_openb_shares};
 
 /// One job of a workload, before it becomes an admission job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,6 +129,11 @@ impl Row<'_> {
             let end = self.fields.last().map_or(1, |(c, f)| c + f.chars().count());
             self.error(end, format!("missing field {name} (field {})", i + 1))
         })
+    }
+
+    /// Field `i` of a column that may be left out: empty when the row stops before it.
+    fn optional(&self, i: usize) -> &str {
+        self.fields.get(i).map_or("", |(_, f)| f)
     }
 
     fn non_negative(&self, i: usize, name: &str) -> Result<u64, TraceError> {
@@ -392,176 +401,6 @@ pub fn read_philly(file: &str, text: &str, topology: &str) -> Result<Vec<TraceJo
             }
         })
         .collect())
-}
-
-/// Reads the Alibaba cluster-trace-gpu-v2023 ("openb") pod list
-/// (`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time`).
-/// Each pod is a one-pod job submitted at `creation_time` to the LocalQueue named by its `qos`
-/// (lower case), running `deletion_time − scheduled_time` seconds (`− creation_time` for pods
-/// never scheduled), at least one. A GPU-sharing pod (`gpu_milli` < 1000, one GPU) asks for
-/// that part of one GPU, as a pod set with `gpuShare` does: one vGPU
-/// (`nvidia.com/gpu: 1`) and the share ([`muster_api::resources::names::GPU_SHARE`]), so it
-/// only fits nodes whose GPUs are tracked one by one (HAMi pools). `gpu_spec` is not used in
-/// this replay; the fill experiment ([`crate::fill`], [`read_openb_shares`]) keeps it.
-pub fn read_openb(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> {
-    let mut jobs = Vec::new();
-    for row in rows(file, text) {
-        let (name_column, name) = row.get(0, "name")?;
-        if name.trim().is_empty() {
-            return Err(row.error(name_column, "name is empty"));
-        }
-        let non_negative = |i: usize, field: &str| -> Result<u64, TraceError> {
-            let v = row.int(i, field)?;
-            u64::try_from(v)
-                .map_err(|_| row.error(row.fields[i].0, format!("{field} must be ≥ 0, got {v}")))
-        };
-        let cpu_milli = non_negative(1, "cpu_milli")?;
-        let memory_mib = non_negative(2, "memory_mib")?;
-        let gpus = non_negative(3, "num_gpu")?;
-        let gpu_milli = non_negative(4, "gpu_milli")?;
-        let (_, qos) = row.get(6, "qos")?;
-        let created = row.int(8, "creation_time")?;
-        let deleted = row.int(9, "deletion_time")?;
-        let scheduled = match row.fields.get(10) {
-            Some((_, t)) if !t.trim().is_empty() => row.int(10, "scheduled_time")?,
-            _ => created,
-        };
-        let mut requests = BTreeMap::from([
-            ("cpu".to_owned(), Amount::from_milli(cpu_milli)),
-            (
-                "memory".to_owned(),
-                Amount::from_units(memory_mib.saturating_mul(1 << 20)),
-            ),
-        ]);
-        if gpus > 0 {
-            requests.insert("nvidia.com/gpu".to_owned(), Amount::from_units(gpus));
-        }
-        if gpus == 1 && (1..1000).contains(&gpu_milli) {
-            requests.insert(
-                muster_api::resources::names::GPU_SHARE.to_owned(),
-                Amount::from_milli(gpu_milli),
-            );
-        }
-        jobs.push(TraceJob {
-            id: name.trim().to_owned(),
-            submit: created,
-            duration: (deleted - scheduled).max(1),
-            queue: qos.trim().to_lowercase(),
-            priority: 0,
-            pod_sets: vec![("pod".to_owned(), 1, requests)],
-            topology: String::new(),
-            expected_runtime: None,
-        });
-    }
-    Ok(jobs)
-}
-
-/// Checks that a CSV's header names `expected` columns, in order, and says where it does not.
-fn check_header(file: &str, text: &str, expected: &[&str]) -> Result<(), TraceError> {
-    let header = text.lines().next().unwrap_or_default();
-    let found = fields(header);
-    for (i, want) in expected.iter().enumerate() {
-        match found.get(i) {
-            Some((_, name)) if name.trim() == *want => {}
-            Some((column, name)) => {
-                return Err(TraceError {
-                    file: file.to_owned(),
-                    line: 1,
-                    column: *column,
-                    message: format!("expected column {want:?}, found {:?}", name.trim()),
-                });
-            }
-            None => {
-                return Err(TraceError {
-                    file: file.to_owned(),
-                    line: 1,
-                    column: header.chars().count() + 1,
-                    message: format!("missing column {want:?} (column {})", i + 1),
-                });
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Reads an openb node list (`sn,cpu_milli,memory_mib,gpu,model`) into nodes with shared-GPU
-/// accounting: each node's CPU, memory and GPUs (at most 255, of `model`), all free.
-pub fn read_openb_nodes(file: &str, text: &str) -> Result<Vec<SharedNode>, TraceError> {
-    check_header(
-        file,
-        text,
-        &["sn", "cpu_milli", "memory_mib", "gpu", "model"],
-    )?;
-    let mut nodes = Vec::new();
-    for row in rows(file, text) {
-        let (name_column, name) = row.get(0, "sn")?;
-        if name.trim().is_empty() {
-            return Err(row.error(name_column, "sn (the node's name) is empty"));
-        }
-        let cpu = row.non_negative(1, "cpu_milli")?;
-        let memory = row.non_negative(2, "memory_mib")?;
-        let gpus = row.non_negative(3, "gpu")?;
-        let gpus = u8::try_from(gpus).map_err(|_| {
-            row.error(
-                row.fields[3].0,
-                format!("gpu must be at most 255, got {gpus}"),
-            )
-        })?;
-        let (model_column, model) = row.get(4, "model")?;
-        if gpus > 0 && model.trim().is_empty() {
-            return Err(row.error(model_column, "model is empty for a node with GPUs"));
-        }
-        nodes.push(SharedNode::new(
-            name.trim(),
-            model.trim(),
-            cpu,
-            memory,
-            gpus,
-        ));
-    }
-    Ok(nodes)
-}
-
-/// Reads an openb pod list's requests as shared-GPU requests: `cpu_milli`, `memory_mib`,
-/// `num_gpu`, `gpu_milli` (per GPU; below 1000 only with one GPU) and `gpu_spec` (the GPU
-/// models a pod accepts, `|`-separated; empty: any). Pods come back in the file's order.
-pub fn read_openb_shares(file: &str, text: &str) -> Result<Vec<ShareRequest>, TraceError> {
-    check_header(
-        file,
-        text,
-        &[
-            "name",
-            "cpu_milli",
-            "memory_mib",
-            "num_gpu",
-            "gpu_milli",
-            "gpu_spec",
-        ],
-    )?;
-    let mut pods = Vec::new();
-    for row in rows(file, text) {
-        let cpu = row.non_negative(1, "cpu_milli")?;
-        let memory = row.non_negative(2, "memory_mib")?;
-        let gpus = row.non_negative(3, "num_gpu")?;
-        let gpus = u32::try_from(gpus)
-            .map_err(|_| row.error(row.fields[3].0, format!("num_gpu is too large: {gpus}")))?;
-        let milli = row.non_negative(4, "gpu_milli")?;
-        // A pod without GPUs may carry a share of 0; anything else is its share per GPU.
-        let milli = if gpus == 0 { 0 } else { milli };
-        let milli = u32::try_from(milli)
-            .map_err(|_| row.error(row.fields[4].0, format!("gpu_milli is too large: {milli}")))?;
-        let (_, spec) = row.get(5, "gpu_spec")?;
-        let models: Vec<String> = spec
-            .split('|')
-            .map(str::trim)
-            .filter(|m| !m.is_empty())
-            .map(str::to_owned)
-            .collect();
-        let request = ShareRequest::new(cpu, memory, gpus, milli, models)
-            .map_err(|e| row.error(row.fields[4].0, e))?;
-        pods.push(request);
-    }
-    Ok(pods)
 }
 
 /// The seeded sequence workloads are drawn from (SplitMix64; shared with the placement

@@ -135,6 +135,132 @@ fn a_bad_share_says_where_and_why() {
     );
 }
 
+/// The FGD authors' `multigpu*` lists have five columns: no `gpu_spec`, no times, no `qos`.
+const MULTIGPU: &str = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n";
+
+#[test]
+fn a_list_without_gpu_spec_or_times_reads_and_accepts_any_model() {
+    let text = format!("{MULTIGPU}p0,12000,16384,1,460\np1,4000,1024,0,0\np2,8000,1024,8,1000\n");
+    let pods = trace::read_openb_shares("multigpu.csv", &text).unwrap_or_default();
+    let read: Vec<(u32, u32, u64, Vec<String>)> = pods
+        .iter()
+        .map(|p| (p.gpus(), p.gpu_milli(), p.cpu_milli, p.models.clone()))
+        .collect();
+    assert_eq!(
+        read,
+        [
+            (1, 460, 12_000, vec![]),
+            (0, 0, 4_000, vec![]),
+            (8, 1000, 8_000, vec![])
+        ]
+    );
+}
+
+#[test]
+fn columns_are_found_by_name_in_any_order() {
+    let reordered = "gpu_spec,gpu_milli,num_gpu,memory_mib,cpu_milli,name\n\
+                     V100M16,460,1,16384,12000,p0\n";
+    let in_order = format!("{PODS}p0,12000,16384,1,460,V100M16,LS,Running,0,10,0\n");
+    let read = |file: &str, text: &str| {
+        trace::read_openb_shares(file, text).unwrap_or_else(|e| unreachable!("{e}"))
+    };
+    assert_eq!(
+        read("reordered.csv", reordered),
+        read("pods.csv", &in_order)
+    );
+}
+
+#[test]
+fn a_list_missing_a_column_the_fill_needs_says_which_and_where() {
+    assert_eq!(
+        error(trace::read_openb_shares(
+            "pods.csv",
+            "name,cpu_milli,memory_mib,num_gpu\np0,1,1,1\n"
+        )),
+        "pods.csv:1:34: missing column \"gpu_milli\": the fill experiment places each pod by it"
+    );
+    assert_eq!(
+        error(trace::read_openb_shares(
+            "pods.csv",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli,num_gpu\n"
+        )),
+        "pods.csv:1:45: column \"num_gpu\" appears twice"
+    );
+    // A row that stops before a column the fill needs.
+    assert_eq!(
+        error(trace::read_openb_shares(
+            "pods.csv",
+            &format!("{MULTIGPU}p0,12000,16384,1\n")
+        )),
+        "pods.csv:2:17: missing field gpu_milli (field 5)"
+    );
+    assert_eq!(
+        error(trace::read_openb_shares(
+            "pods.csv",
+            &format!("{MULTIGPU}p0,12000,16384,1,half\n")
+        )),
+        "pods.csv:2:18: gpu_milli must be a whole number, got \"half\""
+    );
+}
+
+/// The trace's own directory (third-party data, read in place).
+fn openb_dir() -> PathBuf {
+    manifest().join("../../../shared/traces/openb")
+}
+
+#[test]
+fn the_real_default_list_cut_to_the_multigpu_columns_reads_the_same_requests() {
+    let path = openb_dir().join("openb_pod_list_default.csv");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        eprintln!("skipped: {} is not present", path.display());
+        return;
+    };
+    // The same pods with only the five columns every openb list has, as the multigpu lists
+    // are published: the requests read the same, and every pod accepts any model.
+    let cut: String = text
+        .lines()
+        .map(|line| line.split(',').take(5).collect::<Vec<_>>().join(",") + "\n")
+        .collect();
+    let full = trace::read_openb_shares("default", &text).unwrap_or_else(|e| unreachable!("{e}"));
+    let short = trace::read_openb_shares("cut", &cut).unwrap_or_else(|e| unreachable!("{e}"));
+    assert_eq!(short.len(), 8_152);
+    let without_models = |pods: Vec<muster_topology::shared::ShareRequest>| {
+        pods.into_iter()
+            .map(|mut p| {
+                p.models.clear();
+                p
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(short.iter().all(|p| p.models.is_empty()));
+    assert_eq!(without_models(full), short);
+}
+
+#[test]
+fn the_real_multigpu_lists_read_when_present() {
+    // Rows per list, from the trace's README.
+    let lists = [
+        ("openb_pod_list_multigpu20.csv", 8_324),
+        ("openb_pod_list_multigpu30.csv", 8_508),
+        ("openb_pod_list_multigpu40.csv", 8_746),
+        ("openb_pod_list_multigpu50.csv", 9_061),
+    ];
+    let mut read = 0;
+    for (name, rows) in lists {
+        let path = openb_dir().join(name);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            eprintln!("skipped: {} is not present", path.display());
+            continue;
+        };
+        let pods = trace::read_openb_shares(&path.display().to_string(), &text)
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(pods.len(), rows, "{name}");
+        assert!(pods.iter().all(|p| p.models.is_empty()), "{name}");
+        read += 1;
+    }
+    eprintln!("read {read} of {} multigpu lists", lists.len());
+}
+
 /// The paper's published allocation (percent of the fleet's GPUs, mean of seeds 42 to 51)
 /// at 100 % and 130 % arrived load on the default trace, from the authors' artifact
 /// (`experiments/analysis/expected_results`).
@@ -142,7 +268,7 @@ const PAPER: [(&str, f64, f64); 2] = [("best-fit", 92.86, 93.08), ("fgd", 95.23,
 
 #[test]
 fn the_default_openb_trace_fills_as_the_paper_reports_for_best_fit_and_fgd() {
-    let dir = manifest().join("../../../shared/traces/openb");
+    let dir = openb_dir();
     let (Ok(nodes), Ok(pods)) = (
         std::fs::read_to_string(dir.join("openb_node_list_gpu_node.csv")),
         std::fs::read_to_string(dir.join("openb_pod_list_default.csv")),

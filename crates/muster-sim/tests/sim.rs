@@ -277,6 +277,52 @@ fn openb_pods_become_one_pod_jobs_and_gpu_sharing_pods_ask_for_their_share() {
 }
 
 #[test]
+fn an_openb_list_needs_only_the_columns_the_replay_reads() {
+    // No gpu_spec, qos, pod_phase or scheduled_time, and columns in another order: every pod
+    // goes to the LocalQueue `default` and runs from its creation.
+    let text = "creation_time,deletion_time,name,cpu_milli,memory_mib,num_gpu,gpu_milli\n\
+                100,700,p0,12000,16384,1,460\n";
+    let jobs = trace::read_openb("pods.csv", text).unwrap_or_else(|e| unreachable!("{e}"));
+    let shape: Vec<(String, i64, i64, String, u64)> = jobs
+        .iter()
+        .map(|j| {
+            (
+                j.id.clone(),
+                j.submit,
+                j.duration,
+                j.queue.clone(),
+                j.gpu_milli(),
+            )
+        })
+        .collect();
+    assert_eq!(shape, [("p0".into(), 100, 600, "default".into(), 460)]);
+    // A list without times (the FGD authors' multigpu lists) cannot be replayed in time.
+    assert_eq!(
+        trace::read_openb(
+            "multigpu.csv",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,12000,16384,1,460\n"
+        )
+        .err()
+        .map(|e| e.to_string())
+        .as_deref(),
+        Some(
+            "multigpu.csv:1:44: missing column \"creation_time\": a time replay reads it (the fill experiment, `muster fill`, reads lists without times)"
+        )
+    );
+    assert_eq!(
+        trace::read_openb(
+            "pods.csv",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n\
+             p0,12000,16384,1,460,soon,700\n"
+        )
+        .err()
+        .map(|e| e.to_string())
+        .as_deref(),
+        Some("pods.csv:2:22: creation_time must be a whole number, got \"soon\"")
+    );
+}
+
+#[test]
 fn the_real_openb_pod_list_reads_whole() {
     let path = manifest().join("../../../shared/traces/openb/openb_pod_list_default.csv");
     let Ok(text) = std::fs::read_to_string(&path) else {

@@ -385,6 +385,11 @@ impl Index {
         self.cluster_queues.get(name)
     }
 
+    /// A LocalQueue by `namespace/name`.
+    pub fn local_queue(&self, key: &str) -> Option<&LocalQueue> {
+        self.local_queues.get(key)
+    }
+
     /// A pod by `namespace/name`.
     pub fn pod(&self, key: &str) -> Option<&PodRecord> {
         self.pods.get(key)

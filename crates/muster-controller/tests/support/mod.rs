@@ -2,6 +2,9 @@
 
 #![allow(dead_code, reason = "each test binary uses part of the support module")]
 
+pub mod fleet;
+pub mod script;
+
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
@@ -133,60 +136,158 @@ pub fn with_phase(mut pod: Pod, phase: &str, ready: bool) -> Pod {
     pod
 }
 
+/// How an action's writes end, as the executor reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Landing {
+    /// Every request succeeded.
+    Landed,
+    /// The first request failed: nothing was written.
+    Failed,
+    /// Carried out whole, but the answer was lost: the executor reports a failure and reads
+    /// back what was written.
+    AnswerLost,
+    /// Stopped before the job's status (a release: every pod made and ungated, no status; a
+    /// request for capacity: the requests made, no status; an eviction: the status written,
+    /// no pod deleted); the executor reads back what was written.
+    CutShort,
+    /// A release stopped after its first pod (still gated); anything else as `Failed`.
+    Partial,
+}
+
 /// What the API server holds after `action` succeeded, folded in the way the executor folds
 /// its responses (deleted pods are gone at once).
 pub fn land(index: &mut State, action: &Action, now: i64) {
-    let bump = |mut j: GpuJob| {
-        let rv: u64 = j
-            .metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1);
-        j.metadata.resource_version = Some((rv + 1).to_string());
-        j
+    land_as(index, action, Landing::Landed, now);
+}
+
+/// `action` ends as `landing` says: what it wrote is folded in (as a response, or as the
+/// executor's read-back after a failure), what it deleted is gone, and the ledger learns
+/// the outcome.
+pub fn land_as(index: &mut State, action: &Action, landing: Landing, now: i64) {
+    // A write to a job deleted meanwhile fails there (404): what went before it stays.
+    let gone = action.job().is_some_and(|j| index.job(j).is_none())
+        && (action.writes_job_status() || matches!(action, Action::AddFinalizer { .. }));
+    let landing = match landing {
+        Landing::Landed | Landing::AnswerLost if gone => Landing::CutShort,
+        other => other,
     };
-    let job_of = |index: &State, key: &str| index.job(key).cloned().unwrap_or_default();
+    let (written, deleted) = match landing {
+        Landing::Landed | Landing::AnswerLost => carried_out(index, action),
+        Landing::CutShort => cut_short(index, action),
+        Landing::Partial => match action {
+            Action::Release { gang, .. } => {
+                let first = gang
+                    .pods
+                    .first()
+                    .cloned()
+                    .map(|p| Written::Pod(Box::new(p)));
+                (first.into_iter().collect(), Vec::new())
+            }
+            _ => (Vec::new(), Vec::new()),
+        },
+        Landing::Failed => (Vec::new(), Vec::new()),
+    };
+    if landing == Landing::Landed {
+        index.landed(action, Ok(written), now);
+    } else {
+        index.read_back(written);
+        index.landed(action, Err(format!("{landing:?}")), now);
+    }
+    for key in deleted {
+        let (ns, name) = key.split_once('/').unwrap_or_default();
+        let mut pod = Pod::default();
+        pod.metadata.namespace = Some(ns.to_owned());
+        pod.metadata.name = Some(name.to_owned());
+        index.delete(&pod);
+    }
+}
+
+/// `job` as the index holds it, one resource version on; `None` when it is gone.
+fn bumped(index: &State, key: &str) -> Option<GpuJob> {
+    let mut j = index.job(key).cloned()?;
+    let rv: u64 = j
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    j.metadata.resource_version = Some((rv + 1).to_string());
+    Some(j)
+}
+
+/// `job` one version on with `status`, as a status write returns it.
+fn with_status(index: &State, key: &str, status: &muster_api::GpuJobStatus) -> Vec<Written> {
+    bumped(index, key)
+        .map(|mut j| {
+            j.status = Some(status.clone());
+            Written::Job(Box::new(j))
+        })
+        .into_iter()
+        .collect()
+}
+
+/// The gang's pods as created, with their gates lifted when `ungated`.
+fn pods_written(gang: &muster_controller::release::Gang, ungated: bool) -> Vec<Written> {
+    gang.pods
+        .iter()
+        .map(|pod| {
+            let mut pod = pod.clone();
+            if let (Some(spec), true) = (pod.spec.as_mut(), ungated) {
+                spec.scheduling_gates = Some(Vec::new());
+            }
+            Written::Pod(Box::new(pod))
+        })
+        .collect()
+}
+
+/// The objects `action` writes before its job's status, and the pods it deletes after it
+/// (see [`Landing::CutShort`]).
+fn cut_short(index: &State, action: &Action) -> (Vec<Written>, Vec<String>) {
+    match action {
+        Action::Release { gang, .. } => (pods_written(gang, true), Vec::new()),
+        Action::Provision { requests, .. } => (
+            requests
+                .iter()
+                .map(|r| Written::Request(Box::new(r.clone())))
+                .collect(),
+            Vec::new(),
+        ),
+        Action::Evict { job, status, .. } => (with_status(index, job, status), Vec::new()),
+        _ => (Vec::new(), Vec::new()),
+    }
+}
+
+/// Everything `action` writes and deletes; objects only the watch would show (queue
+/// statuses, a finalized job's deletion, deleted requests) are applied to `index` here.
+fn carried_out(index: &mut State, action: &Action) -> (Vec<Written>, Vec<String>) {
     let mut written = Vec::new();
     let mut deleted: Vec<String> = Vec::new();
     match action {
         Action::Release {
             job, gang, status, ..
         } => {
-            for pod in &gang.pods {
-                let mut pod = pod.clone();
-                if let Some(spec) = pod.spec.as_mut() {
-                    spec.scheduling_gates = Some(Vec::new());
-                }
-                written.push(Written::Pod(Box::new(pod)));
-            }
-            let mut j = bump(job_of(index, job));
-            j.status = Some((**status).clone());
-            written.push(Written::Job(Box::new(j)));
+            written = pods_written(gang, true);
+            written.extend(with_status(index, job, status));
         }
         Action::Evict {
             job, status, pods, ..
         } => {
-            let mut j = bump(job_of(index, job));
-            j.status = Some((**status).clone());
-            written.push(Written::Job(Box::new(j)));
+            written = with_status(index, job, status);
             deleted.clone_from(pods);
         }
-        Action::JobStatus { job, status, .. } => {
-            let mut j = bump(job_of(index, job));
-            j.status = Some((**status).clone());
-            written.push(Written::Job(Box::new(j)));
-        }
+        Action::JobStatus { job, status, .. } => written = with_status(index, job, status),
         Action::DeletePods { pods, .. } => deleted.clone_from(pods),
         Action::AddFinalizer { job } => {
-            let mut j = bump(job_of(index, job));
-            j.metadata.finalizers = Some(vec!["muster.dev/gang".into()]);
-            written.push(Written::Job(Box::new(j)));
+            if let Some(mut j) = bumped(index, job) {
+                j.metadata.finalizers = Some(vec!["muster.dev/gang".into()]);
+                written.push(Written::Job(Box::new(j)));
+            }
         }
         Action::Finalize { job, pods } => {
             deleted.clone_from(pods);
-            let j = job_of(index, job);
-            index.delete(&j);
+            if let Some(j) = index.job(job).cloned() {
+                index.delete(&j);
+            }
         }
         Action::ClusterQueueStatus { name, status } => {
             let mut q: ClusterQueue = index.cluster_queue(name).cloned().unwrap_or_default();
@@ -199,9 +300,7 @@ pub fn land(index: &mut State, action: &Action, now: i64) {
             status,
             ..
         } => {
-            let mut j = bump(job_of(index, job));
-            j.status = Some((**status).clone());
-            written.push(Written::Job(Box::new(j)));
+            written = with_status(index, job, status);
             for r in requests {
                 written.push(Written::Request(Box::new(r.clone())));
             }
@@ -215,8 +314,8 @@ pub fn land(index: &mut State, action: &Action, now: i64) {
                 index.delete(&r);
             }
         }
-        Action::LocalQueueStatus { status, .. } => {
-            let mut q: LocalQueue = local_queue();
+        Action::LocalQueueStatus { key, status } => {
+            let mut q: LocalQueue = index.local_queue(key).cloned().unwrap_or_else(local_queue);
             q.status = Some(status.clone());
             index.apply(q);
         }
@@ -226,14 +325,7 @@ pub fn land(index: &mut State, action: &Action, now: i64) {
             index.apply(f);
         }
     }
-    index.landed(action, Ok(written), now);
-    for key in deleted {
-        let (ns, name) = key.split_once('/').unwrap_or_default();
-        let mut pod = Pod::default();
-        pod.metadata.namespace = Some(ns.to_owned());
-        pod.metadata.name = Some(name.to_owned());
-        index.delete(&pod);
-    }
+    (written, deleted)
 }
 
 pub fn land_all(index: &mut State, actions: &[Action], now: i64) {

@@ -16,7 +16,8 @@ pub struct Args {
     /// The node list (`sn,cpu_milli,memory_mib,gpu,model`, as openb_node_list_gpu_node.csv).
     #[arg(long, value_name = "FILE")]
     nodes: PathBuf,
-    /// The pod list (openb_pod_list_*.csv: `name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,…`).
+    /// The pod list (openb_pod_list_*.csv: at least `cpu_milli,memory_mib,num_gpu,gpu_milli`,
+    /// in any order; `gpu_spec` when present).
     #[arg(long, value_name = "FILE")]
     pods: PathBuf,
     /// Policies, comma-separated: best-fit, packing, random, fgd.

@@ -1,0 +1,257 @@
+//! Sending a pass's writes: each action to the executor in a task of its own (a job's
+//! finalizer and the status write after it in one, in that order), each status write with the
+//! version of its job the pass read (see [`JobRead`]), waiting jobs' queued statuses by a
+//! sender of their own, and every outcome landed in the [`State`](crate::state::State) —
+//! after a failed write of a job's status, with what a read of the job shows now.
+
+use std::sync::Arc;
+
+use muster_api::GpuJob;
+use tokio::sync::{Semaphore, watch};
+
+use crate::action::{Action, JobRead};
+use crate::executor::{Executor, Written};
+use crate::shared::Shared;
+
+/// Logs a write that gives or takes quota (a release, a request for capacity, an eviction),
+/// with its job, the ClusterQueue of the admission it writes and the leadership term: what an
+/// investigation of a quota excursion needs from the controller's side.
+pub(crate) fn log_quota_change(action: &Action, term: u64) {
+    match action {
+        Action::Release { job, status, .. } => {
+            let admission = status.admission.as_ref();
+            tracing::info!(
+                job = %job,
+                term,
+                cluster_queue = admission.map_or("", |a| a.cluster_queue.as_str()),
+                pods = admission.map_or(0, |a| a.pod_sets.iter().map(|p| p.nodes.len()).sum::<usize>()),
+                attempt = status.requeue_count,
+                "release"
+            );
+        }
+        Action::Provision { job, status, .. } => {
+            tracing::info!(
+                job = %job,
+                term,
+                cluster_queue = status.admission.as_ref().map_or("", |a| a.cluster_queue.as_str()),
+                request = status.provisioning_request.as_deref().unwrap_or(""),
+                attempt = status.requeue_count,
+                "provision"
+            );
+        }
+        Action::Evict { job, status, .. } => {
+            tracing::info!(
+                job = %job,
+                term,
+                phase = ?status.phase,
+                attempt = status.requeue_count,
+                "evict"
+            );
+        }
+        _ => {}
+    }
+}
+
+/// A pass's writes as they go out: each alone, but a job's finalizer together with the write
+/// of its status that follows it in the pass (a release, say), finalizer first. Sent at
+/// once, the finalizer would move the job's version under the status write, whose
+/// precondition would then fail and cost a read and a second write (see
+/// [`JobRead`]); sent first, its answer gives the version to write onto.
+pub(crate) fn in_order(
+    actions: Vec<(Action, Option<JobRead>)>,
+) -> Vec<Vec<(Action, Option<JobRead>)>> {
+    let mut units: Vec<Vec<(Action, Option<JobRead>)>> = Vec::with_capacity(actions.len());
+    let mut finalizing: std::collections::BTreeMap<String, usize> =
+        std::collections::BTreeMap::new();
+    for (action, read) in actions {
+        if let Action::AddFinalizer { job } = &action {
+            finalizing.insert(job.clone(), units.len());
+        } else if action.writes_job_status()
+            && let Some(unit) = action.job().and_then(|job| finalizing.remove(job))
+        {
+            units[unit].push((action, read));
+            continue;
+        }
+        units.push(vec![(action, read)]);
+    }
+    units
+}
+
+/// Carries `writes` out one after the other in a task of their own, holding `permit` until
+/// the last has landed; wakes the loop afterwards when `wake`. A status write goes onto the
+/// version its pass read, or onto the one an earlier write of the same job returned when
+/// nothing it was decided on moved (see [`JobRead::at_version_of`]).
+pub(crate) fn spawn_writes<P: Send + 'static>(
+    shared: &Arc<Shared>,
+    executor: &Executor,
+    term: u64,
+    writes: Vec<(Action, Option<JobRead>)>,
+    permit: P,
+    wake: bool,
+) {
+    let (shared, executor) = (Arc::clone(shared), executor.clone());
+    tokio::spawn(async move {
+        let mut returned: Option<GpuJob> = None;
+        for (action, read) in writes {
+            let read = match (read, &returned) {
+                (Some(read), Some(job)) => Some(read.at_version_of(job)),
+                (read, _) => read,
+            };
+            let result = executor.execute(&action, read.as_ref()).await;
+            returned = result.as_ref().ok().and_then(|written| {
+                written.iter().rev().find_map(|w| match w {
+                    Written::Job(job) => Some((**job).clone()),
+                    _ => None,
+                })
+            });
+            land(
+                &shared,
+                &executor,
+                term,
+                &action,
+                result.map_err(|e| e.to_string()),
+            )
+            .await;
+        }
+        if wake {
+            shared.wake.notify_one();
+        }
+        drop(permit);
+    });
+}
+
+/// Folds in what `action` wrote, or — when it failed, for a write of its job's status — what
+/// a read of the job shows now (a failed write may still have been carried out: see
+/// `Executor::read_back`), and settles the ledger.
+async fn land(
+    shared: &Arc<Shared>,
+    executor: &Executor,
+    term: u64,
+    action: &Action,
+    result: Result<Vec<Written>, String>,
+) {
+    let mut read = Vec::new();
+    if let Err(e) = &result {
+        tracing::warn!(action = action.kind(), job = ?action.job(), error = %e, "write failed");
+        if action.writes_job_status() {
+            match executor.read_back(action).await {
+                Ok(objects) => {
+                    shared.metrics.action("read_back", true);
+                    read = objects;
+                }
+                Err(e) => {
+                    shared.metrics.action("read_back", false);
+                    tracing::warn!(job = ?action.job(), error = %e, "reading back after a failed write failed; the watch brings the job");
+                }
+            }
+        }
+    }
+    shared.metrics.action(action.kind(), result.is_ok());
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let mut state = shared.state();
+    state.read_back(read);
+    state.landed_in(term, action, result, now);
+}
+
+/// Sends the waiting jobs' status writes that passes queued (see [`crate::deferred`]),
+/// oldest first, at most `lane` at once and each also holding one of the loop's `permits`:
+/// releases and evictions keep most of the API server's attention. Only while leading.
+pub(crate) async fn send_deferred(
+    shared: Arc<Shared>,
+    executor: Executor,
+    leader: watch::Receiver<bool>,
+    permits: Arc<Semaphore>,
+    lane: usize,
+    mut stop: watch::Receiver<bool>,
+) {
+    let lane = Arc::new(Semaphore::new(lane));
+    loop {
+        tokio::select! {
+            () = shared.deferred_wake.notified() => {}
+            _ = stop.changed() => return,
+        }
+        while *leader.borrow() && !*stop.borrow() {
+            let Ok(own) = Arc::clone(&lane).acquire_owned().await else {
+                return;
+            };
+            let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+                return;
+            };
+            let next = {
+                let mut state = shared.state();
+                let next = state.next_deferred().map(|(term, action)| {
+                    let read = state.decided_on(&action);
+                    (term, action, read)
+                });
+                shared
+                    .metrics
+                    .deferred_status_writes
+                    .set(i64::try_from(state.deferred_len()).unwrap_or(i64::MAX));
+                next
+            };
+            let Some((term, action, read)) = next else {
+                break;
+            };
+            // Its landing need not wake the loop: the job's watch event does.
+            spawn_writes(
+                &shared,
+                &executor,
+                term,
+                vec![(action, read)],
+                (own, permit),
+                false,
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_order;
+    use crate::action::Action;
+
+    fn status(job: &str) -> Action {
+        Action::JobStatus {
+            job: job.to_owned(),
+            status: Box::default(),
+            event: None,
+        }
+    }
+
+    fn finalizer(job: &str) -> Action {
+        Action::AddFinalizer {
+            job: job.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_finalizer_goes_first_with_its_job_s_status_write_and_everything_else_alone() {
+        let actions = vec![
+            finalizer("a"),
+            finalizer("b"),
+            Action::DeletePods {
+                job: "c".to_owned(),
+                pods: Vec::new(),
+            },
+            status("a"),
+            status("c"),
+        ];
+        let units: Vec<Vec<String>> = in_order(actions.into_iter().map(|a| (a, None)).collect())
+            .iter()
+            .map(|unit| {
+                unit.iter()
+                    .map(|(a, _)| format!("{} {}", a.kind(), a.job().unwrap_or_default()))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            units,
+            [
+                vec!["add_finalizer a", "job_status a"],
+                vec!["add_finalizer b"],
+                vec!["delete_pods c"],
+                vec!["job_status c"],
+            ]
+        );
+    }
+}

@@ -303,6 +303,12 @@ pub enum PendingReasonKind {
     Provisioning,
     /// Requeued after an eviction; waiting out its backoff.
     Backoff,
+    /// Pods of its earlier attempt may still run on a node that stopped reporting (its Ready
+    /// condition not True): the gang starts again only once they have ended or are gone (the
+    /// pod objects deleted, the Node deleted, or the Node tainted
+    /// `node.kubernetes.io/out-of-service`), so two attempts never run at once. `eta`, when
+    /// set, is the end of the backoff the gang was evicted with.
+    NodeUnreachable,
 }
 
 impl PendingReasonKind {
@@ -320,6 +326,7 @@ impl PendingReasonKind {
             PendingReasonKind::CapacityReserved => "CapacityReserved",
             PendingReasonKind::Provisioning => "Provisioning",
             PendingReasonKind::Backoff => "Backoff",
+            PendingReasonKind::NodeUnreachable => "NodeUnreachable",
         }
     }
 }

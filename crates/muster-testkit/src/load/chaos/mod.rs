@@ -343,13 +343,8 @@ async fn run_once(
 /// [`ViolationKind::HarnessFailed`] for each task that failed — one that failed left its part
 /// undone or unchecked.
 async fn own_tasks(h: &mut Harness) -> (Vec<(BadObject, Verdict)>, Vec<Found>) {
-    let mut found = Vec::new();
-    let drawn = outcome("applying the drawn objects", &mut h.bad_input)
-        .await
-        .unwrap_or_else(|failed| {
-            found.push(failed);
-            Vec::new()
-        });
+    let (drawn, failed) = applied(&mut h.bad_input).await;
+    let mut found: Vec<Found> = failed.into_iter().collect();
     if !h.generator.is_finished() {
         // Only when the run timed out: jobs it never submitted went unchecked.
         h.generator.abort();
@@ -371,6 +366,18 @@ async fn own_tasks(h: &mut Harness) -> (Vec<(BadObject, Verdict)>, Vec<Found>) {
         }
     }
     (drawn, found)
+}
+
+/// The drawn objects the bad-input task applied, with their verdicts; when the task failed
+/// (a panic), none, and a [`ViolationKind::HarnessFailed`]: the objects it applied are then
+/// not judged, and the run must not pass as though they were.
+async fn applied(
+    task: &mut JoinHandle<Vec<(BadObject, Verdict)>>,
+) -> (Vec<(BadObject, Verdict)>, Option<Found>) {
+    match outcome("applying the drawn objects", task).await {
+        Ok(drawn) => (drawn, None),
+        Err(failed) => (Vec::new(), Some(failed)),
+    }
 }
 
 /// What a task of the run itself came to, once it has ended (waited for when not): its
@@ -420,7 +427,7 @@ async fn submit(client: Client, workload: Workload, start: Instant) -> anyhow::R
 
 #[cfg(test)]
 mod tests {
-    use super::{ViolationKind, outcome};
+    use super::{ViolationKind, applied, bad_input, outcome};
 
     #[tokio::test]
     async fn a_task_of_the_run_that_panicked_is_a_violation_not_an_empty_result() {
@@ -437,5 +444,21 @@ mod tests {
         );
         let mut fine = tokio::spawn(async { vec![1_u32] });
         assert_eq!(outcome("applying", &mut fine).await, Ok(vec![1]));
+    }
+
+    #[tokio::test]
+    async fn a_panic_applying_the_drawn_objects_fails_the_run_rather_than_skip_their_judging() {
+        let mut task = tokio::spawn(async {
+            let drawn = bad_input::generate(1, 2);
+            assert!(drawn.is_empty(), "the drawn objects' task breaks");
+            Vec::new()
+        });
+        let (drawn, failed) = applied(&mut task).await;
+        assert!(drawn.is_empty());
+        assert!(
+            matches!(&failed, Some((ViolationKind::HarnessFailed, object, _))
+                if object == "Harness/applying the drawn objects"),
+            "{failed:?}"
+        );
     }
 }

@@ -442,7 +442,14 @@ fn late(body: kube::client::Body, delay: Duration) -> Body {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut body = std::pin::pin!(body);
-        while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        loop {
+            // Once the watcher hangs up (the stream was cut), the API server's stream goes
+            // too, rather than stay open until its next event.
+            let frame = tokio::select! {
+                () = tx.closed() => break,
+                frame = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)) => frame,
+            };
+            let Some(frame) = frame else { break };
             let chunk = frame.map(|f| f.into_data().unwrap_or_default());
             if tx
                 .send((tokio::time::Instant::now() + delay, chunk))
@@ -525,6 +532,23 @@ mod tests {
             enabled: AtomicBool::new(true),
             counts: Counts::default(),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_watch_delivers_every_event_in_order_after_its_delay() {
+        let events = b"{\"type\":\"ADDED\"}\n{\"type\":\"MODIFIED\"}\n".to_vec();
+        let start = tokio::time::Instant::now();
+        let body = super::late(
+            kube::client::Body::from(events.clone()),
+            Duration::from_secs(3),
+        );
+        let delivered = axum::body::to_bytes(body, 1 << 20).await;
+        assert_eq!(delivered.ok().map(|b| b.to_vec()), Some(events));
+        assert!(
+            start.elapsed() >= Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[tokio::test]

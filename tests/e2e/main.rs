@@ -12,6 +12,7 @@ mod gang;
 mod ha;
 mod leadership;
 mod lifecycle;
+mod partition;
 mod provisioning;
 mod shares;
 mod support;

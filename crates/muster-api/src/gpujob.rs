@@ -312,6 +312,12 @@ pub enum PendingReasonKind {
     /// costs less than the work they would lose; it evicts once its ClusterQueue's
     /// `preemption.maxWaitWhenCheaperSeconds` has passed.
     PreemptionDeferred,
+    /// Pods of its earlier attempt may still run on a node that stopped reporting (its Ready
+    /// condition not True): the gang starts again only once they have ended or are gone (the
+    /// pod objects deleted, the Node deleted, or the Node tainted
+    /// `node.kubernetes.io/out-of-service`), so two attempts never run at once. `eta`, when
+    /// set, is the end of the backoff the gang was evicted with.
+    NodeUnreachable,
 }
 
 impl PendingReasonKind {
@@ -330,6 +336,7 @@ impl PendingReasonKind {
             PendingReasonKind::Provisioning => "Provisioning",
             PendingReasonKind::Backoff => "Backoff",
             PendingReasonKind::PreemptionDeferred => "PreemptionDeferred",
+            PendingReasonKind::NodeUnreachable => "NodeUnreachable",
         }
     }
 }

@@ -17,6 +17,7 @@ fn every_kind_is_named_as_the_api_spells_it() {
         CapacityReserved,
         Provisioning,
         Backoff,
+        NodeUnreachable,
     ] {
         let spelled = serde_json::to_value(kind).unwrap_or_default();
         assert_eq!(spelled.as_str(), Some(kind.as_str()), "{kind:?}");

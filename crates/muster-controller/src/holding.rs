@@ -24,23 +24,41 @@ pub(crate) fn condition_time(status: &GpuJobStatus, type_: &str) -> Option<i64> 
         .map(|c| seconds(&c.last_transition_time))
 }
 
-/// Pods of earlier attempts of job `key` that are being deleted but may still run: not ended,
-/// and on a node that exists and is schedulable (on a node that is gone or NotReady nothing
-/// will confirm their end; the gang moved on from it). Until they are gone the job is not
-/// released again: two attempts of one job never run at once.
-pub(crate) fn draining(index: &Index, key: &str, attempt: i32) -> usize {
+/// The taint that says a node is really down: the upstream signal for a non-graceful node
+/// shutdown, added by an admin (or their automation) once the machine is known to be off.
+/// Pods on a node with it can no longer run (kube-controller-manager's pod garbage collector
+/// force-deletes them), whatever the node's Ready condition says.
+pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+
+/// Whether a pod bound to `node` (unbound: `None`) may still run there: the Node exists and
+/// is not tainted [`OUT_OF_SERVICE_TAINT`]. A node that is NotReady or stopped reporting may
+/// still run its pods — a network partition looks just like a dead machine from here.
+pub(crate) fn node_may_run(index: &Index, node: Option<&str>) -> bool {
+    node.is_none_or(|n| {
+        index
+            .node(n)
+            .is_some_and(|n| !n.taints.iter().any(|t| t.key == OUT_OF_SERVICE_TAINT))
+    })
+}
+
+/// Pods of earlier attempts of job `key` that are being deleted but may still run: not
+/// ended, and on a node that may still run them ([`node_may_run`]) — also one that is
+/// NotReady or unreachable, whose kubelet may be running them behind a partition. Until
+/// every one is gone the job is not released again: at most one attempt of a job runs at
+/// once.
+pub(crate) fn draining<'a>(index: &'a Index, key: &str, attempt: i32) -> Pods<'a> {
     index
         .pods_of(key)
         .filter(|(_, pod)| {
             pod.member.as_ref().is_some_and(|m| m.attempt != attempt)
                 && pod.deleting
-                && matches!(pod.phase, PodPhase::Pending | PodPhase::Running)
-                && pod
-                    .node
-                    .as_deref()
-                    .is_some_and(|n| index.node(n).is_some_and(|n| n.schedulable))
+                && matches!(
+                    pod.phase,
+                    PodPhase::Pending | PodPhase::Running | PodPhase::Unknown
+                )
+                && node_may_run(index, pod.node.as_deref())
         })
-        .count()
+        .collect()
 }
 
 /// A job's pods of its current attempt, and those left over from earlier attempts.

@@ -7,7 +7,9 @@
 //!   at a time. It knows nothing of passes or writes.
 //! - [`release`], [`status`], [`lifecycle`]: the objects of one admitted gang (a headless
 //!   Service and every pod, gated by `muster.dev/admission`, pinned to its node); job and
-//!   queue statuses, only when they change; an admitted gang's health from its pods and nodes.
+//!   queue statuses, only when they change; an admitted gang's health from its pods and nodes;
+//!   [`unreachable`](mod@unreachable): what a job says while it waits for old pods on nodes
+//!   that stopped reporting.
 //! - [`action`] and [`ledger`]: the writes a pass plans, and those in flight (by leadership
 //!   term); [`deferred`]: waiting jobs' status writes, queued apart from the writes that move
 //!   work.
@@ -50,4 +52,5 @@ mod shared;
 pub mod state;
 pub mod status;
 pub mod summary;
+pub mod unreachable;
 mod writes;

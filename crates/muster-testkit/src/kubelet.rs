@@ -1,13 +1,22 @@
 //! A fake kubelet: one task that watches every pod and plays the kubelet for those bound to fake
 //! nodes (label [`FAKE_NODE_LABEL`]): it starts them (Running, Ready), ends them after their run
 //! time (Succeeded, or Failed with an exit code), fails them with reason `NodeLost` when their
-//! node turns NotReady, and removes them once they are deleted.
+//! node turns NotReady (Ready `False`: its kubelet stopped), and removes them once they are
+//! deleted.
+//!
+//! A node whose Ready condition is `Unknown` is partitioned (see
+//! [`partition_node`](crate::nodes::partition_node)): its kubelet cannot reach the API server,
+//! so nothing is written for its pods — they keep running unseen, keep their last status, and a
+//! pod deleted meanwhile stays Terminating. Timers run on; once the node is Ready again the
+//! kubelet removes the pods deleted meanwhile and carries on with the others (starting those
+//! whose start delay passed, ending those whose run time did).
 //!
 //! Each pod's behaviour comes from its annotations (copied from a GpuJob's pod template):
 //! [`START_DELAY_ANNOTATION`], [`RUN_ANNOTATION`], [`EXIT_CODE_ANNOTATION`],
 //! [`NEVER_READY_ANNOTATION`]; [`KubeletOptions`] gives the defaults. A pod that ends is given
 //! phase Succeeded or Failed whatever its restart policy.
 
+mod node;
 mod pod;
 mod status;
 
@@ -29,8 +38,9 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::DelayQueue;
 
+use self::node::{NodeState, Reach};
 use self::pod::{Deletion, Phase, PodKey, TimerKind, Tracked, key_of, phase_of};
-use crate::nodes::{FAKE_NODE_LABEL, is_ready, node_ip, now};
+use crate::nodes::{FAKE_NODE_LABEL, node_ip, now};
 
 /// Milliseconds from binding to Running (overrides the random default).
 pub const START_DELAY_ANNOTATION: &str = "testkit.muster.dev/start-delay-ms";
@@ -173,12 +183,6 @@ struct WriteDone {
     result: Result<(), kube::Error>,
 }
 
-/// A fake node as the kubelet sees it.
-struct NodeState {
-    ready: bool,
-    ip: String,
-}
-
 /// A step of the loop, computed while the sources are borrowed and handled after.
 enum Step {
     Stop,
@@ -315,11 +319,11 @@ impl Kubelet {
             .and_then(|s| s.addresses.as_ref())
             .and_then(|a| a.iter().find(|a| a.type_ == "InternalIP"))
             .map_or_else(|| node_ip(&name), |a| a.address.clone());
-        let ready = is_ready(node);
+        let reach = Reach::of(node);
         let changed = self
             .nodes
-            .insert(name.clone(), NodeState { ready, ip })
-            .is_none_or(|before| before.ready != ready);
+            .insert(name.clone(), NodeState { reach, ip })
+            .is_none_or(|before| before.reach != reach);
         if changed {
             self.reconcile_node(&name);
         }
@@ -430,6 +434,11 @@ impl Kubelet {
             return;
         }
         let node = tracked.node.as_ref().and_then(|n| self.nodes.get(n));
+        if node.is_some_and(|n| n.reach == Reach::Partitioned) {
+            // Cut off from the API server: nothing is reported until the partition heals
+            // (timers that fire meanwhile leave their action due).
+            return;
+        }
         if tracked.deletion != Deletion::NotRequested {
             if tracked.deletion == Deletion::Requested && (tracked.node.is_none() || node.is_some())
             {
@@ -444,7 +453,7 @@ impl Kubelet {
         if tracked.stuck {
             return;
         }
-        let ready = node.ready;
+        let ready = node.reach == Reach::Ready;
         let host_ip = node.ip.clone();
         match tracked.phase {
             Phase::Terminal => self.cancel_timer(key),

@@ -1,6 +1,13 @@
 //! Fake nodes: Node objects with capacity and a Ready condition that no kubelet backs (the
 //! [`FakeKubelet`](crate::FakeKubelet) plays one for their pods), and a heartbeat that renews
 //! their Leases.
+//!
+//! A node can fail two ways. [`kill_node`]: its kubelet says it stopped (Ready `False`), and
+//! the fake kubelet fails its pods with reason `NodeLost`. [`partition_node`]: it is cut off
+//! from the API server — its Ready condition turns `Unknown` with the unreachable taints, as
+//! the node lifecycle controller writes them once heartbeats stop, while its pods keep
+//! running unseen: the fake kubelet reports nothing for them, nor confirms their deletion,
+//! until [`heal_node`] makes it Ready again.
 
 use std::collections::BTreeMap;
 use std::collections::hash_map::DefaultHasher;
@@ -189,31 +196,122 @@ pub async fn create_nodes(client: &Client, specs: &[NodeSpec]) -> anyhow::Result
 /// Sets a node's Ready condition to False, as when its kubelet stops; the fake kubelet then fails
 /// the pods running there with reason `NodeLost`.
 pub async fn kill_node(client: &Client, name: &str) -> anyhow::Result<()> {
-    set_ready(client, name, false).await
+    set_ready(client, name, Ready::False).await
 }
 
-/// Sets a node's Ready condition to True again and removes the not-ready and unreachable taints.
+/// Sets a node's Ready condition to True again (its other conditions to False) and removes
+/// the not-ready and unreachable taints.
 pub async fn repair_node(client: &Client, name: &str) -> anyhow::Result<()> {
-    set_ready(client, name, true).await?;
+    set_ready(client, name, Ready::True).await?;
     remove_condition_taints(client, name).await.map(|_| ())
 }
 
-async fn set_ready(client: &Client, name: &str, ready: bool) -> anyhow::Result<()> {
+/// Cuts a node off from the API server, as a network partition does: its conditions turn
+/// `Unknown` and it gets the unreachable taints (NoSchedule, and NoExecute), as the node
+/// lifecycle controller writes them once its heartbeats stop. Its pods keep running: the fake
+/// kubelet writes nothing for them and confirms no deletion until [`heal_node`].
+pub async fn partition_node(client: &Client, name: &str) -> anyhow::Result<()> {
+    set_ready(client, name, Ready::Unknown).await?;
+    add_unreachable_taints(client, name).await
+}
+
+/// Ends a partition: the node is Ready again, without the unreachable taints, and the fake
+/// kubelet removes the pods deleted meanwhile and carries on with the others.
+pub async fn heal_node(client: &Client, name: &str) -> anyhow::Result<()> {
+    repair_node(client, name).await
+}
+
+/// What a node's Ready condition is set to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ready {
+    /// Its kubelet is ready.
+    True,
+    /// Its kubelet says it stopped.
+    False,
+    /// It stopped reporting.
+    Unknown,
+}
+
+async fn set_ready(client: &Client, name: &str, ready: Ready) -> anyhow::Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let now = now();
-    let (status, reason, message) = if ready {
-        ("True", "KubeletReady", "fake kubelet is ready")
-    } else {
-        ("False", "KubeletStopped", "fake kubelet stopped")
+    let (status, reason, message) = match ready {
+        Ready::True => ("True", "KubeletReady", "fake kubelet is ready"),
+        Ready::False => ("False", "KubeletStopped", "fake kubelet stopped"),
+        Ready::Unknown => (
+            "Unknown",
+            "NodeStatusUnknown",
+            "Kubelet stopped posting node status.",
+        ),
     };
-    let patch = json!({"status": {"conditions": [{"type": "Ready", "status": status,
-        "reason": reason, "message": message,
-        "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
+    let mut conditions = vec![json!({"type": "Ready", "status": status, "reason": reason,
+        "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now})];
+    // The node lifecycle controller marks every condition Unknown; a kubelet that reports
+    // again sets them back.
+    let pressure = match ready {
+        Ready::True => Some("False"),
+        Ready::Unknown => Some("Unknown"),
+        Ready::False => None,
+    };
+    if let Some(pressure) = pressure {
+        for type_ in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+            conditions.push(json!({"type": type_, "status": pressure, "reason": reason,
+                "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now}));
+        }
+    }
+    let patch = json!({"status": {"conditions": conditions}});
     nodes
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
         .await
         .with_context(|| format!("setting node {name} Ready={status}"))?;
     Ok(())
+}
+
+/// Adds the unreachable taints (NoSchedule and NoExecute), retrying when the node changed
+/// meanwhile.
+async fn add_unreachable_taints(client: &Client, name: &str) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut attempts = 0;
+    loop {
+        let node = nodes
+            .get(name)
+            .await
+            .with_context(|| format!("reading node {name}"))?;
+        let mut taints = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        let before = taints.len();
+        for effect in ["NoSchedule", "NoExecute"] {
+            if !taints
+                .iter()
+                .any(|t| t.key == UNREACHABLE_TAINT && t.effect == effect)
+            {
+                taints.push(Taint {
+                    key: UNREACHABLE_TAINT.to_owned(),
+                    effect: effect.to_owned(),
+                    time_added: (effect == "NoExecute").then(|| Time(Timestamp::now())),
+                    value: None,
+                });
+            }
+        }
+        if taints.len() == before {
+            return Ok(());
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": node.metadata.resource_version},
+            "spec": {"taints": taints},
+        });
+        match nodes
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 && attempts < 10 => attempts += 1,
+            Err(e) => return Err(e).with_context(|| format!("tainting node {name} unreachable")),
+        }
+    }
 }
 
 /// Removes the not-ready and unreachable taints, retrying when the node changed meanwhile.
@@ -307,6 +405,19 @@ impl FakeNodes {
     /// Makes a node Ready again (see [`repair_node`]) and renews its Lease again.
     pub async fn repair(&self, name: &str) -> anyhow::Result<()> {
         repair_node(&self.client, name).await?;
+        self.set_alive(name, true);
+        Ok(())
+    }
+
+    /// Cuts a node off (see [`partition_node`]) and stops renewing its Lease.
+    pub async fn partition(&self, name: &str) -> anyhow::Result<()> {
+        self.set_alive(name, false);
+        partition_node(&self.client, name).await
+    }
+
+    /// Ends a node's partition (see [`heal_node`]) and renews its Lease again.
+    pub async fn heal(&self, name: &str) -> anyhow::Result<()> {
+        heal_node(&self.client, name).await?;
         self.set_alive(name, true);
         Ok(())
     }

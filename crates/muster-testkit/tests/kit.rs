@@ -1,7 +1,8 @@
 //! The test kit against the real control plane in `MUSTER_KUBE_BIN`: clusters start, run side by
 //! side and leave nothing behind; fake nodes are Ready and schedulable; the fake kubelet runs,
-//! ends, fails and removes the pods kube-scheduler binds to them. Without `MUSTER_KUBE_BIN` each
-//! test prints one line and passes.
+//! ends, fails and removes the pods kube-scheduler binds to them, and reports nothing for the
+//! pods of a partitioned node until it heals. Without `MUSTER_KUBE_BIN` each test prints one
+//! line and passes.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -13,7 +14,9 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 use muster_testkit::cluster::SKIP_MESSAGE;
 use muster_testkit::kubelet::{EXIT_CODE_ANNOTATION, RUN_ANNOTATION};
-use muster_testkit::nodes::{FAKE_NODE_LABEL, NODE_LEASE_NAMESPACE, NOT_READY_TAINT};
+use muster_testkit::nodes::{
+    FAKE_NODE_LABEL, NODE_LEASE_NAMESPACE, NOT_READY_TAINT, UNREACHABLE_TAINT,
+};
 use muster_testkit::{
     ClusterOptions, Component, FakeKubelet, FakeNodes, KubeletOptions, NodeSpec, TestCluster,
     cluster_or_skip, eventually,
@@ -239,6 +242,65 @@ async fn killing_a_node_fails_its_pods_and_holds_new_ones() -> anyhow::Result<()
     assert_eq!(phase(&pods.get("late").await?), "Pending");
     nodes.repair("gpu-1").await?;
     pod_until(&client, "late", "Running", |p| phase(p) == "Running").await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_partitioned_node_runs_its_pods_unseen_until_it_heals() -> anyhow::Result<()> {
+    let cluster = cluster_or_skip!(ClusterOptions::default(), Ok(()));
+    let client = cluster.client();
+    let (nodes, kubelet) = with_nodes(&client, 1).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    for (name, annotations) in [
+        ("steady", vec![]),
+        ("doomed", vec![]),
+        ("short", vec![(RUN_ANNOTATION, "4000")]),
+    ] {
+        pods.create(&PostParams::default(), &pod(name, &annotations)?)
+            .await?;
+        pod_until(&client, name, "Running", |p| phase(p) == "Running").await?;
+    }
+    nodes.partition("gpu-1").await?;
+    let node = Api::<Node>::all(client.clone()).get("gpu-1").await?;
+    let ready = node
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready");
+    assert_eq!(ready.map(|c| c.status).as_deref(), Some("Unknown"));
+    let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+    assert!(
+        taints
+            .iter()
+            .any(|t| t.key == UNREACHABLE_TAINT && t.effect == "NoExecute"),
+        "{taints:?}"
+    );
+
+    // Cut off: a deleted pod stays Terminating, a pod whose run time passes stays Running, and
+    // the kubelet writes nothing.
+    let writes = kubelet.stats();
+    pods.delete("doomed", &DeleteParams::default()).await?;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let doomed = pods.get("doomed").await?;
+    assert!(doomed.metadata.deletion_timestamp.is_some());
+    assert_eq!(phase(&doomed), "Running");
+    assert_eq!(phase(&pods.get("short").await?), "Running");
+    assert_eq!(phase(&pods.get("steady").await?), "Running");
+    assert_eq!(kubelet.stats().status_writes, writes.status_writes);
+    assert_eq!(kubelet.stats().deletions, writes.deletions);
+
+    // Healed: the deletion is confirmed, the pod whose time came ends, the other runs on.
+    nodes.heal("gpu-1").await?;
+    eventually("pod doomed gone", WAIT, || async {
+        pods.get_opt("doomed")
+            .await
+            .ok()
+            .and_then(|p| p.is_none().then_some(()))
+    })
+    .await?;
+    pod_until(&client, "short", "Succeeded", |p| phase(p) == "Succeeded").await?;
+    assert_eq!(phase(&pods.get("steady").await?), "Running");
     Ok(())
 }
 

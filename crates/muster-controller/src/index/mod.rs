@@ -97,6 +97,19 @@ pub struct GangMember {
     pub devices: Vec<u32>,
 }
 
+/// A node whose Ready condition is not True: what the condition says, and since when. Kept
+/// apart from the node's placement facts: a gang waiting on pods there says which node and
+/// since when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotReady {
+    /// The condition's status: `False` (its kubelet reports it not ready) or `Unknown` (it
+    /// stopped reporting: the node lifecycle controller writes `Unknown` once its heartbeats
+    /// stop; also a node without the condition).
+    pub status: String,
+    /// When the condition last changed, in Unix seconds (`None` when the node does not say).
+    pub since: Option<i64>,
+}
+
 /// What the index keeps of a pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodRecord {
@@ -183,6 +196,8 @@ pub struct Index {
     pub(crate) local_queues: BTreeMap<String, LocalQueue>,
     pub(crate) flavors: BTreeMap<String, ResourceFlavor>,
     pub(crate) nodes: BTreeMap<String, NodeInfo>,
+    /// The nodes whose Ready condition is not True (absent: Ready).
+    pub(crate) not_ready: BTreeMap<String, NotReady>,
     /// Per node, the UUIDs of its GPU devices in device order, as HAMi's device plugin
     /// registers them (nodes without the annotation are absent).
     pub(crate) gpu_uuids: BTreeMap<String, Vec<String>>,
@@ -412,6 +427,12 @@ impl Index {
     /// A node.
     pub fn node(&self, name: &str) -> Option<&NodeInfo> {
         self.nodes.get(name)
+    }
+
+    /// Whether node `name`'s Ready condition is not True, and since when (`None`: it is Ready,
+    /// or not known).
+    pub fn not_ready(&self, name: &str) -> Option<&NotReady> {
+        self.not_ready.get(name)
     }
 
     /// Counts: (jobs, nodes, pods).

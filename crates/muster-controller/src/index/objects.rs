@@ -8,7 +8,7 @@ use muster_api::validation::ADMISSION_GATE;
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
 use muster_topology::{NodeInfo, pod_usage};
 
-use super::{GangMember, Index, Indexed, Kind, PodPhase, PodRecord, TemplateRecord};
+use super::{GangMember, Index, Indexed, Kind, NotReady, PodPhase, PodRecord, TemplateRecord};
 use crate::release::{
     ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION, JOB_LABEL,
     POD_INDEX_LABEL, POD_SET_LABEL, parse_domain,
@@ -119,6 +119,15 @@ impl Indexed for Node {
                 index.gpu_uuids.remove(&key);
             }
         }
+        let not_ready = not_ready(&self);
+        if index.not_ready.get(&key) != not_ready.as_ref() {
+            // A gang waiting on pods of this node tells since when it is not Ready.
+            index.shared_version += 1;
+            match not_ready {
+                Some(not_ready) => index.not_ready.insert(key.clone(), not_ready),
+                None => index.not_ready.remove(&key),
+            };
+        }
         match NodeInfo::from_node(&self) {
             Ok(info) => {
                 index.unreadable.remove(&format!("Node {key}"));
@@ -142,8 +151,30 @@ impl Indexed for Node {
         if index.nodes.remove(key).is_some() {
             index.topology_version += 1;
         }
+        index.not_ready.remove(key);
         index.gpu_uuids.remove(key);
         index.unreadable.remove(&format!("Node {key}"));
+    }
+}
+
+/// What a node's Ready condition says when it is not True (a node without one is not Ready
+/// either).
+fn not_ready(node: &Node) -> Option<NotReady> {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+    match ready {
+        Some(c) if c.status == "True" => None,
+        Some(c) => Some(NotReady {
+            status: c.status.clone(),
+            since: c.last_transition_time.as_ref().map(|t| t.0.as_second()),
+        }),
+        None => Some(NotReady {
+            status: "Unknown".to_owned(),
+            since: None,
+        }),
     }
 }
 

@@ -9,9 +9,12 @@
 //!   [`step`], the admitted branch (`admitted`), through [`crate::lifecycle::health`];
 //! - a release was cut short (a replica died, a write failed): `admitted` and `cut_off`;
 //! - the autoscaler answers a ProvisioningRequest: `provisioning.rs`;
-//! - a job is deleted or suspended: [`step`] and `admitted`.
+//! - a job is deleted or suspended: [`step`] and `admitted`;
+//! - a restarted gang's old pods linger (a node partitioned or down): `terminating.rs`,
+//!   through [`crate::holding::draining`] and [`crate::unreachable`].
 
 mod provisioning;
+mod terminating;
 #[cfg(test)]
 mod tests;
 
@@ -366,11 +369,10 @@ fn next(
         // cut off. Finish it when the whole gang exists, else roll it back.
         return cut_off(job, key, current, &live, Step::new(Phase::Releasing));
     }
-    if !current.is_empty() || draining(index, key, status.requeue_count) > 0 {
-        // Its pods (of this attempt, or of the one it was evicted from) are still
-        // terminating: it holds nodes through them, not quota, and is not released again
-        // until they are gone.
-        return Step::new(Phase::Evicting);
+    let draining = draining(index, key, status.requeue_count);
+    if !current.is_empty() || !draining.is_empty() {
+        let waiting: Pods<'_> = current.iter().copied().chain(draining).collect();
+        return terminating::step(index, key, status, &waiting, now_s);
     }
     if let Some((failures, retry_at, error)) = ledger.failed.get(key)
         && *retry_at > now_s
@@ -393,8 +395,12 @@ fn next(
             event: Some(Note::warning("ReleaseFailed", error.clone())),
         });
     }
+    // A wait on an unreachable node keeps the backoff the gang was evicted with as its eta.
     if let Some(reason) = &status.pending_reason
-        && reason.kind == PendingReasonKind::Backoff
+        && matches!(
+            reason.kind,
+            PendingReasonKind::Backoff | PendingReasonKind::NodeUnreachable
+        )
         && reason.eta.as_ref().is_some_and(|eta| seconds(eta) > now_s)
     {
         let namespace = job.metadata.namespace.as_deref().unwrap_or_default();

@@ -287,6 +287,51 @@ impl World {
         self
     }
 
+    /// Node `name` stopped reporting at `since`: its Ready condition is Unknown, as the node
+    /// lifecycle controller writes it, with the taints it adds.
+    fn unreachable(mut self, name: &str, since: i64) -> World {
+        let mut node = node(name);
+        node.status = Some(object(json!({
+            "allocatable": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1000Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                            "lastTransitionTime": time(since).0.to_string()}]})));
+        node.spec = Some(object(json!({"taints": [
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]})));
+        self.index.apply(node);
+        self
+    }
+
+    /// Node `name`, unreachable since long ago, is tainted out-of-service: an admin says the
+    /// machine is down.
+    fn out_of_service(mut self, name: &str) -> World {
+        let mut node = node(name);
+        node.status = Some(object(json!({
+            "allocatable": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1000Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "Unknown",
+                            "lastTransitionTime": time(0).0.to_string()}]})));
+        node.spec = Some(object(json!({"taints": [
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+            {"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown",
+             "effect": "NoExecute"}]})));
+        self.index.apply(node);
+        self
+    }
+
+    /// Node `name` is cordoned, and Ready.
+    fn cordoned(mut self, name: &str) -> World {
+        let mut node = node(name);
+        node.spec = Some(object(json!({"unschedulable": true})));
+        self.index.apply(node);
+        self
+    }
+
+    /// Pod `i` is gone.
+    fn without(mut self, i: usize) -> World {
+        self.pods.remove(i);
+        self
+    }
+
     fn node_gone(mut self, name: &str) -> World {
         self.index.nodes.remove(name);
         self
@@ -300,6 +345,20 @@ impl World {
         }
         step(&self.index, &self.ledger, KEY, &time(NOW)).unwrap_or_else(|| unreachable!("job"))
     }
+}
+
+/// A gang restarted (attempt 1 queued) while pod 1 of attempt 0, on n2, still terminates:
+/// pod 0 on n1 is gone.
+fn restarted_around(world: World) -> World {
+    world
+        .running()
+        .attempt(0)
+        .deleting(1)
+        .without(0)
+        .with_status(|s| {
+            s.requeue_count = 1;
+            s.phase = Some(GpuJobPhase::Queued);
+        })
 }
 
 /// The status once the pass that saw the gang Ready wrote Running (at 950).
@@ -488,6 +547,53 @@ fn every_situation_gives_its_step() {
                 .node_gone("n2")
                 .with_status(|s| s.requeue_count = 1),
             "Waiting · queued",
+        ),
+        // Partitions: a node stops reporting while its pods may still run.
+        (
+            "a running gang's node stops reporting: the gang restarts",
+            World::new().admitted().running().unreachable("n2", NOW - 5),
+            "Restarting · Evict(GangRestart) · holds",
+        ),
+        (
+            "restarted, an old pod terminating on a node that stopped reporting: it waits",
+            restarted_around(World::new().unreachable("n2", NOW - 10)),
+            "Evicting · out",
+        ),
+        (
+            "restarted, an old pod on a node silent for over a minute: status and a warning say so",
+            restarted_around(World::new().unreachable("n2", NOW - 61)),
+            "Evicting · JobStatus(Queued, NodeUnreachable) · out",
+        ),
+        (
+            "restarted, an old pod on a node tainted out-of-service: it queues",
+            restarted_around(World::new().out_of_service("n2")),
+            "Waiting · queued",
+        ),
+        (
+            "restarted, an old pod terminating on a cordoned node that reports: it waits",
+            restarted_around(World::new().cordoned("n2")),
+            "Evicting · out",
+        ),
+        (
+            "rolled back, its own pods on a node silent for long: status and a warning say so",
+            World::new()
+                .running()
+                .deleting(0)
+                .deleting(1)
+                .unreachable("n1", NOW - 120)
+                .unreachable("n2", NOW - 120)
+                .with_status(|s| s.phase = Some(GpuJobPhase::Queued)),
+            "Evicting · JobStatus(Queued, NodeUnreachable) · out",
+        ),
+        (
+            "the old pods gone, the backoff it was evicted with still running: it backs off",
+            World::new().with_status(|s| {
+                s.pending_reason = Some(PendingReason {
+                    kind: PendingReasonKind::NodeUnreachable,
+                    ..backoff(NOW + 60)
+                });
+            }),
+            "Waiting · backing off",
         ),
         // Releases cut short.
         (
@@ -692,4 +798,55 @@ fn a_restart_counts_the_run_it_ends() {
         .step();
     assert_eq!(step.ran_since, Some(EPOCH + ADMITTED));
     assert_eq!(step.to_running, None);
+}
+
+#[test]
+fn a_wait_on_an_unreachable_node_names_pods_node_time_and_fix_once() {
+    // Within the bound: it waits, and is settled again when the bound passes.
+    let early = restarted_around(World::new().unreachable("n2", NOW - 10)).step();
+    assert_eq!(early.until, Some(EPOCH + NOW - 10 + 60));
+    assert!(early.actions.is_empty());
+
+    let world = restarted_around(World::new().unreachable("n2", NOW - 61));
+    let job = world.job.clone();
+    let step = world.step();
+    let Some(crate::action::Action::JobStatus {
+        status,
+        event: Some(event),
+        ..
+    }) = step.actions.first()
+    else {
+        unreachable!("a status write with an event: {}", step.describe());
+    };
+    let reason = status.pending_reason.clone().unwrap_or_default();
+    assert_eq!(reason.kind, PendingReasonKind::NodeUnreachable);
+    for needle in [
+        "node n2",
+        "Ready Unknown",
+        "since 2026-01-01T00:15:39Z",
+        "train-workers-1",
+        "delete its Node",
+        "node.kubernetes.io/out-of-service",
+    ] {
+        assert!(
+            reason.message.contains(needle),
+            "{needle}: {}",
+            reason.message
+        );
+    }
+    assert!(
+        !reason.message.contains("train-workers-0"),
+        "{}",
+        reason.message
+    );
+    assert!(event.warning && event.reason == "NodeUnreachable");
+    assert_eq!(event.message, reason.message);
+
+    // Once the status says so, nothing more is written.
+    let mut again = restarted_around(World::new().unreachable("n2", NOW - 61));
+    again.job = GpuJob {
+        status: Some((**status).clone()),
+        ..job
+    };
+    assert_eq!(again.step().describe(), "Evicting · out");
 }

@@ -11,6 +11,8 @@
 //! `Valid`.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use kube::Client;
@@ -22,6 +24,8 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::checker::{Checker, ViolationKind};
+use super::faults::secs;
 use super::workload::{BLOCK_LABEL, FLAVOR, GPU_LABEL};
 use crate::kubelet::RUN_ANNOTATION;
 
@@ -401,6 +405,100 @@ pub async fn judge(client: &Client, object: &BadObject, verdict: &Verdict) -> Op
             },
         },
     }
+}
+
+// === what the run does with them ===
+
+/// Applies the drawn objects evenly over `span`, each once (retried while the API server
+/// cannot be reached); drawn jobs the API server stored are judged by [`judge_all`],
+/// not by the checker's end-of-run rules.
+pub(super) async fn apply_all(
+    client: Client,
+    drawn: Vec<BadObject>,
+    span: Duration,
+    start: Instant,
+    checker: Arc<Mutex<Checker>>,
+) -> Vec<(BadObject, Verdict)> {
+    let mut out = Vec::with_capacity(drawn.len());
+    #[expect(clippy::cast_precision_loss, reason = "spacing in seconds")]
+    let gap = span.as_secs_f64() / drawn.len().max(1) as f64;
+    for (i, object) in drawn.into_iter().enumerate() {
+        #[expect(clippy::cast_precision_loss, reason = "spacing in seconds")]
+        let at = start + secs(gap * i as f64);
+        tokio::time::sleep_until(at.into()).await;
+        if object.kind == BadKind::GpuJob {
+            checker
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .judge_elsewhere(format!("{NAMESPACE}/{}", object.name));
+        }
+        for _ in 0..60 {
+            match apply(&client, &object).await {
+                Ok(verdict) => {
+                    out.push((object, verdict));
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+    }
+    out
+}
+
+/// Reads every stored drawn object back and judges what the controller made of it.
+pub(super) async fn judge_all(
+    client: &Client,
+    drawn: &[(BadObject, Verdict)],
+) -> (BadInputStats, Vec<(ViolationKind, String, String)>) {
+    let mut stats = BadInputStats::default();
+    let mut found = Vec::new();
+    for (object, verdict) in drawn {
+        *stats.drawn.entry(format!("{:?}", object.kind)).or_default() += 1;
+        match verdict {
+            Verdict::Refused(_) => stats.refused += 1,
+            Verdict::Valid => stats.valid += 1,
+            Verdict::Invalid(_) => stats.invalid += 1,
+            Verdict::Unreadable(_) => stats.unreadable += 1,
+        }
+        // Conditions may lag a pass behind: a few looks before a verdict.
+        let mut problem = None;
+        for _ in 0..10 {
+            problem = judge(client, object, verdict).await;
+            if problem.is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        if let Some(problem) = problem {
+            let kind = match verdict {
+                Verdict::Unreadable(_) => ViolationKind::Unreadable,
+                Verdict::Valid => ViolationKind::ValidReportedInvalid,
+                _ => ViolationKind::InvalidNotReported,
+            };
+            let field = if object.field.is_empty() {
+                "no field changed".to_owned()
+            } else {
+                format!(
+                    "{} = {}",
+                    object.field,
+                    pointer(&object.value, &object.field)
+                )
+            };
+            found.push((
+                kind,
+                format!("{:?}/{}", object.kind, object.name),
+                format!("{field}: {problem}"),
+            ));
+        }
+    }
+    (stats, found)
+}
+
+/// The value at JSON `pointer` in `value`, as JSON text.
+fn pointer(value: &serde_json::Value, pointer: &str) -> String {
+    value
+        .pointer(pointer)
+        .map_or_else(|| "(unset)".to_owned(), ToString::to_string)
 }
 
 #[cfg(test)]

@@ -10,20 +10,39 @@
 //!   pod is placed on that capacity until they are gone) but no longer their queue's quota;
 //!   two attempts of one job are checked apart;
 //! - the same holds for the jobs whose status says admitted ([`ViolationKind::AdmittedOverQuota`]);
-//! - pods of two attempts of one job are live at once ([`ViolationKind::TwoAttemptsLive`]; a
-//!   pod is live until it ends, or until the node it is bound to is deleted);
+//! - pods of two attempts of one job are live at once ([`ViolationKind::TwoAttemptsLive`]): at
+//!   most one attempt of a job runs at once. A pod is live until it ends, its object is gone,
+//!   or the node it is bound to is deleted or tainted `node.kubernetes.io/out-of-service` — a
+//!   pod on a node that is NotReady or partitioned is live (it may well be running);
 //! - a pod's scheduling gates are lifted before every pod of its gang exists
-//!   ([`ViolationKind::GateLiftedOnPartialGang`]);
+//!   ([`ViolationKind::GateLiftedOnPartialGang`]), or some pods of an attempt stay ungated
+//!   while others keep their gates for longer than [`HALF_RELEASED_SECONDS`]
+//!   ([`ViolationKind::GatesHalfLifted`], `gates.rs`);
+//! - pods of one attempt are bound to nodes in two domains of a level their pod set requires
+//!   ([`ViolationKind::SplitAcrossDomains`], `domains.rs`);
 //! - a job that ended leaves its end or ends again ([`ViolationKind::EndedTwice`]);
 //!
 //! and, at the end ([`Checker::finish`]), when a job did not end, or failed when it was not
 //! meant to (or without a reason). What is left on the cluster is checked by the caller.
+//!
+//! A pod belongs to the job its job label names, else to the GpuJob its owner reference
+//! names; it uses the quota of the ClusterQueue its annotation names, else of the one its
+//! job's status last named. Where a watch broke and relisted, the checker was blind from the
+//! break to the end of the list ([`Checker::blind_seconds`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use k8s_openapi::api::core::v1::Pod;
-use muster_api::{GpuJob, GpuJobPhase};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use muster_api::GpuJob;
 use serde::Serialize;
+
+pub use self::facts::{OUT_OF_SERVICE_TAINT, POD_SET_LABEL, pod_key};
+pub use self::gates::HALF_RELEASED_SECONDS;
+
+use self::blind::Blind;
+use self::domains::Domains;
+use self::facts::{NodeFact, PodFact, QueueSource, node_fact, pod_fact};
+use self::gates::Releases;
 
 /// The label Muster puts on a gang's pods naming their GpuJob.
 pub const JOB_LABEL: &str = "muster.dev/job-name";
@@ -74,6 +93,15 @@ pub enum ViolationKind {
     ValidReportedInvalid,
     /// The API server stored an object Muster's own types cannot read.
     Unreadable,
+    /// Some pods of one attempt ran ungated while others kept their gates for longer than
+    /// [`HALF_RELEASED_SECONDS`]: a gang released in part.
+    GatesHalfLifted,
+    /// Pods of one attempt were bound to nodes in two domains of the level their pod set
+    /// requires (`topology.required`), or to a node without that label.
+    SplitAcrossDomains,
+    /// A task of the run itself failed (panicked, was cancelled, or gave up): what it was to
+    /// do or check went undone, so the run cannot say it broke nothing.
+    HarnessFailed,
 }
 
 /// One broken promise.
@@ -90,19 +118,6 @@ pub struct Violation {
     pub detail: String,
 }
 
-#[derive(Clone, Debug)]
-struct PodFact {
-    job: String,
-    attempt: String,
-    gated: bool,
-    /// Not ended, and not bound to a node that no longer exists.
-    live: bool,
-    node: Option<String>,
-    terminating: bool,
-    queue: Option<String>,
-    gpus: i64,
-}
-
 #[derive(Clone, Debug, Default)]
 struct JobFact {
     /// The ClusterQueue and GPUs its status says it holds.
@@ -113,6 +128,8 @@ struct JobFact {
     shown: String,
     /// Phase (`Succeeded`/`Failed`), reason and completion time once ended.
     ended: Option<(String, String, String)>,
+    /// The ClusterQueue its status last named: the quota its pods without an annotation use.
+    queue: Option<String>,
 }
 
 /// The checker's state; see the module documentation.
@@ -138,7 +155,15 @@ pub struct Checker {
     /// Pairs of attempts already reported.
     reported_pairs: BTreeSet<String>,
     /// The nodes that exist, once the first list of them is in (`None` before).
-    nodes: Option<BTreeSet<String>>,
+    nodes: Option<BTreeMap<String, NodeFact>>,
+    /// Half-released gangs.
+    releases: Releases,
+    /// Gangs split across domains.
+    domains: Domains,
+    /// When the checker's watches were blind.
+    blind: Blind,
+    /// The latest time heard (seconds into the run).
+    latest: f64,
     /// While a relist is folded in, the checks its objects call for: made once the whole
     /// list is in (see [`Checker::relist`]).
     relisting: Option<Pending>,
@@ -247,14 +272,19 @@ impl Checker {
         }
     }
 
-    /// The nodes that exist now (a whole list): pods bound to any other node are lost, not
-    /// live — the machine that would run them is gone.
-    pub fn nodes_listed(&mut self, names: BTreeSet<String>) {
-        self.nodes = Some(names);
+    /// The nodes that exist now (a whole list): pods bound to any other node, or to one
+    /// tainted out-of-service, are lost, not live — the machine that would run them is gone.
+    pub fn nodes_listed(&mut self, nodes: &[Node]) {
+        let facts: BTreeMap<String, NodeFact> = nodes.iter().filter_map(node_fact).collect();
+        for (name, fact) in &facts {
+            let split = self.domains.node(name, &fact.labels);
+            self.report_splits(split);
+        }
+        self.nodes = Some(facts);
         let lost: Vec<String> = self
             .pods
             .iter()
-            .filter(|(_, p)| p.live && !self.node_exists(p.node.as_deref()))
+            .filter(|(_, p)| p.live && !self.node_holds(p.node.as_deref()))
             .map(|(k, _)| k.clone())
             .collect();
         for key in lost {
@@ -262,10 +292,20 @@ impl Checker {
         }
     }
 
-    /// A node was created or changed.
-    pub fn node_seen(&mut self, name: &str) {
+    /// A node was created or changed: once tainted out-of-service, the pods bound to it are
+    /// lost.
+    pub fn node_seen(&mut self, node: &Node) {
+        let Some((name, fact)) = node_fact(node) else {
+            return;
+        };
+        let split = self.domains.node(&name, &fact.labels);
+        self.report_splits(split);
+        let out_of_service = fact.out_of_service;
         if let Some(nodes) = self.nodes.as_mut() {
-            nodes.insert(name.to_owned());
+            nodes.insert(name.clone(), fact);
+        }
+        if out_of_service {
+            self.lose_on(&name);
         }
     }
 
@@ -274,6 +314,11 @@ impl Checker {
         if let Some(nodes) = self.nodes.as_mut() {
             nodes.remove(name);
         }
+        self.lose_on(name);
+    }
+
+    /// The live pods bound to node `name` are lost.
+    fn lose_on(&mut self, name: &str) {
         let lost: Vec<String> = self
             .pods
             .iter()
@@ -285,9 +330,11 @@ impl Checker {
         }
     }
 
-    fn node_exists(&self, node: Option<&str>) -> bool {
+    /// Whether a pod bound to `node` may still run there: the node exists and is not out of
+    /// service (known only once the first list of nodes is in).
+    fn node_holds(&self, node: Option<&str>) -> bool {
         match (node, &self.nodes) {
-            (Some(name), Some(nodes)) => nodes.contains(name),
+            (Some(name), Some(nodes)) => nodes.get(name).is_some_and(|n| !n.out_of_service),
             _ => true,
         }
     }
@@ -301,6 +348,7 @@ impl Checker {
         if let Some(fact) = self.pods.get_mut(key) {
             fact.live = false;
         }
+        self.check_release(&before.job, &before.attempt, self.latest);
     }
 
     /// A pod was created or changed.
@@ -309,8 +357,17 @@ impl Checker {
         let Some(mut fact) = pod_fact(pod) else {
             return;
         };
-        fact.live = fact.live && self.node_exists(fact.node.as_deref());
-        let before = self.pods.insert(key.clone(), fact.clone());
+        if fact.queue_source == QueueSource::Job {
+            fact.queue = self.jobs.get(&fact.job).and_then(|j| j.queue.clone());
+        }
+        self.fold_pod(&key, fact, at);
+    }
+
+    /// Folds in what is now known of pod `key`.
+    fn fold_pod(&mut self, key: &str, mut fact: PodFact, at: f64) {
+        self.latest = self.latest.max(at);
+        fact.live = fact.live && self.node_holds(fact.node.as_deref());
+        let before = self.pods.insert(key.to_owned(), fact.clone());
         // Settled after the new fact is in, so that an update of an over-quota pod is not
         // taken for the end of the excursion.
         if let Some(before) = &before {
@@ -319,7 +376,7 @@ impl Checker {
         self.seen
             .entry((fact.job.clone(), fact.attempt.clone()))
             .or_default()
-            .insert(key.clone());
+            .insert(key.to_owned());
         if fact.live {
             *self
                 .live
@@ -333,7 +390,14 @@ impl Checker {
         }
         let lifted = !fact.gated && before.as_ref().is_none_or(|b| b.gated);
         if lifted && fact.live {
-            self.check_gang(&fact.job, &fact.attempt, &key, at);
+            self.check_gang(&fact.job, &fact.attempt, key, at);
+        }
+        self.check_release(&fact.job, &fact.attempt, at);
+        if let (Some(node), true) = (&fact.node, fact.live) {
+            let split = self
+                .domains
+                .pod(&fact.job, &fact.attempt, &fact.pod_set, key, node);
+            self.report_splits(split);
         }
         if fact.live {
             self.check_attempts(&fact.job, at);
@@ -346,10 +410,94 @@ impl Checker {
         }
     }
 
+    /// Pods of `job` without a ClusterQueue annotation now use `queue` (its status named it).
+    fn attribute(&mut self, job: &str, queue: &str, at: f64) {
+        let owned: Vec<(String, PodFact)> = self
+            .pods
+            .iter()
+            .filter(|(_, p)| {
+                p.job == job
+                    && p.queue_source == QueueSource::Job
+                    && p.queue.as_deref() != Some(queue)
+            })
+            .map(|(k, p)| (k.clone(), p.clone()))
+            .collect();
+        for (key, mut fact) in owned {
+            fact.queue = Some(queue.to_owned());
+            // Live or not as it was (a lost pod stays lost): folded again with its new queue.
+            self.fold_pod(&key, fact, at);
+        }
+    }
+
+    /// Judges whether attempt `attempt` of `job` is half released (some pods ungated, others
+    /// still gated) and for how long.
+    fn check_release(&mut self, job: &str, attempt: &str, at: f64) {
+        let (mut gated, mut lifted) = (0, 0);
+        let key = (job.to_owned(), attempt.to_owned());
+        for pod in self.seen.get(&key).into_iter().flatten() {
+            match self.pods.get(pod) {
+                Some(p) if p.live && !p.terminating && p.gated => gated += 1,
+                Some(p) if p.live && !p.terminating => lifted += 1,
+                _ => {}
+            }
+        }
+        if let Some(half) = self.releases.observe(job, attempt, gated, lifted, at) {
+            self.report(
+                ViolationKind::GatesHalfLifted,
+                format!("GpuJob/{}", half.job),
+                at,
+                half.detail,
+            );
+        }
+    }
+
+    fn report_splits(&mut self, splits: impl IntoIterator<Item = domains::Split>) {
+        let at = self.latest;
+        for split in splits {
+            self.report(
+                ViolationKind::SplitAcrossDomains,
+                format!("GpuJob/{}", split.job),
+                at,
+                split.detail,
+            );
+        }
+    }
+
+    /// Time passed: gangs half released for too long are reported even when nothing else
+    /// happens.
+    pub fn tick(&mut self, at: f64) {
+        self.latest = self.latest.max(at);
+        for half in self.releases.tick(at) {
+            self.report(
+                ViolationKind::GatesHalfLifted,
+                format!("GpuJob/{}", half.job),
+                at,
+                half.detail,
+            );
+        }
+    }
+
+    /// The `kind` watch (`Pod`, `GpuJob`, `Node`) saw nothing from `from` to `to` (seconds
+    /// into the run): its break, and the relist that followed.
+    pub fn blind(&mut self, kind: &str, from: f64, to: f64) {
+        self.blind.add(kind, from, to);
+    }
+
+    /// How long the checker was blind to something, seconds (overlaps counted once).
+    pub fn blind_seconds(&self) -> f64 {
+        self.blind.seconds()
+    }
+
+    /// How long each watch was blind, seconds.
+    pub fn blind_by_kind(&self) -> BTreeMap<String, f64> {
+        self.blind.by_kind()
+    }
+
     /// A pod is gone.
     pub fn pod_gone(&mut self, key: &str) {
         if let Some(before) = self.pods.remove(key) {
             self.unlive(&before, true);
+            self.check_release(&before.job, &before.attempt, self.latest);
         }
     }
 
@@ -443,142 +591,6 @@ impl Checker {
         }
     }
 
-    /// A GpuJob was created or changed.
-    pub fn job(&mut self, job: &GpuJob, at: f64) {
-        let (Some(namespace), Some(name)) = (&job.metadata.namespace, &job.metadata.name) else {
-            return;
-        };
-        let key = format!("{namespace}/{name}");
-        let size: u32 = job
-            .spec
-            .pod_sets
-            .iter()
-            .map(|s| u32::try_from(s.count).unwrap_or(0))
-            .sum();
-        self.gang_size.insert(key.clone(), size);
-        self.resolve_lifts(&key);
-        let status = job.status.clone().unwrap_or_default();
-        let ended = matches!(
-            status.phase,
-            Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)
-        );
-        let gpus: i64 = job
-            .spec
-            .pod_sets
-            .iter()
-            .map(|s| i64::from(s.count) * template_gpus(&s.template))
-            .sum();
-        let admitted = (!ended)
-            .then(|| {
-                status
-                    .admission
-                    .as_ref()
-                    .map(|a| (a.cluster_queue.clone(), gpus))
-            })
-            .flatten();
-        let fact = self.jobs.entry(key.clone()).or_default();
-        let before = std::mem::replace(&mut fact.admitted, admitted.clone());
-        if before.is_none() && admitted.is_some() {
-            fact.admitted_since = at;
-        }
-        fact.shown = format!(
-            "{}@{}",
-            status
-                .phase
-                .map_or_else(|| "-".to_owned(), |p| format!("{p:?}")),
-            status.requeue_count
-        );
-        let end = ended.then(|| {
-            let phase = if status.phase == Some(GpuJobPhase::Succeeded) {
-                "Succeeded"
-            } else {
-                "Failed"
-            };
-            let reason = status
-                .conditions
-                .iter()
-                .find(|c| c.type_ == muster_api::gpujob::conditions::FINISHED)
-                .map(|c| c.reason.clone())
-                .unwrap_or_default();
-            let completion = status
-                .completion_time
-                .as_ref()
-                .map(|t| t.0.to_string())
-                .unwrap_or_default();
-            (phase.to_owned(), reason, completion)
-        });
-        let mut ended_twice = None;
-        match (&fact.ended, end) {
-            (Some(was), Some(now)) if was.0 != now.0 || was.2 != now.2 => {
-                ended_twice = Some(format!(
-                    "{} at {} then {} at {}",
-                    was.0, was.2, now.0, now.2
-                ));
-                fact.ended = Some(now);
-            }
-            (Some(was), None) => {
-                ended_twice = Some(format!(
-                    "{} at {} then {:?} again",
-                    was.0,
-                    was.2,
-                    status.phase.unwrap_or_default()
-                ));
-            }
-            (None, Some(now)) => fact.ended = Some(now),
-            _ => {}
-        }
-        if let Some(detail) = ended_twice {
-            self.report(
-                ViolationKind::EndedTwice,
-                format!("GpuJob/{key}"),
-                at,
-                detail,
-            );
-        }
-        if let Some((queue, gpus)) = &before {
-            *self.admitted_usage.entry(queue.clone()).or_default() -= gpus;
-        }
-        if let Some((queue, gpus)) = &admitted {
-            *self.admitted_usage.entry(queue.clone()).or_default() += gpus;
-            self.check_quota(ViolationKind::AdmittedOverQuota, queue, at);
-        }
-    }
-
-    /// The end-of-run checks: every job ended, and failed only when meant to, with a reason.
-    pub fn finish(&mut self, at: f64) {
-        let mut found = Vec::new();
-        let mut keys: Vec<&String> = self.jobs.keys().collect();
-        keys.sort();
-        for key in keys {
-            if self.judged_elsewhere.contains(key) {
-                continue;
-            }
-            let fact = &self.jobs[key];
-            let object = format!("GpuJob/{key}");
-            match &fact.ended {
-                None => found.push((ViolationKind::NeverEnded, object, String::new())),
-                Some((phase, reason, _)) if phase == "Failed" => {
-                    if !self.meant_to_fail.contains(key) || reason.is_empty() {
-                        found.push((
-                            ViolationKind::UnexpectedFailure,
-                            object,
-                            format!("failed with reason {reason:?}"),
-                        ));
-                    }
-                }
-                Some(_) if self.meant_to_fail.contains(key) => found.push((
-                    ViolationKind::UnexpectedSuccess,
-                    object,
-                    "succeeded though every pod exits 1".to_owned(),
-                )),
-                Some(_) => {}
-            }
-        }
-        for (kind, object, detail) in found {
-            self.report(kind, object, at, detail);
-        }
-    }
-
     /// Takes a pod's live contribution away; `settle` forgets a quota excursion it ended.
     fn unlive(&mut self, before: &PodFact, settle: bool) {
         if !before.live {
@@ -601,47 +613,6 @@ impl Checker {
             if settle {
                 self.settle_over(ViolationKind::PodsOverQuota, queue);
             }
-        }
-    }
-
-    fn check_gang(&mut self, job: &str, attempt: &str, pod: &str, at: f64) {
-        let seen = self
-            .seen
-            .get(&(job.to_owned(), attempt.to_owned()))
-            .map_or(0, BTreeSet::len);
-        match self.gang_size.get(job) {
-            Some(&size) => self.judge_lift(job, attempt, pod, seen, size, at),
-            None => self.unsized_lifts.push((
-                job.to_owned(),
-                attempt.to_owned(),
-                pod.to_owned(),
-                seen,
-                at,
-            )),
-        }
-    }
-
-    fn resolve_lifts(&mut self, job: &str) {
-        let Some(&size) = self.gang_size.get(job) else {
-            return;
-        };
-        let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.unsized_lifts)
-            .into_iter()
-            .partition(|l| l.0 == job);
-        self.unsized_lifts = later;
-        for (job, attempt, pod, seen, at) in now {
-            self.judge_lift(&job, &attempt, &pod, seen, size, at);
-        }
-    }
-
-    fn judge_lift(&mut self, job: &str, attempt: &str, pod: &str, seen: usize, size: u32, at: f64) {
-        if seen < size as usize {
-            self.report(
-                ViolationKind::GateLiftedOnPartialGang,
-                format!("Pod/{pod}"),
-                at,
-                format!("gates lifted with {seen} of {size} pods of {job} attempt {attempt} made"),
-            );
         }
     }
 
@@ -673,138 +644,6 @@ impl Checker {
             );
         }
     }
-
-    fn usage(&self, kind: ViolationKind) -> &BTreeMap<String, i64> {
-        if kind == ViolationKind::PodsOverQuota {
-            &self.pod_usage
-        } else {
-            &self.admitted_usage
-        }
-    }
-
-    /// What the members of `cohort` use, counted as `kind` counts.
-    fn cohort_usage(&self, kind: ViolationKind, cohort: &str) -> i64 {
-        let usage = self.usage(kind);
-        self.limits
-            .queues
-            .iter()
-            .filter(|(_, (c, _))| c.as_deref() == Some(cohort))
-            .map(|(q, _)| usage.get(q).copied().unwrap_or(0))
-            .sum()
-    }
-
-    fn check_quota(&mut self, kind: ViolationKind, queue: &str, at: f64) {
-        if let Some(pending) = &mut self.relisting {
-            pending.quotas.insert((kind, queue.to_owned()));
-            return;
-        }
-        let usage = self.usage(kind);
-        let used = usage.get(queue).copied().unwrap_or(0);
-        let Some((cohort, max)) = self.limits.queues.get(queue).cloned() else {
-            return;
-        };
-        let mut found = Vec::new();
-        if used > max {
-            found.push((
-                format!("ClusterQueue/{queue}"),
-                format!(
-                    "{used} GPUs in use, {max} allowed; {}",
-                    self.holders(kind, queue)
-                ),
-            ));
-        }
-        if let Some(cohort) = cohort {
-            let members = self.cohort_usage(kind, &cohort);
-            let cap = self
-                .limits
-                .cohorts
-                .get(&cohort)
-                .copied()
-                .unwrap_or(i64::MAX);
-            if members > cap {
-                found.push((
-                    format!("Cohort/{cohort}"),
-                    format!("{members} GPUs in use, {cap} nominal"),
-                ));
-            }
-        }
-        for (object, detail) in found {
-            if self.over.insert((kind, object.clone())) {
-                self.report(kind, object, at, detail);
-            }
-        }
-        self.settle_over(kind, queue);
-    }
-
-    /// Who holds `queue`'s GPUs, counted as `kind` counts: `job@attempt=GPUs` for live pods
-    /// (marked `unadmitted` when the job's status holds no admission), `job=GPUs` for
-    /// admitted jobs; so that a report says which jobs took the queue over.
-    fn holders(&self, kind: ViolationKind, queue: &str) -> String {
-        let mut held: BTreeMap<String, i64> = BTreeMap::new();
-        if kind == ViolationKind::PodsOverQuota {
-            for pod in self.pods.values() {
-                if pod.live && !pod.terminating && pod.queue.as_deref() == Some(queue) {
-                    let admitted = self
-                        .jobs
-                        .get(&pod.job)
-                        .and_then(|j| j.admitted.as_ref())
-                        .is_some_and(|(q, _)| q == queue);
-                    let mark = if admitted { "" } else { " unadmitted" };
-                    *held
-                        .entry(format!("{}@{}{mark}", pod.job, pod.attempt))
-                        .or_default() += pod.gpus;
-                }
-            }
-        } else {
-            let mut list = Vec::new();
-            for (job, fact) in &self.jobs {
-                if let Some((q, gpus)) = &fact.admitted
-                    && q == queue
-                {
-                    list.push(format!(
-                        "{job}={gpus} ({} since {:.1} s)",
-                        fact.shown, fact.admitted_since
-                    ));
-                }
-            }
-            return format!("held by {}", list.join(", "));
-        }
-        let list: Vec<String> = held.iter().map(|(k, g)| format!("{k}={g}")).collect();
-        format!("held by {}", list.join(", "))
-    }
-
-    /// Forgets excursions that ended, so that the next one is reported again.
-    fn settle_over(&mut self, kind: ViolationKind, queue: &str) {
-        if let Some(pending) = &mut self.relisting {
-            // Judged, and settled, once the relist is whole.
-            pending.quotas.insert((kind, queue.to_owned()));
-            return;
-        }
-        let usage = self.usage(kind);
-        let Some((cohort, max)) = self.limits.queues.get(queue).cloned() else {
-            return;
-        };
-        let mut ended = Vec::new();
-        if usage.get(queue).copied().unwrap_or(0) <= max {
-            ended.push(format!("ClusterQueue/{queue}"));
-        }
-        if let Some(cohort) = cohort {
-            let members = self.cohort_usage(kind, &cohort);
-            if members
-                <= self
-                    .limits
-                    .cohorts
-                    .get(&cohort)
-                    .copied()
-                    .unwrap_or(i64::MAX)
-            {
-                ended.push(format!("Cohort/{cohort}"));
-            }
-        }
-        for object in ended {
-            self.over.remove(&(kind, object));
-        }
-    }
 }
 
 /// The keys of `known` that a relist did not list: gone.
@@ -812,70 +651,11 @@ fn unlisted<'a>(known: impl Iterator<Item = &'a String>, listed: &BTreeSet<Strin
     known.filter(|k| !listed.contains(*k)).cloned().collect()
 }
 
-/// `namespace/name` of a pod.
-pub fn pod_key(pod: &Pod) -> Option<String> {
-    Some(format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref()?,
-        pod.metadata.name.as_deref()?
-    ))
-}
-
-fn pod_fact(pod: &Pod) -> Option<PodFact> {
-    let labels = pod.metadata.labels.as_ref()?;
-    let namespace = pod.metadata.namespace.as_deref()?;
-    let job = format!("{namespace}/{}", labels.get(JOB_LABEL)?);
-    let attempt = labels.get(ATTEMPT_LABEL).cloned().unwrap_or_default();
-    let spec = pod.spec.as_ref();
-    let gated = spec
-        .and_then(|s| s.scheduling_gates.as_ref())
-        .is_some_and(|g| !g.is_empty());
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    let live = !matches!(phase, Some("Succeeded" | "Failed"));
-    let node = spec.and_then(|s| s.node_name.clone());
-    let gpus = spec_gpus(spec);
-    Some(PodFact {
-        job,
-        attempt,
-        gated,
-        live,
-        node,
-        terminating: pod.metadata.deletion_timestamp.is_some(),
-        queue: pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(CLUSTER_QUEUE_ANNOTATION))
-            .cloned(),
-        gpus,
-    })
-}
-
-fn template_gpus(template: &k8s_openapi::api::core::v1::PodTemplateSpec) -> i64 {
-    spec_gpus(template.spec.as_ref())
-}
-
-/// The GPUs of a pod spec's containers.
-fn spec_gpus(spec: Option<&k8s_openapi::api::core::v1::PodSpec>) -> i64 {
-    spec.map_or(0, |s| {
-        s.containers
-            .iter()
-            .map(|c| container_gpus(c.resources.as_ref()))
-            .sum()
-    })
-}
-
-/// A container's GPUs: its request, else its limit (whole GPUs only).
-fn container_gpus(resources: Option<&k8s_openapi::api::core::v1::ResourceRequirements>) -> i64 {
-    let Some(resources) = resources else { return 0 };
-    resources
-        .requests
-        .as_ref()
-        .and_then(|r| r.get(GPU))
-        .or_else(|| resources.limits.as_ref().and_then(|l| l.get(GPU)))
-        .and_then(|q| q.0.parse::<i64>().ok())
-        .unwrap_or(0)
-}
-
+mod blind;
+mod domains;
+mod facts;
+mod gates;
+mod jobs;
+mod quota;
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,10 @@
 //!   drops (a time-out);
 //! - a watch stream cut after a few seconds (ended cleanly or broken).
 //!
+//! And for another seeded share of requests, an answer that is right but late: a request
+//! forwarded and answered as the API server answered it, 1–5 s later; a watch whose events
+//! each arrive late by a drawn delay (the order kept).
+//!
 //! Which request gets which fault follows one seeded sequence in arrival order; the arrival
 //! order itself depends on the controllers' timing.
 
@@ -48,6 +52,10 @@ pub struct FaultPlan {
     pub hold: Duration,
     /// The shortest and longest life of a watch stream before it is cut.
     pub watch_life: (Duration, Duration),
+    /// The share of the requests that draw no fault answered late (0.05: one in twenty).
+    pub slow_rate: f64,
+    /// The shortest and longest delay of a late answer, or of each event of a late watch.
+    pub slow: (Duration, Duration),
 }
 
 impl Default for FaultPlan {
@@ -57,6 +65,8 @@ impl Default for FaultPlan {
             rate: 0.1,
             hold: Duration::from_secs(10),
             watch_life: (Duration::from_secs(5), Duration::from_secs(60)),
+            slow_rate: 0.05,
+            slow: (Duration::from_secs(1), Duration::from_secs(5)),
         }
     }
 }
@@ -80,6 +90,10 @@ pub enum Fault {
     DroppedAfter,
     /// A watch stream cut short.
     WatchCut,
+    /// Forwarded and answered correctly, but late.
+    SlowAnswer,
+    /// A watch stream whose events each arrive late.
+    SlowWatch,
 }
 
 impl Fault {
@@ -94,6 +108,8 @@ impl Fault {
             Fault::DroppedBefore => "droppedBeforeForwarding",
             Fault::DroppedAfter => "droppedAfterForwarding",
             Fault::WatchCut => "watchCut",
+            Fault::SlowAnswer => "slowAnswer",
+            Fault::SlowWatch => "slowWatch",
         }
     }
 
@@ -129,6 +145,15 @@ impl Fault {
     }
 }
 
+/// What the proxy drew for one request.
+struct Draw {
+    fault: Option<Fault>,
+    /// How long a watch stream lives before it is cut.
+    life: Duration,
+    /// How late a slow answer, or each event of a slow watch, comes.
+    delay: Duration,
+}
+
 /// What the proxy has done so far.
 #[derive(Debug, Default)]
 struct Counts {
@@ -146,15 +171,37 @@ struct Inner {
 }
 
 impl Inner {
-    /// The fault for the next request, if any, and for a watch how long its stream lives.
-    fn next(&self, write: bool, watch: bool) -> (Option<Fault>, Duration) {
+    /// The fault for the next request, if any; for a watch, how long its stream lives; and
+    /// how late a slow answer (or each event of a slow watch) comes.
+    fn next(&self, write: bool, watch: bool) -> Draw {
         let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
         let (faulty, kind, life) = (rng.unit(), rng.unit(), rng.unit());
+        let (slow, delay) = (rng.unit(), rng.unit());
         drop(rng);
-        let (shortest, longest) = self.plan.watch_life;
-        let life = shortest + (longest.saturating_sub(shortest)).mul_f64(life.min(1.0));
-        if !self.enabled.load(Ordering::Relaxed) || faulty > self.plan.rate {
-            return (None, life);
+        let within = |(shortest, longest): (Duration, Duration), draw: f64| {
+            shortest + longest.saturating_sub(shortest).mul_f64(draw.min(1.0))
+        };
+        let life = within(self.plan.watch_life, life);
+        let delay = within(self.plan.slow, delay);
+        let none = Draw {
+            fault: None,
+            life,
+            delay,
+        };
+        if !self.enabled.load(Ordering::Relaxed) {
+            return none;
+        }
+        if faulty > self.plan.rate {
+            // No fault: maybe late.
+            let late = (slow < self.plan.slow_rate).then_some(if watch {
+                Fault::SlowWatch
+            } else {
+                Fault::SlowAnswer
+            });
+            return Draw {
+                fault: late,
+                ..none
+            };
         }
         let fault = Fault::pick(write, kind.min(0.999_999));
         // A watch is cut later rather than answered with a time-out or a lost answer: both
@@ -163,7 +210,10 @@ impl Inner {
             Fault::Timeout | Fault::DroppedAfter if watch => Fault::WatchCut,
             other => other,
         };
-        (Some(fault), life)
+        Draw {
+            fault: Some(fault),
+            ..none
+        }
     }
 
     fn count(&self, fault: Fault) {
@@ -277,7 +327,7 @@ async fn handle(State(proxy): State<Arc<Inner>>, request: Request) -> Response {
         .uri
         .query()
         .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
-    let (fault, life) = proxy.next(write, watch);
+    let Draw { fault, life, delay } = proxy.next(write, watch);
     if let Some(fault) = fault {
         proxy.count(fault);
     }
@@ -329,6 +379,8 @@ async fn handle(State(proxy): State<Arc<Inner>>, request: Request) -> Response {
             tokio::time::sleep(proxy.plan.hold).await;
             return broken();
         }
+        // The whole answer, late (a watch's events are delayed one by one below).
+        Some(Fault::SlowAnswer) => tokio::time::sleep(delay).await,
         _ => {}
     }
     let (mut head, body) = answer.into_parts();
@@ -340,10 +392,15 @@ async fn handle(State(proxy): State<Arc<Inner>>, request: Request) -> Response {
         head.headers.remove(hop);
     }
     let body = if watch {
+        let inner = if fault == Some(Fault::SlowWatch) {
+            late(body, delay)
+        } else {
+            Body::new(body)
+        };
         // Every watch stream ends after its life; one that drew a fault breaks instead of
         // ending cleanly.
         Body::new(Cut {
-            inner: Box::pin(body),
+            inner: Box::pin(inner),
             deadline: Box::pin(tokio::time::sleep(life)),
             broken: fault == Some(Fault::WatchCut),
             done: false,
@@ -378,9 +435,41 @@ fn broken() -> Response {
     Response::new(Body::from_stream(stream))
 }
 
+/// `body` with each of its chunks delivered `delay` after the API server sent it, in order:
+/// a watch whose events all come late. What was not delivered when the stream is cut is
+/// lost, as it would be on a slow link; the watcher resumes from the last event it saw.
+fn late(body: kube::client::Body, delay: Duration) -> Body {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut body = std::pin::pin!(body);
+        loop {
+            // Once the watcher hangs up (the stream was cut), the API server's stream goes
+            // too, rather than stay open until its next event.
+            let frame = tokio::select! {
+                () = tx.closed() => break,
+                frame = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)) => frame,
+            };
+            let Some(frame) = frame else { break };
+            let chunk = frame.map(|f| f.into_data().unwrap_or_default());
+            if tx
+                .send((tokio::time::Instant::now() + delay, chunk))
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let chunks = futures::stream::unfold(rx, |mut rx| async move {
+        let (at, chunk) = rx.recv().await?;
+        tokio::time::sleep_until(at).await;
+        Some((chunk, rx))
+    });
+    Body::from_stream(chunks)
+}
+
 /// A watch body that ends (or breaks) at its deadline.
 struct Cut {
-    inner: Pin<Box<kube::client::Body>>,
+    inner: Pin<Box<Body>>,
     deadline: Pin<Box<tokio::time::Sleep>>,
     broken: bool,
     done: bool,
@@ -421,7 +510,88 @@ impl HttpBody for Cut {
 
 #[cfg(test)]
 mod tests {
-    use super::Fault;
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    use muster_sim::trace::Rng;
+
+    use super::{Counts, Fault, FaultPlan, Inner};
+
+    /// A proxy's draws, without a proxy (its client answers nothing).
+    fn inner(plan: FaultPlan) -> Inner {
+        let (service, _handle) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        Inner {
+            client: kube::Client::new(service, "default"),
+            rng: Mutex::new(Rng::new(plan.seed)),
+            plan,
+            enabled: AtomicBool::new(true),
+            counts: Counts::default(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_watch_delivers_every_event_in_order_after_its_delay() {
+        let events = b"{\"type\":\"ADDED\"}\n{\"type\":\"MODIFIED\"}\n".to_vec();
+        let start = tokio::time::Instant::now();
+        let body = super::late(
+            kube::client::Body::from(events.clone()),
+            Duration::from_secs(3),
+        );
+        let delivered = axum::body::to_bytes(body, 1 << 20).await;
+        assert_eq!(delivered.ok().map(|b| b.to_vec()), Some(events));
+        assert!(
+            start.elapsed() >= Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_seeded_share_of_requests_without_a_fault_is_answered_late() {
+        let plan = FaultPlan {
+            seed: 7,
+            rate: 0.1,
+            slow_rate: 0.25,
+            ..FaultPlan::default()
+        };
+        let draws = |proxy: &Inner, watch: bool| {
+            (0..4000)
+                .map(|_| proxy.next(false, watch))
+                .collect::<Vec<_>>()
+        };
+        let proxy = inner(plan.clone());
+        let requests = draws(&proxy, false);
+        let mut counts: BTreeMap<Option<Fault>, usize> = BTreeMap::new();
+        for draw in &requests {
+            *counts.entry(draw.fault).or_default() += 1;
+            assert!(draw.delay >= Duration::from_secs(1) && draw.delay <= Duration::from_secs(5));
+        }
+        // About 0.9 × 0.25 of the requests come late; none of them is a watch.
+        let late = counts.get(&Some(Fault::SlowAnswer)).copied().unwrap_or(0);
+        assert!((800..=1000).contains(&late), "{counts:?}");
+        assert!(!counts.contains_key(&Some(Fault::SlowWatch)));
+        let watches = draws(&inner(plan.clone()), true);
+        assert!(watches.iter().any(|d| d.fault == Some(Fault::SlowWatch)));
+        assert!(watches.iter().all(|d| d.fault != Some(Fault::SlowAnswer)));
+        // The same seed, the same sequence.
+        let again = draws(&inner(plan.clone()), false);
+        assert!(
+            requests
+                .iter()
+                .zip(&again)
+                .all(|(a, b)| a.fault == b.fault && a.delay == b.delay)
+        );
+        // Faults off: nothing late either.
+        let off = inner(plan);
+        off.enabled
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        assert!(draws(&off, false).iter().all(|d| d.fault.is_none()));
+    }
 
     #[test]
     fn reads_never_draw_a_conflict_and_every_kind_is_reachable() {

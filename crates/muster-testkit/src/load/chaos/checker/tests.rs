@@ -1,10 +1,10 @@
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use muster_api::GpuJob;
 use serde_json::json;
 
-use super::{Checker, Limits, ViolationKind};
+use super::{Checker, HALF_RELEASED_SECONDS, Limits, ViolationKind};
 
 fn pod(name: &str, attempt: u32, gated: bool, phase: &str, gpus: u32) -> Pod {
     let scheduling_gates = if gated {
@@ -40,6 +40,67 @@ fn job(name: &str, pods: u32, gpus: u32, status: serde_json::Value) -> GpuJob {
         Ok(job) => job,
         Err(e) => unreachable!("fixture job: {e}"),
     }
+}
+
+/// A node in `block` whose Ready condition is `ready`, tainted out-of-service or not.
+fn node(name: &str, block: &str, ready: &str, out_of_service: bool) -> Node {
+    let taints = if out_of_service {
+        json!([{"key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown",
+                "effect": "NoExecute"}])
+    } else {
+        json!([])
+    };
+    let value = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"block": block}},
+        "spec": {"taints": taints},
+        "status": {"conditions": [{"type": "Ready", "status": ready}]}});
+    match serde_json::from_value(value) {
+        Ok(node) => node,
+        Err(e) => unreachable!("fixture node: {e}"),
+    }
+}
+
+/// `pod` bound to `node`.
+fn on(mut pod: Pod, node: &str) -> Pod {
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_name = Some(node.to_owned());
+    }
+    pod
+}
+
+/// `pod` being deleted.
+fn terminating(mut pod: Pod) -> Pod {
+    pod.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+    ));
+    pod
+}
+
+/// `pod` without Muster's labels and annotations, owned by GpuJob `j` only.
+fn owned_only(mut pod: Pod) -> Pod {
+    pod.metadata.labels = None;
+    pod.metadata.annotations = None;
+    pod.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "muster.dev/v1alpha1".to_owned(),
+            kind: "GpuJob".to_owned(),
+            name: "j".to_owned(),
+            uid: "uid-j".to_owned(),
+            ..Default::default()
+        },
+    ]);
+    pod
+}
+
+/// `job`, its pod set required to fit in one `block`.
+fn in_one_block(mut job: GpuJob) -> GpuJob {
+    for set in &mut job.spec.pod_sets {
+        set.topology = Some(muster_api::gpujob::TopologyRequest {
+            required: Some("block".to_owned()),
+            ..Default::default()
+        });
+    }
+    job
 }
 
 fn limits() -> Limits {
@@ -258,7 +319,10 @@ fn a_pod_on_a_node_that_is_gone_is_lost_not_live() {
         p
     };
     let mut checker = Checker::new(limits(), BTreeSet::new());
-    checker.nodes_listed(BTreeSet::from(["n1".to_owned(), "n2".to_owned()]));
+    checker.nodes_listed(&[
+        node("n1", "b1", "True", false),
+        node("n2", "b1", "True", false),
+    ]);
     checker.job(&job("j", 1, 1, json!({})), 0.0);
     checker.pod(&bound("p0", 0, "n1"), 1.0);
     checker.node_gone("n1");
@@ -354,4 +418,240 @@ fn a_relist_of_pods_judges_quota_and_attempts_whole() {
         "{:?}",
         checker.violations()
     );
+}
+
+/// What the checker hears, in order, in the table below.
+enum Heard {
+    Job(Box<GpuJob>),
+    Pod(Box<Pod>),
+    Nodes(Vec<Node>),
+    Node(Box<Node>),
+    PodGone(&'static str),
+    Tick,
+}
+
+/// A row of the table: the situation, what the checker hears (each at its second), and the
+/// violations it must find.
+type Row = (&'static str, Vec<(f64, Heard)>, Vec<ViolationKind>);
+
+/// The judgements of a partitioned node, half-released gangs, gangs split across domains and
+/// pods known by their owner only: one row per situation, the events heard (each at its
+/// second) and the violations they must give.
+#[test]
+#[allow(clippy::too_many_lines, reason = "a table: one row per situation")]
+fn every_situation_gives_its_violations() {
+    use Heard::{Nodes, PodGone, Tick};
+    use ViolationKind::{GatesHalfLifted, PodsOverQuota, SplitAcrossDomains, TwoAttemptsLive};
+    let heard_job = |job: GpuJob| Heard::Job(Box::new(job));
+    let heard_pod = |pod: Pod| Heard::Pod(Box::new(pod));
+    let heard_node = |node: Node| Heard::Node(Box::new(node));
+    let fleet = || {
+        Nodes(vec![
+            node("n1", "b1", "True", false),
+            node("n2", "b1", "True", false),
+            node("n3", "b2", "True", false),
+        ])
+    };
+    let bound = |name, attempt, node_name| on(pod(name, attempt, false, "Running", 1), node_name);
+    let late = HALF_RELEASED_SECONDS + 1.0;
+    let rows: Vec<Row> = vec![
+        // Partitions: a pod on a node that stopped reporting may still run.
+        (
+            "a restarted gang beside its old pod terminating on a partitioned node",
+            vec![
+                (0.0, fleet()),
+                (0.0, heard_job(job("j", 1, 1, json!({})))),
+                (1.0, heard_pod(bound("p0", 0, "n1"))),
+                (2.0, heard_node(node("n1", "b1", "Unknown", false))),
+                (3.0, heard_pod(terminating(bound("p0", 0, "n1")))),
+                (4.0, heard_pod(bound("q0", 1, "n2"))),
+            ],
+            vec![TwoAttemptsLive],
+        ),
+        (
+            "a restarted gang once the partitioned node is tainted out-of-service",
+            vec![
+                (0.0, fleet()),
+                (0.0, heard_job(job("j", 1, 1, json!({})))),
+                (1.0, heard_pod(bound("p0", 0, "n1"))),
+                (2.0, heard_node(node("n1", "b1", "Unknown", false))),
+                (3.0, heard_pod(terminating(bound("p0", 0, "n1")))),
+                (4.0, heard_node(node("n1", "b1", "Unknown", true))),
+                (5.0, heard_pod(bound("q0", 1, "n2"))),
+                (6.0, heard_pod(terminating(bound("p0", 0, "n1")))),
+            ],
+            vec![],
+        ),
+        (
+            "a restarted gang once the old pod's object is gone",
+            vec![
+                (0.0, fleet()),
+                (0.0, heard_job(job("j", 1, 1, json!({})))),
+                (1.0, heard_pod(terminating(bound("p0", 0, "n1")))),
+                (2.0, PodGone("ns/p0")),
+                (3.0, heard_pod(bound("q0", 1, "n2"))),
+            ],
+            vec![],
+        ),
+        // Half-released gangs.
+        (
+            "a gang whose gates stay lifted for some pods only, past the bound",
+            vec![
+                (0.0, heard_job(job("j", 2, 1, json!({})))),
+                (1.0, heard_pod(pod("p0", 0, true, "Pending", 1))),
+                (1.0, heard_pod(pod("p1", 0, true, "Pending", 1))),
+                (2.0, heard_pod(pod("p0", 0, false, "Pending", 1))),
+                (2.0 + late, Tick),
+            ],
+            vec![GatesHalfLifted],
+        ),
+        (
+            "a gang whose gates are lifted one by one within the bound",
+            vec![
+                (0.0, heard_job(job("j", 2, 1, json!({})))),
+                (1.0, heard_pod(pod("p0", 0, true, "Pending", 1))),
+                (1.0, heard_pod(pod("p1", 0, true, "Pending", 1))),
+                (2.0, heard_pod(pod("p0", 0, false, "Pending", 1))),
+                (5.0, heard_pod(pod("p1", 0, false, "Pending", 1))),
+                (5.0 + late, Tick),
+            ],
+            vec![],
+        ),
+        // Topology.
+        (
+            "pods of one attempt bound in two blocks the pod set requires one of",
+            vec![
+                (0.0, fleet()),
+                (0.0, heard_job(in_one_block(job("j", 2, 1, json!({}))))),
+                (0.5, heard_pod(pod("p0", 0, true, "Pending", 1))),
+                (0.5, heard_pod(pod("p1", 0, true, "Pending", 1))),
+                (1.0, heard_pod(bound("p0", 0, "n1"))),
+                (1.0, heard_pod(bound("p1", 0, "n3"))),
+            ],
+            vec![SplitAcrossDomains],
+        ),
+        (
+            "pods of one attempt bound in one block",
+            vec![
+                (0.0, fleet()),
+                (0.0, heard_job(in_one_block(job("j", 2, 1, json!({}))))),
+                (0.5, heard_pod(pod("p0", 0, true, "Pending", 1))),
+                (0.5, heard_pod(pod("p1", 0, true, "Pending", 1))),
+                (1.0, heard_pod(bound("p0", 0, "n1"))),
+                (1.0, heard_pod(bound("p1", 0, "n2"))),
+            ],
+            vec![],
+        ),
+        (
+            "pods in two blocks of a pod set that requires none",
+            vec![
+                (0.0, fleet()),
+                (0.0, heard_job(job("j", 2, 1, json!({})))),
+                (0.5, heard_pod(pod("p0", 0, true, "Pending", 1))),
+                (0.5, heard_pod(pod("p1", 0, true, "Pending", 1))),
+                (1.0, heard_pod(bound("p0", 0, "n1"))),
+                (1.0, heard_pod(bound("p1", 0, "n3"))),
+            ],
+            vec![],
+        ),
+        // Pods known by their owner only.
+        (
+            "pods without Muster's labels count against their job's queue",
+            vec![
+                (
+                    0.0,
+                    heard_job(job(
+                        "j",
+                        3,
+                        8,
+                        json!({"phase": "Admitted",
+                            "admission": {"clusterQueue": "a", "podSets": []}}),
+                    )),
+                ),
+                (0.5, heard_pod(owned_only(pod("p0", 0, true, "Pending", 8)))),
+                (0.5, heard_pod(owned_only(pod("p1", 0, true, "Pending", 8)))),
+                (0.5, heard_pod(owned_only(pod("p2", 0, true, "Pending", 8)))),
+                (
+                    1.0,
+                    heard_pod(owned_only(pod("p0", 0, false, "Running", 8))),
+                ),
+                (
+                    1.0,
+                    heard_pod(owned_only(pod("p1", 0, false, "Running", 8))),
+                ),
+                (
+                    1.0,
+                    heard_pod(owned_only(pod("p2", 0, false, "Running", 8))),
+                ),
+            ],
+            vec![PodsOverQuota, PodsOverQuota],
+        ),
+        (
+            "pods without Muster's labels seen before their job's admission",
+            vec![
+                (0.0, heard_job(job("j", 3, 8, json!({})))),
+                (0.5, heard_pod(owned_only(pod("p0", 0, true, "Pending", 8)))),
+                (0.5, heard_pod(owned_only(pod("p1", 0, true, "Pending", 8)))),
+                (0.5, heard_pod(owned_only(pod("p2", 0, true, "Pending", 8)))),
+                (
+                    1.0,
+                    heard_pod(owned_only(pod("p0", 0, false, "Running", 8))),
+                ),
+                (
+                    1.0,
+                    heard_pod(owned_only(pod("p1", 0, false, "Running", 8))),
+                ),
+                (
+                    1.0,
+                    heard_pod(owned_only(pod("p2", 0, false, "Running", 8))),
+                ),
+                (
+                    2.0,
+                    heard_job(job(
+                        "j",
+                        3,
+                        8,
+                        json!({"phase": "Admitted",
+                            "admission": {"clusterQueue": "a", "podSets": []}}),
+                    )),
+                ),
+            ],
+            vec![PodsOverQuota, PodsOverQuota],
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (situation, heard, expected) in rows {
+        let mut checker = Checker::new(limits(), BTreeSet::new());
+        for (at, event) in heard {
+            match event {
+                Heard::Job(j) => checker.job(&j, at),
+                Heard::Pod(p) => checker.pod(&p, at),
+                Nodes(n) => checker.nodes_listed(&n),
+                Heard::Node(n) => checker.node_seen(&n),
+                PodGone(key) => checker.pod_gone(key),
+                Tick => checker.tick(at),
+            }
+        }
+        let got: Vec<ViolationKind> = kinds(&checker)
+            .into_iter()
+            .filter(|k| *k != ViolationKind::AdmittedOverQuota)
+            .collect();
+        if got != expected {
+            wrong.push(format!(
+                "{situation}:\n  expected {expected:?}\n  got      {:?}",
+                checker.violations()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn blind_spells_are_summed_per_watch_and_over_all() {
+    let mut checker = Checker::new(limits(), BTreeSet::new());
+    checker.blind("Pod", 0.0, 0.5);
+    checker.blind("Pod", 100.0, 104.0);
+    checker.blind("GpuJob", 101.0, 103.0);
+    assert!((checker.blind_seconds() - 4.5).abs() < 1e-9);
+    assert!((checker.blind_by_kind()["GpuJob"] - 2.0).abs() < 1e-9);
 }

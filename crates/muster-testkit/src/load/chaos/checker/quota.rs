@@ -1,0 +1,141 @@
+//! Quota: the GPUs of a ClusterQueue's live pods, and of its jobs whose status says admitted,
+//! against its nominal quota plus borrowing limit, and a cohort's against its members'
+//! nominal quotas; one report per excursion, naming who holds the GPUs.
+
+use std::collections::BTreeMap;
+
+use super::{Checker, ViolationKind};
+
+impl Checker {
+    fn usage(&self, kind: ViolationKind) -> &BTreeMap<String, i64> {
+        if kind == ViolationKind::PodsOverQuota {
+            &self.pod_usage
+        } else {
+            &self.admitted_usage
+        }
+    }
+
+    /// What the members of `cohort` use, counted as `kind` counts.
+    fn cohort_usage(&self, kind: ViolationKind, cohort: &str) -> i64 {
+        let usage = self.usage(kind);
+        self.limits
+            .queues
+            .iter()
+            .filter(|(_, (c, _))| c.as_deref() == Some(cohort))
+            .map(|(q, _)| usage.get(q).copied().unwrap_or(0))
+            .sum()
+    }
+
+    pub(super) fn check_quota(&mut self, kind: ViolationKind, queue: &str, at: f64) {
+        if let Some(pending) = &mut self.relisting {
+            pending.quotas.insert((kind, queue.to_owned()));
+            return;
+        }
+        let usage = self.usage(kind);
+        let used = usage.get(queue).copied().unwrap_or(0);
+        let Some((cohort, max)) = self.limits.queues.get(queue).cloned() else {
+            return;
+        };
+        let mut found = Vec::new();
+        if used > max {
+            found.push((
+                format!("ClusterQueue/{queue}"),
+                format!(
+                    "{used} GPUs in use, {max} allowed; {}",
+                    self.holders(kind, queue)
+                ),
+            ));
+        }
+        if let Some(cohort) = cohort {
+            let members = self.cohort_usage(kind, &cohort);
+            let cap = self
+                .limits
+                .cohorts
+                .get(&cohort)
+                .copied()
+                .unwrap_or(i64::MAX);
+            if members > cap {
+                found.push((
+                    format!("Cohort/{cohort}"),
+                    format!("{members} GPUs in use, {cap} nominal"),
+                ));
+            }
+        }
+        for (object, detail) in found {
+            if self.over.insert((kind, object.clone())) {
+                self.report(kind, object, at, detail);
+            }
+        }
+        self.settle_over(kind, queue);
+    }
+
+    /// Who holds `queue`'s GPUs, counted as `kind` counts: `job@attempt=GPUs` for live pods
+    /// (marked `unadmitted` when the job's status holds no admission), `job=GPUs` for
+    /// admitted jobs; so that a report says which jobs took the queue over.
+    fn holders(&self, kind: ViolationKind, queue: &str) -> String {
+        let mut held: BTreeMap<String, i64> = BTreeMap::new();
+        if kind == ViolationKind::PodsOverQuota {
+            for pod in self.pods.values() {
+                if pod.live && !pod.terminating && pod.queue.as_deref() == Some(queue) {
+                    let admitted = self
+                        .jobs
+                        .get(&pod.job)
+                        .and_then(|j| j.admitted.as_ref())
+                        .is_some_and(|(q, _)| q == queue);
+                    let mark = if admitted { "" } else { " unadmitted" };
+                    *held
+                        .entry(format!("{}@{}{mark}", pod.job, pod.attempt))
+                        .or_default() += pod.gpus;
+                }
+            }
+        } else {
+            let mut list = Vec::new();
+            for (job, fact) in &self.jobs {
+                if let Some((q, gpus)) = &fact.admitted
+                    && q == queue
+                {
+                    list.push(format!(
+                        "{job}={gpus} ({} since {:.1} s)",
+                        fact.shown, fact.admitted_since
+                    ));
+                }
+            }
+            return format!("held by {}", list.join(", "));
+        }
+        let list: Vec<String> = held.iter().map(|(k, g)| format!("{k}={g}")).collect();
+        format!("held by {}", list.join(", "))
+    }
+
+    /// Forgets excursions that ended, so that the next one is reported again.
+    pub(super) fn settle_over(&mut self, kind: ViolationKind, queue: &str) {
+        if let Some(pending) = &mut self.relisting {
+            // Judged, and settled, once the relist is whole.
+            pending.quotas.insert((kind, queue.to_owned()));
+            return;
+        }
+        let usage = self.usage(kind);
+        let Some((cohort, max)) = self.limits.queues.get(queue).cloned() else {
+            return;
+        };
+        let mut ended = Vec::new();
+        if usage.get(queue).copied().unwrap_or(0) <= max {
+            ended.push(format!("ClusterQueue/{queue}"));
+        }
+        if let Some(cohort) = cohort {
+            let members = self.cohort_usage(kind, &cohort);
+            if members
+                <= self
+                    .limits
+                    .cohorts
+                    .get(&cohort)
+                    .copied()
+                    .unwrap_or(i64::MAX)
+            {
+                ended.push(format!("Cohort/{cohort}"));
+            }
+        }
+        for object in ended {
+            self.over.remove(&(kind, object));
+        }
+    }
+}

@@ -45,9 +45,10 @@ pub struct FleetSpec {
     pub reclaim: u8,
     /// Whether the first HAMi node registers its GPUs' UUIDs.
     pub hami_uuids: bool,
-    /// Whether research and prod weigh evicting against waiting (`waitWhenCheaper`), with a
-    /// bound short enough for scripts to reach it.
-    pub weighs: bool,
+    /// Whether research and prod weigh evicting against waiting (`waitWhenCheaper`), and
+    /// the bound on the wait (`maxWaitWhenCheaperSeconds`), short enough for scripts to
+    /// reach it.
+    pub cheaper_wait: Option<i64>,
 }
 
 /// An 8-GPU node with `labels` besides its host name.
@@ -160,7 +161,8 @@ pub fn cluster_queues(spec: &FleetSpec) -> Vec<ClusterQueue> {
         "Never"
     };
     let preemption = json!({"withinClusterQueue": within, "reclaimWithinCohort": reclaim,
-                            "waitWhenCheaper": spec.weighs, "maxWaitWhenCheaperSeconds": 300});
+                            "waitWhenCheaper": spec.cheaper_wait.is_some(),
+                            "maxWaitWhenCheaperSeconds": spec.cheaper_wait.unwrap_or(0)});
     let mut research_h100 = json!({"name": "nvidia.com/gpu",
                                    "nominalQuota": spec.research_gpus.to_string()});
     if let Some(b) = spec.research_borrows {

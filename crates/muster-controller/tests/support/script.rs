@@ -104,13 +104,17 @@ fn fleet_spec() -> impl Strategy<Value = FleetSpec> {
             proptest::option::of(prop::sample::select(vec![0u32, 8])),
             proptest::option::of(prop::sample::select(vec![0u32, 8, 16])),
         ),
-        (any::<bool>(), 0u8..3, any::<bool>()),
+        (
+            any::<bool>(),
+            0u8..3,
+            proptest::option::of(prop::sample::select(vec![0i64, 300])),
+        ),
     )
         .prop_map(
             |(
                 (h100_blocks, a100, hami_uuids),
                 (research_gpus, prod_gpus, prod_lends, research_borrows),
-                (within, reclaim, weighs),
+                (within, reclaim, cheaper_wait),
             )| FleetSpec {
                 h100_blocks,
                 a100,
@@ -121,7 +125,7 @@ fn fleet_spec() -> impl Strategy<Value = FleetSpec> {
                 within,
                 reclaim,
                 hami_uuids,
-                weighs,
+                cheaper_wait,
             },
         )
 }

@@ -155,7 +155,8 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
 }
 
 /// Step (4) of a pass: queue statuses, unless nothing they show can have changed since a
-/// pass that found none to write (`explain` false: the scheduler did not move).
+/// pass that compared every one and found none to write (`explain` false: the scheduler did
+/// not move).
 fn queue_statuses(
     state: &mut State,
     scheduler: &Scheduler,
@@ -167,9 +168,11 @@ fn queue_statuses(
     let unchanged =
         !explain && state.ledger.queues.is_empty() && state.seats.queues_settled == Some(queues);
     if !unchanged {
-        let before = actions.len();
         crate::queues::queue_statuses(state, scheduler, now, actions);
-        state.seats.queues_settled = (actions.len() == before).then_some(queues);
+        // Settled only when no queue's write is in flight, this pass's or an earlier one's:
+        // a queue with a write in flight is not compared, and a write that fails changes
+        // nothing the index shows, so later passes would skip a status left stale.
+        state.seats.queues_settled = state.ledger.queues.is_empty().then_some(queues);
     }
 }
 

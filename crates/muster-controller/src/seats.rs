@@ -72,8 +72,9 @@ pub(crate) struct Seats {
     /// Pending jobs per (ClusterQueue, reason kind) as the last pass that explained every
     /// waiting job counted them.
     pub(crate) pending: Option<BTreeMap<(String, String), i64>>,
-    /// The index's queue version when the last pass wrote no queue status (so none needed
-    /// writing); `None` after one that did.
+    /// The index's queue version when the last pass compared every queue status and found
+    /// none to write; `None` after one that wrote any, or that left one uncompared because
+    /// its write was in flight.
     pub(crate) queues_settled: Option<u64>,
 }
 

@@ -22,8 +22,8 @@ use muster_controller::state::State;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use serde_json::json;
-use support::fleet;
-use support::script::{Answer, Event, Script, script};
+use support::fleet::{self, FleetSpec, JobSpec};
+use support::script::{Answer, Event, Script, Step, script};
 use support::{Landing, at, land_as, object, with_phase};
 
 /// What a script made happen, to show the scripts reach every situation.
@@ -554,6 +554,129 @@ fn a_release_in_flight_holds_from_its_admission_in_a_scheduler_built_afresh() {
         built.actions
     );
     assert_eq!(pass.actions, built.actions);
+}
+
+/// A queue status whose write fails is written again by the next pass, even a quiet one
+/// (nothing settled, no cycle run): a pass that ran while the write was in flight passed over
+/// that queue without comparing it, and the failure changes nothing the index shows, so no
+/// pass since has found the status as the queue shows it.
+#[test]
+fn a_queue_status_write_that_fails_after_a_pass_passed_it_over_is_written_again() {
+    let is_queue_status = |a: &Action| {
+        matches!(
+            a,
+            Action::ClusterQueueStatus { .. } | Action::LocalQueueStatus { .. }
+        )
+    };
+    let mut state = support::cluster(32, vec![support::job("a", 1, 0)]);
+    let first = plan(&mut state, at(10));
+    let (queues, rest): (Vec<Action>, Vec<Action>) =
+        first.actions.into_iter().partition(is_queue_status);
+    assert_eq!(queues.len(), 2, "a's admission shows in both queues");
+    support::land_all(&mut state, &rest, 10);
+    // Passes while the queue statuses are in flight, until one writes nothing.
+    let mut t = 11;
+    loop {
+        let pass = plan(&mut state, at(t));
+        assert!(
+            !pass.actions.iter().any(is_queue_status),
+            "{:#?}",
+            pass.actions
+        );
+        support::land_all(&mut state, &pass.actions, t);
+        t += 1;
+        if pass.actions.is_empty() {
+            break;
+        }
+        assert!(t < 20, "passes never settle: {:#?}", pass.actions);
+    }
+    for action in &queues {
+        state.landed(action, Err("the API server is unavailable".to_owned()), t);
+    }
+    let mut fresh = state.clone();
+    let built = plan(&mut fresh, at(t));
+    let pass = plan(&mut state, at(t));
+    assert!(!pass.summary.explained, "a quiet pass");
+    let admitted = |actions: &[Action]| -> Vec<(String, i32)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::ClusterQueueStatus { name, status } => {
+                    Some((name.clone(), status.admitted_jobs))
+                }
+                Action::LocalQueueStatus { key, status } => {
+                    Some((format!("lq:{key}"), status.admitted_jobs))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(
+        admitted(&pass.actions),
+        [
+            ("research".to_owned(), 1),
+            ("lq:team-a/research".to_owned(), 1)
+        ],
+        "both statuses written again: {:#?}",
+        pass.actions
+    );
+    assert_eq!(pass.actions.len(), queues.len());
+    assert_eq!(pass.actions, built.actions);
+}
+
+/// The first difference the drawn scripts found in queue statuses, as they shrank it: four
+/// gangs never become Ready and are evicted; the queue statuses that say so stay in flight
+/// over the next pass (which settles a job suspended meanwhile and writes nothing), then
+/// fail; the quiet passes after it must write them again.
+#[test]
+fn queue_statuses_written_late_and_failed_are_written_again_by_quiet_passes() {
+    let job = JobSpec {
+        queue: 0,
+        count: 0,
+        size: 0,
+        priority: 0,
+        runtime: None,
+    };
+    let step = |dt: i64, event: Event, landing: u8| Step {
+        dt,
+        event,
+        landings: vec![landing],
+    };
+    let start = || Event::Start {
+        gang: 0,
+        ready: false,
+    };
+    let mut steps = vec![
+        step(1, Event::Nothing, 0),
+        step(1, Event::Nothing, 0),
+        step(1, Event::Nothing, 0),
+        step(1, start(), 0),
+        step(1, Event::Nothing, 0),
+        step(1, start(), 0),
+        step(320, start(), 0),
+        step(1, start(), 0),
+        // Every write in flight waits a pass, then every one fails (no node is lost: the
+        // event changes nothing).
+        step(1, Event::Suspend(0), 14),
+        step(1, Event::NodeBack(0), 17),
+    ];
+    steps.extend((0..20).map(|_| step(1, Event::Nothing, 0)));
+    run(&Script {
+        fleet: FleetSpec {
+            h100_blocks: 2,
+            a100: false,
+            research_gpus: 24,
+            prod_gpus: 8,
+            prod_lends: None,
+            research_borrows: None,
+            within: false,
+            reclaim: 0,
+            hami_uuids: false,
+            weighs: false,
+        },
+        jobs: vec![job.clone(), job.clone(), job.clone(), job],
+        steps,
+    });
 }
 
 /// The scripts are worth drawing: across a fixed set of them, the scheduler is kept in a good

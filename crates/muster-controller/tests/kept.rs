@@ -672,7 +672,7 @@ fn queue_statuses_written_late_and_failed_are_written_again_by_quiet_passes() {
             within: false,
             reclaim: 0,
             hami_uuids: false,
-            weighs: false,
+            cheaper_wait: None,
         },
         jobs: vec![job.clone(), job.clone(), job.clone(), job],
         steps,

@@ -26,10 +26,6 @@ pub const QUEUES: [(&str, &str); 4] = [
 
 /// How the fleet is laid out and what its queues allow.
 #[derive(Clone, Debug)]
-#[expect(
-    clippy::struct_excessive_bools,
-    reason = "independent switches of a drawn fleet, each drawn on its own"
-)]
 pub struct FleetSpec {
     /// Blocks of two 8-GPU H100 nodes.
     pub h100_blocks: u8,

@@ -7,7 +7,9 @@
 //! that dies in between finds only stale pods and deletes them.
 //!
 //! Every step is idempotent: names are deterministic, an object that already exists (from an
-//! earlier, interrupted attempt) counts as created, and one already gone counts as deleted.
+//! earlier, interrupted attempt) counts as created, and one already gone counts as deleted —
+//! except a pod of the same name that another release of the same attempt placed elsewhere
+//! (or that is being deleted): the release fails rather than adopt it.
 //! Conflicts, throttling and server errors are retried with exponential backoff — except that
 //! a job's status is written only onto the version of the job its pass read, and a conflict
 //! there is decided again from a fresh read (`job_status`). Before every request the executor
@@ -53,6 +55,17 @@ pub enum ExecuteError {
         /// The job.
         job: String,
         /// What changed.
+        why: String,
+    },
+    /// A pod the release would make exists already but is not the one it plans — pinned to
+    /// another node, or being deleted: left over from another release of the same attempt.
+    /// Adopted, it would join this gang from elsewhere; the release fails instead, and the
+    /// next pass rolls it back.
+    #[error("pod {pod} exists from another release of this attempt: {why}")]
+    Displaced {
+        /// The pod, `namespace/name`.
+        pod: String,
+        /// How it differs.
         why: String,
     },
     /// The API server refused a request, after retries.
@@ -130,6 +143,34 @@ fn transient(e: &kube::Error) -> bool {
         kube::Error::HyperError(_) | kube::Error::Service(_) => true,
         _ => false,
     }
+}
+
+/// How an existing pod differs from the one a release plans under the same name, if it does:
+/// being deleted, or pinned or bound to another node.
+fn displaced(found: &Pod, planned: &Pod) -> Option<String> {
+    let pin = |pod: &Pod| {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.node_selector.as_ref())
+            .and_then(|s| s.get(muster_api::resource_flavor::HOSTNAME_LABEL))
+            .cloned()
+    };
+    if found.metadata.deletion_timestamp.is_some() {
+        return Some("it is being deleted".to_owned());
+    }
+    let wanted = pin(planned);
+    let bound = found.spec.as_ref().and_then(|s| s.node_name.clone());
+    if pin(found) != wanted || bound.as_ref().is_some_and(|b| Some(b) != wanted.as_ref()) {
+        return Some(format!(
+            "it is pinned to {}{}, this release pins it to {}",
+            pin(found).unwrap_or_else(|| "no node".to_owned()),
+            bound
+                .map(|b| format!(" (bound to {b})"))
+                .unwrap_or_default(),
+            wanted.unwrap_or_else(|| "no node".to_owned()),
+        ));
+    }
+    None
 }
 
 fn split(key: &str) -> Result<(&str, &str), ExecuteError> {
@@ -406,7 +447,21 @@ impl Executor {
             .await
         {
             Ok(created) => Ok(Some(Written::Pod(Box::new(created)))),
-            Err(ExecuteError::Api { source, .. }) if already_exists(&source) => Ok(None),
+            Err(ExecuteError::Api { source, .. }) if already_exists(&source) => {
+                // Made by an earlier try of this release — or by another release of this
+                // attempt, rolled back or cut short, placed elsewhere: only the first counts
+                // as made.
+                let found = self
+                    .call("reading an existing pod", &name, || pods.get(&name))
+                    .await?;
+                match displaced(&found, pod) {
+                    None => Ok(None),
+                    Some(why) => Err(ExecuteError::Displaced {
+                        pod: format!("{}/{name}", pods.namespace().unwrap_or_default()),
+                        why,
+                    }),
+                }
+            }
             Err(e) => Err(e),
         }
     }

@@ -170,7 +170,10 @@ pub(crate) fn pinned_devices(
 }
 
 /// The admission a half-finished release carried, read back from its pods — when every pod
-/// of every pod set exists and they agree on queue and flavors. `None`: roll it back.
+/// of every pod set exists and they agree on queue, flavor and domain. Pods of one attempt
+/// that disagree on their domain come from two releases (one rolled back, its pod left over
+/// when the next was made): finished together they would run one gang split across domains.
+/// `None`: roll it back.
 pub(crate) fn recovered_admission(
     job: &GpuJob,
     key: &str,
@@ -186,10 +189,9 @@ pub(crate) fn recovered_admission(
             .filter(|m| m.pod_set == set.name)
             .collect();
         let first = members.first()?;
-        if members
-            .iter()
-            .any(|m| m.cluster_queue != queue || m.flavor != first.flavor)
-        {
+        if members.iter().any(|m| {
+            m.cluster_queue != queue || m.flavor != first.flavor || m.domain != first.domain
+        }) {
             return None;
         }
         pod_sets.push(PodSetPlacement {

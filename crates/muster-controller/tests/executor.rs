@@ -29,14 +29,26 @@ struct Seen {
 }
 
 /// Serves until the client hangs up. `failures` maps a request number (0-based) to the
-/// status code to fail it with; pod creates named in `exists` get 409 AlreadyExists. Every
-/// other request succeeds with a plausible object.
+/// status code to fail it with; pod creates named in `exists` get 409 AlreadyExists, and a
+/// read of such a pod returns what was asked for (an earlier try of the same release made
+/// it) — or, named `name@node`, the same pod pinned to `node` (another release made it).
+/// Every other request succeeds with a plausible object.
 async fn serve(
     mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
     failures: BTreeMap<usize, u16>,
     exists: Vec<String>,
 ) -> Vec<Seen> {
     let mut seen = Vec::new();
+    let moved: BTreeMap<String, String> = exists
+        .iter()
+        .filter_map(|e| e.split_once('@'))
+        .map(|(name, node)| (name.to_owned(), node.to_owned()))
+        .collect();
+    let exists: Vec<String> = exists
+        .iter()
+        .map(|e| e.split('@').next().unwrap_or_default().to_owned())
+        .collect();
+    let mut made: BTreeMap<String, Value> = BTreeMap::new();
     while let Some((request, respond)) = handle.next_request().await {
         let method = request.method().to_string();
         let path = request.uri().path().to_owned();
@@ -72,43 +84,24 @@ async fn serve(
                     .to_owned(),
             )
         {
+            let name = body["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let mut existing = body.clone();
+            if let Some(node) = moved.get(&name) {
+                existing["spec"]["nodeSelector"]["kubernetes.io/hostname"] = json!(node);
+            }
+            made.insert(name, existing);
             (
                 409,
                 json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                        "reason": "AlreadyExists", "code": 409, "message": "already exists"}),
             )
-        } else if method == "POST" {
-            (201, body.clone())
-        } else if path.contains("/provisioningrequests/") {
-            (
-                200,
-                json!({"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
-                       "metadata": {"name": name, "namespace": "team-a"},
-                       "spec": {"provisioningClassName": "queued-provisioning.gke.io",
-                                "podSets": []}}),
-            )
-        } else if path.contains("/podtemplates/") {
-            (
-                200,
-                json!({"apiVersion": "v1", "kind": "PodTemplate",
-                       "metadata": {"name": name, "namespace": "team-a"}}),
-            )
-        } else if path.contains("/services/") {
-            (
-                200,
-                json!({"apiVersion": "v1", "kind": "Service",
-                       "metadata": {"name": name, "namespace": "team-a"}}),
-            )
-        } else if path.contains("/gpujobs/") {
-            let mut object = serde_json::to_value(job("a", 2, 0)).unwrap_or_default();
-            object["status"] = body["status"].clone();
-            (200, object)
+        } else if method == "GET" && made.contains_key(&name) {
+            (200, made[&name].clone())
         } else {
-            (
-                200,
-                json!({"apiVersion": "v1", "kind": "Pod",
-                       "metadata": {"name": name, "namespace": "team-a"}}),
-            )
+            plausible(&method, &path, &name, &body)
         };
         let response = Response::builder()
             .status(code)
@@ -123,6 +116,44 @@ async fn serve(
         });
     }
     seen
+}
+
+/// What the server answers a request that neither fails nor finds its object made before: a
+/// plausible object of the kind the path names.
+fn plausible(method: &str, path: &str, name: &str, body: &Value) -> (u16, Value) {
+    if method == "POST" {
+        (201, body.clone())
+    } else if path.contains("/provisioningrequests/") {
+        (
+            200,
+            json!({"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+                   "metadata": {"name": name, "namespace": "team-a"},
+                   "spec": {"provisioningClassName": "queued-provisioning.gke.io",
+                            "podSets": []}}),
+        )
+    } else if path.contains("/podtemplates/") {
+        (
+            200,
+            json!({"apiVersion": "v1", "kind": "PodTemplate",
+                   "metadata": {"name": name, "namespace": "team-a"}}),
+        )
+    } else if path.contains("/services/") {
+        (
+            200,
+            json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": name, "namespace": "team-a"}}),
+        )
+    } else if path.contains("/gpujobs/") {
+        let mut object = serde_json::to_value(job("a", 2, 0)).unwrap_or_default();
+        object["status"] = body["status"].clone();
+        (200, object)
+    } else {
+        (
+            200,
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": "team-a"}}),
+        )
+    }
 }
 
 fn executor(client: Client, leading: bool, concurrency: usize) -> (Executor, watch::Sender<bool>) {
@@ -238,6 +269,27 @@ async fn an_interrupted_release_is_finished_not_failed() {
     assert_eq!(result, Ok(4), "1 pod created, 2 ungated, 1 job");
     // The Service's selector (set again: it may be an earlier attempt's), 2 ungates, 1 job.
     assert_eq!(seen.iter().filter(|s| s.method == "PATCH").count(), 4);
+}
+
+#[tokio::test]
+async fn a_pod_another_release_of_the_attempt_placed_elsewhere_fails_the_release() {
+    let (action, _) = release(2);
+    let exists = vec!["a-workers-1@elsewhere".into()];
+    let (result, seen) = run(&action, BTreeMap::new(), exists, true).await;
+    assert!(
+        result
+            .as_ref()
+            .is_err_and(|e| e.contains("a-workers-1") && e.contains("pinned to elsewhere")),
+        "{result:?}"
+    );
+    // Read, found pinned elsewhere, and never ungated: no gate is lifted, no status written.
+    assert!(calls(&seen).contains(&("GET", "/api/v1/namespaces/team-a/pods/a-workers-1")));
+    assert!(
+        !seen
+            .iter()
+            .any(|s| s.method == "PATCH" && s.path.contains("/pods/"))
+    );
+    assert!(!seen.iter().any(|s| s.path.contains("/gpujobs/")));
 }
 
 #[tokio::test]

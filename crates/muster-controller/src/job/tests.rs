@@ -326,6 +326,21 @@ impl World {
         self
     }
 
+    /// Pod `i` was made by another release of the same attempt: pinned to n3, in block b2.
+    fn placed_elsewhere(mut self, i: usize) -> World {
+        let pod = &mut self.pods[i];
+        if let Some(selector) = pod.spec.as_mut().and_then(|s| s.node_selector.as_mut()) {
+            selector.insert("kubernetes.io/hostname".to_owned(), "n3".to_owned());
+        }
+        if let Some(annotations) = pod.metadata.annotations.as_mut() {
+            annotations.insert(
+                crate::release::DOMAIN_ANNOTATION.to_owned(),
+                "example.com/block=b2".to_owned(),
+            );
+        }
+        self
+    }
+
     /// Pod `i` is gone.
     fn without(mut self, i: usize) -> World {
         self.pods.remove(i);
@@ -615,6 +630,21 @@ fn every_situation_gives_its_step() {
             "half a gang made, the status never written: it is rolled back",
             World::new().gated(1),
             "Releasing · delete_pods · holds",
+        ),
+        (
+            "a whole gang without the status, made by two releases in two blocks: rolled back",
+            World::new().gated(2).placed_elsewhere(1),
+            "Releasing · delete_pods · holds",
+        ),
+        (
+            "a release onto bought capacity cut off, its pods from two releases: rolled back",
+            World::new()
+                .buying()
+                .provisioning(1)
+                .autoscaler_says(&["Provisioned"])
+                .gated(2)
+                .placed_elsewhere(1),
+            "Releasing · delete_pods · holds quota",
         ),
         (
             "a gang without the status, a pod deleted under it: it is rolled back",

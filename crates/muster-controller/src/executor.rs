@@ -450,12 +450,15 @@ impl Executor {
             Err(ExecuteError::Api { source, .. }) if already_exists(&source) => {
                 // Made by an earlier try of this release — or by another release of this
                 // attempt, rolled back or cut short, placed elsewhere: only the first counts
-                // as made.
+                // as made. The one that counts is folded in like a pod just created: until
+                // the watch brings it (late, at times) the next pass would see the gang short
+                // of it, take the gang for broken and evict it without deleting this pod,
+                // which then ran beside the next attempt.
                 let found = self
                     .call("reading an existing pod", &name, || pods.get(&name))
                     .await?;
                 match displaced(&found, pod) {
-                    None => Ok(None),
+                    None => Ok(Some(Written::Pod(Box::new(found)))),
                     Some(why) => Err(ExecuteError::Displaced {
                         pod: format!("{}/{name}", pods.namespace().unwrap_or_default()),
                         why,

@@ -266,7 +266,7 @@ async fn an_interrupted_release_is_finished_not_failed() {
     let (action, _) = release(2);
     let exists = vec!["a".into(), "a-workers-0".into()];
     let (result, seen) = run(&action, BTreeMap::new(), exists, true).await;
-    assert_eq!(result, Ok(4), "1 pod created, 2 ungated, 1 job");
+    assert_eq!(result, Ok(5), "1 pod created, 1 found, 2 ungated, 1 job");
     // The Service's selector (set again: it may be an earlier attempt's), 2 ungates, 1 job.
     assert_eq!(seen.iter().filter(|s| s.method == "PATCH").count(), 4);
 }
@@ -290,6 +290,28 @@ async fn a_pod_another_release_of_the_attempt_placed_elsewhere_fails_the_release
             .any(|s| s.method == "PATCH" && s.path.contains("/pods/"))
     );
     assert!(!seen.iter().any(|s| s.path.contains("/gpujobs/")));
+}
+
+#[tokio::test]
+async fn a_pod_the_release_finds_already_made_is_returned_as_written() {
+    // A create whose answer was lost on the way back: the pod exists, pinned where this
+    // release pins it. The release reads it and returns it with what it wrote, so the pass
+    // after it sees the whole gang even while the pods' watch lags.
+    let (action, _) = release(1);
+    let Action::Release { gang, .. } = &action else {
+        unreachable!("a release")
+    };
+    let node = gang.pods[0]
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_selector.as_ref())
+        .and_then(|s| s.get("kubernetes.io/hostname"))
+        .cloned()
+        .unwrap_or_default();
+    let exists = vec![format!("a-workers-0@{node}")];
+    let (result, seen) = run(&action, BTreeMap::new(), exists, true).await;
+    assert!(calls(&seen).contains(&("GET", "/api/v1/namespaces/team-a/pods/a-workers-0")));
+    assert_eq!(result, Ok(2), "the pod found and the job's status");
 }
 
 #[tokio::test]

@@ -3,7 +3,6 @@
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodTemplate};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use muster_api::resource_flavor::HOSTNAME_LABEL;
 use muster_api::validation::ADMISSION_GATE;
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
 use muster_topology::{NodeInfo, pod_usage};
@@ -375,12 +374,7 @@ fn member(pod: &Pod) -> Option<GangMember> {
         cluster_queue: annotation(CLUSTER_QUEUE_ANNOTATION),
         flavor: annotation(FLAVOR_ANNOTATION),
         domain: parse_domain(&annotation(DOMAIN_ANNOTATION)),
-        pinned: pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_selector.as_ref())
-            .and_then(|s| s.get(HOSTNAME_LABEL))
-            .cloned(),
+        pinned: crate::release::pinned_node(pod).map(str::to_owned),
         devices: crate::hami::parse_devices(&annotation(crate::hami::GPU_DEVICES_ANNOTATION))
             .unwrap_or_default(),
     })

@@ -7,6 +7,7 @@
 //! - [`quantity`] and [`resources`]: exact, saturating resource arithmetic shared by every crate.
 //! - [`validation`]: every semantic error of an object, with field paths and fixes.
 //! - [`crd`]: the CustomResourceDefinitions, generated from these types.
+//! - [`wire`]: the labels, annotations, finalizer, gate and taints Muster puts on other objects.
 //!
 //! No I/O happens here.
 
@@ -21,6 +22,7 @@ pub mod resource_flavor;
 pub mod resources;
 pub mod tpu;
 pub mod validation;
+pub mod wire;
 
 pub use cluster_queue::{ClusterQueue, ClusterQueueSpec, ClusterQueueStatus};
 pub use gpujob::{

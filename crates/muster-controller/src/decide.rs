@@ -82,16 +82,16 @@ pub(crate) fn release_action(
 /// resolves it, and the waiting jobs counted per ClusterQueue and reason kind (one count per
 /// waiting job, without a string built for each).
 #[derive(Default)]
-pub(crate) struct Tally {
+pub(crate) struct QueueTally {
     queue_of: BTreeMap<String, String>,
     pending: BTreeMap<String, BTreeMap<&'static str, i64>>,
 }
 
-impl Tally {
+impl QueueTally {
     /// Counts job `key` as waiting for a reason of `kind`, under its ClusterQueue ("" without
     /// one).
     fn count(&mut self, scheduler: &Scheduler, key: &str, kind: &'static str) {
-        let Tally { queue_of, pending } = self;
+        let QueueTally { queue_of, pending } = self;
         let cq = match scheduler.job(key) {
             Some(job) => {
                 if !queue_of.contains_key(&job.local_queue) {
@@ -128,7 +128,7 @@ pub(crate) fn decide(
     decision: Decision,
     now: &Time,
     provisioned: &BTreeMap<String, BTreeMap<String, String>>,
-    tally: &mut Tally,
+    tally: &mut QueueTally,
     plan: &mut Plan,
 ) {
     match decision {

@@ -1,8 +1,8 @@
 //! Muster's controller: runs the admission cycle on a Kubernetes cluster and turns its
 //! decisions into gangs of pods that start together.
 //!
-//! The modules form layers, each using only those below it (a test, `tests/layers.rs`, holds
-//! them to it). From the bottom:
+//! The modules form layers, each using only those below it (the workspace's `tests/layers.rs`
+//! holds them to it). From the bottom:
 //! - [`index`]: what the cluster shows — the objects admission needs, updated one watch event
 //!   at a time. It knows nothing of passes or writes.
 //! - [`release`], [`status`], [`lifecycle`]: the objects of one admitted gang (a headless

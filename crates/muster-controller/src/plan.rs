@@ -21,8 +21,8 @@ use k8s_openapi::jiff::Timestamp;
 use muster_admission::{Cluster, Decision, Scheduler};
 use muster_api::Resources;
 
-pub use crate::action::{Action, FINALIZER, Note, Plan};
-use crate::decide::{Tally, decide, release_action};
+pub use crate::action::{Action, Note, Plan};
+use crate::decide::{QueueTally, decide, release_action};
 use crate::holding::holding;
 use crate::index::Index;
 use crate::job::InCycle;
@@ -103,7 +103,7 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     state.preemptors = Preemptors::of(&scheduler);
 
     // (3) Decisions into writes.
-    let mut tally = Tally::default();
+    let mut tally = QueueTally::default();
     for decision in decisions {
         note_changed(&mut state.seats.recheck, &decision);
         decide(

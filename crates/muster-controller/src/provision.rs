@@ -21,7 +21,7 @@ use muster_api::{GpuJob, ResourceFlavorSpec};
 use muster_provisioning::objects::{
     consume_annotations, objects, request_name, request_names, template_name,
 };
-use muster_provisioning::state::{Observed, Record, Step, combine, observe, step};
+use muster_provisioning::state::{Next, Observed, Record, combine, observe, step};
 
 use crate::index::Index;
 use crate::ledger::Ledger;
@@ -112,7 +112,7 @@ pub(crate) fn orphans(
         let Some(job_name) = meta
             .labels
             .as_ref()
-            .and_then(|l| l.get(muster_provisioning::objects::JOB_LABEL))
+            .and_then(|l| l.get(muster_api::wire::JOB_LABEL))
         else {
             continue;
         };
@@ -248,7 +248,7 @@ pub(crate) fn next(
     status: &GpuJobStatus,
     policy: &ProvisioningPolicy,
     now: i64,
-) -> Step {
+) -> Next {
     let record = Record {
         attempts: attempts(status),
         requested: true,
@@ -306,7 +306,7 @@ pub(crate) fn consume(
             .metadata
             .labels
             .as_ref()
-            .and_then(|l| l.get(crate::release::POD_SET_LABEL))
+            .and_then(|l| l.get(muster_api::wire::POD_SET_LABEL))
             .cloned()
             .unwrap_or_default();
         let request = request_name(&policy.class_name, &name, attempt, &set, sets);

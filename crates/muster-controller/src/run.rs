@@ -210,7 +210,7 @@ fn watch_provisioning(
         state.expect_kind(Kind::PodTemplate);
     }
     let templates: Api<PodTemplate> = scoped(client, namespace);
-    let selected = watcher::Config::default().labels(muster_provisioning::objects::JOB_LABEL);
+    let selected = watcher::Config::default().labels(muster_api::wire::JOB_LABEL);
     tokio::spawn(watch_selected(templates, selected, Arc::clone(&shared)));
     tokio::spawn(watch_kind(requests, shared));
 }

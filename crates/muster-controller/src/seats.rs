@@ -128,13 +128,13 @@ impl Seats {
     /// Records `job`'s new seat (`None`: the job is gone) and when time alone changes it;
     /// returns whether admission's view of it changed.
     pub(crate) fn put(&mut self, key: &str, seat: Option<Seat>, until: Option<i64>) -> bool {
-        let tally = seat.as_ref().map(Tally::of);
+        let tally = seat.as_ref().map(CountsAs::of);
         let old = match seat {
             Some(seat) => self.by_job.insert(key.to_owned(), seat),
             None => self.by_job.remove(key),
         };
         if let Some(old) = &old {
-            self.count(key, Tally::of(old), false);
+            self.count(key, CountsAs::of(old), false);
         }
         if let Some(at) = self.timer_of.remove(key) {
             self.timers.remove(&(at, key.to_owned()));
@@ -147,7 +147,7 @@ impl Seats {
             }
             if matches!(
                 tally,
-                Tally::Held {
+                CountsAs::Held {
                     provisioning: true,
                     ..
                 }
@@ -160,16 +160,16 @@ impl Seats {
     }
 
     /// Keeps the counts the pass reports without walking every seat.
-    fn count(&mut self, key: &str, tally: Tally, add: bool) {
+    fn count(&mut self, key: &str, tally: CountsAs, add: bool) {
         match tally {
-            Tally::Queued => {
+            CountsAs::Queued => {
                 if add {
                     self.queued += 1;
                 } else {
                     self.queued = self.queued.saturating_sub(1);
                 }
             }
-            Tally::BackingOff(cluster_queue) => {
+            CountsAs::BackingOff(cluster_queue) => {
                 let jobs = self.backoff.entry(cluster_queue.clone()).or_default();
                 if add {
                     jobs.insert(key.to_owned());
@@ -180,14 +180,14 @@ impl Seats {
                     }
                 }
             }
-            Tally::Held { attempt, .. } => {
+            CountsAs::Held { attempt, .. } => {
                 if add {
                     self.held.insert(key.to_owned(), attempt);
                 } else {
                     self.held.remove(key);
                 }
             }
-            Tally::Other => {}
+            CountsAs::Other => {}
         }
     }
 
@@ -218,7 +218,7 @@ impl Seats {
 }
 
 /// What a seat counts for in [`Seats`]' running counts.
-enum Tally {
+enum CountsAs {
     Queued,
     BackingOff(String),
     Held {
@@ -229,20 +229,20 @@ enum Tally {
     Other,
 }
 
-impl Tally {
-    fn of(seat: &Seat) -> Tally {
+impl CountsAs {
+    fn of(seat: &Seat) -> CountsAs {
         match &seat.in_cycle {
-            InCycle::Queued => Tally::Queued,
-            InCycle::BackingOff { cluster_queue } => Tally::BackingOff(cluster_queue.clone()),
-            InCycle::Holds { provisioning, .. } => Tally::Held {
+            InCycle::Queued => CountsAs::Queued,
+            InCycle::BackingOff { cluster_queue } => CountsAs::BackingOff(cluster_queue.clone()),
+            InCycle::Holds { provisioning, .. } => CountsAs::Held {
                 attempt: seat.attempt,
                 provisioning: *provisioning,
             },
-            InCycle::OnBoughtCapacity { .. } => Tally::Held {
+            InCycle::OnBoughtCapacity { .. } => CountsAs::Held {
                 attempt: seat.attempt,
                 provisioning: true,
             },
-            InCycle::Out | InCycle::FinishRelease(_) => Tally::Other,
+            InCycle::Out | InCycle::FinishRelease(_) => CountsAs::Other,
         }
     }
 }

@@ -6,6 +6,10 @@ mod support;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use muster_api::gpujob::PendingReasonKind;
+use muster_api::wire::{
+    ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, FLAVOR_ANNOTATION, GPU_DEVICES_ANNOTATION, JOB_LABEL,
+    POD_INDEX_LABEL, POD_SET_LABEL,
+};
 use muster_api::{ClusterQueue, GpuJob};
 use muster_controller::index::{Kind, PodPhase};
 use muster_controller::plan::{Action, plan};
@@ -402,10 +406,10 @@ fn a_share_pod_books_the_device_it_names() {
     index.apply::<Pod>(object(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "serve-workers-0-a0", "namespace": "team-a",
-            "labels": {"muster.dev/job-name": "serve", "muster.dev/pod-set": "workers",
-                "muster.dev/pod-index": "0", "muster.dev/attempt": "0"},
-            "annotations": {"muster.dev/cluster-queue": "research", "muster.dev/flavor": "h100",
-                "muster.dev/gpu-devices": "3"},
+            "labels": {JOB_LABEL: "serve", POD_SET_LABEL: "workers",
+                POD_INDEX_LABEL: "0", ATTEMPT_LABEL: "0"},
+            "annotations": {CLUSTER_QUEUE_ANNOTATION: "research", FLAVOR_ANNOTATION: "h100",
+                GPU_DEVICES_ANNOTATION: "3"},
             "ownerReferences": [{"apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
                 "name": "serve", "uid": "uid-serve"}]},
         "spec": {"nodeName": "n1", "containers": [{"name": "main", "image": "x",

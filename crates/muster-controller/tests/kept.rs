@@ -23,12 +23,12 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use serde_json::json;
 use support::fleet::{self, FleetSpec, JobSpec};
-use support::script::{Answer, Event, Script, Step, script};
+use support::script::{Answer, Event, Script, Tick, script};
 use support::{Landing, at, land_as, object, with_phase};
 
 /// What a script made happen, to show the scripts reach every situation.
 #[derive(Debug, Default)]
-struct Tally {
+struct Coverage {
     passes: usize,
     kept: usize,
     admitted: usize,
@@ -41,8 +41,8 @@ struct Tally {
     failed: usize,
 }
 
-impl Tally {
-    fn add(&mut self, other: &Tally) {
+impl Coverage {
+    fn add(&mut self, other: &Coverage) {
         self.passes += other.passes;
         self.kept += other.kept;
         self.admitted += other.admitted;
@@ -74,7 +74,7 @@ struct World {
     lost: BTreeSet<String>,
     /// Pods of other teams, oldest first.
     outside: Vec<Pod>,
-    tally: Tally,
+    tally: Coverage,
 }
 
 /// What a pass found is what the pass over a fresh copy found; only how much each had to
@@ -141,7 +141,7 @@ impl World {
                 .collect(),
             lost: BTreeSet::new(),
             outside: Vec::new(),
-            tally: Tally::default(),
+            tally: Coverage::default(),
         }
     }
 
@@ -484,7 +484,7 @@ fn outside_pod(name: &str, node: &str, gpus: u8) -> Pod {
 
 /// Plays `script`, comparing every pass (see the module docs); then lets every write land
 /// and compares a few quiet passes more.
-fn run(script: &Script) -> Tally {
+fn run(script: &Script) -> Coverage {
     let mut world = World::new(script);
     for step in &script.steps {
         world.pass();
@@ -637,7 +637,7 @@ fn queue_statuses_written_late_and_failed_are_written_again_by_quiet_passes() {
         priority: 0,
         runtime: None,
     };
-    let step = |dt: i64, event: Event, landing: u8| Step {
+    let step = |dt: i64, event: Event, landing: u8| Tick {
         dt,
         event,
         landings: vec![landing],
@@ -685,7 +685,7 @@ fn queue_statuses_written_late_and_failed_are_written_again_by_quiet_passes() {
 #[test]
 fn drawn_scripts_reach_every_situation_the_kept_scheduler_must_follow() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let mut total = Tally::default();
+    let mut total = Coverage::default();
     for _ in 0..12 {
         let Ok(tree) = script().new_tree(&mut runner) else {
             unreachable!("scripts are always drawn")

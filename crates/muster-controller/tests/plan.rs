@@ -6,6 +6,7 @@ mod support;
 
 use k8s_openapi::api::core::v1::Pod;
 use muster_api::gpujob::{GpuJobPhase, PendingReasonKind};
+use muster_api::wire::{ADMISSION_GATE, ATTEMPT_LABEL};
 use muster_controller::plan::{Action, plan};
 use muster_controller::state::State;
 use support::{at, cluster, cluster_queue, job, land_all, with_phase};
@@ -74,7 +75,7 @@ fn an_admission_releases_a_whole_gang_once_and_is_booked_while_in_flight() {
             let spec = pod.spec.clone().unwrap_or_default();
             assert_eq!(
                 spec.scheduling_gates.unwrap_or_default()[0].name,
-                "muster.dev/admission"
+                ADMISSION_GATE
             );
             nodes.push(
                 spec.node_selector
@@ -230,10 +231,7 @@ fn pods_not_ready_in_time_evict_the_gang_and_requeue_it_with_backoff() {
         unreachable!()
     };
     let labels = gang.pods[0].metadata.labels.clone().unwrap_or_default();
-    assert_eq!(
-        labels.get("muster.dev/attempt").map(String::as_str),
-        Some("1")
-    );
+    assert_eq!(labels.get(ATTEMPT_LABEL).map(String::as_str), Some("1"));
 }
 
 #[test]

@@ -6,6 +6,7 @@
 
 mod support;
 
+use muster_api::wire::JOB_LABEL;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -656,7 +657,7 @@ fn a_young_request_is_never_taken_for_an_orphan() {
     let request: ProvisioningRequest = object(json!({
         "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
         "metadata": {"name": "gone-1", "namespace": "team-a",
-                     "labels": {"muster.dev/job-name": "gone"},
+                     "labels": {JOB_LABEL: "gone"},
                      "creationTimestamp": at(5).to_string()},
         "spec": {"provisioningClassName": "queued-provisioning.gke.io",
                  "podSets": [{"podTemplateRef": {"name": "gone-1-workers"}, "count": 1}]}
@@ -684,7 +685,7 @@ fn a_young_request_of_a_job_that_ended_is_deleted_at_once() {
     let request: ProvisioningRequest = object(json!({
         "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
         "metadata": {"name": "small-1", "namespace": "team-a",
-                     "labels": {"muster.dev/job-name": "small"},
+                     "labels": {JOB_LABEL: "small"},
                      "creationTimestamp": at(5).to_string()},
         "spec": {"provisioningClassName": "queued-provisioning.gke.io",
                  "podSets": [{"podTemplateRef": {"name": "small-1-workers"}, "count": 1}]}
@@ -699,7 +700,7 @@ fn template(name: &str, job: &str, created: i64) -> k8s_openapi::api::core::v1::
     object(json!({
         "apiVersion": "v1", "kind": "PodTemplate",
         "metadata": {"name": name, "namespace": "team-a",
-                     "labels": {"muster.dev/job-name": job},
+                     "labels": {JOB_LABEL: job},
                      "creationTimestamp": at(created).to_string()},
         "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}}
     }))

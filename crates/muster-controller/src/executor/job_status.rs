@@ -36,8 +36,8 @@ impl Executor {
         match action {
             Action::Release { .. } => {
                 let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-                let selected =
-                    ListParams::default().labels(&format!("{}={name}", crate::release::JOB_LABEL));
+                let selected = ListParams::default()
+                    .labels(&format!("{}={name}", muster_api::wire::JOB_LABEL));
                 let listed = self
                     .retrying(
                         self.read_retry,

@@ -4,15 +4,15 @@
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodTemplate};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use muster_api::resource_flavor::HOSTNAME_LABEL;
-use muster_api::validation::ADMISSION_GATE;
+use muster_api::wire::{
+    ADMISSION_GATE, ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION,
+    GPU_DEVICES_ANNOTATION, JOB_LABEL, POD_INDEX_LABEL, POD_SET_LABEL,
+};
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
 use muster_topology::{NodeInfo, pod_usage};
 
 use super::{GangMember, Index, Indexed, Kind, NotReady, PodPhase, PodRecord, TemplateRecord};
-use crate::release::{
-    ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION, JOB_LABEL,
-    POD_INDEX_LABEL, POD_SET_LABEL, parse_domain,
-};
+use crate::release::parse_domain;
 
 impl Indexed for GpuJob {
     const KIND: Kind = Kind::GpuJob;
@@ -269,11 +269,7 @@ impl Indexed for PodTemplate {
         let meta = &self.metadata;
         // Only Muster's templates are watched (by their job label); one without it is not
         // Muster's to clean up.
-        let Some(job) = meta
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(muster_provisioning::objects::JOB_LABEL))
-        else {
+        let Some(job) = meta.labels.as_ref().and_then(|l| l.get(JOB_LABEL)) else {
             return;
         };
         let record = TemplateRecord {
@@ -292,11 +288,7 @@ impl Indexed for PodTemplate {
 /// the label, whose it is cannot be told, so every job does.
 fn request_changed(index: &mut Index, request: &ProvisioningRequest) {
     let meta = &request.metadata;
-    match meta
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(muster_provisioning::objects::JOB_LABEL))
-    {
+    match meta.labels.as_ref().and_then(|l| l.get(JOB_LABEL)) {
         Some(job) => {
             let namespace = meta.namespace.as_deref().unwrap_or_default();
             index.changed_jobs.insert(format!("{namespace}/{job}"));
@@ -381,7 +373,7 @@ fn member(pod: &Pod) -> Option<GangMember> {
             .and_then(|s| s.node_selector.as_ref())
             .and_then(|s| s.get(HOSTNAME_LABEL))
             .cloned(),
-        devices: crate::hami::parse_devices(&annotation(crate::hami::GPU_DEVICES_ANNOTATION))
+        devices: crate::hami::parse_devices(&annotation(GPU_DEVICES_ANNOTATION))
             .unwrap_or_default(),
     })
 }

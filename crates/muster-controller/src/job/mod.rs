@@ -25,8 +25,9 @@ use k8s_openapi::jiff::Timestamp;
 use muster_admission::{Admitted, Holding};
 use muster_api::GpuJob;
 use muster_api::gpujob::{GpuJobPhase, GpuJobStatus, PendingReasonKind};
+use muster_api::wire::FINALIZER;
 
-use crate::action::{Action, FINALIZER, Note};
+use crate::action::{Action, Note};
 use crate::holding::{
     Pods, draining, held_by_pods, holding, holding_of, recovered_admission, seconds, split_pods,
     unfinished_release,

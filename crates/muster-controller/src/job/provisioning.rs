@@ -5,7 +5,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use muster_api::GpuJob;
 use muster_api::gpujob::GpuJobStatus;
-use muster_provisioning::state::Step as Next;
+use muster_provisioning::state::Next;
 
 use super::{InCycle, Phase, Step, cut_off, unprovision};
 use crate::action::{Action, Note};

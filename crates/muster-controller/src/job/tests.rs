@@ -18,8 +18,9 @@ use super::{InCycle, step};
 use crate::holding::holding;
 use crate::index::Index;
 use crate::ledger::{Busy, Ledger};
-use crate::release::{ATTEMPT_LABEL, gang};
+use crate::release::gang;
 use crate::status;
+use muster_api::wire::{ATTEMPT_LABEL, FINALIZER};
 
 const KEY: &str = "team-a/train";
 /// The pass runs at this second; the job was admitted at `ADMITTED`.
@@ -82,7 +83,7 @@ fn job() -> GpuJob {
         "metadata": {"name": "train", "namespace": "team-a", "uid": "uid-train",
                      "resourceVersion": "1", "generation": 1,
                      "creationTimestamp": time(0).0.to_string(),
-                     "finalizers": ["muster.dev/gang"]},
+                     "finalizers": [FINALIZER]},
         "spec": {"queueName": "research", "podsReadyTimeoutSeconds": 300, "backoffLimit": 1,
             "podSets": [{"name": "workers", "count": 2,
                 "topology": {"required": "example.com/block"},
@@ -334,7 +335,7 @@ impl World {
         }
         if let Some(annotations) = pod.metadata.annotations.as_mut() {
             annotations.insert(
-                crate::release::DOMAIN_ANNOTATION.to_owned(),
+                muster_api::wire::DOMAIN_ANNOTATION.to_owned(),
                 "example.com/block=b2".to_owned(),
             );
         }

@@ -7,6 +7,7 @@ pub mod script;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
+use muster_api::wire::FINALIZER;
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
 use muster_controller::executor::Written;
 use muster_controller::plan::Action;
@@ -75,7 +76,7 @@ pub fn job(name: &str, count: u32, created: i64) -> GpuJob {
         "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}"),
                      "resourceVersion": "1", "generation": 1,
                      "creationTimestamp": at(created).to_string(),
-                     "finalizers": ["muster.dev/gang"]},
+                     "finalizers": [FINALIZER]},
         "spec": {"queueName": "research", "podsReadyTimeoutSeconds": 300, "backoffLimit": 1,
             "podSets": [{"name": "workers", "count": count,
                 "topology": {"required": "example.com/block"},
@@ -279,7 +280,7 @@ fn carried_out(index: &mut State, action: &Action) -> (Vec<Written>, Vec<String>
         Action::DeletePods { pods, .. } => deleted.clone_from(pods),
         Action::AddFinalizer { job } => {
             if let Some(mut j) = bumped(index, job) {
-                j.metadata.finalizers = Some(vec!["muster.dev/gang".into()]);
+                j.metadata.finalizers = Some(vec![FINALIZER.into()]);
                 written.push(Written::Job(Box::new(j)));
             }
         }

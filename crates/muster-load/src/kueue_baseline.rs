@@ -22,9 +22,9 @@ use serde_json::json;
 use super::baseline::{Baseline, JobSet};
 use super::process_stats::{self, ProcessStats};
 use super::recorder::Recorder;
-use crate::kubelet::{FakeKubelet, KubeletOptions};
-use crate::nodes::{NodeSpec, create_nodes};
-use crate::{ClusterOptions, TestCluster};
+use muster_testkit::kubelet::{FakeKubelet, KubeletOptions};
+use muster_testkit::nodes::{NodeSpec, create_nodes};
+use muster_testkit::{ClusterOptions, TestCluster};
 
 /// The label carrying a job's class.
 pub const CLASS_LABEL: &str = "load.muster.dev/class";

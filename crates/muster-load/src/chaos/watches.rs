@@ -13,7 +13,7 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use muster_api::GpuJob;
 
-use super::checker::{Checker, pod_key};
+use muster_testkit::checker::{Checker, pod_key};
 
 /// What the checker hears from one watch: a whole list (the watch's start, or a relist after
 /// it restarted past what the API server still remembers, as after the API server's

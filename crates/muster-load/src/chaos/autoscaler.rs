@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::workload::{BURST_FLAVOR, gpu_node};
-use crate::nodes::create_node;
+use muster_testkit::nodes::create_node;
 
 /// What the autoscaler did.
 #[derive(Clone, Debug, Default, Serialize)]

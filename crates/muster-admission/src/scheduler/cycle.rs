@@ -4,13 +4,11 @@
 
 use std::sync::Arc;
 
-use muster_api::ClusterQueue;
 use muster_api::cluster_queue::{QueueingStrategy, StopPolicy};
 
 use super::{
     Assignment, Blocked, CycleState, Holding, JobState, MemoKey, Options, REASONS_REFRESH_SECONDS,
-    Scheduler, assign, blocked_reason, nominate, order, preempt, provisioned, reserve, waiting,
-    weigh,
+    Scheduler, assign, blocked_reason, order, waiting,
 };
 use crate::decision::{Admitted, Decision, PendingReason};
 use crate::job::{Job, JobId, quota_usage};

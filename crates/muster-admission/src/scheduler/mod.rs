@@ -8,7 +8,7 @@ use muster_api::{ClusterQueue, ClusterQueueSpec, Resources, Validate};
 use muster_topology::{BestFit, NoFit, PodSetRequest, Policy};
 
 use crate::cluster::Cluster;
-use crate::decision::{Admitted, Decision, PendingReason, PodSetPlacement};
+use crate::decision::{Decision, PendingReason, PodSetPlacement};
 use crate::job::{Job, JobId, quota_usage};
 use crate::namespaces::selects;
 use crate::quota::{QuotaBook, Shortfall};

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::{Devices, ShareRequest, SharedNode, TaskMix, count, float, points};
+use super::{Devices, GPU_MILLI, ShareRequest, SharedNode, TaskMix, count, float, points};
 
 /// Where a request goes: a node (an index into the nodes given) and its devices.
 #[derive(Clone, Debug, PartialEq, Eq)]

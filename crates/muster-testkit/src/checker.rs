@@ -18,8 +18,9 @@
 //!   ([`ViolationKind::GateLiftedOnPartialGang`]), or some pods of an attempt stay ungated
 //!   while others keep their gates for longer than [`HALF_RELEASED_SECONDS`]
 //!   ([`ViolationKind::GatesHalfLifted`], `gates.rs`);
-//! - pods of one attempt are bound to nodes in two domains of a level their pod set requires
-//!   ([`ViolationKind::SplitAcrossDomains`], `domains.rs`);
+//! - pods of one attempt that exist together are bound to nodes in two domains of a level
+//!   their pod set requires ([`ViolationKind::SplitAcrossDomains`], `domains.rs`; a release
+//!   rolled back and made again elsewhere reuses the attempt and its pod names);
 //! - a job that ended leaves its end or ends again ([`ViolationKind::EndedTwice`]);
 //!
 //! and, at the end ([`Checker::finish`]), when a job did not end, or failed when it was not
@@ -412,6 +413,8 @@ impl Checker {
     pub fn pod_gone(&mut self, key: &str) {
         if let Some(before) = self.pods.remove(key) {
             self.unlive(&before, true);
+            self.domains
+                .gone(&before.job, &before.attempt, &before.pod_set, key);
             self.check_release(&before.job, &before.attempt, self.latest);
         }
     }

@@ -5,7 +5,9 @@
 //! ([`super::ViolationKind::SplitAcrossDomains`]).
 //!
 //! Judged as the facts come in, in whatever order: the job's spec, the pods' bindings and the
-//! nodes' labels; a pod whose job or node is not known yet is judged once it is.
+//! nodes' labels; a pod whose job or node is not known yet is judged once it is. A pod whose
+//! object is gone no longer counts: a release rolled back and made again elsewhere reuses the
+//! attempt and the pod names, and its two sets of pods never existed together.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -78,6 +80,20 @@ impl Domains {
         }
         pods.insert(pod.to_owned(), node.to_owned());
         self.judge(gang)
+    }
+
+    /// Pod `pod` of pod set `pod_set`, attempt `attempt` of `job`, is gone: its binding no
+    /// longer counts. An attempt whose release was rolled back (its pods deleted) may be
+    /// released again elsewhere under the same attempt and the same pod names; only pods that
+    /// exist together can split a gang.
+    pub(super) fn gone(&mut self, job: &str, attempt: &str, pod_set: &str, pod: &str) {
+        let gang = (job.to_owned(), attempt.to_owned(), pod_set.to_owned());
+        if let Some(pods) = self.bound.get_mut(&gang) {
+            pods.remove(pod);
+            if pods.is_empty() {
+                self.bound.remove(&gang);
+            }
+        }
     }
 
     fn judge(&mut self, gang: Gang) -> Option<Split> {

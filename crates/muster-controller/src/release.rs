@@ -171,6 +171,15 @@ pub fn is_gated(pod: &Pod) -> bool {
         .is_some_and(|gates| gates.iter().any(|g| g.name == ADMISSION_GATE))
 }
 
+/// The node a gang's pod is pinned to (its `kubernetes.io/hostname` node selector), if any.
+pub fn pinned_node(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_selector.as_ref())
+        .and_then(|s| s.get(HOSTNAME_LABEL))
+        .map(String::as_str)
+}
+
 /// Pod `index` of `set`, placed by `placement`, pinned to `node`.
 fn pod(
     ctx: &Context,

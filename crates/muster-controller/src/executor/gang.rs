@@ -8,7 +8,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use muster_api::wire::ADMISSION_GATE;
 
 use super::{ExecuteError, Executor, FIELD_MANAGER, Written, already_exists, named};
-use crate::release::Gang;
+use crate::release::{Gang, pinned_node};
 
 impl Executor {
     /// Creates the gang's Service and pods (tolerating ones that exist), then removes Muster's
@@ -129,26 +129,19 @@ impl Executor {
 /// How an existing pod differs from the one a release plans under the same name, if it does:
 /// being deleted, or pinned or bound to another node.
 fn displaced(found: &Pod, planned: &Pod) -> Option<String> {
-    let pin = |pod: &Pod| {
-        pod.spec
-            .as_ref()
-            .and_then(|s| s.node_selector.as_ref())
-            .and_then(|s| s.get(muster_api::resource_flavor::HOSTNAME_LABEL))
-            .cloned()
-    };
     if found.metadata.deletion_timestamp.is_some() {
         return Some("it is being deleted".to_owned());
     }
-    let wanted = pin(planned);
-    let bound = found.spec.as_ref().and_then(|s| s.node_name.clone());
-    if pin(found) != wanted || bound.as_ref().is_some_and(|b| Some(b) != wanted.as_ref()) {
+    let (pinned, wanted) = (pinned_node(found), pinned_node(planned));
+    let bound = found.spec.as_ref().and_then(|s| s.node_name.as_deref());
+    if pinned != wanted || bound.is_some_and(|b| Some(b) != wanted) {
         return Some(format!(
             "it is pinned to {}{}, this release pins it to {}",
-            pin(found).unwrap_or_else(|| "no node".to_owned()),
+            pinned.unwrap_or("no node"),
             bound
                 .map(|b| format!(" (bound to {b})"))
                 .unwrap_or_default(),
-            wanted.unwrap_or_else(|| "no node".to_owned()),
+            wanted.unwrap_or("no node"),
         ));
     }
     None

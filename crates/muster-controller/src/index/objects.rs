@@ -3,7 +3,6 @@
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodTemplate};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use muster_api::resource_flavor::HOSTNAME_LABEL;
 use muster_api::wire::{
     ADMISSION_GATE, ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION,
     GPU_DEVICES_ANNOTATION, JOB_LABEL, POD_INDEX_LABEL, POD_SET_LABEL,
@@ -367,12 +366,7 @@ fn member(pod: &Pod) -> Option<GangMember> {
         cluster_queue: annotation(CLUSTER_QUEUE_ANNOTATION),
         flavor: annotation(FLAVOR_ANNOTATION),
         domain: parse_domain(&annotation(DOMAIN_ANNOTATION)),
-        pinned: pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_selector.as_ref())
-            .and_then(|s| s.get(HOSTNAME_LABEL))
-            .cloned(),
+        pinned: crate::release::pinned_node(pod).map(str::to_owned),
         devices: crate::hami::parse_devices(&annotation(GPU_DEVICES_ANNOTATION))
             .unwrap_or_default(),
     })

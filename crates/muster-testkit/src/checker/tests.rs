@@ -455,6 +455,16 @@ fn every_situation_gives_its_violations() {
     };
     let bound = |name, attempt, node_name| on(pod(name, attempt, false, "Running", 1), node_name);
     let late = HALF_RELEASED_SECONDS + 1.0;
+    // A gang of two whose pod set requires one block, both pods made and still gated.
+    let made_in_one_block = || {
+        vec![
+            (0.0, fleet()),
+            (0.0, heard_job(in_one_block(job("j", 2, 1, json!({}))))),
+            (0.5, heard_pod(pod("p0", 0, true, "Pending", 1))),
+            (0.5, heard_pod(pod("p1", 0, true, "Pending", 1))),
+        ]
+        .into_iter()
+    };
     let rows: Vec<Row> = vec![
         // Partitions: a pod on a node that stopped reporting may still run.
         (
@@ -521,60 +531,52 @@ fn every_situation_gives_its_violations() {
         // Topology.
         (
             "pods of one attempt bound in two blocks the pod set requires one of",
-            vec![
-                (0.0, fleet()),
-                (0.0, heard_job(in_one_block(job("j", 2, 1, json!({}))))),
-                (0.5, heard_pod(pod("p0", 0, true, "Pending", 1))),
-                (0.5, heard_pod(pod("p1", 0, true, "Pending", 1))),
-                (1.0, heard_pod(bound("p0", 0, "n1"))),
-                (1.0, heard_pod(bound("p1", 0, "n3"))),
-            ],
+            made_in_one_block()
+                .chain([
+                    (1.0, heard_pod(bound("p0", 0, "n1"))),
+                    (1.0, heard_pod(bound("p1", 0, "n3"))),
+                ])
+                .collect(),
             vec![SplitAcrossDomains],
         ),
         (
             "pods of one attempt bound in one block",
-            vec![
-                (0.0, fleet()),
-                (0.0, heard_job(in_one_block(job("j", 2, 1, json!({}))))),
-                (0.5, heard_pod(pod("p0", 0, true, "Pending", 1))),
-                (0.5, heard_pod(pod("p1", 0, true, "Pending", 1))),
-                (1.0, heard_pod(bound("p0", 0, "n1"))),
-                (1.0, heard_pod(bound("p1", 0, "n2"))),
-            ],
+            made_in_one_block()
+                .chain([
+                    (1.0, heard_pod(bound("p0", 0, "n1"))),
+                    (1.0, heard_pod(bound("p1", 0, "n2"))),
+                ])
+                .collect(),
             vec![],
         ),
         (
             "an attempt rolled back in one block and released again in another",
-            vec![
-                (0.0, fleet()),
-                (0.0, heard_job(in_one_block(job("j", 2, 1, json!({}))))),
-                (0.5, heard_pod(pod("p0", 0, true, "Pending", 1))),
-                (0.5, heard_pod(pod("p1", 0, true, "Pending", 1))),
-                (1.0, heard_pod(bound("p0", 0, "n1"))),
-                (1.0, heard_pod(bound("p1", 0, "n2"))),
-                (2.0, heard_pod(terminating(bound("p0", 0, "n1")))),
-                (2.0, heard_pod(terminating(bound("p1", 0, "n2")))),
-                (3.0, PodGone("ns/p0")),
-                (3.0, PodGone("ns/p1")),
-                (4.0, heard_pod(pod("p0", 0, true, "Pending", 1))),
-                (4.0, heard_pod(pod("p1", 0, true, "Pending", 1))),
-                (5.0, heard_pod(bound("p1", 0, "n3"))),
-                (5.5, heard_pod(bound("p0", 0, "n3"))),
-            ],
+            made_in_one_block()
+                .chain([
+                    (1.0, heard_pod(bound("p0", 0, "n1"))),
+                    (1.0, heard_pod(bound("p1", 0, "n2"))),
+                    (2.0, heard_pod(terminating(bound("p0", 0, "n1")))),
+                    (2.0, heard_pod(terminating(bound("p1", 0, "n2")))),
+                    (3.0, PodGone("ns/p0")),
+                    (3.0, PodGone("ns/p1")),
+                    (4.0, heard_pod(pod("p0", 0, true, "Pending", 1))),
+                    (4.0, heard_pod(pod("p1", 0, true, "Pending", 1))),
+                    (5.0, heard_pod(bound("p1", 0, "n3"))),
+                    (5.5, heard_pod(bound("p0", 0, "n3"))),
+                ])
+                .collect(),
             vec![],
         ),
         (
             "an attempt released again in another block while a pod of it still runs",
-            vec![
-                (0.0, fleet()),
-                (0.0, heard_job(in_one_block(job("j", 2, 1, json!({}))))),
-                (0.5, heard_pod(pod("p0", 0, true, "Pending", 1))),
-                (0.5, heard_pod(pod("p1", 0, true, "Pending", 1))),
-                (1.0, heard_pod(bound("p0", 0, "n1"))),
-                (1.0, heard_pod(bound("p1", 0, "n2"))),
-                (3.0, PodGone("ns/p1")),
-                (5.0, heard_pod(bound("p1", 0, "n3"))),
-            ],
+            made_in_one_block()
+                .chain([
+                    (1.0, heard_pod(bound("p0", 0, "n1"))),
+                    (1.0, heard_pod(bound("p1", 0, "n2"))),
+                    (3.0, PodGone("ns/p1")),
+                    (5.0, heard_pod(bound("p1", 0, "n3"))),
+                ])
+                .collect(),
             vec![SplitAcrossDomains],
         ),
         (

@@ -240,6 +240,29 @@ fn the_controllers_index_knows_nothing_of_passes_or_writes() {
 }
 
 #[test]
+fn the_controllers_state_names_no_step_of_a_pass() {
+    let src = crates_dir().join("muster-controller/src");
+    let graphs = graphs(&src);
+    let top = &graphs[""];
+    assert!(top.contains_key("state"));
+    let steps: BTreeSet<&str> = ["plan", "settle", "decide", "queues", "writes", "run"].into();
+    for room in [
+        "state",
+        "ledger",
+        "seats",
+        "last_pass",
+        "kept",
+        "preemptors",
+    ] {
+        let named: Vec<&String> = top[room]
+            .iter()
+            .filter(|m| steps.contains(m.as_str()))
+            .collect();
+        assert!(named.is_empty(), "{room} imports {named:?}");
+    }
+}
+
+#[test]
 fn a_cycle_is_found_and_paths_are_read_from_code_only() {
     let mut graph = Graph::new();
     graph.entry("a".into()).or_default().insert("b".into());
@@ -275,9 +298,9 @@ fn sibling_submodules_in_a_circle_are_found() {
     write("outer.rs", "mod left; mod right; use self::left::L;");
     write("outer/left.rs", "use super::right::R; use super::Parent;");
     write("outer/right.rs", "use super::left::L;");
-    let graphs = graphs(src);
+    let found = graphs(src);
     assert_eq!(
-        cycle(&graphs["outer"]),
+        cycle(&found["outer"]),
         Some(vec!["left".into(), "right".into(), "left".into()])
     );
     write("outer/right.rs", "use super::Parent;");

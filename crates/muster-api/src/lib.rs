@@ -7,6 +7,7 @@
 //! - [`quantity`] and [`resources`]: exact, saturating resource arithmetic shared by every crate.
 //! - [`validation`]: every semantic error of an object, with field paths and fixes.
 //! - [`crd`]: the CustomResourceDefinitions, generated from these types.
+//! - [`ObjectRef`]: the `namespace/name` reference every crate keys namespaced objects by.
 //! - [`wire`]: the labels, annotations, finalizer, gate and taints Muster puts on other objects.
 //!
 //! No I/O happens here.
@@ -16,6 +17,7 @@ pub mod crd;
 pub mod document;
 pub mod gpujob;
 pub mod local_queue;
+pub mod object_ref;
 pub mod provisioning_request;
 pub mod quantity;
 pub mod resource_flavor;
@@ -29,6 +31,7 @@ pub use gpujob::{
     GpuJob, GpuJobPhase, GpuJobSpec, GpuJobStatus, PodSet, TopologyRequest, TpuSliceRequest,
 };
 pub use local_queue::{LocalQueue, LocalQueueSpec, LocalQueueStatus};
+pub use object_ref::ObjectRef;
 pub use provisioning_request::{
     ProvisioningRequest, ProvisioningRequestSpec, ProvisioningRequestStatus,
 };

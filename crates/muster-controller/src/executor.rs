@@ -27,7 +27,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 use muster_api::wire::FINALIZER;
-use muster_api::{API_VERSION, ClusterQueue, GpuJob, GpuJobStatus, LocalQueue, ResourceFlavor};
+use muster_api::{
+    API_VERSION, ClusterQueue, GpuJob, GpuJobStatus, LocalQueue, ObjectRef, ResourceFlavor,
+};
 use tokio::sync::watch;
 
 use crate::action::{Action, JobRead, Note};
@@ -145,9 +147,9 @@ fn transient(e: &kube::Error) -> bool {
     }
 }
 
-fn split(key: &str) -> Result<(&str, &str), ExecuteError> {
-    key.split_once('/')
-        .ok_or_else(|| ExecuteError::Unnamed(key.to_owned()))
+/// The object a `namespace/name` key refers to.
+fn reference(key: &str) -> Result<ObjectRef, ExecuteError> {
+    ObjectRef::parse(key).map_err(|_| ExecuteError::Unnamed(key.to_owned()))
 }
 
 fn named<K: Resource>(object: &K) -> Result<(String, String), ExecuteError> {
@@ -312,7 +314,8 @@ impl Executor {
                 written.push(Written::ClusterQueue(Box::new(queue)));
             }
             Action::LocalQueueStatus { key, status } => {
-                let (namespace, name) = split(key)?;
+                let object = reference(key)?;
+                let (namespace, name) = (object.namespace(), object.name());
                 let api: Api<LocalQueue> = Api::namespaced(self.client.clone(), namespace);
                 let queue = self.apply_status(&api, name, key, status).await?;
                 written.push(Written::LocalQueue(Box::new(queue)));
@@ -353,7 +356,8 @@ impl Executor {
     /// of `metadata.finalizers` (a set), so the finalizers of others are kept without reading
     /// the job first.
     async fn add_finalizer(&self, key: &str) -> Result<GpuJob, ExecuteError> {
-        let (namespace, name) = split(key)?;
+        let object = reference(key)?;
+        let (namespace, name) = (object.namespace(), object.name());
         let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
         let body = serde_json::json!({"apiVersion": API_VERSION, "kind": "GpuJob",
             "metadata": {"name": name, "finalizers": [FINALIZER]}});
@@ -370,7 +374,8 @@ impl Executor {
     /// rather than an apply: the finalizer may have been added by an older Muster that did not
     /// add it by apply, and an apply only removes entries its own manager owns.
     async fn remove_finalizer(&self, key: &str) -> Result<GpuJob, ExecuteError> {
-        let (namespace, name) = split(key)?;
+        let object = reference(key)?;
+        let (namespace, name) = (object.namespace(), object.name());
         let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
@@ -428,7 +433,7 @@ impl Executor {
                 // Left by a cut-off attempt of the same number, perhaps for other flavors:
                 // the request must count pods as this attempt describes them.
                 let (namespace, name) = named(template)?;
-                let key = format!("{namespace}/{name}");
+                let key = ObjectRef::new(&namespace, &name).into_string();
                 self.delete::<k8s_openapi::api::core::v1::PodTemplate>(
                     &key,
                     "replacing PodTemplate",
@@ -498,7 +503,8 @@ impl Executor {
             + serde::de::DeserializeOwned
             + std::fmt::Debug,
     {
-        let (namespace, name) = split(key)?;
+        let object = reference(key)?;
+        let (namespace, name) = (object.namespace(), object.name());
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
         let dp = DeleteParams::default();
         match self.call(action, key, || api.delete(name, &dp)).await {
@@ -520,7 +526,8 @@ impl Executor {
     }
 
     async fn delete_pod(&self, key: &str) -> Result<Option<Written>, ExecuteError> {
-        let (namespace, name) = split(key)?;
+        let object = reference(key)?;
+        let (namespace, name) = (object.namespace(), object.name());
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let dp = DeleteParams::default();
         match self

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use muster_admission::{Holding, Job};
+use muster_admission::{Decision, Holding, Job};
 
 use crate::job::InCycle;
 
@@ -58,24 +58,17 @@ pub(crate) struct Seats {
     every_pass: BTreeSet<String>,
     /// Jobs to settle again at the next pass whatever happens: the ledger named them at the
     /// end of the last one.
-    pub(crate) again: BTreeSet<String>,
+    again: BTreeSet<String>,
     /// Jobs a decision changed in admission's scheduler: settled again at the next pass, and
     /// compared with the scheduler whether or not their seats changed (the pass may not have
     /// carried the decision out).
-    pub(crate) recheck: BTreeSet<String>,
+    recheck: BTreeSet<String>,
     /// How many jobs queue.
     queued: usize,
     /// Jobs backing off, per ClusterQueue.
     backoff: BTreeMap<String, BTreeSet<String>>,
     /// Held jobs and their current attempt.
     held: BTreeMap<String, i32>,
-    /// Pending jobs per (ClusterQueue, reason kind) as the last pass that explained every
-    /// waiting job counted them.
-    pub(crate) pending: Option<BTreeMap<(String, String), i64>>,
-    /// The index's queue version when the last pass compared every queue status and found
-    /// none to write; `None` after one that wrote any, or that left one uncompared because
-    /// its write was in flight.
-    pub(crate) queues_settled: Option<u64>,
 }
 
 impl Clone for Seats {
@@ -86,6 +79,36 @@ impl Clone for Seats {
 }
 
 impl Seats {
+    /// Whether the seats were settled against the index's `shared` version: otherwise the
+    /// next [`Seats::due`] settles every job afresh.
+    pub(crate) fn kept_for(&self, shared: u64) -> bool {
+        self.shared == Some(shared)
+    }
+
+    /// Jobs the ledger names at the end of a pass: settled again at the next, whatever lands
+    /// meanwhile.
+    pub(crate) fn settle_again(&mut self, jobs: BTreeSet<String>) {
+        self.again = jobs;
+    }
+
+    /// Jobs whose state in admission's scheduler `decision` changes: compared with the
+    /// scheduler at the next pass, whatever the pass made of the decision.
+    pub(crate) fn note(&mut self, decision: &Decision) {
+        match decision {
+            Decision::Admit(admitted) => {
+                self.recheck.insert(admitted.job.clone());
+            }
+            Decision::Preempt { victims, for_job } => {
+                self.recheck.extend(victims.iter().cloned());
+                self.recheck.insert(for_job.clone());
+            }
+            Decision::Evict { job, .. } | Decision::Provision { job, .. } => {
+                self.recheck.insert(job.clone());
+            }
+            Decision::Pending { .. } => {}
+        }
+    }
+
     /// The jobs to settle at `now`, given `changed` (jobs whose objects changed) and
     /// `involved` (jobs the ledger names now); every job in `all` when the seats were
     /// settled against another `shared` version (or none are kept). With them, the jobs to

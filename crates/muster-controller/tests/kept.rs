@@ -248,7 +248,7 @@ impl World {
     fn live_jobs(&self) -> Vec<String> {
         self.jobs
             .iter()
-            .filter(|k| self.state.job(k).is_some())
+            .filter(|k| self.state.index().job(k).is_some())
             .cloned()
             .collect()
     }
@@ -281,7 +281,7 @@ impl World {
             Event::Delete(i) => {
                 let live = self.live_jobs();
                 if let Some(k) = pick(&live, *i)
-                    && let Some(mut job) = self.state.job(k).cloned()
+                    && let Some(mut job) = self.state.index().job(k).cloned()
                 {
                     if job
                         .metadata
@@ -299,7 +299,7 @@ impl World {
             Event::Suspend(i) => {
                 let live = self.live_jobs();
                 if let Some(k) = pick(&live, *i)
-                    && let Some(mut job) = self.state.job(k).cloned()
+                    && let Some(mut job) = self.state.index().job(k).cloned()
                 {
                     job.spec.suspend = !job.spec.suspend;
                     job.metadata.generation = job.metadata.generation.map(|g| g + 1);
@@ -341,7 +341,7 @@ impl World {
             return;
         };
         for pod in &self.gangs[job] {
-            let record = self.state.pod(&pod_key(pod));
+            let record = self.state.index().pod(&pod_key(pod));
             let runs = record.is_some_and(|p| {
                 !p.gated
                     && !p.deleting
@@ -363,6 +363,7 @@ impl World {
             pods.iter()
                 .filter(|p| {
                     w.state
+                        .index()
                         .pod(&pod_key(p))
                         .is_some_and(|r| r.phase == PodPhase::Running && !r.deleting)
                 })
@@ -394,13 +395,13 @@ impl World {
         let keys: Vec<String> = self
             .requests
             .keys()
-            .filter(|k| self.state.provisioning_request(k).is_some())
+            .filter(|k| self.state.index().provisioning_request(k).is_some())
             .cloned()
             .collect();
         let Some(key) = pick(&keys, request).cloned() else {
             return;
         };
-        let Some(mut pr) = self.state.provisioning_request(&key).cloned() else {
+        let Some(mut pr) = self.state.index().provisioning_request(&key).cloned() else {
             return;
         };
         let provisioned = self.requests[&key].clone();
@@ -538,6 +539,7 @@ fn a_release_in_flight_holds_from_its_admission_in_a_scheduler_built_afresh() {
         })
     };
     let told = state
+        .index()
         .job("team-a/b")
         .and_then(|j| j.status.as_ref())
         .and_then(|s| s.pending_reason.as_ref())

@@ -44,6 +44,7 @@ fn job_actions<'a>(actions: &'a [Action], key: &str) -> Vec<&'a Action> {
 
 fn status_of(index: &State, key: &str) -> muster_api::GpuJobStatus {
     index
+        .index()
         .job(key)
         .and_then(|j| j.status.clone())
         .unwrap_or_default()
@@ -168,7 +169,7 @@ fn a_finish_that_did_not_land_keeps_its_quota_held() {
     let mut restarted = cluster(
         16,
         vec![
-            index.job("team-a/a").cloned().unwrap_or_default(),
+            index.index().job("team-a/a").cloned().unwrap_or_default(),
             job("b", 2, 1),
         ],
     );
@@ -315,7 +316,7 @@ fn suspending_an_admitted_job_evicts_it() {
     let mut index = cluster(32, vec![job("a", 2, 0)]);
     let pass = plan(&mut index, at(10));
     land_all(&mut index, &pass.actions, 10);
-    let mut a = index.job("team-a/a").cloned().unwrap_or_default();
+    let mut a = index.index().job("team-a/a").cloned().unwrap_or_default();
     a.spec.suspend = true;
     a.metadata.resource_version = Some("100".into());
     index.apply(a);
@@ -455,7 +456,7 @@ fn an_admitted_gang_left_gated_by_another_writer_is_finished_at_once() {
         unreachable!()
     };
     let mut found = cluster(32, vec![job("a", 2, 0)]);
-    let mut admitted = found.job("team-a/a").cloned().unwrap_or_default();
+    let mut admitted = found.index().job("team-a/a").cloned().unwrap_or_default();
     admitted.status = Some(*status);
     found.apply(admitted);
     found.apply(gang.pods[0].clone());
@@ -505,7 +506,7 @@ fn deleting_a_job_removes_its_pods_before_its_finalizer() {
     let mut index = cluster(32, vec![job("a", 2, 0)]);
     let pass = plan(&mut index, at(10));
     land_all(&mut index, &pass.actions, 10);
-    let mut a = index.job("team-a/a").cloned().unwrap_or_default();
+    let mut a = index.index().job("team-a/a").cloned().unwrap_or_default();
     a.metadata.deletion_timestamp =
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(15)));
     a.metadata.resource_version = Some("100".into());
@@ -623,7 +624,7 @@ fn a_restarted_gang_waits_for_its_old_pods_to_go_then_gets_new_pod_names() {
     let Some(Action::Evict { status, .. }) = evict.first() else {
         unreachable!("{:#?}", pass.actions)
     };
-    let mut a = index.job("team-a/a").cloned().unwrap_or_default();
+    let mut a = index.index().job("team-a/a").cloned().unwrap_or_default();
     a.status = Some((**status).clone());
     a.metadata.resource_version = Some("50".into());
     index.apply(a);

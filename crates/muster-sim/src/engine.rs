@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use std::time::{Duration, Instant};
 
 use muster_admission::{Cluster, Decision, Job, PendingReason, Scheduler};
-use muster_api::{Amount, Resources};
+use muster_api::{Amount, ObjectRef, Resources};
 use muster_topology::{Constraint, PodSetRequest};
 
 use self::fleet::{Changes, Failures};
@@ -216,7 +216,7 @@ impl Books {
                 .jobs
                 .iter()
                 .enumerate()
-                .map(|(i, j)| (format!("{namespace}/{}", j.id), i))
+                .map(|(i, j)| (ObjectRef::new(&namespace, &j.id).into_string(), i))
                 .collect(),
             records: loaded
                 .jobs
@@ -265,7 +265,7 @@ impl Books {
                 self.allocated -= self.records[i].gpu_milli;
                 self.records[i].end = Some(now);
                 self.finished += 1;
-                s.finish(&format!("{}/{}", self.namespace, self.records[i].id));
+                s.finish(ObjectRef::new(&self.namespace, &self.records[i].id).as_str());
                 self.events += 1;
             }
         }
@@ -342,7 +342,7 @@ impl Books {
     fn on_node(&self, node: &str) -> Vec<String> {
         (0..self.records.len())
             .filter(|&i| self.running[i] && self.nodes[i].iter().any(|n| n == node))
-            .map(|i| format!("{}/{}", self.namespace, self.records[i].id))
+            .map(|i| ObjectRef::new(&self.namespace, &self.records[i].id).into_string())
             .collect()
     }
 }
@@ -546,7 +546,7 @@ fn autoscale(
     if !revoked.is_empty() {
         let spent_candidates = revoked.clone();
         for i in revoked {
-            let id = format!("{}/{}", books.namespace, books.records[i].id);
+            let id = ObjectRef::new(&books.namespace, &books.records[i].id).into_string();
             books.evicted(s, &id, now, false);
         }
         // The capacity goes before the cycle, so the gang cannot start on it again.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use muster_api::document::MusterObject;
-use muster_api::{Amount, ClusterQueueSpec, ResourceFlavorSpec};
+use muster_api::{Amount, ClusterQueueSpec, ObjectRef, ResourceFlavorSpec};
 use muster_topology::NodeInfo;
 use serde::Deserialize;
 use serde_json::Value;
@@ -515,8 +515,10 @@ impl Loaded {
                     message: e.to_string(),
                 })?;
             self.cluster_queues.push((vc.clone(), queue));
-            self.local_queues
-                .push((format!("{}/{vc}", self.scenario.namespace), vc));
+            self.local_queues.push((
+                ObjectRef::new(&self.scenario.namespace, &vc).into_string(),
+                vc,
+            ));
         }
         Ok(())
     }

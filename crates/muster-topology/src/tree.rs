@@ -15,7 +15,7 @@ use muster_api::Resources;
 use muster_api::resources::names;
 
 use self::capacity::{CAPACITY_INDEX_LIMIT, CapacityIndex};
-use crate::dense::{DEVICE_MILLI, DenseRequest, allocatable, pods_within, registry};
+use crate::dense::{DEVICE_MILLI, DenseRequest, allocatable, on_devices, pods_within, registry};
 use crate::labels::LabelIndex;
 use crate::node::NodeInfo;
 use crate::request::{Eligibility, PodSetRequest};

@@ -5,6 +5,7 @@
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use muster_api::ObjectRef;
 use muster_api::wire::ADMISSION_GATE;
 
 use super::{ExecuteError, Executor, FIELD_MANAGER, Written, already_exists, named};
@@ -94,7 +95,8 @@ impl Executor {
                 match displaced(&found, pod) {
                     None => Ok(Some(Written::Pod(Box::new(found)))),
                     Some(why) => Err(ExecuteError::Displaced {
-                        pod: format!("{}/{name}", pods.namespace().unwrap_or_default()),
+                        pod: ObjectRef::new(pods.namespace().unwrap_or_default(), &name)
+                            .into_string(),
                         why,
                     }),
                 }

@@ -7,7 +7,9 @@ use muster_api::wire::{
     ADMISSION_GATE, ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION,
     GPU_DEVICES_ANNOTATION, JOB_LABEL, POD_INDEX_LABEL, POD_SET_LABEL,
 };
-use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
+use muster_api::{
+    ClusterQueue, GpuJob, LocalQueue, ObjectRef, ProvisioningRequest, ResourceFlavor,
+};
 use muster_topology::{NodeInfo, pod_usage};
 
 use super::{GangMember, Index, Indexed, Kind, NotReady, PodPhase, PodRecord, TemplateRecord};
@@ -290,7 +292,9 @@ fn request_changed(index: &mut Index, request: &ProvisioningRequest) {
     match meta.labels.as_ref().and_then(|l| l.get(JOB_LABEL)) {
         Some(job) => {
             let namespace = meta.namespace.as_deref().unwrap_or_default();
-            index.changed_jobs.insert(format!("{namespace}/{job}"));
+            index
+                .changed_jobs
+                .insert(ObjectRef::new(namespace, job).into_string());
         }
         None => index.shared_version += 1,
     }
@@ -353,7 +357,7 @@ fn member(pod: &Pod) -> Option<GangMember> {
     let annotations = meta.annotations.clone().unwrap_or_default();
     let annotation = |k: &str| annotations.get(k).cloned().unwrap_or_default();
     Some(GangMember {
-        job: format!("{}/{job}", meta.namespace.as_deref().unwrap_or_default()),
+        job: ObjectRef::new(meta.namespace.as_deref().unwrap_or_default(), job).into_string(),
         pod_set: labels.get(POD_SET_LABEL).cloned().unwrap_or_default(),
         index: labels
             .get(POD_INDEX_LABEL)

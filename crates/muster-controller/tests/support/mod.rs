@@ -166,7 +166,7 @@ pub fn land(index: &mut State, action: &Action, now: i64) {
 /// the outcome.
 pub fn land_as(index: &mut State, action: &Action, landing: Landing, now: i64) {
     // A write to a job deleted meanwhile fails there (404): what went before it stays.
-    let gone = action.job().is_some_and(|j| index.job(j).is_none())
+    let gone = action.job().is_some_and(|j| index.index().job(j).is_none())
         && (action.writes_job_status() || matches!(action, Action::AddFinalizer { .. }));
     let landing = match landing {
         Landing::Landed | Landing::AnswerLost if gone => Landing::CutShort,
@@ -205,7 +205,7 @@ pub fn land_as(index: &mut State, action: &Action, landing: Landing, now: i64) {
 
 /// `job` as the index holds it, one resource version on; `None` when it is gone.
 fn bumped(index: &State, key: &str) -> Option<GpuJob> {
-    let mut j = index.job(key).cloned()?;
+    let mut j = index.index().job(key).cloned()?;
     let rv: u64 = j
         .metadata
         .resource_version
@@ -286,12 +286,16 @@ fn carried_out(index: &mut State, action: &Action) -> (Vec<Written>, Vec<String>
         }
         Action::Finalize { job, pods } => {
             deleted.clone_from(pods);
-            if let Some(j) = index.job(job).cloned() {
+            if let Some(j) = index.index().job(job).cloned() {
                 index.delete(&j);
             }
         }
         Action::ClusterQueueStatus { name, status } => {
-            let mut q: ClusterQueue = index.cluster_queue(name).cloned().unwrap_or_default();
+            let mut q: ClusterQueue = index
+                .index()
+                .cluster_queue(name)
+                .cloned()
+                .unwrap_or_default();
             q.status = Some(status.clone());
             index.apply(q);
         }
@@ -316,12 +320,16 @@ fn carried_out(index: &mut State, action: &Action) -> (Vec<Written>, Vec<String>
             }
         }
         Action::LocalQueueStatus { key, status } => {
-            let mut q: LocalQueue = index.local_queue(key).cloned().unwrap_or_else(local_queue);
+            let mut q: LocalQueue = index
+                .index()
+                .local_queue(key)
+                .cloned()
+                .unwrap_or_else(local_queue);
             q.status = Some(status.clone());
             index.apply(q);
         }
         Action::FlavorStatus { name, status } => {
-            let mut f = index.flavor(name).cloned().unwrap_or_default();
+            let mut f = index.index().flavor(name).cloned().unwrap_or_default();
             f.status = Some(status.clone());
             index.apply(f);
         }

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt as _, watcher};
-use muster_api::GpuJob;
+use muster_api::{GpuJob, ObjectRef};
 
 use muster_testkit::checker::{Checker, pod_key};
 
@@ -133,7 +133,7 @@ pub(super) async fn watch_jobs(client: Client, checker: Arc<Mutex<Checker>>, sta
             Heard::Gone(job) => {
                 if let (Some(namespace), Some(name)) = (&job.metadata.namespace, &job.metadata.name)
                 {
-                    c.job_gone(&format!("{namespace}/{name}"));
+                    c.job_gone(ObjectRef::new(namespace, name).as_str());
                 }
             }
         },

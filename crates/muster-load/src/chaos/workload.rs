@@ -10,7 +10,7 @@ use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::Api;
-use muster_api::{ClusterQueue, GpuJob, LocalQueue, ResourceFlavor};
+use muster_api::{ClusterQueue, GpuJob, LocalQueue, ObjectRef, ResourceFlavor};
 use muster_sim::trace::Rng;
 use serde_json::{Value, json};
 
@@ -61,7 +61,7 @@ pub struct JobDef {
 impl JobDef {
     /// `namespace/name`.
     pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        ObjectRef::new(&self.namespace, &self.name).into_string()
     }
 
     /// The GpuJob.

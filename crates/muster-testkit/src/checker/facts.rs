@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use muster_api::ObjectRef;
 use muster_api::wire::{
     ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, JOB_LABEL, OUT_OF_SERVICE_TAINT, POD_SET_LABEL,
 };
@@ -70,11 +71,11 @@ fn job_of(pod: &Pod) -> Option<String> {
             .as_ref()?
             .iter()
             .find_map(|o| {
-                (o.kind == "GpuJob" && o.api_version.starts_with("muster.dev/"))
+                (o.kind == "GpuJob" && o.api_version.split('/').next() == Some(muster_api::GROUP))
                     .then(|| o.name.clone())
             })
     };
-    Some(format!("{namespace}/{}", labelled.or_else(owned)?))
+    Some(ObjectRef::new(namespace, &labelled.or_else(owned)?).into_string())
 }
 
 pub(super) fn pod_fact(pod: &Pod) -> Option<PodFact> {

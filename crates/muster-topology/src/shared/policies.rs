@@ -116,7 +116,7 @@ impl DevicePacking {
         }
         let count = count(node.gpus.len());
         let untouched = node.gpus.iter().all(|&g| g == GPU_MILLI);
-        let empty_used = count(
+        let empty_used = super::count(
             devices
                 .iter()
                 .filter(|&&d| node.gpus[usize::from(d)] == GPU_MILLI)

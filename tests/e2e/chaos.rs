@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use muster_load::chaos::{ChaosOptions, run};
 use muster_testkit::cluster::{BIN_ENV, SKIP_MESSAGE};
-use muster_testkit::load::chaos::{ChaosOptions, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_seeded_chaos_run_breaks_no_promise() {

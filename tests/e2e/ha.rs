@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::watcher;
 use muster_api::GpuJobStatus;
+use muster_api::wire::{POD_INDEX_LABEL, POD_SET_LABEL};
 use serde_json::json;
 
 use crate::support::{Env, MusterProcess, always, bound_node, eventually, gpu_job, phase, reason};
@@ -48,11 +49,7 @@ impl Seen {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let labels = pod.metadata.labels.clone().unwrap_or_default();
         let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
-        let index = format!(
-            "{}/{}",
-            label("muster.dev/pod-set"),
-            label("muster.dev/pod-index")
-        );
+        let index = format!("{}/{}", label(POD_SET_LABEL), label(POD_INDEX_LABEL));
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let ended = matches!(phase, Some("Succeeded" | "Failed"));
         let deleted = gone || pod.metadata.deletion_timestamp.is_some();
@@ -328,7 +325,7 @@ fn judge(seen: &Seen, left: &[Pod], running: &[Pod], status: &GpuJobStatus) -> O
     for pod in running {
         let labels = pod.metadata.labels.clone().unwrap_or_default();
         let index: usize = labels
-            .get("muster.dev/pod-index")
+            .get(POD_INDEX_LABEL)
             .and_then(|i| i.parse().ok())
             .unwrap_or(usize::MAX);
         assert_eq!(

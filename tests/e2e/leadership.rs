@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use muster_controller::leadership::{self, LeaseParams};
 use muster_controller::metrics::ApiRequests;
-use muster_testkit::load::chaos::proxy::{FaultPlan, FaultProxy};
+use muster_testkit::proxy::{FaultPlan, FaultProxy};
 
 use crate::support::{Env, eventually};
 

@@ -10,12 +10,11 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use muster_api::wire::{ATTEMPT_LABEL, OUT_OF_SERVICE_TAINT};
 use muster_testkit::nodes::{heal_node, partition_node};
 use serde_json::json;
 
 use crate::support::{Env, always, bound_node, eventually, gpu_job, phase, reason};
-
-const ATTEMPT_LABEL: &str = "muster.dev/attempt";
 
 fn attempt(pod: &Pod) -> &str {
     pod.metadata
@@ -163,7 +162,7 @@ async fn an_out_of_service_taint_lets_the_gang_restart_past_a_partitioned_node()
     let mut taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
     taints.push(
         serde_json::from_value(json!({
-        "key": "node.kubernetes.io/out-of-service", "value": "nodeshutdown",
+        "key": OUT_OF_SERVICE_TAINT, "value": "nodeshutdown",
         "effect": "NoExecute"}))
         .unwrap_or_default(),
     );

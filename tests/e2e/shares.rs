@@ -4,6 +4,7 @@
 //! nodes advertise HAMi's core and memory percentages as plain extended resources, so that
 //! kube-scheduler binds the pods as HAMi's extender would.
 
+use muster_api::wire::GPU_DEVICES_ANNOTATION;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
@@ -130,7 +131,7 @@ async fn shares_run_on_hami_nodes_within_quota_pinned_to_their_devices() {
             Some(percent),
             "{name}"
         );
-        let device = annotations.get("muster.dev/gpu-devices").cloned();
+        let device = annotations.get(GPU_DEVICES_ANNOTATION).cloned();
         assert!(
             matches!(device.as_deref(), Some("0" | "1")),
             "{name}: {device:?}"

@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 
 use muster_api::resources::names;
-use muster_api::{GpuJob, Resources, Validate};
+use muster_api::{GpuJob, ObjectRef, Resources, Validate};
 use muster_topology::PodSetRequest;
 
 /// A job's identity: `namespace/name`.
@@ -75,9 +75,9 @@ impl Job {
             }
         }
         Job {
-            id: format!("{namespace}/{name}"),
+            id: ObjectRef::new(&namespace, &name).into_string(),
             uid: meta.uid.clone().unwrap_or_default(),
-            local_queue: format!("{namespace}/{}", spec.queue_name),
+            local_queue: ObjectRef::new(&namespace, &spec.queue_name).into_string(),
             priority,
             created: meta
                 .creation_timestamp

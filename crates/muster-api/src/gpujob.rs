@@ -1,8 +1,8 @@
 //! `GpuJob`: a multi-pod job that starts all together or not at all.
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::CustomResource;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use kube::{CustomResource, Resource as _};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -357,6 +357,19 @@ pub mod conditions {
     pub const EVICTED: &str = "Evicted";
     /// The job succeeded or failed.
     pub const FINISHED: &str = "Finished";
+}
+
+impl GpuJob {
+    /// The owner reference every object Muster makes for this job carries (its pods, Service,
+    /// PodTemplates and ProvisioningRequests): kube's controller reference, which also blocks
+    /// the job's deletion in the foreground until the object is gone. `None` while the job has
+    /// no name or uid (it was never stored).
+    pub fn owner_reference(&self) -> Option<OwnerReference> {
+        Some(OwnerReference {
+            block_owner_deletion: Some(true),
+            ..self.controller_owner_ref(&())?
+        })
+    }
 }
 
 impl GpuJobSpec {

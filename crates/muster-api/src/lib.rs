@@ -7,6 +7,8 @@
 //! - [`quantity`] and [`resources`]: exact, saturating resource arithmetic shared by every crate.
 //! - [`validation`]: every semantic error of an object, with field paths and fixes.
 //! - [`crd`]: the CustomResourceDefinitions, generated from these types.
+//! - [`ObjectRef`]: the `namespace/name` reference every crate keys namespaced objects by.
+//! - [`wire`]: the labels, annotations, finalizer, gate and taints Muster puts on other objects.
 //!
 //! No I/O happens here.
 
@@ -15,18 +17,21 @@ pub mod crd;
 pub mod document;
 pub mod gpujob;
 pub mod local_queue;
+pub mod object_ref;
 pub mod provisioning_request;
 pub mod quantity;
 pub mod resource_flavor;
 pub mod resources;
 pub mod tpu;
 pub mod validation;
+pub mod wire;
 
 pub use cluster_queue::{ClusterQueue, ClusterQueueSpec, ClusterQueueStatus};
 pub use gpujob::{
     GpuJob, GpuJobPhase, GpuJobSpec, GpuJobStatus, PodSet, TopologyRequest, TpuSliceRequest,
 };
 pub use local_queue::{LocalQueue, LocalQueueSpec, LocalQueueStatus};
+pub use object_ref::ObjectRef;
 pub use provisioning_request::{
     ProvisioningRequest, ProvisioningRequestSpec, ProvisioningRequestStatus,
 };

@@ -8,9 +8,6 @@ use muster_api::{ClusterQueueStatus, GpuJob, LocalQueueStatus, ResourceFlavorSta
 use crate::release::Gang;
 use crate::summary::Summary;
 
-/// The finalizer that lets Muster release a deleted job's quota and remove its pods first.
-pub const FINALIZER: &str = "muster.dev/gang";
-
 /// Something the controller writes, as one unit (its requests go in order).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {

@@ -82,16 +82,16 @@ pub(crate) fn release_action(
 /// resolves it, and the waiting jobs counted per ClusterQueue and reason kind (one count per
 /// waiting job, without a string built for each).
 #[derive(Default)]
-pub(crate) struct Tally {
+pub(crate) struct QueueTally {
     queue_of: BTreeMap<String, String>,
     pending: BTreeMap<String, BTreeMap<&'static str, i64>>,
 }
 
-impl Tally {
+impl QueueTally {
     /// Counts job `key` as waiting for a reason of `kind`, under its ClusterQueue ("" without
     /// one).
     fn count(&mut self, scheduler: &Scheduler, key: &str, kind: &'static str) {
-        let Tally { queue_of, pending } = self;
+        let QueueTally { queue_of, pending } = self;
         let cq = match scheduler.job(key) {
             Some(job) => {
                 if !queue_of.contains_key(&job.local_queue) {
@@ -128,7 +128,7 @@ pub(crate) fn decide(
     decision: Decision,
     now: &Time,
     provisioned: &BTreeMap<String, BTreeMap<String, String>>,
-    tally: &mut Tally,
+    tally: &mut QueueTally,
     plan: &mut Plan,
 ) {
     match decision {
@@ -156,7 +156,12 @@ pub(crate) fn decide(
             eta,
         } => {
             tally.count(scheduler, &key, reason.kind().as_str());
-            wait(state, key, position, &reason, eta, now, plan);
+            let standing = Standing {
+                position,
+                reason: &reason,
+                eta,
+            };
+            wait(state, key, &standing, now, plan);
         }
         Decision::Preempt { victims, for_job } => {
             for victim in victims {
@@ -186,18 +191,23 @@ pub(crate) fn decide(
     }
 }
 
+/// Where a waiting job stands, as admission's cycle says: its position in its queue (0: not
+/// ranked), why it waits, and when it may start.
+#[derive(Clone, Copy)]
+struct Standing<'a> {
+    position: u32,
+    reason: &'a PendingReason,
+    eta: Option<i64>,
+}
+
 /// A job that waits: counted under its queue and reason, and its status written when the
 /// reason changed, or when its figures moved and were last written a refresh interval ago.
-#[allow(clippy::too_many_arguments)]
-fn wait(
-    state: &mut State,
-    key: String,
-    position: u32,
-    reason: &PendingReason,
-    eta: Option<i64>,
-    now: &Time,
-    plan: &mut Plan,
-) {
+fn wait(state: &mut State, key: String, standing: &Standing<'_>, now: &Time, plan: &mut Plan) {
+    let Standing {
+        position,
+        reason,
+        eta,
+    } = *standing;
     let Some(job) = state.index.jobs.get(&key) else {
         return;
     };
@@ -213,14 +223,10 @@ fn wait(
     // is written only for jobs whose position is shown (or was), at most once per refresh
     // interval; further back a job keeps the message of its last new reason. A write still
     // queued is always brought up to date: replacing it costs no request.
-    let queued = state.ledger.deferred.contains(&key);
+    let queued = state.ledger.is_queued(&key);
     if before == Some(reason.kind()) && !queued {
         let shown = position > 0 && position <= status::SHOWN_POSITIONS;
-        let refreshed_lately = state
-            .ledger
-            .refreshed
-            .get(&key)
-            .is_some_and(|at| now_s - at < status::PENDING_REFRESH_SECONDS);
+        let refreshed_lately = state.ledger.refreshed_lately(&key, now_s);
         if refreshed_lately || !(shown || current.queue_position.is_some()) {
             return;
         }
@@ -256,12 +262,10 @@ fn wait(
         status: Box::new(next),
         event,
     };
-    state.ledger.refreshed.insert(key.clone(), now_s);
     // A write still queued for the job is replaced in its turn; else a new one goes out (the
-    // run loop queues it: see [`Index::defer`]).
-    if let Some(action) = state.ledger.deferred.replace(&key, action) {
+    // sender queues it: see [`crate::ledger::Ledger::defer`]).
+    if let Some(action) = state.ledger.status_written(key, action, now_s) {
         plan.actions.push(action);
-        state.ledger.busy.insert(key, Busy::Status);
     }
 }
 
@@ -269,7 +273,7 @@ fn wait(
 /// ProvisioningRequest), unless it has it or it is being added.
 fn finalize_with(state: &mut State, key: &str, plan: &mut Plan) {
     let lacks = state.index.jobs.get(key).is_some_and(|j| !has_finalizer(j));
-    if lacks && state.ledger.finalizing.insert(key.to_owned()) {
+    if lacks && state.ledger.finalize(key) {
         plan.actions.push(Action::AddFinalizer {
             job: key.to_owned(),
         });
@@ -310,7 +314,7 @@ fn admit(
             }
             plan.summary.admitted += 1;
             finalize_with(state, &key, plan);
-            state.ledger.busy.insert(key, Busy::Release(admitted));
+            state.ledger.promise(key, Busy::Release(admitted));
             plan.actions.push(action);
         }
     }
@@ -397,7 +401,7 @@ fn start_provisioning(
                 event,
             });
             if let Some(held) = held {
-                state.ledger.busy.insert(key, Busy::Provision(held));
+                state.ledger.promise(key, Busy::Provision(held));
             }
         }
         Err(e) => state.ledger.fail_release(&key, now.0.as_second(), e),
@@ -434,7 +438,7 @@ fn waiting_for_nodes(
             event: None,
         });
         // The write keeps the job provisioning: it holds its quota meanwhile.
-        state.ledger.busy.insert(key, Busy::Provision(held));
+        state.ledger.promise(key, Busy::Provision(held));
     }
 }
 
@@ -446,7 +450,7 @@ fn evict_held(
     now: &Time,
     plan: &mut Plan,
 ) -> bool {
-    if state.ledger.busy.contains_key(key) {
+    if state.ledger.has_any_write(key) {
         return false;
     }
     let Some(job) = state.index.jobs.get(key) else {
@@ -489,6 +493,6 @@ fn evict_held(
         .evicted
         .entry(reason_key(eviction.reason()))
         .or_default() += 1;
-    state.ledger.busy.insert(key.to_owned(), Busy::Other);
+    state.ledger.promise(key.to_owned(), Busy::Other);
     true
 }

@@ -15,6 +15,7 @@
 //! there is decided again from a fresh read (`job_status`). Before every request the executor
 //! checks that it still leads: a controller that lost its lease stops writing at once.
 
+mod gang;
 mod job_status;
 
 use std::future::Future;
@@ -25,13 +26,14 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
-use muster_api::validation::ADMISSION_GATE;
-use muster_api::{API_VERSION, ClusterQueue, GpuJob, GpuJobStatus, LocalQueue, ResourceFlavor};
+use muster_api::wire::FINALIZER;
+use muster_api::{
+    API_VERSION, ClusterQueue, GpuJob, GpuJobStatus, LocalQueue, ObjectRef, ResourceFlavor,
+};
 use tokio::sync::watch;
 
-use crate::action::{Action, FINALIZER, JobRead, Note};
+use crate::action::{Action, JobRead, Note};
 pub use crate::index::Written;
-use crate::release::{Gang, pinned_node};
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "muster";
@@ -145,30 +147,9 @@ fn transient(e: &kube::Error) -> bool {
     }
 }
 
-/// How an existing pod differs from the one a release plans under the same name, if it does:
-/// being deleted, or pinned or bound to another node.
-fn displaced(found: &Pod, planned: &Pod) -> Option<String> {
-    if found.metadata.deletion_timestamp.is_some() {
-        return Some("it is being deleted".to_owned());
-    }
-    let (pinned, wanted) = (pinned_node(found), pinned_node(planned));
-    let bound = found.spec.as_ref().and_then(|s| s.node_name.as_deref());
-    if pinned != wanted || bound.is_some_and(|b| Some(b) != wanted) {
-        return Some(format!(
-            "it is pinned to {}{}, this release pins it to {}",
-            pinned.unwrap_or("no node"),
-            bound
-                .map(|b| format!(" (bound to {b})"))
-                .unwrap_or_default(),
-            wanted.unwrap_or("no node"),
-        ));
-    }
-    None
-}
-
-fn split(key: &str) -> Result<(&str, &str), ExecuteError> {
-    key.split_once('/')
-        .ok_or_else(|| ExecuteError::Unnamed(key.to_owned()))
+/// The object a `namespace/name` key refers to.
+fn reference(key: &str) -> Result<ObjectRef, ExecuteError> {
+    ObjectRef::parse(key).map_err(|_| ExecuteError::Unnamed(key.to_owned()))
 }
 
 fn named<K: Resource>(object: &K) -> Result<(String, String), ExecuteError> {
@@ -333,7 +314,8 @@ impl Executor {
                 written.push(Written::ClusterQueue(Box::new(queue)));
             }
             Action::LocalQueueStatus { key, status } => {
-                let (namespace, name) = split(key)?;
+                let object = reference(key)?;
+                let (namespace, name) = (object.namespace(), object.name());
                 let api: Api<LocalQueue> = Api::namespaced(self.client.clone(), namespace);
                 let queue = self.apply_status(&api, name, key, status).await?;
                 written.push(Written::LocalQueue(Box::new(queue)));
@@ -370,125 +352,12 @@ impl Executor {
         .await
     }
 
-    /// Creates the gang's Service and pods (tolerating ones that exist), then removes Muster's
-    /// scheduling gate from every pod.
-    pub async fn release(&self, gang: &Gang) -> Result<Vec<Written>, ExecuteError> {
-        let (namespace, service_name) = named(&gang.service)?;
-        let services: Api<Service> = Api::namespaced(self.client.clone(), &namespace);
-        let pp = PostParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PostParams::default()
-        };
-        match self
-            .call("creating Service", &service_name, || {
-                services.create(&pp, &gang.service)
-            })
-            .await
-        {
-            Ok(_) => {}
-            Err(ExecuteError::Api { source, .. }) if already_exists(&source) => {
-                // An earlier attempt's Service: point it at this attempt's pods.
-                let selector = gang.service.spec.as_ref().map(|s| &s.selector);
-                let patch = Patch::Merge(serde_json::json!({"spec": {"selector": selector}}));
-                let params = PatchParams {
-                    field_manager: Some(FIELD_MANAGER.to_owned()),
-                    ..PatchParams::default()
-                };
-                self.call(
-                    "pointing the Service at the new attempt",
-                    &service_name,
-                    || services.patch(&service_name, &params, &patch),
-                )
-                .await?;
-            }
-            Err(e) => return Err(e),
-        }
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
-        let limit = self.gang_concurrency.max(1);
-        let create_requests: Vec<_> = gang
-            .pods
-            .iter()
-            .map(|pod| self.create_pod(&pods, &pp, pod))
-            .collect();
-        let created: Vec<Option<Written>> = futures::stream::iter(create_requests)
-            .buffered(limit)
-            .try_collect()
-            .await?;
-        // Every pod exists: open all the gates.
-        let gate_patches: Vec<_> = gang
-            .pods
-            .iter()
-            .filter(|pod| crate::release::is_gated(pod))
-            .map(|pod| self.ungate(&pods, pod))
-            .collect();
-        let ungated: Vec<Written> = futures::stream::iter(gate_patches)
-            .buffered(limit)
-            .try_collect()
-            .await?;
-        Ok(created.into_iter().flatten().chain(ungated).collect())
-    }
-
-    async fn create_pod(
-        &self,
-        pods: &Api<Pod>,
-        pp: &PostParams,
-        pod: &Pod,
-    ) -> Result<Option<Written>, ExecuteError> {
-        let (_, name) = named(pod)?;
-        match self
-            .call("creating pod", &name, || pods.create(pp, pod))
-            .await
-        {
-            Ok(created) => Ok(Some(Written::Pod(Box::new(created)))),
-            Err(ExecuteError::Api { source, .. }) if already_exists(&source) => {
-                // Made by an earlier try of this release — or by another release of this
-                // attempt, rolled back or cut short, placed elsewhere: only the first counts
-                // as made. The one that counts is folded in like a pod just created: until
-                // the watch brings it (late, at times) the next pass would see the gang short
-                // of it, take the gang for broken and evict it without deleting this pod,
-                // which then ran beside the next attempt.
-                let found = self
-                    .call("reading an existing pod", &name, || pods.get(&name))
-                    .await?;
-                match displaced(&found, pod) {
-                    None => Ok(Some(Written::Pod(Box::new(found)))),
-                    Some(why) => Err(ExecuteError::Displaced {
-                        pod: format!("{}/{name}", pods.namespace().unwrap_or_default()),
-                        why,
-                    }),
-                }
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Lifts Muster's gate, keeping any other gate the template carries.
-    async fn ungate(&self, pods: &Api<Pod>, pod: &Pod) -> Result<Written, ExecuteError> {
-        let (_, name) = named(pod)?;
-        let remaining: Vec<_> = pod
-            .spec
-            .iter()
-            .flat_map(|s| s.scheduling_gates.iter().flatten())
-            .filter(|g| g.name != ADMISSION_GATE)
-            .cloned()
-            .collect();
-        let body = serde_json::json!({"spec": {"schedulingGates": remaining}});
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PatchParams::default()
-        };
-        let patch = Patch::Merge(&body);
-        let pod = self
-            .call("ungating pod", &name, || pods.patch(&name, &params, &patch))
-            .await?;
-        Ok(Written::Pod(Box::new(pod)))
-    }
-
     /// Adds Muster's finalizer in one request: a server-side apply that owns only that entry
     /// of `metadata.finalizers` (a set), so the finalizers of others are kept without reading
     /// the job first.
     async fn add_finalizer(&self, key: &str) -> Result<GpuJob, ExecuteError> {
-        let (namespace, name) = split(key)?;
+        let object = reference(key)?;
+        let (namespace, name) = (object.namespace(), object.name());
         let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
         let body = serde_json::json!({"apiVersion": API_VERSION, "kind": "GpuJob",
             "metadata": {"name": name, "finalizers": [FINALIZER]}});
@@ -505,7 +374,8 @@ impl Executor {
     /// rather than an apply: the finalizer may have been added by an older Muster that did not
     /// add it by apply, and an apply only removes entries its own manager owns.
     async fn remove_finalizer(&self, key: &str) -> Result<GpuJob, ExecuteError> {
-        let (namespace, name) = split(key)?;
+        let object = reference(key)?;
+        let (namespace, name) = (object.namespace(), object.name());
         let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
@@ -563,7 +433,7 @@ impl Executor {
                 // Left by a cut-off attempt of the same number, perhaps for other flavors:
                 // the request must count pods as this attempt describes them.
                 let (namespace, name) = named(template)?;
-                let key = format!("{namespace}/{name}");
+                let key = ObjectRef::new(&namespace, &name).into_string();
                 self.delete::<k8s_openapi::api::core::v1::PodTemplate>(
                     &key,
                     "replacing PodTemplate",
@@ -633,7 +503,8 @@ impl Executor {
             + serde::de::DeserializeOwned
             + std::fmt::Debug,
     {
-        let (namespace, name) = split(key)?;
+        let object = reference(key)?;
+        let (namespace, name) = (object.namespace(), object.name());
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
         let dp = DeleteParams::default();
         match self.call(action, key, || api.delete(name, &dp)).await {
@@ -655,7 +526,8 @@ impl Executor {
     }
 
     async fn delete_pod(&self, key: &str) -> Result<Option<Written>, ExecuteError> {
-        let (namespace, name) = split(key)?;
+        let object = reference(key)?;
+        let (namespace, name) = (object.namespace(), object.name());
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let dp = DeleteParams::default();
         match self

@@ -7,12 +7,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use muster_api::resources::names;
+use muster_api::wire::GPU_DEVICES_ANNOTATION;
 use muster_api::{Amount, Resources};
-
-/// Annotation with the GPU devices of its node a pod was counted on, joined by `,` (set on
-/// nodes whose GPUs are handed out in parts): the device Muster booked its share on, or the
-/// untouched devices it booked whole.
-pub const GPU_DEVICES_ANNOTATION: &str = "muster.dev/gpu-devices";
 
 /// The node annotation in which HAMi's device plugin registers the node's NVIDIA GPUs: one
 /// entry per device, in device order — `UUID,split,memory,cores,type,numa,healthy` entries

@@ -6,6 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use muster_admission::{Admitted, Holding, PodSetPlacement};
 use muster_api::GpuJob;
 use muster_api::gpujob::{GpuJobStatus, conditions};
+use muster_api::wire::OUT_OF_SERVICE_TAINT;
 
 use crate::index::{Index, PodPhase, PodRecord};
 
@@ -23,12 +24,6 @@ pub(crate) fn condition_time(status: &GpuJobStatus, type_: &str) -> Option<i64> 
         .find(|c| c.type_ == type_ && c.status == "True")
         .map(|c| seconds(&c.last_transition_time))
 }
-
-/// The taint that says a node is really down: the upstream signal for a non-graceful node
-/// shutdown, added by an admin (or their automation) once the machine is known to be off.
-/// Pods on a node with it can no longer run (kube-controller-manager's pod garbage collector
-/// force-deletes them), whatever the node's Ready condition says.
-pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
 
 /// Whether a pod bound to `node` (unbound: `None`) may still run there: the Node exists and
 /// is not tainted [`OUT_OF_SERVICE_TAINT`]. A node that is NotReady or stopped reporting may

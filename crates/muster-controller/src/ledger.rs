@@ -3,7 +3,9 @@
 //! the same quota or nodes twice; a landing (see [`crate::state`]) settles its entry.
 //!
 //! The ledger knows nothing of the cluster: the index holds what the API server shows, the
-//! ledger what this replica is about to make it show.
+//! ledger what this replica is about to make it show. Its fields are its own: a pass records
+//! a promise, a finalizer, a queue write, a status written or a failed release through the
+//! named operations below, and only a landing takes an entry out.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -17,42 +19,224 @@ use crate::deferred::DeferredStatuses;
 /// leadership term.
 #[derive(Clone, Debug, Default)]
 pub struct Ledger {
-    /// Jobs with an action in flight.
-    pub(crate) busy: BTreeMap<String, Busy>,
-    /// Per job, how many of its actions are in flight: it stays [`Ledger::busy`] until the
-    /// last one lands (a pass may send several, such as a finalizer and a release, and the
-    /// first to land must not free a job whose release is still being written).
-    pub(crate) in_flight: BTreeMap<String, u32>,
+    /// What each job's writes in flight promise (see [`Busy`]).
+    busy: BTreeMap<String, Busy>,
+    /// Per job, how many of its actions are in flight: it stays promised until the last one
+    /// lands (a pass may send several, such as a finalizer and a release, and the first to
+    /// land must not free a job whose release is still being written).
+    in_flight: BTreeMap<String, u32>,
     /// Jobs whose finalizer is being added.
-    pub(crate) finalizing: BTreeSet<String>,
-    /// Queues whose status is being written.
-    pub(crate) queues: BTreeSet<String>,
-    /// Jobs whose releases failed: (failures, retry at, last error).
-    pub(crate) failed: BTreeMap<String, (u32, i64, String)>,
+    finalizing: BTreeSet<String>,
+    /// Queue statuses being written.
+    queues: BTreeSet<QueueWrite>,
+    /// Jobs whose releases failed, and when each tries again.
+    failed: BTreeMap<String, Failure>,
     /// Waiting jobs whose status this term wrote within the last
     /// [`crate::status::PENDING_REFRESH_SECONDS`], and when.
-    pub(crate) refreshed: BTreeMap<String, i64>,
+    refreshed: BTreeMap<String, i64>,
     /// The leadership term these writes belong to.
-    pub(crate) term: u64,
+    term: u64,
     /// Status writes of waiting jobs queued for the sender, not yet sent: each such job is
-    /// [`Busy::StatusQueued`] and counts one write in flight.
-    pub(crate) deferred: DeferredStatuses,
+    /// [`Busy::Status`] and counts one write in flight, but promises nothing until it is sent.
+    deferred: DeferredStatuses,
     /// Per job with a status write in flight (or queued), the job as the pass that planned
     /// the write read it: the write is made only onto that version.
-    pub(crate) reads: BTreeMap<String, JobRead>,
+    reads: BTreeMap<String, JobRead>,
     /// Per job with a release in flight, when its admission began (the time its status will
     /// show): the job holds its quota and nodes from then on, in every pass until the
     /// release lands, as it will once it has.
-    pub(crate) released_at: BTreeMap<String, i64>,
+    released_at: BTreeMap<String, i64>,
+}
+
+/// What is in flight for a job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Busy {
+    /// A release of this admission: the job holds it meanwhile.
+    Release(Admitted),
+    /// A status write for a waiting job: it still queues, but is not admitted until the
+    /// write lands (two status writes in flight could land out of order). While the write is
+    /// queued for the sender and not sent (see [`crate::deferred`]) it holds nothing back:
+    /// the job queues and may be admitted, which drops the write.
+    Status,
+    /// A new ProvisioningRequest being created: the job holds its quota meanwhile.
+    Provision(Holding),
+    /// Anything else (eviction, deletion, finalizing): it neither holds nor queues.
+    Other,
+}
+
+/// A queue status being written: which kind of object, and its key.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum QueueWrite {
+    /// A ClusterQueue, by name.
+    Cluster(String),
+    /// A LocalQueue, by `namespace/name`.
+    Local(String),
+    /// A ResourceFlavor's `Valid` condition, by name.
+    Flavor(String),
+}
+
+impl QueueWrite {
+    /// The queue status `action` writes, if it writes one.
+    pub(crate) fn of(action: &Action) -> Option<QueueWrite> {
+        match action {
+            Action::ClusterQueueStatus { name, .. } => Some(QueueWrite::Cluster(name.clone())),
+            Action::LocalQueueStatus { key, .. } => Some(QueueWrite::Local(key.clone())),
+            Action::FlavorStatus { name, .. } => Some(QueueWrite::Flavor(name.clone())),
+            _ => None,
+        }
+    }
+}
+
+/// A job's failed releases (or requests for capacity): it waits until `retry_at`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Failure {
+    /// How many in a row.
+    pub(crate) failures: u32,
+    /// When the job tries again (seconds).
+    pub(crate) retry_at: i64,
+    /// The last error, shown in the job's status.
+    pub(crate) error: String,
 }
 
 impl Ledger {
-    /// Whether a write for `job` is under way: queued status writes do not count (a pass
-    /// may replace or drop them, as nothing has been sent).
-    pub(crate) fn is_busy(&self, job: &str) -> bool {
+    /// A ledger for leadership term `term`, with nothing in flight.
+    pub(crate) fn for_term(term: u64) -> Ledger {
+        Ledger {
+            term,
+            ..Ledger::default()
+        }
+    }
+
+    /// The leadership term these writes belong to.
+    pub(crate) fn term(&self) -> u64 {
+        self.term
+    }
+
+    // --- Promises: what a job's writes in flight stand for.
+
+    /// What `job`'s writes in flight promise: `None` when none is, or only a status write
+    /// queued and not yet sent (a pass may replace or drop it, as nothing has gone out).
+    pub(crate) fn promised(&self, job: &str) -> Option<&Busy> {
         self.busy
             .get(job)
-            .is_some_and(|b| !matches!(b, Busy::StatusQueued))
+            .filter(|b| !(matches!(b, Busy::Status) && self.deferred.contains(job)))
+    }
+
+    /// Whether a write for `job` is under way (see [`Ledger::promised`]).
+    pub(crate) fn is_busy(&self, job: &str) -> bool {
+        self.promised(job).is_some()
+    }
+
+    /// Whether `job` has any write promised, sent or queued.
+    pub(crate) fn has_any_write(&self, job: &str) -> bool {
+        self.busy.contains_key(job)
+    }
+
+    /// Records that this pass's writes for `job` promise `busy`, in place of any earlier
+    /// promise of the pass.
+    pub(crate) fn promise(&mut self, job: String, busy: Busy) {
+        self.busy.insert(job, busy);
+    }
+
+    /// Records `busy` for `job` unless a write already promises something for it.
+    pub(crate) fn promise_unless_busy(&mut self, job: String, busy: Busy) {
+        self.busy.entry(job).or_insert(busy);
+    }
+
+    /// When the admission of `job`'s release in flight began, if a release is in flight
+    /// (the time its status will show).
+    pub(crate) fn releasing_since(&self, job: &str) -> Option<i64> {
+        match self.busy.get(job) {
+            Some(Busy::Release(_)) => self.released_at.get(job).copied(),
+            _ => None,
+        }
+    }
+
+    /// Whether `job` has any write in flight or promised.
+    pub(crate) fn touches(&self, job: &str) -> bool {
+        self.busy.contains_key(job) || self.in_flight.contains_key(job)
+    }
+
+    /// Every job the ledger names — promised, in flight, finalizing or backing off — once
+    /// or more: they settle again at the next pass, whatever lands meanwhile.
+    pub(crate) fn jobs(&self) -> impl Iterator<Item = &String> {
+        self.busy
+            .keys()
+            .chain(self.failed.keys())
+            .chain(&self.finalizing)
+            .chain(self.in_flight.keys())
+    }
+
+    // --- Finalizers.
+
+    /// Records that `job`'s finalizer is being added; `false` when it already was.
+    pub(crate) fn finalize(&mut self, job: &str) -> bool {
+        self.finalizing.insert(job.to_owned())
+    }
+
+    /// Whether `job`'s finalizer is being added.
+    pub(crate) fn is_finalizing(&self, job: &str) -> bool {
+        self.finalizing.contains(job)
+    }
+
+    // --- Queue statuses.
+
+    /// Records that a queue status is being written.
+    pub(crate) fn write_queue(&mut self, queue: QueueWrite) {
+        self.queues.insert(queue);
+    }
+
+    /// Whether `queue`'s status is being written.
+    pub(crate) fn is_writing_queue(&self, queue: &QueueWrite) -> bool {
+        self.queues.contains(queue)
+    }
+
+    /// Whether no queue status is being written.
+    pub(crate) fn queues_idle(&self) -> bool {
+        self.queues.is_empty()
+    }
+
+    // --- Waiting jobs' statuses.
+
+    /// Forgets the status writes made a refresh interval or more before `now`; whether any
+    /// was (a waiting job whose status was written lately may be written again now).
+    pub(crate) fn expire_refreshes(&mut self, now: i64) -> bool {
+        let before = self.refreshed.len();
+        self.refreshed
+            .retain(|_, at| now - *at < crate::status::PENDING_REFRESH_SECONDS);
+        self.refreshed.len() != before
+    }
+
+    /// Whether this term wrote `job`'s status within a refresh interval of `now`.
+    pub(crate) fn refreshed_lately(&self, job: &str, now: i64) -> bool {
+        self.refreshed
+            .get(job)
+            .is_some_and(|at| now - at < crate::status::PENDING_REFRESH_SECONDS)
+    }
+
+    /// A waiting job's status write of this pass, written at `now`: it replaces the write
+    /// queued for the job in its turn, or is given back to send, the job promised
+    /// [`Busy::Status`] meanwhile (the sender may queue it: see [`Ledger::defer`]).
+    pub(crate) fn status_written(
+        &mut self,
+        job: String,
+        action: Action,
+        now: i64,
+    ) -> Option<Action> {
+        self.refreshed.insert(job.clone(), now);
+        let action = self.deferred.replace(&job, action)?;
+        self.busy.insert(job, Busy::Status);
+        Some(action)
+    }
+
+    /// Whether a status write of `job` is queued and not yet sent.
+    pub(crate) fn is_queued(&self, job: &str) -> bool {
+        self.deferred.contains(job)
+    }
+
+    /// How many status writes are queued and not yet sent.
+    pub(crate) fn queued(&self) -> usize {
+        self.deferred.len()
     }
 
     /// Drops the queued status write of `job`, if any, with its count in flight.
@@ -68,7 +252,7 @@ impl Ledger {
             self.in_flight.remove(job);
             self.reads.remove(job);
         }
-        if matches!(self.busy.get(job), Some(Busy::StatusQueued)) {
+        if matches!(self.busy.get(job), Some(Busy::Status)) {
             self.busy.remove(job);
         }
     }
@@ -79,51 +263,65 @@ impl Ledger {
         let superseded: Vec<String> = self
             .deferred
             .jobs()
-            .filter(|j| {
-                !jobs.contains_key(*j) || !matches!(self.busy.get(*j), Some(Busy::StatusQueued))
-            })
+            .filter(|j| !jobs.contains_key(*j) || !matches!(self.busy.get(*j), Some(Busy::Status)))
             .map(str::to_owned)
             .collect();
         for job in superseded {
             self.drop_deferred(&job);
         }
     }
-}
 
-/// What is in flight for a job.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Busy {
-    /// A release of this admission: the job holds it meanwhile.
-    Release(Admitted),
-    /// A status write for a waiting job: it still queues, but is not admitted until the
-    /// write lands (two status writes in flight could land out of order).
-    Status,
-    /// A status write for a waiting job, queued and not yet sent (see
-    /// [`crate::deferred`]): the job queues and may be admitted, which drops the write.
-    StatusQueued,
-    /// A new ProvisioningRequest being created: the job holds its quota meanwhile.
-    Provision(Holding),
-    /// Anything else (eviction, deletion, finalizing): it neither holds nor queues.
-    Other,
-}
-
-impl Ledger {
-    /// A ledger for leadership term `term`, with nothing in flight.
-    pub(crate) fn for_term(term: u64) -> Ledger {
-        Ledger {
-            term,
-            ..Ledger::default()
+    /// Queues a waiting job's status write for the sender (see [`crate::deferred`]) instead
+    /// of sending it now: the one kind of write that may wait, as it starts, stops and frees
+    /// nothing. Gives back any other action, to send now.
+    pub(crate) fn defer(&mut self, action: Action) -> Option<Action> {
+        let Action::JobStatus { job, .. } = &action else {
+            return Some(action);
+        };
+        if !matches!(self.busy.get(job), Some(Busy::Status)) {
+            return Some(action);
         }
+        let job = job.clone();
+        self.deferred.put(&job, action);
+        None
     }
+
+    /// The oldest queued status write, to send now: its job is promised as written to until
+    /// it lands.
+    pub(crate) fn next_deferred(&mut self) -> Option<Action> {
+        let (job, action) = self.deferred.pop()?;
+        self.busy.insert(job, Busy::Status);
+        Some(action)
+    }
+
+    // --- Failed releases.
 
     /// Records a failed release (or request for capacity): the job waits
     /// `10 s × 2^failures` (at most 10 minutes), with the error in its status, and tries again.
     pub(crate) fn fail_release(&mut self, key: &str, now: i64, error: String) {
-        let failures = self.failed.get(key).map_or(0, |f| f.0) + 1;
+        let failures = self.failed.get(key).map_or(0, |f| f.failures) + 1;
         let delay = (10i64 << failures.min(6)).min(600);
-        self.failed
-            .insert(key.to_owned(), (failures, now + delay, error));
+        self.failed.insert(
+            key.to_owned(),
+            Failure {
+                failures,
+                retry_at: now + delay,
+                error,
+            },
+        );
     }
+
+    /// `job`'s failed releases, if its last one failed.
+    pub(crate) fn failure(&self, job: &str) -> Option<&Failure> {
+        self.failed.get(job)
+    }
+
+    /// Whether `job` waits out the backoff of a failed release at `now`.
+    pub(crate) fn backing_off(&self, job: &str, now: i64) -> bool {
+        self.failed.get(job).is_some_and(|f| f.retry_at > now)
+    }
+
+    // --- Sending and landing.
 
     /// Counts every job action of a pass as in flight until it lands, and keeps the version
     /// of `jobs` each status write was decided on.
@@ -152,11 +350,6 @@ impl Ledger {
             .and_then(|job| self.reads.get(job))
     }
 
-    /// Whether `job` has any write in flight or promised.
-    pub(crate) fn touches(&self, job: &str) -> bool {
-        self.busy.contains_key(job) || self.in_flight.contains_key(job)
-    }
-
     /// Settles the bookkeeping of `action`, which landed (`ok`) or failed at `now`: once a
     /// job's last action in flight has landed it is free for the next pass; a failed release
     /// or request for capacity waits with backoff (its half-made objects are finished or
@@ -174,20 +367,11 @@ impl Ledger {
                 self.released_at.remove(job);
             }
         }
-        match action {
-            Action::AddFinalizer { job } => {
-                self.finalizing.remove(job);
-            }
-            Action::ClusterQueueStatus { name, .. } => {
-                self.queues.remove(name);
-            }
-            Action::LocalQueueStatus { key, .. } => {
-                self.queues.remove(&format!("lq:{key}"));
-            }
-            Action::FlavorStatus { name, .. } => {
-                self.queues.remove(&format!("rf:{name}"));
-            }
-            _ => {}
+        if let Action::AddFinalizer { job } = action {
+            self.finalizing.remove(job);
+        }
+        if let Some(queue) = QueueWrite::of(action) {
+            self.queues.remove(&queue);
         }
         match outcome {
             Ok(()) => {
@@ -201,28 +385,5 @@ impl Ledger {
                 }
             }
         }
-    }
-
-    /// Queues a waiting job's status write for the sender (see [`crate::deferred`]) instead
-    /// of sending it now; gives back any other action, to send now.
-    pub(crate) fn defer(&mut self, action: Action) -> Option<Action> {
-        let Action::JobStatus { job, .. } = &action else {
-            return Some(action);
-        };
-        if !matches!(self.busy.get(job), Some(Busy::Status)) {
-            return Some(action);
-        }
-        let job = job.clone();
-        self.busy.insert(job.clone(), Busy::StatusQueued);
-        self.deferred.put(&job, action);
-        None
-    }
-
-    /// The oldest queued status write, to send now: its job is marked as written to until it
-    /// lands.
-    pub(crate) fn next_deferred(&mut self) -> Option<Action> {
-        let (job, action) = self.deferred.pop()?;
-        self.busy.insert(job, Busy::Status);
-        Some(action)
     }
 }

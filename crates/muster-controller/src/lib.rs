@@ -1,8 +1,8 @@
 //! Muster's controller: runs the admission cycle on a Kubernetes cluster and turns its
 //! decisions into gangs of pods that start together.
 //!
-//! The modules form layers, each using only those below it (a test, `tests/layers.rs`, holds
-//! them to it). From the bottom:
+//! The modules form layers, each using only those below it (the workspace's `tests/layers.rs`
+//! holds them to it). From the bottom:
 //! - [`index`]: what the cluster shows — the objects admission needs, updated one watch event
 //!   at a time. It knows nothing of passes or writes.
 //! - [`release`], [`status`], [`lifecycle`]: the objects of one admitted gang (a headless
@@ -15,9 +15,12 @@
 //!   work.
 //! - [`job`]: one job's lifecycle as a state machine, from what the cluster shows for it to
 //!   its phase and next step.
-//! - [`state`]: the index, the ledger, the kept scheduler and every job's seat (how the last
-//!   pass that settled it left it, so that a pass settles only the jobs whose inputs changed);
-//!   watches and landings come in here.
+//! - `seats`, `preemptors`, `kept` and `last_pass`: what the last pass left — every job's
+//!   seat (how the pass that settled it left it, so that a pass settles only the jobs whose
+//!   inputs changed), and memos the next pass may reuse (admission's scheduler, the preemptors
+//!   its cycle remembered, counts it need not repeat).
+//! - [`state`]: the four rooms together — index, ledger, seats, last pass — each owning one
+//!   kind of fact; watches and landings come in here.
 //! - [`plan`]: one scheduling pass — settle the jobs whose inputs changed (`settle`), run
 //!   admission's cycle (`kept`), turn decisions into writes (`decide`), write queue statuses
 //!   (`queues`).
@@ -36,6 +39,7 @@ mod holding;
 pub mod index;
 pub mod job;
 mod kept;
+mod last_pass;
 pub mod leadership;
 pub mod ledger;
 pub mod lifecycle;

@@ -14,24 +14,24 @@
 //! that runs while those writes are in flight books the same quota and nodes again instead
 //! of promising them twice.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use muster_admission::{Cluster, Decision, Scheduler};
+use muster_admission::{Cluster, Scheduler};
 use muster_api::Resources;
 
-pub use crate::action::{Action, FINALIZER, Note, Plan};
-use crate::decide::{Tally, decide, release_action};
+pub use crate::action::{Action, Note, Plan};
+use crate::decide::{QueueTally, decide, release_action};
 use crate::holding::holding;
 use crate::index::Index;
 use crate::job::InCycle;
+use crate::last_pass::LastPass;
 use crate::ledger::Busy;
 use crate::preemptors::Preemptors;
 use crate::seats::Seat;
 use crate::settle::{Settled, settle};
 use crate::state::State;
-use crate::status;
 pub use crate::summary::Summary;
 
 /// A pass at `now`: the writes to make. Records in the ledger every write it starts, so that
@@ -40,13 +40,8 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     let now_t = Time(now);
     let now_s = now.as_second();
     let mut plan = Plan::default();
-    let refreshed = state.ledger.refreshed.len();
-    state
-        .ledger
-        .refreshed
-        .retain(|_, at| now_s - *at < status::PENDING_REFRESH_SECONDS);
     // A waiting job whose status was written lately may be written again now.
-    let refresh_due = state.ledger.refreshed.len() != refreshed;
+    let refresh_due = state.ledger.expire_refreshes(now_s);
 
     // (1) The jobs whose inputs changed, settled.
     let Settled {
@@ -73,12 +68,13 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     // admission; pods of earlier attempts still terminating are booked as ordinary pods.
     let policy = state.placement_policy.clone();
     let State {
-        index,
-        preemptors,
-        kept,
-        seats,
-        ..
+        index, last, seats, ..
     } = &mut *state;
+    let LastPass {
+        scheduler: kept,
+        preemptors,
+        ..
+    } = &mut *last;
     let (mut scheduler, basis) =
         crate::kept::scheduler_for(kept, index, preemptors, seats, &changes, |index, usage| {
             let cluster = index.empty_cluster().clone();
@@ -94,18 +90,18 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
         || scheduler.cycles_run() != cycles
         || settled > 0
         || refresh_due
-        || seats.pending.is_none();
+        || last.pending.is_none();
     if explain {
         decisions.extend(scheduler.waiting());
     }
     plan.summary.settled = settled;
     plan.summary.explained = explain;
-    state.preemptors = Preemptors::of(&scheduler);
+    state.last.preemptors = Preemptors::of(&scheduler);
 
     // (3) Decisions into writes.
-    let mut tally = Tally::default();
+    let mut tally = QueueTally::default();
     for decision in decisions {
-        note_changed(&mut state.seats.recheck, &decision);
+        state.seats.note(&decision);
         decide(
             state,
             &scheduler,
@@ -118,9 +114,9 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     }
     tally.into_summary(&mut plan.summary);
     if explain {
-        state.seats.pending = Some(plan.summary.pending.clone());
+        state.last.pending = Some(plan.summary.pending.clone());
     } else {
-        plan.summary.pending = state.seats.pending.clone().unwrap_or_default();
+        plan.summary.pending = state.last.pending.clone().unwrap_or_default();
     }
     for (key, n) in pending_now {
         *plan.summary.pending.entry(key).or_default() += n;
@@ -132,15 +128,9 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     state.ledger.drop_superseded(&state.index.jobs);
     state.ledger.sent(&plan.actions, &state.index.jobs);
     // Jobs the ledger names now settle again next pass, whatever lands meanwhile.
-    let ledger = &state.ledger;
-    state.seats.again = ledger
-        .busy
-        .keys()
-        .chain(ledger.failed.keys())
-        .chain(&ledger.finalizing)
-        .chain(ledger.in_flight.keys())
-        .cloned()
-        .collect();
+    state
+        .seats
+        .settle_again(state.ledger.jobs().cloned().collect());
     for name in state.index.cluster_queues.keys() {
         for (flavor, resource, used, _) in scheduler.quota().report(name) {
             #[expect(clippy::cast_precision_loss, reason = "a gauge; milli-units to units")]
@@ -150,7 +140,7 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
                 .push((name.clone(), flavor, resource, amount));
         }
     }
-    crate::kept::keep(&mut state.kept, &state.index, scheduler, basis);
+    crate::kept::keep(&mut state.last.scheduler, &state.index, scheduler, basis);
     plan
 }
 
@@ -166,13 +156,13 @@ fn queue_statuses(
 ) {
     let queues = state.index.queues_version();
     let unchanged =
-        !explain && state.ledger.queues.is_empty() && state.seats.queues_settled == Some(queues);
+        !explain && state.ledger.queues_idle() && state.last.queues_settled == Some(queues);
     if !unchanged {
         crate::queues::queue_statuses(state, scheduler, now, actions);
         // Settled only when no queue's write is in flight, this pass's or an earlier one's:
         // a queue with a write in flight is not compared, and a write that fails changes
         // nothing the index shows, so later passes would skip a status left stale.
-        state.seats.queues_settled = state.ledger.queues.is_empty().then_some(queues);
+        state.last.queues_settled = state.ledger.queues_idle().then_some(queues);
     }
 }
 
@@ -186,14 +176,14 @@ fn settle_changed(state: &mut State, now_t: &Time, summary: &mut Summary) -> Set
         index,
         ledger,
         seats,
+        last,
         ..
     } = &mut *state;
-    let involved = ledger
-        .busy
-        .keys()
-        .chain(ledger.failed.keys())
-        .chain(&ledger.finalizing)
-        .chain(ledger.in_flight.keys());
+    if !seats.kept_for(index.shared_version()) {
+        // Every job is settled afresh: so are the counts and comparisons.
+        last.forget_counts();
+    }
+    let involved = ledger.jobs();
     let (due, recheck) = seats.due(
         index.shared_version(),
         now_s,
@@ -210,8 +200,12 @@ fn settle_changed(state: &mut State, now_t: &Time, summary: &mut Summary) -> Set
         mut changes,
         count: settled,
     } = settle(index, ledger, seats, &due, &recheck, now_t, summary);
-    ledger.busy.extend(busy);
-    ledger.finalizing.extend(finalizing);
+    for (job, promise) in busy {
+        ledger.promise(job, promise);
+    }
+    for job in finalizing {
+        ledger.finalize(&job);
+    }
     // Requests no job needs any more (a failed delete, a cut-off attempt) are deleted.
     for (job, request, templates) in crate::provision::orphans(index, ledger, now_s) {
         actions.push(Action::Unprovision {
@@ -219,7 +213,7 @@ fn settle_changed(state: &mut State, now_t: &Time, summary: &mut Summary) -> Set
             requests: vec![request],
             templates,
         });
-        ledger.busy.entry(job).or_insert(Busy::Other);
+        ledger.promise_unless_busy(job, Busy::Other);
     }
     // So are templates no request names (a request never made, a cut-off clean-up).
     for (job, templates) in crate::provision::orphan_templates(index, ledger, now_s) {
@@ -228,7 +222,7 @@ fn settle_changed(state: &mut State, now_t: &Time, summary: &mut Summary) -> Set
             requests: Vec::new(),
             templates,
         });
-        ledger.busy.entry(job).or_insert(Busy::Other);
+        ledger.promise_unless_busy(job, Busy::Other);
     }
     // Releases found half-done are finished before anything new is promised.
     for (key, admitted) in releases {
@@ -249,7 +243,7 @@ fn settle_changed(state: &mut State, now_t: &Time, summary: &mut Summary) -> Set
                 };
                 seats.put(&key, Some(seat), None);
                 changes.push(key.clone());
-                ledger.busy.insert(key, Busy::Release(admitted));
+                ledger.promise(key, Busy::Release(admitted));
                 actions.push(action);
             }
             Err(e) => ledger.fail_release(&key, now_s, e),
@@ -261,24 +255,6 @@ fn settle_changed(state: &mut State, now_t: &Time, summary: &mut Summary) -> Set
         changes,
         count: settled,
         ..Settled::default()
-    }
-}
-
-/// Jobs whose state in admission's scheduler `decision` changes: compared with the
-/// scheduler at the next pass, whatever the pass made of the decision.
-fn note_changed(recheck: &mut BTreeSet<String>, decision: &Decision) {
-    match decision {
-        Decision::Admit(admitted) => {
-            recheck.insert(admitted.job.clone());
-        }
-        Decision::Preempt { victims, for_job } => {
-            recheck.extend(victims.iter().cloned());
-            recheck.insert(for_job.clone());
-        }
-        Decision::Evict { job, .. } | Decision::Provision { job, .. } => {
-            recheck.insert(job.clone());
-        }
-        Decision::Pending { .. } => {}
     }
 }
 

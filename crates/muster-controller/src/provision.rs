@@ -17,11 +17,11 @@ use muster_api::gpujob::{
     Admission, GpuJobPhase, GpuJobStatus, PendingReason, PendingReasonKind, PodSetAssignment,
     conditions,
 };
-use muster_api::{GpuJob, ResourceFlavorSpec};
+use muster_api::{GpuJob, ObjectRef, ResourceFlavorSpec};
 use muster_provisioning::objects::{
     consume_annotations, objects, request_name, request_names, template_name,
 };
-use muster_provisioning::state::{Observed, Record, Step, combine, observe, step};
+use muster_provisioning::state::{Next, Observed, Record, combine, observe, step};
 
 use crate::index::Index;
 use crate::ledger::Ledger;
@@ -47,18 +47,16 @@ pub(crate) fn is_provisioning(status: &GpuJobStatus) -> bool {
 
 /// `namespace/name` keys of the job's requests of its current attempt.
 pub(crate) fn request_keys(job: &GpuJob, policy: &ProvisioningPolicy, attempt: u32) -> Vec<String> {
-    let namespace = job.metadata.namespace.clone().unwrap_or_default();
+    let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
     request_names(&policy.class_name, job, attempt)
         .into_iter()
-        .map(|n| format!("{namespace}/{n}"))
+        .map(|n| ObjectRef::new(namespace, &n).into_string())
         .collect()
 }
 
 /// The job's `namespace/name`.
 pub(crate) fn job_key(job: &GpuJob) -> String {
-    let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
-    let name = job.metadata.name.as_deref().unwrap_or_default();
-    format!("{namespace}/{name}")
+    ObjectRef::of(&job.metadata).into_string()
 }
 
 /// `namespace/name` keys of the PodTemplates of `attempt`, one per pod set.
@@ -68,7 +66,9 @@ pub(crate) fn template_keys(job: &GpuJob, attempt: u32) -> Vec<String> {
     job.spec
         .pod_sets
         .iter()
-        .map(|set| format!("{namespace}/{}", template_name(name, attempt, &set.name)))
+        .map(|set| {
+            ObjectRef::new(namespace, &template_name(name, attempt, &set.name)).into_string()
+        })
         .collect()
 }
 
@@ -112,7 +112,7 @@ pub(crate) fn orphans(
         let Some(job_name) = meta
             .labels
             .as_ref()
-            .and_then(|l| l.get(muster_provisioning::objects::JOB_LABEL))
+            .and_then(|l| l.get(muster_api::wire::JOB_LABEL))
         else {
             continue;
         };
@@ -120,7 +120,7 @@ pub(crate) fn orphans(
             continue;
         }
         let namespace = meta.namespace.clone().unwrap_or_default();
-        let job_key = format!("{namespace}/{job_name}");
+        let job_key = ObjectRef::new(&namespace, job_name).into_string();
         // A job that ended never names a request again: its requests go at once.
         let ended = index.jobs.get(&job_key).is_some_and(|job| {
             matches!(
@@ -154,7 +154,7 @@ pub(crate) fn orphans(
             .spec
             .pod_sets
             .iter()
-            .map(|p| format!("{namespace}/{}", p.pod_template_ref.name))
+            .map(|p| ObjectRef::new(&namespace, &p.pod_template_ref.name).into_string())
             .collect();
         out.push((job_key, key.clone(), templates));
     }
@@ -177,24 +177,23 @@ pub(crate) fn orphan_templates(
     if !index.is_synced(crate::index::Kind::PodTemplate) || !index.provisioning_api() {
         return out;
     }
-    let named: std::collections::BTreeSet<String> = index
-        .provisioning_requests
-        .values()
-        .flat_map(|request| {
-            let namespace = request.metadata.namespace.clone().unwrap_or_default();
-            request
-                .spec
-                .pod_sets
-                .iter()
-                .map(move |p| format!("{namespace}/{}", p.pod_template_ref.name))
-        })
-        .collect();
+    let named: std::collections::BTreeSet<String> =
+        index
+            .provisioning_requests
+            .values()
+            .flat_map(|request| {
+                let namespace = request.metadata.namespace.clone().unwrap_or_default();
+                request.spec.pod_sets.iter().map(move |p| {
+                    ObjectRef::new(&namespace, &p.pod_template_ref.name).into_string()
+                })
+            })
+            .collect();
     for (key, template) in &index.pod_templates {
         if template.deleting || named.contains(key) {
             continue;
         }
         let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
-        let job_key = format!("{namespace}/{}", template.job);
+        let job_key = ObjectRef::new(namespace, &template.job).into_string();
         let Some(job) = index.jobs.get(&job_key) else {
             continue;
         };
@@ -248,7 +247,7 @@ pub(crate) fn next(
     status: &GpuJobStatus,
     policy: &ProvisioningPolicy,
     now: i64,
-) -> Step {
+) -> Next {
     let record = Record {
         attempts: attempts(status),
         requested: true,
@@ -306,7 +305,7 @@ pub(crate) fn consume(
             .metadata
             .labels
             .as_ref()
-            .and_then(|l| l.get(crate::release::POD_SET_LABEL))
+            .and_then(|l| l.get(muster_api::wire::POD_SET_LABEL))
             .cloned()
             .unwrap_or_default();
         let request = request_name(&policy.class_name, &name, attempt, &set, sets);

@@ -9,6 +9,7 @@ use muster_admission::{JobState, Scheduler};
 use muster_api::{LocalQueue, Validate as _};
 
 use crate::action::Action;
+use crate::ledger::QueueWrite;
 use crate::state::State;
 use crate::status;
 
@@ -22,7 +23,7 @@ pub(crate) fn queue_statuses(
     let State { index, ledger, .. } = state;
     let start = actions.len();
     for (name, queue) in &index.cluster_queues {
-        if ledger.queues.contains(name) {
+        if ledger.is_writing_queue(&QueueWrite::Cluster(name.clone())) {
             continue;
         }
         let current = queue.status.clone().unwrap_or_default();
@@ -55,8 +56,7 @@ pub(crate) fn queue_statuses(
         }
     }
     for (key, queue) in &index.local_queues {
-        let lq_key = format!("lq:{key}");
-        if ledger.queues.contains(&lq_key) {
+        if ledger.is_writing_queue(&QueueWrite::Local(key.clone())) {
             continue;
         }
         let current = queue.status.clone().unwrap_or_default();
@@ -76,7 +76,7 @@ pub(crate) fn queue_statuses(
         }
     }
     for (name, flavor) in &index.flavors {
-        if ledger.queues.contains(&format!("rf:{name}")) {
+        if ledger.is_writing_queue(&QueueWrite::Flavor(name.clone())) {
             continue;
         }
         let current = flavor.status.clone().unwrap_or_default();
@@ -89,19 +89,8 @@ pub(crate) fn queue_statuses(
             });
         }
     }
-    for action in &actions[start..] {
-        match action {
-            Action::ClusterQueueStatus { name, .. } => {
-                ledger.queues.insert(name.clone());
-            }
-            Action::LocalQueueStatus { key, .. } => {
-                ledger.queues.insert(format!("lq:{key}"));
-            }
-            Action::FlavorStatus { name, .. } => {
-                ledger.queues.insert(format!("rf:{name}"));
-            }
-            _ => {}
-        }
+    for queue in actions[start..].iter().filter_map(QueueWrite::of) {
+        ledger.write_queue(queue);
     }
 }
 

@@ -11,24 +11,11 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use muster_admission::{Admitted, PodSetPlacement};
 use muster_api::resource_flavor::HOSTNAME_LABEL;
-use muster_api::validation::ADMISSION_GATE;
-use muster_api::{API_VERSION, GpuJob, ResourceFlavorSpec};
-
-/// Label naming the GpuJob a pod or Service belongs to.
-pub const JOB_LABEL: &str = "muster.dev/job-name";
-/// Label naming a pod's pod set.
-pub const POD_SET_LABEL: &str = "muster.dev/pod-set";
-/// Label carrying a pod's index within its pod set.
-pub const POD_INDEX_LABEL: &str = "muster.dev/pod-index";
-/// Label carrying the job's `status.requeueCount` when the pod was released: pods of an
-/// earlier attempt are stale and never taken for the current gang.
-pub const ATTEMPT_LABEL: &str = "muster.dev/attempt";
-/// Annotation naming the ClusterQueue whose quota the pod's gang uses.
-pub const CLUSTER_QUEUE_ANNOTATION: &str = "muster.dev/cluster-queue";
-/// Annotation naming the pod's ResourceFlavor.
-pub const FLAVOR_ANNOTATION: &str = "muster.dev/flavor";
-/// Annotation with the pod set's domain as `level=value` pairs, widest first, joined by `,`.
-pub const DOMAIN_ANNOTATION: &str = "muster.dev/domain";
+use muster_api::wire::{
+    ADMISSION_GATE, ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION,
+    GPU_DEVICES_ANNOTATION, JOB_LABEL, POD_INDEX_LABEL, POD_SET_LABEL,
+};
+use muster_api::{GpuJob, ResourceFlavorSpec};
 
 /// Why a gang's objects cannot be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -123,14 +110,9 @@ pub fn gang(
     let name = meta(job.metadata.name.as_ref(), "metadata.name")?;
     let mut ctx = Context {
         namespace: meta(job.metadata.namespace.as_ref(), "metadata.namespace")?,
-        owner: OwnerReference {
-            api_version: API_VERSION.to_owned(),
-            kind: "GpuJob".to_owned(),
-            name: name.clone(),
-            uid: meta(job.metadata.uid.as_ref(), "metadata.uid")?,
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        },
+        owner: job
+            .owner_reference()
+            .ok_or(ReleaseError::MissingMetadata("metadata.uid"))?,
         name,
         cluster_queue: admitted.cluster_queue.clone(),
         attempt: job
@@ -277,7 +259,7 @@ fn pod(
     );
     if let Some(devices) = placement.devices.get(index).filter(|d| !d.is_empty()) {
         annotations.insert(
-            crate::hami::GPU_DEVICES_ANNOTATION.to_owned(),
+            GPU_DEVICES_ANNOTATION.to_owned(),
             crate::hami::format_devices(devices),
         );
     }

@@ -210,7 +210,7 @@ fn watch_provisioning(
         state.expect_kind(Kind::PodTemplate);
     }
     let templates: Api<PodTemplate> = scoped(client, namespace);
-    let selected = watcher::Config::default().labels(muster_provisioning::objects::JOB_LABEL);
+    let selected = watcher::Config::default().labels(muster_api::wire::JOB_LABEL);
     tokio::spawn(watch_selected(templates, selected, Arc::clone(&shared)));
     tokio::spawn(watch_kind(requests, shared));
 }
@@ -389,7 +389,7 @@ async fn scheduling_loop(
         }
         let (term, actions) = {
             let mut state = shared.state();
-            if !state.ready() {
+            if !state.index().ready() {
                 continue;
             }
             if !leading {
@@ -456,7 +456,7 @@ async fn scheduling_loop(
 /// admitted moments ago already holds. False when the caches are not synced yet or the read
 /// failed: the replica does not lead on a view it could not bring up to date.
 async fn catch_up(shared: &Arc<Shared>, client: &Client, namespace: Option<&str>) -> bool {
-    if !shared.state().ready() {
+    if !shared.state().index().ready() {
         return false;
     }
     match fresh_view(client, namespace).await {
@@ -518,7 +518,7 @@ async fn serve(addr: SocketAddr, shared: Arc<Shared>, mut stop: watch::Receiver<
         move || {
             let shared = Arc::clone(&shared);
             async move {
-                if shared.state().ready() {
+                if shared.state().index().ready() {
                     (StatusCode::OK, "ready")
                 } else {
                     (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")

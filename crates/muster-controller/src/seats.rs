@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use muster_admission::{Holding, Job};
+use muster_admission::{Decision, Holding, Job};
 
 use crate::job::InCycle;
 
@@ -58,24 +58,17 @@ pub(crate) struct Seats {
     every_pass: BTreeSet<String>,
     /// Jobs to settle again at the next pass whatever happens: the ledger named them at the
     /// end of the last one.
-    pub(crate) again: BTreeSet<String>,
+    again: BTreeSet<String>,
     /// Jobs a decision changed in admission's scheduler: settled again at the next pass, and
     /// compared with the scheduler whether or not their seats changed (the pass may not have
     /// carried the decision out).
-    pub(crate) recheck: BTreeSet<String>,
+    recheck: BTreeSet<String>,
     /// How many jobs queue.
     queued: usize,
     /// Jobs backing off, per ClusterQueue.
     backoff: BTreeMap<String, BTreeSet<String>>,
     /// Held jobs and their current attempt.
     held: BTreeMap<String, i32>,
-    /// Pending jobs per (ClusterQueue, reason kind) as the last pass that explained every
-    /// waiting job counted them.
-    pub(crate) pending: Option<BTreeMap<(String, String), i64>>,
-    /// The index's queue version when the last pass compared every queue status and found
-    /// none to write; `None` after one that wrote any, or that left one uncompared because
-    /// its write was in flight.
-    pub(crate) queues_settled: Option<u64>,
 }
 
 impl Clone for Seats {
@@ -86,6 +79,36 @@ impl Clone for Seats {
 }
 
 impl Seats {
+    /// Whether the seats were settled against the index's `shared` version: otherwise the
+    /// next [`Seats::due`] settles every job afresh.
+    pub(crate) fn kept_for(&self, shared: u64) -> bool {
+        self.shared == Some(shared)
+    }
+
+    /// Jobs the ledger names at the end of a pass: settled again at the next, whatever lands
+    /// meanwhile.
+    pub(crate) fn settle_again(&mut self, jobs: BTreeSet<String>) {
+        self.again = jobs;
+    }
+
+    /// Jobs whose state in admission's scheduler `decision` changes: compared with the
+    /// scheduler at the next pass, whatever the pass made of the decision.
+    pub(crate) fn note(&mut self, decision: &Decision) {
+        match decision {
+            Decision::Admit(admitted) => {
+                self.recheck.insert(admitted.job.clone());
+            }
+            Decision::Preempt { victims, for_job } => {
+                self.recheck.extend(victims.iter().cloned());
+                self.recheck.insert(for_job.clone());
+            }
+            Decision::Evict { job, .. } | Decision::Provision { job, .. } => {
+                self.recheck.insert(job.clone());
+            }
+            Decision::Pending { .. } => {}
+        }
+    }
+
     /// The jobs to settle at `now`, given `changed` (jobs whose objects changed) and
     /// `involved` (jobs the ledger names now); every job in `all` when the seats were
     /// settled against another `shared` version (or none are kept). With them, the jobs to
@@ -128,13 +151,13 @@ impl Seats {
     /// Records `job`'s new seat (`None`: the job is gone) and when time alone changes it;
     /// returns whether admission's view of it changed.
     pub(crate) fn put(&mut self, key: &str, seat: Option<Seat>, until: Option<i64>) -> bool {
-        let tally = seat.as_ref().map(Tally::of);
+        let tally = seat.as_ref().map(CountsAs::of);
         let old = match seat {
             Some(seat) => self.by_job.insert(key.to_owned(), seat),
             None => self.by_job.remove(key),
         };
         if let Some(old) = &old {
-            self.count(key, Tally::of(old), false);
+            self.count(key, CountsAs::of(old), false);
         }
         if let Some(at) = self.timer_of.remove(key) {
             self.timers.remove(&(at, key.to_owned()));
@@ -147,7 +170,7 @@ impl Seats {
             }
             if matches!(
                 tally,
-                Tally::Held {
+                CountsAs::Held {
                     provisioning: true,
                     ..
                 }
@@ -160,16 +183,16 @@ impl Seats {
     }
 
     /// Keeps the counts the pass reports without walking every seat.
-    fn count(&mut self, key: &str, tally: Tally, add: bool) {
+    fn count(&mut self, key: &str, tally: CountsAs, add: bool) {
         match tally {
-            Tally::Queued => {
+            CountsAs::Queued => {
                 if add {
                     self.queued += 1;
                 } else {
                     self.queued = self.queued.saturating_sub(1);
                 }
             }
-            Tally::BackingOff(cluster_queue) => {
+            CountsAs::BackingOff(cluster_queue) => {
                 let jobs = self.backoff.entry(cluster_queue.clone()).or_default();
                 if add {
                     jobs.insert(key.to_owned());
@@ -180,14 +203,14 @@ impl Seats {
                     }
                 }
             }
-            Tally::Held { attempt, .. } => {
+            CountsAs::Held { attempt, .. } => {
                 if add {
                     self.held.insert(key.to_owned(), attempt);
                 } else {
                     self.held.remove(key);
                 }
             }
-            Tally::Other => {}
+            CountsAs::Other => {}
         }
     }
 
@@ -218,7 +241,7 @@ impl Seats {
 }
 
 /// What a seat counts for in [`Seats`]' running counts.
-enum Tally {
+enum CountsAs {
     Queued,
     BackingOff(String),
     Held {
@@ -229,20 +252,20 @@ enum Tally {
     Other,
 }
 
-impl Tally {
-    fn of(seat: &Seat) -> Tally {
+impl CountsAs {
+    fn of(seat: &Seat) -> CountsAs {
         match &seat.in_cycle {
-            InCycle::Queued => Tally::Queued,
-            InCycle::BackingOff { cluster_queue } => Tally::BackingOff(cluster_queue.clone()),
-            InCycle::Holds { provisioning, .. } => Tally::Held {
+            InCycle::Queued => CountsAs::Queued,
+            InCycle::BackingOff { cluster_queue } => CountsAs::BackingOff(cluster_queue.clone()),
+            InCycle::Holds { provisioning, .. } => CountsAs::Held {
                 attempt: seat.attempt,
                 provisioning: *provisioning,
             },
-            InCycle::OnBoughtCapacity { .. } => Tally::Held {
+            InCycle::OnBoughtCapacity { .. } => CountsAs::Held {
                 attempt: seat.attempt,
                 provisioning: true,
             },
-            InCycle::Out | InCycle::FinishRelease(_) => Tally::Other,
+            InCycle::Out | InCycle::FinishRelease(_) => CountsAs::Other,
         }
     }
 }

@@ -105,9 +105,9 @@ pub(crate) fn settle(
             InCycle::Holds {
                 mut holding,
                 provisioning,
-            } if matches!(ledger.busy.get(key), Some(Busy::Release(_))) => {
-                if let Some(at) = ledger.released_at.get(key) {
-                    holding.since = Some(*at);
+            } => {
+                if let Some(at) = ledger.releasing_since(key) {
+                    holding.since = Some(at);
                 }
                 InCycle::Holds {
                     holding,

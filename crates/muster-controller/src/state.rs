@@ -1,17 +1,19 @@
-//! The controller's whole state between passes: the [`Index`] (what the cluster shows) and
-//! what this replica remembers besides — the [`Ledger`] of writes in flight, admission's
-//! scheduler as the last pass left it, every job's seat as the last pass settled it, and the
-//! preemptors it nominated.
+//! The controller's whole state between passes, in four rooms, each owning one kind of fact:
+//! - the [`Index`]: what the cluster shows (watches and write responses fold in);
+//! - the [`Ledger`]: writes this replica's leadership term started and has not seen land;
+//! - the [`Seats`]: every job as the last pass that settled it left it, and when each must
+//!   be settled again;
+//! - [`LastPass`]: memos of the last pass — admission's scheduler as it left it, the
+//!   preemptors it remembered, counts it need not repeat.
 //!
 //! Watches and write responses come in here; a pass reads the state and plans (see
-//! [`crate::plan`]). A `State` reads as its index (it dereferences to it); every change goes
-//! through it, so that the ledger stays in step with what lands.
+//! [`crate::plan`]). Every change goes through it, so that the ledger stays in step with
+//! what lands.
 
 use crate::action::Action;
 use crate::index::{Index, Indexed, Written};
-use crate::kept;
+use crate::last_pass::LastPass;
 use crate::ledger::Ledger;
-use crate::preemptors::Preemptors;
 use crate::seats::Seats;
 
 /// The index plus the controller's own memory (see the module docs).
@@ -21,26 +23,12 @@ pub struct State {
     pub(crate) index: Index,
     /// Writes started and not yet landed.
     pub(crate) ledger: Ledger,
-    /// Preemptors waiting for their victims to leave, or because waiting was cheaper, as
-    /// the last pass's cycle left them: a scheduler built afresh for the next pass learns
-    /// them again.
-    pub(crate) preemptors: Preemptors,
-    /// Admission's scheduler as the last pass left it (see [`crate::kept`]).
-    pub(crate) kept: kept::Slot,
     /// Every job as the last pass that settled it left it (see [`crate::seats`]).
     pub(crate) seats: Seats,
-    /// Writes landed (or failed): with the index's version, what the scheduling loop
-    /// compares to decide whether to run.
-    landings: u64,
+    /// What the last pass left for the next to reuse (see [`crate::last_pass`]).
+    pub(crate) last: LastPass,
     /// The placement policy's name (see [`muster_topology::POLICY_NAMES`]); empty: best fit.
     pub(crate) placement_policy: String,
-}
-
-impl std::ops::Deref for State {
-    type Target = Index;
-    fn deref(&self) -> &Index {
-        &self.index
-    }
 }
 
 impl State {
@@ -89,10 +77,9 @@ impl State {
         self.index.expect_kind(kind);
     }
 
-    /// Changes so far, of the cluster and of writes landing: the scheduling loop runs when it
-    /// moved.
-    pub fn version(&self) -> u64 {
-        self.index.version() + self.landings
+    /// What the cluster shows, as watches and write responses reported it.
+    pub fn index(&self) -> &Index {
+        &self.index
     }
 
     /// An action's writes landed, or failed: the objects the API server returned are folded
@@ -100,7 +87,7 @@ impl State {
     /// pass. A failed release waits with backoff (its half-made pods are finished or rolled
     /// back by the next pass).
     pub fn landed(&mut self, action: &Action, result: Result<Vec<Written>, String>, now: i64) {
-        let term = self.ledger.term;
+        let term = self.ledger.term();
         self.landed_in(term, action, result, now);
     }
 
@@ -115,12 +102,11 @@ impl State {
         result: Result<Vec<Written>, String>,
         now: i64,
     ) {
-        self.landings += 1;
         let (outcome, written) = match result {
             Ok(written) => (Ok(()), written),
             Err(error) => (Err(error), Vec::new()),
         };
-        if term == self.ledger.term {
+        if term == self.ledger.term() {
             self.ledger.landed(action, outcome, now);
         }
         self.index.fold_in(written);
@@ -144,7 +130,7 @@ impl State {
     /// marked as written to until [`State::landed_in`].
     pub fn next_deferred(&mut self) -> Option<(u64, Action)> {
         let action = self.ledger.next_deferred()?;
-        Some((self.ledger.term, action))
+        Some((self.ledger.term(), action))
     }
 
     /// The job `action` writes the status of, as the pass that planned it read it: the
@@ -155,20 +141,20 @@ impl State {
 
     /// How many status writes are queued and not yet sent.
     pub fn deferred_len(&self) -> usize {
-        self.ledger.deferred.len()
+        self.ledger.queued()
     }
 
     /// The leadership term whose writes are being tracked (see [`State::landed_in`]).
     pub fn term(&self) -> u64 {
-        self.ledger.term
+        self.ledger.term()
     }
 
     /// This replica starts leading: forget the writes of any earlier term (they may never have
     /// landed; the API server shows what did) and start a new term.
     pub fn start_term(&mut self) {
-        self.ledger = Ledger::for_term(self.ledger.term + 1);
+        self.ledger = Ledger::for_term(self.ledger.term() + 1);
         // Jobs settled against the old term's writes in flight settle again.
         self.seats = Seats::default();
-        self.preemptors.start_term();
+        self.last.start_term();
     }
 }

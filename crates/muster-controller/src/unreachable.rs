@@ -13,7 +13,9 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::holding::{OUT_OF_SERVICE_TAINT, Pods};
+use muster_api::wire::OUT_OF_SERVICE_TAINT;
+
+use crate::holding::Pods;
 use crate::index::Index;
 
 /// How long a job waits on a node that is not Ready before its status and a Warning event

@@ -95,6 +95,7 @@ fn a_job_admitted_before_its_queued_status_is_sent_never_gets_that_write() {
     let now = defer_all(&mut index, pass.actions);
     land_all(&mut index, &now, 20);
     let b = index
+        .index()
         .job("team-a/b")
         .and_then(|j| j.status.clone())
         .unwrap_or_default();
@@ -164,13 +165,14 @@ fn a_queued_write_the_status_no_longer_needs_is_dropped_and_holds_nothing() {
 
     // ...and z is deleted before anything was sent: b is back where its status says it is,
     // and z is gone. Neither write goes.
-    let z = index.job("team-a/z").cloned().unwrap_or_default();
+    let z = index.index().job("team-a/z").cloned().unwrap_or_default();
     index.delete(&z);
     let pass = plan(&mut index, at(46));
     let now = defer_all(&mut index, pass.actions);
     land_all(&mut index, &now, 46);
     assert_eq!(index.deferred_len(), 0);
     let b = index
+        .index()
         .job("team-a/b")
         .and_then(|j| j.status.clone())
         .unwrap_or_default();

@@ -5,6 +5,7 @@
 
 mod support;
 
+use muster_api::wire::{ADMISSION_GATE, ATTEMPT_LABEL, FINALIZER, JOB_LABEL};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -228,7 +229,7 @@ async fn an_admission_creates_the_whole_gang_gated_then_opens_every_gate_then_wr
     );
     assert_eq!(
         seen[1].body["spec"]["schedulingGates"],
-        json!([{"name": "muster.dev/admission"}])
+        json!([{"name": ADMISSION_GATE}])
     );
     assert_eq!(seen[3].body, json!({"spec": {"schedulingGates": []}}));
     // The status goes by server-side apply, so fields left out are removed, and only onto
@@ -419,10 +420,7 @@ async fn a_finalizer_is_added_in_one_apply_and_a_removal_conflict_is_retried_fro
             "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a"
         )]
     );
-    assert_eq!(
-        seen[0].body["metadata"]["finalizers"],
-        json!(["muster.dev/gang"])
-    );
+    assert_eq!(seen[0].body["metadata"]["finalizers"], json!([FINALIZER]));
     let failures = BTreeMap::from([(2, 409)]);
     let (result, seen) = run(&finalize, failures, Vec::new(), true).await;
     assert!(result.is_ok(), "{result:?}");
@@ -561,10 +559,10 @@ async fn a_new_attempt_points_the_existing_service_at_its_own_pods() {
     );
     assert_eq!(
         seen[1].body,
-        json!({"spec": {"selector": {"muster.dev/job-name": "a", "muster.dev/attempt": "0"}}})
+        json!({"spec": {"selector": {JOB_LABEL: "a", ATTEMPT_LABEL: "0"}}})
     );
     assert_eq!(
-        seen[0].body["spec"]["selector"]["muster.dev/attempt"], "0",
+        seen[0].body["spec"]["selector"][ATTEMPT_LABEL], "0",
         "a fresh Service selects only the current attempt too"
     );
 }

@@ -6,6 +6,10 @@ mod support;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use muster_api::gpujob::PendingReasonKind;
+use muster_api::wire::{
+    ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, FLAVOR_ANNOTATION, GPU_DEVICES_ANNOTATION, JOB_LABEL,
+    POD_INDEX_LABEL, POD_SET_LABEL,
+};
 use muster_api::{ClusterQueue, GpuJob};
 use muster_controller::index::{Kind, PodPhase};
 use muster_controller::plan::{Action, plan};
@@ -37,17 +41,17 @@ fn pending_kind(index: &mut State, key: &str) -> Option<PendingReasonKind> {
 #[test]
 fn the_first_pass_waits_for_every_cache() {
     let mut index = State::new();
-    assert!(!index.ready());
+    assert!(!index.index().ready());
     index.relist_begin::<GpuJob>();
     index.apply(job("a", 1, 0));
     assert!(
-        !index.is_synced(Kind::GpuJob),
+        !index.index().is_synced(Kind::GpuJob),
         "synced only at the end of the list"
     );
     index.relist_done::<GpuJob>();
-    assert!(index.is_synced(Kind::GpuJob));
-    assert!(!index.ready());
-    assert!(cluster(8, Vec::new()).ready());
+    assert!(index.index().is_synced(Kind::GpuJob));
+    assert!(!index.index().ready());
+    assert!(cluster(8, Vec::new()).index().ready());
 }
 
 #[test]
@@ -56,12 +60,12 @@ fn a_relist_drops_objects_that_are_gone() {
     index.relist_begin::<GpuJob>();
     index.apply(job("b", 1, 0));
     index.relist_done::<GpuJob>();
-    assert!(index.job("team-a/a").is_none());
-    assert!(index.job("team-a/b").is_some());
+    assert!(index.index().job("team-a/a").is_none());
+    assert!(index.index().job("team-a/b").is_some());
     index.relist_begin::<Node>();
     index.apply(support::node("n1", "b1"));
     index.relist_done::<Node>();
-    assert_eq!(index.len().1, 1);
+    assert_eq!(index.index().len().1, 1);
 }
 
 #[test]
@@ -74,7 +78,12 @@ fn a_late_event_never_rolls_a_job_back() {
     let mut older = job("a", 1, 0);
     older.metadata.resource_version = Some("19".into());
     index.apply(older);
-    assert!(index.job("team-a/a").is_some_and(|j| j.spec.suspend));
+    assert!(
+        index
+            .index()
+            .job("team-a/a")
+            .is_some_and(|j| j.spec.suspend)
+    );
 }
 
 #[test]
@@ -90,10 +99,13 @@ fn a_late_write_response_never_rolls_a_pod_or_request_back() {
         spec.node_name = None;
     }
     index.apply(created);
-    let pod = index.pod("other/p").cloned();
+    let pod = index.index().pod("other/p").cloned();
     assert_eq!(pod.as_ref().and_then(|p| p.node.as_deref()), Some("n1"));
     assert_eq!(pod.map(|p| p.phase), Some(PodPhase::Running));
-    assert!(index.base_usage("n1").is_some(), "its GPUs stay counted");
+    assert!(
+        index.index().base_usage("n1").is_some(),
+        "its GPUs stay counted"
+    );
     // A request the autoscaler already provisioned, then the create's response.
     let provisioned: muster_api::ProvisioningRequest = object(json!({
         "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
@@ -104,6 +116,7 @@ fn a_late_write_response_never_rolls_a_pod_or_request_back() {
     }));
     index.apply(provisioned);
     let mut response = index
+        .index()
         .provisioning_request("team-a/r")
         .cloned()
         .unwrap_or_default();
@@ -112,6 +125,7 @@ fn a_late_write_response_never_rolls_a_pod_or_request_back() {
     index.apply(response);
     assert!(
         index
+            .index()
             .provisioning_request("team-a/r")
             .is_some_and(|r| r.status.is_some())
     );
@@ -139,12 +153,12 @@ fn a_write_response_never_brings_a_deleted_object_back() {
         ))]),
         0,
     );
-    assert!(index.job("team-a/a").is_none());
+    assert!(index.index().job("team-a/a").is_none());
     // A job created again under the same name is the watch's to report, and it is kept.
     let mut again = a;
     again.metadata.resource_version = Some("9".into());
     index.apply(again);
-    assert!(index.job("team-a/a").is_some());
+    assert!(index.index().job("team-a/a").is_some());
 }
 
 #[test]
@@ -158,7 +172,11 @@ fn the_deletion_of_an_old_object_leaves_a_newer_one_of_the_same_name() {
     old.metadata.resource_version = Some("9".into());
     index.delete(&old);
     assert_eq!(
-        index.pod("other/p").and_then(|p| p.node.clone()).as_deref(),
+        index
+            .index()
+            .pod("other/p")
+            .and_then(|p| p.node.clone())
+            .as_deref(),
         Some("n1")
     );
 }
@@ -166,7 +184,7 @@ fn the_deletion_of_an_old_object_leaves_a_newer_one_of_the_same_name() {
 #[test]
 fn an_object_a_relist_finds_gone_is_not_brought_back_by_a_late_response() {
     let mut index = cluster(32, vec![job("a", 1, 0)]);
-    let listed = index.job("team-a/a").cloned().unwrap_or_default();
+    let listed = index.index().job("team-a/a").cloned().unwrap_or_default();
     // Deleted while the watch was down: the relist does not list it.
     index.relist_begin::<GpuJob>();
     index.relist_done::<GpuJob>();
@@ -179,7 +197,7 @@ fn an_object_a_relist_finds_gone_is_not_brought_back_by_a_late_response() {
         ))]),
         0,
     );
-    assert!(index.job("team-a/a").is_none());
+    assert!(index.index().job("team-a/a").is_none());
 }
 
 #[test]
@@ -191,12 +209,12 @@ fn an_unreadable_node_holds_no_capacity_and_says_why() {
         "status": {"allocatable": {"nvidia.com/gpu": "eight"}}
     }));
     index.apply(bad);
-    assert!(index.node("n1").is_none());
-    let reasons: Vec<_> = index.unreadable().collect();
+    assert!(index.index().node("n1").is_none());
+    let reasons: Vec<_> = index.index().unreadable().collect();
     assert_eq!(reasons.len(), 1);
     assert!(reasons[0].0.contains("n1"), "{reasons:?}");
     // The index keeps serving everything else.
-    assert!(index.node("n2").is_some());
+    assert!(index.index().node("n2").is_some());
 }
 
 #[test]
@@ -220,7 +238,10 @@ fn pods_muster_does_not_manage_take_capacity_while_they_run() {
             .any(|a| matches!(a, Action::Release { job, .. } if job == "team-a/a"))
     );
     assert_eq!(
-        index.pod("other/y").map(|p| (p.phase, p.usage.is_none())),
+        index
+            .index()
+            .pod("other/y")
+            .map(|p| (p.phase, p.usage.is_none())),
         Some((PodPhase::Succeeded, true))
     );
 }
@@ -293,7 +314,11 @@ fn a_cluster_queue_status_is_written_only_when_it_changes() {
         unreachable!("{:#?}", pass.actions)
     };
     assert_eq!(status.admitted_jobs, 1);
-    let mut queue: ClusterQueue = index.cluster_queue("research").cloned().unwrap_or_default();
+    let mut queue: ClusterQueue = index
+        .index()
+        .cluster_queue("research")
+        .cloned()
+        .unwrap_or_default();
     queue.status = Some(status.clone());
     for action in &pass.actions {
         index.landed(action, Ok(Vec::new()), 0);
@@ -343,6 +368,7 @@ fn the_per_node_sum_follows_pods_through_their_lives() {
     let mut index = cluster(64, Vec::new());
     let gpus = |index: &State| {
         index
+            .index()
             .base_usage("n1")
             .map_or(0, |r| r.get("nvidia.com/gpu").milli() / 1000)
     };
@@ -356,7 +382,7 @@ fn the_per_node_sum_follows_pods_through_their_lives() {
     assert_eq!(gpus(&index), 3);
     index.delete(&other_pod("y", "n1", 3, "Running"));
     assert_eq!(gpus(&index), 0);
-    assert!(index.base_usage("n1").is_none());
+    assert!(index.index().base_usage("n1").is_none());
     // A relist that no longer lists a pod drops its usage too.
     index.apply(other_pod("z", "n1", 4, "Running"));
     index.relist_begin::<Pod>();
@@ -402,10 +428,10 @@ fn a_share_pod_books_the_device_it_names() {
     index.apply::<Pod>(object(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "serve-workers-0-a0", "namespace": "team-a",
-            "labels": {"muster.dev/job-name": "serve", "muster.dev/pod-set": "workers",
-                "muster.dev/pod-index": "0", "muster.dev/attempt": "0"},
-            "annotations": {"muster.dev/cluster-queue": "research", "muster.dev/flavor": "h100",
-                "muster.dev/gpu-devices": "3"},
+            "labels": {JOB_LABEL: "serve", POD_SET_LABEL: "workers",
+                POD_INDEX_LABEL: "0", ATTEMPT_LABEL: "0"},
+            "annotations": {CLUSTER_QUEUE_ANNOTATION: "research", FLAVOR_ANNOTATION: "h100",
+                GPU_DEVICES_ANNOTATION: "3"},
             "ownerReferences": [{"apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
                 "name": "serve", "uid": "uid-serve"}]},
         "spec": {"nodeName": "n1", "containers": [{"name": "main", "image": "x",
@@ -413,7 +439,7 @@ fn a_share_pod_books_the_device_it_names() {
                 "nvidia.com/gpumem-percentage": "25"}}}]},
         "status": {"phase": "Running"}
     })));
-    let pod = index.pod("team-a/serve-workers-0-a0");
+    let pod = index.index().pod("team-a/serve-workers-0-a0");
     assert_eq!(
         pod.and_then(|p| p.member.as_ref())
             .map(|m| m.devices.clone()),

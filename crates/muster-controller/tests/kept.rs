@@ -23,12 +23,12 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use serde_json::json;
 use support::fleet::{self, FleetSpec, JobSpec};
-use support::script::{Answer, Event, Script, Step, script};
+use support::script::{Answer, Event, Script, Tick, script};
 use support::{Landing, at, land_as, object, with_phase};
 
 /// What a script made happen, to show the scripts reach every situation.
 #[derive(Debug, Default)]
-struct Tally {
+struct Coverage {
     passes: usize,
     kept: usize,
     admitted: usize,
@@ -41,8 +41,8 @@ struct Tally {
     failed: usize,
 }
 
-impl Tally {
-    fn add(&mut self, other: &Tally) {
+impl Coverage {
+    fn add(&mut self, other: &Coverage) {
         self.passes += other.passes;
         self.kept += other.kept;
         self.admitted += other.admitted;
@@ -74,7 +74,7 @@ struct World {
     lost: BTreeSet<String>,
     /// Pods of other teams, oldest first.
     outside: Vec<Pod>,
-    tally: Tally,
+    tally: Coverage,
 }
 
 /// What a pass found is what the pass over a fresh copy found; only how much each had to
@@ -141,7 +141,7 @@ impl World {
                 .collect(),
             lost: BTreeSet::new(),
             outside: Vec::new(),
-            tally: Tally::default(),
+            tally: Coverage::default(),
         }
     }
 
@@ -248,7 +248,7 @@ impl World {
     fn live_jobs(&self) -> Vec<String> {
         self.jobs
             .iter()
-            .filter(|k| self.state.job(k).is_some())
+            .filter(|k| self.state.index().job(k).is_some())
             .cloned()
             .collect()
     }
@@ -281,7 +281,7 @@ impl World {
             Event::Delete(i) => {
                 let live = self.live_jobs();
                 if let Some(k) = pick(&live, *i)
-                    && let Some(mut job) = self.state.job(k).cloned()
+                    && let Some(mut job) = self.state.index().job(k).cloned()
                 {
                     if job
                         .metadata
@@ -299,7 +299,7 @@ impl World {
             Event::Suspend(i) => {
                 let live = self.live_jobs();
                 if let Some(k) = pick(&live, *i)
-                    && let Some(mut job) = self.state.job(k).cloned()
+                    && let Some(mut job) = self.state.index().job(k).cloned()
                 {
                     job.spec.suspend = !job.spec.suspend;
                     job.metadata.generation = job.metadata.generation.map(|g| g + 1);
@@ -341,7 +341,7 @@ impl World {
             return;
         };
         for pod in &self.gangs[job] {
-            let record = self.state.pod(&pod_key(pod));
+            let record = self.state.index().pod(&pod_key(pod));
             let runs = record.is_some_and(|p| {
                 !p.gated
                     && !p.deleting
@@ -363,6 +363,7 @@ impl World {
             pods.iter()
                 .filter(|p| {
                     w.state
+                        .index()
                         .pod(&pod_key(p))
                         .is_some_and(|r| r.phase == PodPhase::Running && !r.deleting)
                 })
@@ -394,13 +395,13 @@ impl World {
         let keys: Vec<String> = self
             .requests
             .keys()
-            .filter(|k| self.state.provisioning_request(k).is_some())
+            .filter(|k| self.state.index().provisioning_request(k).is_some())
             .cloned()
             .collect();
         let Some(key) = pick(&keys, request).cloned() else {
             return;
         };
-        let Some(mut pr) = self.state.provisioning_request(&key).cloned() else {
+        let Some(mut pr) = self.state.index().provisioning_request(&key).cloned() else {
             return;
         };
         let provisioned = self.requests[&key].clone();
@@ -484,7 +485,7 @@ fn outside_pod(name: &str, node: &str, gpus: u8) -> Pod {
 
 /// Plays `script`, comparing every pass (see the module docs); then lets every write land
 /// and compares a few quiet passes more.
-fn run(script: &Script) -> Tally {
+fn run(script: &Script) -> Coverage {
     let mut world = World::new(script);
     for step in &script.steps {
         world.pass();
@@ -538,6 +539,7 @@ fn a_release_in_flight_holds_from_its_admission_in_a_scheduler_built_afresh() {
         })
     };
     let told = state
+        .index()
         .job("team-a/b")
         .and_then(|j| j.status.as_ref())
         .and_then(|s| s.pending_reason.as_ref())
@@ -637,7 +639,7 @@ fn queue_statuses_written_late_and_failed_are_written_again_by_quiet_passes() {
         priority: 0,
         runtime: None,
     };
-    let step = |dt: i64, event: Event, landing: u8| Step {
+    let step = |dt: i64, event: Event, landing: u8| Tick {
         dt,
         event,
         landings: vec![landing],
@@ -685,7 +687,7 @@ fn queue_statuses_written_late_and_failed_are_written_again_by_quiet_passes() {
 #[test]
 fn drawn_scripts_reach_every_situation_the_kept_scheduler_must_follow() {
     let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let mut total = Tally::default();
+    let mut total = Coverage::default();
     for _ in 0..12 {
         let Ok(tree) = script().new_tree(&mut runner) else {
             unreachable!("scripts are always drawn")

@@ -6,6 +6,7 @@ mod support;
 
 use k8s_openapi::api::core::v1::Pod;
 use muster_api::gpujob::{GpuJobPhase, PendingReasonKind};
+use muster_api::wire::{ADMISSION_GATE, ATTEMPT_LABEL};
 use muster_controller::plan::{Action, plan};
 use muster_controller::state::State;
 use support::{at, cluster, cluster_queue, job, land_all, with_phase};
@@ -43,6 +44,7 @@ fn job_actions<'a>(actions: &'a [Action], key: &str) -> Vec<&'a Action> {
 
 fn status_of(index: &State, key: &str) -> muster_api::GpuJobStatus {
     index
+        .index()
         .job(key)
         .and_then(|j| j.status.clone())
         .unwrap_or_default()
@@ -74,7 +76,7 @@ fn an_admission_releases_a_whole_gang_once_and_is_booked_while_in_flight() {
             let spec = pod.spec.clone().unwrap_or_default();
             assert_eq!(
                 spec.scheduling_gates.unwrap_or_default()[0].name,
-                "muster.dev/admission"
+                ADMISSION_GATE
             );
             nodes.push(
                 spec.node_selector
@@ -167,7 +169,7 @@ fn a_finish_that_did_not_land_keeps_its_quota_held() {
     let mut restarted = cluster(
         16,
         vec![
-            index.job("team-a/a").cloned().unwrap_or_default(),
+            index.index().job("team-a/a").cloned().unwrap_or_default(),
             job("b", 2, 1),
         ],
     );
@@ -230,10 +232,7 @@ fn pods_not_ready_in_time_evict_the_gang_and_requeue_it_with_backoff() {
         unreachable!()
     };
     let labels = gang.pods[0].metadata.labels.clone().unwrap_or_default();
-    assert_eq!(
-        labels.get("muster.dev/attempt").map(String::as_str),
-        Some("1")
-    );
+    assert_eq!(labels.get(ATTEMPT_LABEL).map(String::as_str), Some("1"));
 }
 
 #[test]
@@ -317,7 +316,7 @@ fn suspending_an_admitted_job_evicts_it() {
     let mut index = cluster(32, vec![job("a", 2, 0)]);
     let pass = plan(&mut index, at(10));
     land_all(&mut index, &pass.actions, 10);
-    let mut a = index.job("team-a/a").cloned().unwrap_or_default();
+    let mut a = index.index().job("team-a/a").cloned().unwrap_or_default();
     a.spec.suspend = true;
     a.metadata.resource_version = Some("100".into());
     index.apply(a);
@@ -457,7 +456,7 @@ fn an_admitted_gang_left_gated_by_another_writer_is_finished_at_once() {
         unreachable!()
     };
     let mut found = cluster(32, vec![job("a", 2, 0)]);
-    let mut admitted = found.job("team-a/a").cloned().unwrap_or_default();
+    let mut admitted = found.index().job("team-a/a").cloned().unwrap_or_default();
     admitted.status = Some(*status);
     found.apply(admitted);
     found.apply(gang.pods[0].clone());
@@ -507,7 +506,7 @@ fn deleting_a_job_removes_its_pods_before_its_finalizer() {
     let mut index = cluster(32, vec![job("a", 2, 0)]);
     let pass = plan(&mut index, at(10));
     land_all(&mut index, &pass.actions, 10);
-    let mut a = index.job("team-a/a").cloned().unwrap_or_default();
+    let mut a = index.index().job("team-a/a").cloned().unwrap_or_default();
     a.metadata.deletion_timestamp =
         Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(15)));
     a.metadata.resource_version = Some("100".into());
@@ -625,7 +624,7 @@ fn a_restarted_gang_waits_for_its_old_pods_to_go_then_gets_new_pod_names() {
     let Some(Action::Evict { status, .. }) = evict.first() else {
         unreachable!("{:#?}", pass.actions)
     };
-    let mut a = index.job("team-a/a").cloned().unwrap_or_default();
+    let mut a = index.index().job("team-a/a").cloned().unwrap_or_default();
     a.status = Some((**status).clone());
     a.metadata.resource_version = Some("50".into());
     index.apply(a);

@@ -7,6 +7,7 @@
 
 mod support;
 
+use muster_api::wire::FINALIZER;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -78,7 +79,7 @@ impl Server {
                 (200, job)
             }
             ("PATCH", true) => {
-                self.job["metadata"]["finalizers"] = json!(["muster.dev/gang"]);
+                self.job["metadata"]["finalizers"] = json!([FINALIZER]);
                 (200, self.bump())
             }
             ("GET", true) => (200, self.job.clone()),

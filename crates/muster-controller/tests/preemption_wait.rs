@@ -113,7 +113,7 @@ fn a_new_leader_keeps_the_wait_bounded_from_its_first_moment() {
     let mut fresh = cluster(32, Vec::new());
     fresh.apply(preempting_queue());
     for key in ["team-a/low-1", "team-a/low-2", "team-a/high"] {
-        if let Some(j) = state.job(key) {
+        if let Some(j) = state.index().job(key) {
             fresh.apply(j.clone());
         }
     }

@@ -6,6 +6,7 @@
 
 mod support;
 
+use muster_api::wire::JOB_LABEL;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -19,7 +20,11 @@ use support::{at, cluster, job, land_all, object, with_phase};
 /// The fixture cluster, its queue buying capacity (40 GPUs of quota), and `jobs`.
 fn buying(jobs: Vec<GpuJob>) -> State {
     let mut index = cluster(40, jobs);
-    let mut queue: ClusterQueue = index.cluster_queue("research").cloned().unwrap_or_default();
+    let mut queue: ClusterQueue = index
+        .index()
+        .cluster_queue("research")
+        .cloned()
+        .unwrap_or_default();
     queue.spec.provisioning = Some(object(json!({
         "className": "queued-provisioning.gke.io",
         "retry": {"limit": 1, "baseSeconds": 60, "maxSeconds": 60},
@@ -38,6 +43,7 @@ fn big() -> GpuJob {
 
 fn status_of(index: &State, key: &str) -> muster_api::GpuJobStatus {
     index
+        .index()
         .job(key)
         .and_then(|j| j.status.clone())
         .unwrap_or_default()
@@ -46,6 +52,7 @@ fn status_of(index: &State, key: &str) -> muster_api::GpuJobStatus {
 /// The autoscaler sets `conditions` (type, status) on request `name`.
 fn autoscaler_says(index: &mut State, name: &str, conditions: &[(&str, &str)]) {
     let mut request = index
+        .index()
         .provisioning_request(&format!("team-a/{name}"))
         .cloned()
         .unwrap_or_default();
@@ -210,8 +217,9 @@ fn a_restarted_controller_keeps_waiting_for_the_same_request() {
     let pass = plan(&mut first, at(10));
     land_all(&mut first, &pass.actions, 10);
     // A fresh controller lists the job (Provisioning) and its request.
-    let listed = first.job("team-a/big").cloned().unwrap_or_default();
+    let listed = first.index().job("team-a/big").cloned().unwrap_or_default();
     let request = first
+        .index()
         .provisioning_request("team-a/big-1")
         .cloned()
         .unwrap_or_default();
@@ -396,8 +404,13 @@ fn provisioned_capacity_whose_nodes_are_still_joining_keeps_the_quota_and_is_not
 fn without_the_provisioning_api_nothing_is_bought_and_nothing_is_given_up() {
     // The autoscaler's CRD is not served: the queue waits for today's nodes.
     let mut index = cluster(40, vec![big()]);
-    let mut queue: ClusterQueue = index.cluster_queue("research").cloned().unwrap_or_default();
+    let mut queue: ClusterQueue = index
+        .index()
+        .cluster_queue("research")
+        .cloned()
+        .unwrap_or_default();
     queue.spec.provisioning = buying(Vec::new())
+        .index()
         .cluster_queue("research")
         .and_then(|q| q.spec.provisioning.clone());
     index.apply(queue);
@@ -416,13 +429,17 @@ fn without_the_provisioning_api_nothing_is_bought_and_nothing_is_given_up() {
     let mut first = buying(vec![big()]);
     let pass = plan(&mut first, at(10));
     land_all(&mut first, &pass.actions, 10);
-    let listed = first.job("team-a/big").cloned().unwrap_or_default();
+    let listed = first.index().job("team-a/big").cloned().unwrap_or_default();
     let mut restarted = cluster(40, vec![listed, job("small", 2, 5)]);
-    let queue = first.cluster_queue("research").cloned().unwrap_or_default();
+    let queue = first
+        .index()
+        .cluster_queue("research")
+        .cloned()
+        .unwrap_or_default();
     restarted.apply(queue);
     restarted.expect_kind(muster_controller::index::Kind::ProvisioningRequest);
     assert!(
-        !restarted.ready(),
+        !restarted.index().ready(),
         "not ready before the requests are listed"
     );
     let pass = plan(&mut restarted, at(20));
@@ -453,12 +470,13 @@ fn without_the_provisioning_api_nothing_is_bought_and_nothing_is_given_up() {
     restarted.relist_begin::<ProvisioningRequest>();
     restarted.apply(
         first
+            .index()
             .provisioning_request("team-a/big-1")
             .cloned()
             .unwrap_or_default(),
     );
     restarted.relist_done::<ProvisioningRequest>();
-    assert!(restarted.ready());
+    assert!(restarted.index().ready());
     autoscaler_says(&mut restarted, "big-1", &[("Provisioned", "True")]);
     capacity_arrives(&mut restarted);
     let pass = plan(&mut restarted, at(30));
@@ -470,8 +488,12 @@ fn a_drained_job_gives_its_requests_back() {
     let mut index = buying(vec![big()]);
     let pass = plan(&mut index, at(10));
     land_all(&mut index, &pass.actions, 10);
-    assert!(index.provisioning_request("team-a/big-1").is_some());
-    let mut queue: ClusterQueue = index.cluster_queue("research").cloned().unwrap_or_default();
+    assert!(index.index().provisioning_request("team-a/big-1").is_some());
+    let mut queue: ClusterQueue = index
+        .index()
+        .cluster_queue("research")
+        .cloned()
+        .unwrap_or_default();
     queue.spec.stop_policy = muster_api::cluster_queue::StopPolicy::HoldAndDrain;
     index.apply(queue);
     let pass = plan(&mut index, at(20));
@@ -481,7 +503,7 @@ fn a_drained_job_gives_its_requests_back() {
         "{kinds:?}"
     );
     land_all(&mut index, &pass.actions, 20);
-    assert!(index.provisioning_request("team-a/big-1").is_none());
+    assert!(index.index().provisioning_request("team-a/big-1").is_none());
     let status = status_of(&index, "team-a/big");
     assert!(status.admission.is_none() && status.provisioning_request.is_none());
 }
@@ -539,8 +561,12 @@ fn a_queue_that_stops_buying_gives_the_request_up_and_queues_the_job_again() {
     let mut index = buying(vec![big()]);
     let pass = plan(&mut index, at(10));
     land_all(&mut index, &pass.actions, 10);
-    assert!(index.provisioning_request("team-a/big-1").is_some());
-    let mut queue: ClusterQueue = index.cluster_queue("research").cloned().unwrap_or_default();
+    assert!(index.index().provisioning_request("team-a/big-1").is_some());
+    let mut queue: ClusterQueue = index
+        .index()
+        .cluster_queue("research")
+        .cloned()
+        .unwrap_or_default();
     queue.spec.provisioning = None;
     index.apply(queue);
     let pass = plan(&mut index, at(20));
@@ -549,7 +575,7 @@ fn a_queue_that_stops_buying_gives_the_request_up_and_queues_the_job_again() {
         ["unprovision", "job_status"]
     );
     land_all(&mut index, &pass.actions, 20);
-    assert!(index.provisioning_request("team-a/big-1").is_none());
+    assert!(index.index().provisioning_request("team-a/big-1").is_none());
     let status = status_of(&index, "team-a/big");
     assert!(status.admission.is_none() && status.provisioning_request.is_none());
 }
@@ -577,7 +603,7 @@ fn a_request_whose_delete_failed_is_deleted_by_a_later_pass() {
             support::land(&mut index, action, 20);
         }
     }
-    assert!(index.provisioning_request("team-a/big-1").is_some());
+    assert!(index.index().provisioning_request("team-a/big-1").is_some());
     let pass = plan(&mut index, at(21));
     let Some(Action::Unprovision {
         requests,
@@ -590,7 +616,7 @@ fn a_request_whose_delete_failed_is_deleted_by_a_later_pass() {
     assert_eq!(requests, &["team-a/big-1"]);
     assert_eq!(templates, &["team-a/big-1-workers"]);
     land_all(&mut index, &pass.actions, 21);
-    assert!(index.provisioning_request("team-a/big-1").is_none());
+    assert!(index.index().provisioning_request("team-a/big-1").is_none());
     assert!(
         plan(&mut index, at(22))
             .actions
@@ -613,7 +639,9 @@ fn a_release_onto_bought_capacity_cut_off_after_every_pod_exists_is_finished_as_
     };
     // Every pod was created, then the controller stopped before the status was written.
     let pods = gang.pods.clone();
-    let mut restarted = buying(vec![index.job("team-a/big").cloned().unwrap_or_default()]);
+    let mut restarted = buying(vec![
+        index.index().job("team-a/big").cloned().unwrap_or_default(),
+    ]);
     for n in ["n5", "n6", "n7", "n8"] {
         let mut node = support::node(n, "b3");
         if let Some(labels) = node.metadata.labels.as_mut() {
@@ -623,6 +651,7 @@ fn a_release_onto_bought_capacity_cut_off_after_every_pod_exists_is_finished_as_
     }
     restarted.apply(
         index
+            .index()
             .provisioning_request("team-a/big-1")
             .cloned()
             .unwrap_or_default(),
@@ -656,7 +685,7 @@ fn a_young_request_is_never_taken_for_an_orphan() {
     let request: ProvisioningRequest = object(json!({
         "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
         "metadata": {"name": "gone-1", "namespace": "team-a",
-                     "labels": {"muster.dev/job-name": "gone"},
+                     "labels": {JOB_LABEL: "gone"},
                      "creationTimestamp": at(5).to_string()},
         "spec": {"provisioningClassName": "queued-provisioning.gke.io",
                  "podSets": [{"podTemplateRef": {"name": "gone-1-workers"}, "count": 1}]}
@@ -684,7 +713,7 @@ fn a_young_request_of_a_job_that_ended_is_deleted_at_once() {
     let request: ProvisioningRequest = object(json!({
         "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
         "metadata": {"name": "small-1", "namespace": "team-a",
-                     "labels": {"muster.dev/job-name": "small"},
+                     "labels": {JOB_LABEL: "small"},
                      "creationTimestamp": at(5).to_string()},
         "spec": {"provisioningClassName": "queued-provisioning.gke.io",
                  "podSets": [{"podTemplateRef": {"name": "small-1-workers"}, "count": 1}]}
@@ -699,7 +728,7 @@ fn template(name: &str, job: &str, created: i64) -> k8s_openapi::api::core::v1::
     object(json!({
         "apiVersion": "v1", "kind": "PodTemplate",
         "metadata": {"name": name, "namespace": "team-a",
-                     "labels": {"muster.dev/job-name": job},
+                     "labels": {JOB_LABEL: job},
                      "creationTimestamp": at(created).to_string()},
         "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}}
     }))
@@ -773,7 +802,7 @@ fn the_templates_of_a_jobs_current_request_are_kept_however_old() {
     index.relist_done::<k8s_openapi::api::core::v1::PodTemplate>();
     let pass = plan(&mut index, at(10));
     land_all(&mut index, &pass.actions, 10);
-    assert!(index.provisioning_request("team-a/big-1").is_some());
+    assert!(index.index().provisioning_request("team-a/big-1").is_some());
     // Made long ago (the request waits in the autoscaler's queue).
     index.apply(template("big-1-workers", "big", -1000));
     // Named by the live request.

@@ -1,5 +1,6 @@
 //! The objects that release a gang: names, gates, pinning, environment, owner and Service.
 
+use muster_api::wire::{ADMISSION_GATE, GPU_DEVICES_ANNOTATION, JOB_LABEL};
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -104,7 +105,7 @@ fn every_pod_is_gated_pinned_named_and_told_its_peers() {
     assert_eq!(
         spec.scheduling_gates
             .map(|g| g.into_iter().map(|g| g.name).collect::<Vec<_>>()),
-        Some(vec!["muster.dev/admission".to_owned()])
+        Some(vec![ADMISSION_GATE.to_owned()])
     );
     assert_eq!(
         spec.node_selector,
@@ -130,10 +131,7 @@ fn every_pod_is_gated_pinned_named_and_told_its_peers() {
     );
     let labels = w1.metadata.labels.clone().unwrap_or_default();
     assert_eq!(labels.get("app").map(String::as_str), Some("trainer"));
-    assert_eq!(
-        labels.get("muster.dev/job-name").map(String::as_str),
-        Some("train")
-    );
+    assert_eq!(labels.get(JOB_LABEL).map(String::as_str), Some("train"));
     let owner = w1.metadata.owner_references.clone().unwrap_or_default();
     assert_eq!(
         owner
@@ -266,7 +264,7 @@ fn a_share_pod_gets_its_vgpu_and_names_its_device() {
     let devices: Vec<Option<String>> = g
         .pods
         .iter()
-        .map(|p| annotation(p, "muster.dev/gpu-devices"))
+        .map(|p| annotation(p, GPU_DEVICES_ANNOTATION))
         .collect();
     assert_eq!(devices, [Some("0".to_owned()), Some("3".to_owned())]);
     let limits: BTreeMap<String, String> = g.pods[0]

@@ -5,6 +5,7 @@
 
 mod support;
 
+use muster_api::wire::JOB_LABEL;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -258,7 +259,7 @@ impl Objects {
         let items: Vec<Value> = self
             .pods
             .values()
-            .filter(|p| p["metadata"]["labels"]["muster.dev/job-name"] == json!(job))
+            .filter(|p| p["metadata"]["labels"][JOB_LABEL] == json!(job))
             .cloned()
             .collect();
         Some((

@@ -11,18 +11,16 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{PodTemplate, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use muster_api::cluster_queue::ProvisioningPolicy;
 use muster_api::provisioning_request::{
     ProvisioningPodSet, ProvisioningRequestSpec, Reference, annotations,
 };
-use muster_api::{API_VERSION, GpuJob, ProvisioningRequest, ResourceFlavorSpec};
+use muster_api::wire::JOB_LABEL;
+use muster_api::{GpuJob, ProvisioningRequest, ResourceFlavorSpec};
 
 /// GKE's Dynamic Workload Scheduler class: one pod set per request.
 pub const QUEUED_PROVISIONING: &str = "queued-provisioning.gke.io";
-
-/// Label on every object Muster creates for a job's capacity: the job's name.
-pub const JOB_LABEL: &str = "muster.dev/job-name";
 
 /// Why the objects cannot be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,14 +114,9 @@ pub fn objects(
         |field: Option<&String>, what| field.cloned().ok_or(BuildError::MissingMetadata(what));
     let name = meta(job.metadata.name.as_ref(), "metadata.name")?;
     let namespace = meta(job.metadata.namespace.as_ref(), "metadata.namespace")?;
-    let owner = OwnerReference {
-        api_version: API_VERSION.to_owned(),
-        kind: "GpuJob".to_owned(),
-        name: name.clone(),
-        uid: meta(job.metadata.uid.as_ref(), "metadata.uid")?,
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    };
+    let owner = job
+        .owner_reference()
+        .ok_or(BuildError::MissingMetadata("metadata.uid"))?;
     let object_meta = |object_name: String| ObjectMeta {
         name: Some(object_name),
         namespace: Some(namespace.clone()),

@@ -148,7 +148,7 @@ pub struct Record {
 
 /// The one thing to do next.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
+pub enum Next {
     /// Nothing: waiting for a retry time, or running on the capacity.
     Nothing,
     /// Create the PodTemplates and request(s) of attempt `attempt`.
@@ -231,17 +231,17 @@ pub fn waiting_message(accepted: bool, message: &str) -> String {
 }
 
 /// Retry with backoff while attempts remain, else fail.
-fn retry_or_fail(record: &Record, policy: &ProvisioningPolicy, now: i64, why: String) -> Step {
+fn retry_or_fail(record: &Record, policy: &ProvisioningPolicy, now: i64, why: String) -> Next {
     let limit = retry_limit(policy.retry.as_ref());
     if out_of_requests(policy.retry.as_ref(), record.attempts) {
-        Step::Fail {
+        Next::Fail {
             reason: format!(
                 "{why}; gave up after {} attempts (retry.limit is {limit})",
                 record.attempts
             ),
         }
     } else {
-        Step::Retry {
+        Next::Retry {
             at: now.saturating_add(backoff(policy.retry.as_ref(), record.attempts)),
             reason: why,
         }
@@ -250,18 +250,18 @@ fn retry_or_fail(record: &Record, policy: &ProvisioningPolicy, now: i64, why: St
 
 /// The next step for a job with `record`, its request(s) `observed`, under `policy`, at
 /// `now` (seconds).
-pub fn step(record: &Record, observed: &Observed, policy: &ProvisioningPolicy, now: i64) -> Step {
+pub fn step(record: &Record, observed: &Observed, policy: &ProvisioningPolicy, now: i64) -> Next {
     if !record.active {
         return if record.requested || *observed != Observed::Missing {
-            Step::Delete
+            Next::Delete
         } else {
-            Step::Nothing
+            Next::Nothing
         };
     }
     if !record.requested {
         return match record.retry_at {
-            Some(at) if at > now => Step::Nothing,
-            _ => Step::Create {
+            Some(at) if at > now => Next::Nothing,
+            _ => Next::Create {
                 attempt: record.attempts + 1,
             },
         };
@@ -275,7 +275,7 @@ pub fn step(record: &Record, observed: &Observed, policy: &ProvisioningPolicy, n
         | Observed::BookingExpired { .. }
             if record.released =>
         {
-            Step::Nothing
+            Next::Nothing
         }
         Observed::Missing => retry_or_fail(
             record,
@@ -283,7 +283,7 @@ pub fn step(record: &Record, observed: &Observed, policy: &ProvisioningPolicy, n
             now,
             "the ProvisioningRequest was deleted before its capacity was used".to_owned(),
         ),
-        Observed::Waiting { accepted, message } => Step::Wait {
+        Observed::Waiting { accepted, message } => Next::Wait {
             message: waiting_message(*accepted, message),
         },
         Observed::Provisioned { details } => {
@@ -305,7 +305,7 @@ pub fn step(record: &Record, observed: &Observed, policy: &ProvisioningPolicy, n
                     }
                 }
             }
-            Step::Admit { node_selector }
+            Next::Admit { node_selector }
         }
         Observed::Failed { reason, message } => retry_or_fail(
             record,
@@ -319,7 +319,7 @@ pub fn step(record: &Record, observed: &Observed, policy: &ProvisioningPolicy, n
             now,
             format!("the capacity's booking expired before every pod was scheduled: {message}"),
         ),
-        Observed::CapacityRevoked { message } if record.released => Step::Revoked {
+        Observed::CapacityRevoked { message } if record.released => Next::Revoked {
             fail: policy.on_capacity_revoked == RevokedPolicy::Fail,
             message: message.clone(),
         },

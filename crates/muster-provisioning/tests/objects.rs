@@ -5,6 +5,7 @@
 #[path = "../../muster-api/tests/support/upstream.rs"]
 mod upstream;
 
+use muster_api::wire::ADMISSION_GATE;
 use std::collections::BTreeMap;
 
 use muster_api::cluster_queue::ProvisioningPolicy;
@@ -18,7 +19,7 @@ fn job() -> GpuJob {
         "metadata": {"name": "train", "namespace": "team-a", "uid": "u-1"},
         "spec": {"queueName": "q", "podSets": [
             {"name": "leader", "count": 1, "template": {"spec": {
-                "schedulingGates": [{"name": "muster.dev/admission"}],
+                "schedulingGates": [{"name": ADMISSION_GATE}],
                 "containers": [{"name": "l", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}},
             {"name": "workers", "count": 15, "template": {"spec": {
                 "nodeSelector": {"team": "a"},

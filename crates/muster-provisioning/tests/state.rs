@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use muster_api::ProvisioningRequest;
 use muster_api::cluster_queue::{ProvisioningPolicy, RetryPolicy, RevokedPolicy};
-use muster_provisioning::state::{Observed, Record, Step, backoff, combine, observe, step};
+use muster_provisioning::state::{Next, Observed, Record, backoff, combine, observe, step};
 use rstest::rstest;
 
 const NOW: i64 = 1_000;
@@ -63,16 +63,16 @@ fn running() -> Record {
     }
 }
 
-fn kind(s: &Step) -> &'static str {
+fn kind(s: &Next) -> &'static str {
     match s {
-        Step::Nothing => "nothing",
-        Step::Create { .. } => "create",
-        Step::Wait { .. } => "wait",
-        Step::Admit { .. } => "admit",
-        Step::Retry { .. } => "retry",
-        Step::Fail { .. } => "fail",
-        Step::Revoked { .. } => "revoked",
-        Step::Delete => "delete",
+        Next::Nothing => "nothing",
+        Next::Create { .. } => "create",
+        Next::Wait { .. } => "wait",
+        Next::Admit { .. } => "admit",
+        Next::Retry { .. } => "retry",
+        Next::Fail { .. } => "fail",
+        Next::Revoked { .. } => "revoked",
+        Next::Delete => "delete",
     }
 }
 
@@ -124,17 +124,17 @@ fn a_job_without_a_request_creates_the_next_attempt_once_its_backoff_is_over() {
     };
     assert_eq!(
         step(&record, &Observed::Missing, &policy(), NOW),
-        Step::Create { attempt: 1 }
+        Next::Create { attempt: 1 }
     );
     record.attempts = 1;
     record.retry_at = Some(NOW + 60);
     assert_eq!(
         step(&record, &Observed::Missing, &policy(), NOW),
-        Step::Nothing
+        Next::Nothing
     );
     assert_eq!(
         step(&record, &Observed::Missing, &policy(), NOW + 60),
-        Step::Create { attempt: 2 }
+        Next::Create { attempt: 2 }
     );
 }
 
@@ -142,12 +142,12 @@ fn a_job_without_a_request_creates_the_next_attempt_once_its_backoff_is_over() {
 fn a_deleted_request_is_retried_before_release_and_ignored_after() {
     let next = step(&waiting(1), &Observed::Missing, &policy(), NOW);
     assert!(
-        matches!(&next, Step::Retry { at, reason } if *at == NOW + 60 && reason.contains("deleted")),
+        matches!(&next, Next::Retry { at, reason } if *at == NOW + 60 && reason.contains("deleted")),
         "{next:?}"
     );
     assert_eq!(
         step(&running(), &Observed::Missing, &policy(), NOW),
-        Step::Nothing
+        Next::Nothing
     );
 }
 
@@ -163,7 +163,7 @@ fn retries_back_off_exponentially_up_to_the_cap() {
 #[test]
 fn a_failure_past_the_limit_names_the_autoscalers_reason() {
     let observed = observe(Some(&request(&[("Failed", "True", "Stockout")])));
-    let Step::Fail { reason } = step(&waiting(3), &observed, &policy(), NOW) else {
+    let Next::Fail { reason } = step(&waiting(3), &observed, &policy(), NOW) else {
         unreachable!()
     };
     assert!(
@@ -180,12 +180,12 @@ fn revoked_capacity_fails_the_job_when_the_policy_says_so() {
     let mut p = policy();
     assert!(matches!(
         step(&running(), &observed, &p, NOW),
-        Step::Revoked { fail: false, .. }
+        Next::Revoked { fail: false, .. }
     ));
     p.on_capacity_revoked = RevokedPolicy::Fail;
     assert!(matches!(
         step(&running(), &observed, &p, NOW),
-        Step::Revoked { fail: true, .. }
+        Next::Revoked { fail: true, .. }
     ));
 }
 
@@ -197,7 +197,7 @@ fn provisioned_capacity_gives_the_pods_node_selectors_from_the_details() {
     let observed = observe(Some(&request(&[("Provisioned", "True", "Ready")])));
     assert_eq!(
         step(&waiting(1), &observed, &p, NOW),
-        Step::Admit {
+        Next::Admit {
             node_selector: BTreeMap::from([(
                 "cloud.google.com/gke-nodepool".into(),
                 "dws-1".into()
@@ -209,7 +209,7 @@ fn provisioned_capacity_gives_the_pods_node_selectors_from_the_details() {
         BTreeMap::from([("example.com/reservation".into(), "reservation".into())]);
     let next = step(&waiting(1), &observed, &p, NOW);
     assert!(
-        matches!(&next, Step::Retry { reason, .. } if reason.contains("reservation")),
+        matches!(&next, Next::Retry { reason, .. } if reason.contains("reservation")),
         "{next:?}"
     );
 }
@@ -220,7 +220,7 @@ fn the_autoscalers_message_reaches_the_job() {
         ("Accepted", "True", "Queued"),
         ("Provisioned", "False", "CapacityNotAvailable"),
     ])));
-    let Step::Wait { message } = step(&waiting(1), &observed, &policy(), NOW) else {
+    let Next::Wait { message } = step(&waiting(1), &observed, &policy(), NOW) else {
         unreachable!()
     };
     assert!(message.contains("Provisioned False"), "{message}");
@@ -241,12 +241,12 @@ fn a_job_that_no_longer_needs_capacity_deletes_its_request() {
             &policy(),
             NOW
         ),
-        Step::Delete
+        Next::Delete
     );
     let idle = Record::default();
     assert_eq!(
         step(&idle, &Observed::Missing, &policy(), NOW),
-        Step::Nothing
+        Next::Nothing
     );
 }
 

@@ -21,7 +21,9 @@ use muster_api::ClusterQueueSpec;
 use muster_api::cluster_queue::{ProvisioningPolicy, RevokedPolicy};
 use muster_provisioning::state::out_of_requests;
 
-use crate::scenario::{AUTOSCALER_POOL_LABEL, AutoscalerSpec, CAPACITY_HOST_TAINT, Loaded};
+use muster_api::wire::{AUTOSCALER_POOL_LABEL, CAPACITY_HOST_TAINT};
+
+use crate::scenario::{AutoscalerSpec, Loaded};
 use crate::trace::Rng;
 
 /// What the autoscaler did in one run.

@@ -5,13 +5,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use muster_api::document::MusterObject;
-use muster_api::resource_flavor::HOSTNAME_LABEL;
-use muster_api::{Amount, ClusterQueueSpec, ResourceFlavorSpec, Resources};
+use muster_api::{Amount, ClusterQueueSpec, ObjectRef, ResourceFlavorSpec};
 use muster_topology::NodeInfo;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::trace::{self, Rng, TraceJob};
+use self::fleet::nodes;
+use self::synthetic::synthetic;
+use crate::trace::{self, TraceJob};
+
+mod fleet;
+mod synthetic;
 
 /// A scenario as written in YAML.
 #[derive(Clone, Debug, Deserialize)]
@@ -177,13 +181,6 @@ fn default_booking() -> i64 {
 fn default_stockout() -> i64 {
     1800
 }
-
-/// The taint on every host of an autoscaler pool (its value is the host's name): only the
-/// job the host was bought for tolerates it.
-pub const CAPACITY_HOST_TAINT: &str = "muster.dev/bought-for";
-
-/// The label naming an autoscaler pool on its nodes.
-pub const AUTOSCALER_POOL_LABEL: &str = "muster.dev/autoscaler-pool";
 
 /// The slices of a TPU pool.
 #[derive(Clone, Debug, Deserialize)]
@@ -518,8 +515,10 @@ impl Loaded {
                     message: e.to_string(),
                 })?;
             self.cluster_queues.push((vc.clone(), queue));
-            self.local_queues
-                .push((format!("{}/{vc}", self.scenario.namespace), vc));
+            self.local_queues.push((
+                ObjectRef::new(&self.scenario.namespace, &vc).into_string(),
+                vc,
+            ));
         }
         Ok(())
     }
@@ -641,182 +640,4 @@ impl Loaded {
             }),
         }
     }
-}
-
-/// vGPUs per GPU on a HAMi pool (HAMi's default `deviceSplitCount`).
-const HAMI_SPLIT: u64 = 10;
-
-/// Every node of every pool: `<pool>-b<block>-h<host>`, labelled with the pool's labels, its
-/// block and its host name. A pool labelled `gpu: "on"` is a HAMi pool: its GPUs are tracked
-/// one by one (`nvidia.com/gpu.count` is set) and each advertises 10 vGPUs.
-fn nodes(cluster: &ClusterSpec) -> Result<Vec<NodeInfo>, String> {
-    let mut out = Vec::new();
-    for pool in &cluster.pools {
-        let mut allocatable = Resources::new();
-        for (k, v) in &pool.allocatable {
-            let amount = Amount::parse(v)
-                .map_err(|e| format!("pool {}: allocatable.{k}: {e}", pool.name))?;
-            allocatable.set(k, amount);
-        }
-        let resource = if pool.tpu.is_some() {
-            muster_api::resources::names::GOOGLE_TPU
-        } else {
-            pool.resource.as_str()
-        };
-        allocatable.set(resource, Amount::from_units(u64::from(pool.gpus_per_host)));
-        let hami = pool
-            .labels
-            .get(muster_topology::HAMI_NODE_LABEL)
-            .map(String::as_str)
-            == Some("on");
-        if hami {
-            // HAMi's device plugin advertises each GPU as 10 vGPUs (its default split count),
-            // and GPU feature discovery labels the physical count.
-            allocatable.set(
-                resource,
-                Amount::from_units(u64::from(pool.gpus_per_host) * HAMI_SPLIT),
-            );
-        }
-        if allocatable.get("pods").is_zero() {
-            allocatable.set("pods", Amount::from_units(110));
-        }
-        for b in 0..pool.blocks {
-            for h in 0..pool.hosts_per_block {
-                let name = format!("{}-b{b:02}-h{h:03}", pool.name);
-                let mut labels = pool.labels.clone();
-                if hami {
-                    labels.insert(
-                        muster_topology::NVIDIA_GPU_COUNT.to_owned(),
-                        pool.gpus_per_host.to_string(),
-                    );
-                }
-                labels.insert(pool.block_label.clone(), format!("{}-b{b:02}", pool.name));
-                labels.insert(HOSTNAME_LABEL.to_owned(), name.clone());
-                if let Some(subs) = pool.sub_blocks_per_block.filter(|n| *n > 0) {
-                    let per_sub = pool.hosts_per_block.div_ceil(subs).max(1);
-                    labels.insert(
-                        pool.sub_block_label.clone(),
-                        format!("{}-b{b:02}-s{}", pool.name, h / per_sub),
-                    );
-                }
-                if let Some(tpu) = &pool.tpu {
-                    use muster_api::tpu::{ACCELERATOR_LABEL, NODE_POOL_LABEL, TOPOLOGY_LABEL};
-                    labels.insert(NODE_POOL_LABEL.to_owned(), format!("{}-b{b:02}", pool.name));
-                    labels.insert(ACCELERATOR_LABEL.to_owned(), tpu.accelerator.clone());
-                    labels.insert(TOPOLOGY_LABEL.to_owned(), tpu.topology.clone());
-                }
-                let mut taints = Vec::new();
-                if pool.autoscaler.is_some() {
-                    labels.insert(AUTOSCALER_POOL_LABEL.to_owned(), pool.name.clone());
-                    taints.push(k8s_openapi::api::core::v1::Taint {
-                        key: CAPACITY_HOST_TAINT.to_owned(),
-                        value: Some(name.clone()),
-                        effect: "NoSchedule".to_owned(),
-                        time_added: None,
-                    });
-                }
-                out.push(NodeInfo {
-                    name,
-                    labels,
-                    taints,
-                    allocatable: allocatable.clone(),
-                    schedulable: true,
-                });
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Generates a synthetic workload.
-fn synthetic(s: &SyntheticSpec, seed: Option<u64>, block: &str) -> Vec<TraceJob> {
-    let mut rng = Rng::new(seed.or(s.seed).unwrap_or(1));
-    let total: u64 = s
-        .sizes
-        .iter()
-        .map(|w| u64::from(w.weight))
-        .sum::<u64>()
-        .max(1);
-    let priorities = if s.priorities.is_empty() {
-        vec![0]
-    } else {
-        s.priorities.clone()
-    };
-    let topology = s
-        .gang_topology
-        .clone()
-        .unwrap_or_else(|| format!("required:{block}"));
-    let mean_gap = 3600.0 / s.arrivals_per_hour.max(1e-9);
-    let mut t = 0.0f64;
-    let mut jobs = Vec::new();
-    let burst = s.burst.unwrap_or(1).max(1);
-    for i in 0..s.jobs {
-        if i % burst == 0 {
-            t += rng.exponential(mean_gap);
-        }
-        let mut pick = rng.next_u64() % total;
-        let size = s.sizes.iter().find(|w| {
-            let hit = pick < u64::from(w.weight);
-            pick = pick.saturating_sub(u64::from(w.weight));
-            hit
-        });
-        let gpus = size.map_or(1, |w| w.gpus);
-        let share = size.and_then(|w| w.share_milli().ok().flatten());
-        let (pods, requests) = match share {
-            Some(milli) => (
-                size.and_then(|w| w.pods).unwrap_or(1).max(1),
-                BTreeMap::from([
-                    ("nvidia.com/gpu".to_owned(), Amount::from_units(1)),
-                    (
-                        muster_api::resources::names::GPU_SHARE.to_owned(),
-                        Amount::from_milli(milli),
-                    ),
-                ]),
-            ),
-            None => {
-                let (pods, per_pod) = trace::pods_of(gpus, s.max_gpus_per_pod.unwrap_or(8));
-                let requests =
-                    BTreeMap::from([("nvidia.com/gpu".to_owned(), Amount::from_units(per_pod))]);
-                (pods, requests)
-            }
-        };
-        let queue = pick_one(&mut rng, &s.queues).cloned().unwrap_or_default();
-        let drawn_priority = pick_one(&mut rng, &priorities).copied().unwrap_or(0);
-        let priority = size.and_then(|w| w.priority).unwrap_or(drawn_priority);
-        #[expect(
-            clippy::cast_possible_truncation,
-            reason = "virtual seconds stay far below 2^63"
-        )]
-        let drawn = rng.exponential(s.mean_duration_seconds).ceil().max(60.0) as i64;
-        let duration = size
-            .and_then(|w| w.duration_seconds)
-            .unwrap_or(drawn)
-            .max(1);
-        #[expect(
-            clippy::cast_possible_truncation,
-            reason = "virtual seconds stay far below 2^63"
-        )]
-        let submit = t.floor() as i64;
-        jobs.push(TraceJob {
-            id: format!("job-{i:06}"),
-            submit,
-            duration,
-            queue,
-            priority,
-            pod_sets: vec![("workers".to_owned(), pods, requests)],
-            topology: if pods > 1 {
-                topology.clone()
-            } else {
-                String::new()
-            },
-            expected_runtime: s.announce_runtime.then_some(duration),
-        });
-    }
-    jobs
-}
-
-/// A uniformly chosen element (`None` only when `items` is empty).
-fn pick_one<'a, T>(rng: &mut Rng, items: &'a [T]) -> Option<&'a T> {
-    let n = u64::try_from(items.len()).ok().filter(|n| *n > 0)?;
-    items.get(usize::try_from(rng.next_u64() % n).ok()?)
 }

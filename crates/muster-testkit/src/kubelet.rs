@@ -183,8 +183,8 @@ struct WriteDone {
     result: Result<(), kube::Error>,
 }
 
-/// A step of the loop, computed while the sources are borrowed and handled after.
-enum Step {
+/// What woke the loop, computed while the sources are borrowed and handled after.
+enum Wake {
     Stop,
     Pod(Box<Result<Event<Pod>, watcher::Error>>),
     Node(Box<Result<Event<Node>, watcher::Error>>),
@@ -226,30 +226,30 @@ impl Kubelet {
         let mut nodes = std::pin::pin!(nodes);
         loop {
             let step = tokio::select! {
-                () = shutdown.cancelled() => Step::Stop,
-                event = pods.next() => event.map_or(Step::Stop, |e| Step::Pod(Box::new(e))),
-                event = nodes.next() => event.map_or(Step::Stop, |e| Step::Node(Box::new(e))),
+                () = shutdown.cancelled() => Wake::Stop,
+                event = pods.next() => event.map_or(Wake::Stop, |e| Wake::Pod(Box::new(e))),
+                event = nodes.next() => event.map_or(Wake::Stop, |e| Wake::Node(Box::new(e))),
                 Some(expired) = self.timers.next(), if !self.timers.is_empty() => {
                     let (key, kind) = expired.into_inner();
-                    Step::Timer(key, kind)
+                    Wake::Timer(key, kind)
                 }
                 Some(done) = self.writes.join_next(), if !self.writes.is_empty() => match done {
-                    Ok(done) => Step::Write(done),
+                    Ok(done) => Wake::Write(done),
                     Err(_) => continue,
                 },
             };
             match step {
-                Step::Stop => break,
-                Step::Pod(event) => match *event {
+                Wake::Stop => break,
+                Wake::Pod(event) => match *event {
                     Ok(event) => self.on_pod_event(event),
                     Err(e) => tracing::debug!("fake kubelet, pod watch: {e}"),
                 },
-                Step::Node(event) => match *event {
+                Wake::Node(event) => match *event {
                     Ok(event) => self.on_node_event(event),
                     Err(e) => tracing::debug!("fake kubelet, node watch: {e}"),
                 },
-                Step::Timer(key, kind) => self.on_timer(&key, kind),
-                Step::Write(done) => self.on_write_done(done),
+                Wake::Timer(key, kind) => self.on_timer(&key, kind),
+                Wake::Write(done) => self.on_write_done(done),
             }
         }
     }

@@ -1,6 +1,9 @@
 //! Test tooling for Muster, used only as a dev-dependency: a real Kubernetes control plane on
 //! loopback ([`TestCluster`]), fake GPU nodes ([`nodes`]) and a fake kubelet that runs the pods
-//! bound to them ([`FakeKubelet`]).
+//! bound to them ([`FakeKubelet`]); a fault proxy that stands between a client and the API server
+//! and fails, drops or delays a seeded share of its requests ([`proxy::FaultProxy`]); and the
+//! invariant checker that watches a cluster and reports every broken promise of gang admission
+//! ([`checker::Checker`]).
 //!
 //! Tests need the control-plane binaries in the folder named by `MUSTER_KUBE_BIN`; without it
 //! they print one line and pass:
@@ -20,13 +23,14 @@
 
 #![forbid(unsafe_code)]
 
+pub mod checker;
 pub mod cluster;
 pub mod crds;
 mod credentials;
 pub mod kubelet;
-pub mod load;
 pub mod nodes;
 mod process;
+pub mod proxy;
 pub mod wait;
 
 pub use cluster::{ClusterOptions, Component, TestCluster};

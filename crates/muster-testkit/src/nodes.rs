@@ -32,11 +32,7 @@ use crate::crds::MANAGER;
 /// with it.
 pub const FAKE_NODE_LABEL: &str = "testkit.muster.dev/fake";
 
-/// The taint the API server puts on a new node until it is Ready.
-pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
-
-/// The taint the node lifecycle controller puts on a node whose heartbeats stopped.
-pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
+pub use muster_api::wire::{NOT_READY_TAINT, UNREACHABLE_TAINT};
 
 /// The namespace of node heartbeat Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";

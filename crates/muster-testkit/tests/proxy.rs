@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::Api;
 use kube::client::Body;
-use muster_testkit::load::chaos::proxy::{FaultPlan, FaultProxy};
+use muster_testkit::proxy::{FaultPlan, FaultProxy};
 
 /// A mock API server that answers every request with an empty pod list, counting them.
 fn mock() -> (Client, tokio::task::JoinHandle<usize>) {

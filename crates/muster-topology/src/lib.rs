@@ -14,7 +14,8 @@
 //!
 //! Pure and synchronous: no I/O, no clock.
 
-mod capacity;
+mod dense;
+mod fit;
 mod labels;
 mod node;
 mod place;
@@ -25,11 +26,13 @@ pub mod shared;
 mod tpu;
 mod tree;
 
+pub use dense::{DenseRequest, on_devices};
+pub use fit::{Fit, NoFit, NoFitKind, PodSetFit};
 pub use node::{
     GKE_GPU_SHARING_STRATEGY, GKE_MAX_SHARED_CLIENTS, HAMI_NODE_LABEL, InputError, MAX_GPU_DEVICES,
     NVIDIA_GPU_COUNT, NVIDIA_GPU_REPLICAS, NodeInfo, pod_usage,
 };
-pub use place::{Fit, NoFit, NoFitKind, PodSetFit, place};
+pub use place::place;
 pub use policy::{
     BestFit, FragmentationAware, POLICY_NAMES, Policy, SHARE_SEED, SharePlacement, Spread, Unit,
     by_name,
@@ -38,4 +41,4 @@ pub use request::{
     Constraint, Eligibility, Mismatch, PodSetRequest, RequestError, needs_whole_gpus, tolerated,
 };
 pub use rng::Rng;
-pub use tree::{DenseRequest, Domain, DomainId, Mark, NodeId, NodeState, Topology, on_devices};
+pub use tree::{Domain, DomainId, Mark, NodeId, NodeState, Topology};

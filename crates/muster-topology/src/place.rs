@@ -2,82 +2,15 @@
 
 use std::fmt::Write as _;
 
-use muster_api::Resources;
 use muster_api::resources::names;
 
+use crate::dense::on_devices;
+use crate::fit::{Fit, NoFit, NoFitKind, Placed, PodSetFit, describe, per_node};
 use crate::policy::{Policy, Unit};
 use crate::request::{Constraint, Mismatch, PodSetRequest};
 use crate::shared::{ShareRequest, SharedNode};
 use crate::tpu;
-use crate::tree::{DomainId, NodeId, Topology, on_devices};
-
-/// Where every pod of a gang goes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Fit {
-    /// One entry per pod set, in the gang's order.
-    pub pod_sets: Vec<PodSetFit>,
-}
-
-/// Where one pod set goes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodSetFit {
-    /// The pod set.
-    pub name: String,
-    /// The chosen domain as (level, value) pairs, widest first; empty for the whole flavor.
-    pub domain: Vec<(String, String)>,
-    /// The node of each pod, by pod index.
-    pub nodes: Vec<String>,
-    /// The GPU devices each pod takes on its node, by pod index: empty where the node's GPUs
-    /// are not tracked one by one ([`crate::NodeInfo::gpu_devices`]).
-    pub devices: Vec<Vec<u32>>,
-}
-
-/// Why a gang cannot be placed now, in terms a person can act on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NoFit {
-    /// The pod set that could not be placed.
-    pub pod_set: String,
-    /// The kind of failure.
-    pub kind: NoFitKind,
-    /// The whole explanation.
-    pub message: String,
-    /// Pods needed.
-    pub needed: u32,
-    /// The best candidate domain (or slice) and how many pods it could hold.
-    pub best: Option<(String, u32)>,
-    /// How many pods the flavor's nodes could hold in all, ignoring the constraint.
-    pub total_capacity: u32,
-    /// Enough capacity exists in all, but not in one place: fragmentation.
-    pub fragmented: bool,
-}
-
-/// Kinds of [`NoFit`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum NoFitKind {
-    /// No node passes the pod set's selectors, affinity, taints and readiness.
-    NoEligibleNodes,
-    /// The constraint names a level that is not one of the flavor's topology levels.
-    UnknownLevel,
-    /// Capacity exists in all, but no domain of the required level holds the whole set.
-    NoDomainFits,
-    /// The flavor's nodes lack the capacity, constraint or not.
-    NotEnoughCapacity,
-    /// Not enough whole, free TPU slices of the shape.
-    NoFreeSlices,
-}
-
-impl NoFitKind {
-    /// A stable, machine-readable name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NoFitKind::NoEligibleNodes => "NoEligibleNodes",
-            NoFitKind::UnknownLevel => "UnknownLevel",
-            NoFitKind::NoDomainFits => "NoDomainFits",
-            NoFitKind::NotEnoughCapacity => "NotEnoughCapacity",
-            NoFitKind::NoFreeSlices => "NoFreeSlices",
-        }
-    }
-}
+use crate::tree::{DomainId, NodeId, Topology};
 
 /// Places every pod set of `gang`, in order, each seeing the ones placed before it. On success
 /// the pods' usage is applied to `topo` (journaled: roll back to a mark taken before the call
@@ -199,15 +132,6 @@ fn capacity<'a>(
     }
 }
 
-/// `fits(node)` for every node the pod set may use (`eligible`, by node id), zero for the others.
-pub(crate) fn per_node(eligible: &[bool], fits: impl Fn(NodeId) -> u32) -> Vec<u32> {
-    eligible
-        .iter()
-        .enumerate()
-        .map(|(id, ok)| if *ok { fits(id) } else { 0 })
-        .collect()
-}
-
 /// Why each ineligible node is ineligible (a full pass, for explanations only).
 fn mismatches(topo: &Topology, req: &PodSetRequest) -> Vec<Mismatch> {
     topo.nodes()
@@ -215,11 +139,6 @@ fn mismatches(topo: &Topology, req: &PodSetRequest) -> Vec<Mismatch> {
         .filter_map(|n| req.node_mismatch(&n.info))
         .collect()
 }
-
-/// A pod set's chosen domain as (level, value) pairs, and the node of each pod.
-/// Where a pod set goes: its domain, each pod's node, and — when the policy chose them — each
-/// pod's GPU devices (empty: the fitter picks them as it books).
-pub(crate) type Placed = (Vec<(String, String)>, Vec<NodeId>, Vec<Vec<u32>>);
 
 fn place_in_domain(
     topo: &Topology,
@@ -572,15 +491,6 @@ fn distribute(
             distribute(topo, cap, policy, id, take, out);
         }
     }
-}
-
-/// Shows a pod's requests, leaving out the pod slot itself.
-pub(crate) fn describe(requests: &Resources) -> String {
-    let mut shown = Resources::new();
-    for (name, amount) in requests.iter().filter(|(n, _)| *n != names::PODS) {
-        shown.set(name, amount);
-    }
-    format!("{shown} each")
 }
 
 fn domain_message(

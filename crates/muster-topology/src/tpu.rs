@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use muster_api::resources::names;
 use muster_api::tpu::{ACCELERATOR_LABEL, NODE_POOL_LABEL, Shape, TOPOLOGY_LABEL};
 
-use crate::place::{NoFit, NoFitKind, Placed, describe, per_node};
+use crate::fit::{NoFit, NoFitKind, Placed, describe, per_node};
 use crate::request::{Constraint, PodSetRequest};
 use crate::tree::{NodeId, Topology};
 

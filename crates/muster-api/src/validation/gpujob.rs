@@ -9,9 +9,7 @@ use crate::gpujob::{GpuJob, GpuJobSpec, MAX_POD_SETS, PodSet, TopologyRequest, T
 use crate::quantity::Amount;
 use crate::resources::{Resources, container_requests, names, pod_requests};
 use crate::tpu;
-
-/// The scheduling gate Muster puts on a gang's pods until all of them exist.
-pub const ADMISSION_GATE: &str = "muster.dev/admission";
+use crate::wire::ADMISSION_GATE;
 
 impl Validate for GpuJob {
     fn validate(&self) -> Vec<FieldError> {

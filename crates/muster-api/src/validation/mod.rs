@@ -10,7 +10,6 @@ mod queues;
 
 use std::fmt;
 
-pub use gpujob::ADMISSION_GATE;
 pub use names::{
     is_dns1035_label, is_dns1123_label, is_dns1123_subdomain, is_label_value, is_qualified_name,
 };

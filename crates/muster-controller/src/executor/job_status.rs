@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use muster_api::{API_VERSION, GpuJob, GpuJobStatus};
 
-use super::{ExecuteError, Executor, FIELD_MANAGER, Written, is_code, named, split};
+use super::{ExecuteError, Executor, FIELD_MANAGER, Written, is_code, named, reference};
 use crate::action::{Action, JobRead};
 
 impl Executor {
@@ -24,7 +24,8 @@ impl Executor {
         let Some(key) = action.job() else {
             return Ok(Vec::new());
         };
-        let (namespace, name) = split(key)?;
+        let object = reference(key)?;
+        let (namespace, name) = (object.namespace(), object.name());
         let mut read = Vec::new();
         let jobs: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
         let job = self
@@ -36,8 +37,8 @@ impl Executor {
         match action {
             Action::Release { .. } => {
                 let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-                let selected =
-                    ListParams::default().labels(&format!("{}={name}", crate::release::JOB_LABEL));
+                let selected = ListParams::default()
+                    .labels(&format!("{}={name}", muster_api::wire::JOB_LABEL));
                 let listed = self
                     .retrying(
                         self.read_retry,
@@ -85,7 +86,8 @@ impl Executor {
         status: &GpuJobStatus,
         read: Option<&JobRead>,
     ) -> Result<GpuJob, ExecuteError> {
-        let (namespace, name) = split(key)?;
+        let object = reference(key)?;
+        let (namespace, name) = (object.namespace(), object.name());
         let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
         let params = PatchParams::apply(FIELD_MANAGER).force();
         let Some((read, mut version)) = read.and_then(|r| Some((r, r.resource_version.clone()?)))

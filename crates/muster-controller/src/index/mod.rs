@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 use muster_api::{
-    ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor, Resources,
+    ClusterQueue, GpuJob, LocalQueue, ObjectRef, ProvisioningRequest, ResourceFlavor, Resources,
 };
 use muster_topology::NodeInfo;
 
@@ -150,10 +150,9 @@ pub trait Indexed:
     /// The object's key: `namespace/name` or `name`.
     fn key(&self) -> String {
         let meta = self.meta();
-        let name = meta.name.clone().unwrap_or_default();
         match &meta.namespace {
-            Some(ns) => format!("{ns}/{name}"),
-            None => name,
+            Some(_) => ObjectRef::of(meta).into_string(),
+            None => meta.name.clone().unwrap_or_default(),
         }
     }
 }
@@ -240,8 +239,6 @@ pub struct Index {
     /// replaced since is skipped when it falls off.
     tombstone_order: std::collections::VecDeque<(u64, (Kind, String))>,
     tombstone_seq: u64,
-    /// Bumped on every change: the scheduling loop runs when it moved.
-    version: u64,
 }
 
 impl Index {
@@ -280,7 +277,6 @@ impl Index {
         if keep {
             object.apply(self);
         }
-        self.version += 1;
     }
 
     /// Removes a deleted object, remembering its last version for a while (see
@@ -294,7 +290,6 @@ impl Index {
             K::remove(self, &key);
             self.remember_deleted(K::KIND, key, deleted);
         }
-        self.version += 1;
     }
 
     /// Remembers a deletion (see [`TOMBSTONES`]).
@@ -330,7 +325,6 @@ impl Index {
         if self.synced.insert(K::KIND) && K::KIND == Kind::ProvisioningRequest {
             self.shared_version += 1;
         }
-        self.version += 1;
     }
 
     fn keys(&self, kind: Kind) -> Box<dyn Iterator<Item = String> + '_> {
@@ -373,11 +367,6 @@ impl Index {
     /// bought, or a request's progress be read.
     pub fn provisioning_api(&self) -> bool {
         self.is_synced(Kind::ProvisioningRequest)
-    }
-
-    /// Changes so far; the scheduling loop compares it to decide whether to run.
-    pub fn version(&self) -> u64 {
-        self.version
     }
 
     /// A job by `namespace/name`.

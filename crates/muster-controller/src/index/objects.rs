@@ -3,15 +3,17 @@
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodTemplate};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use muster_api::validation::ADMISSION_GATE;
-use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
+use muster_api::wire::{
+    ADMISSION_GATE, ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION,
+    GPU_DEVICES_ANNOTATION, JOB_LABEL, POD_INDEX_LABEL, POD_SET_LABEL,
+};
+use muster_api::{
+    ClusterQueue, GpuJob, LocalQueue, ObjectRef, ProvisioningRequest, ResourceFlavor,
+};
 use muster_topology::{NodeInfo, pod_usage};
 
 use super::{GangMember, Index, Indexed, Kind, NotReady, PodPhase, PodRecord, TemplateRecord};
-use crate::release::{
-    ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION, JOB_LABEL,
-    POD_INDEX_LABEL, POD_SET_LABEL, parse_domain,
-};
+use crate::release::parse_domain;
 
 impl Indexed for GpuJob {
     const KIND: Kind = Kind::GpuJob;
@@ -268,11 +270,7 @@ impl Indexed for PodTemplate {
         let meta = &self.metadata;
         // Only Muster's templates are watched (by their job label); one without it is not
         // Muster's to clean up.
-        let Some(job) = meta
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(muster_provisioning::objects::JOB_LABEL))
-        else {
+        let Some(job) = meta.labels.as_ref().and_then(|l| l.get(JOB_LABEL)) else {
             return;
         };
         let record = TemplateRecord {
@@ -291,14 +289,12 @@ impl Indexed for PodTemplate {
 /// the label, whose it is cannot be told, so every job does.
 fn request_changed(index: &mut Index, request: &ProvisioningRequest) {
     let meta = &request.metadata;
-    match meta
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(muster_provisioning::objects::JOB_LABEL))
-    {
+    match meta.labels.as_ref().and_then(|l| l.get(JOB_LABEL)) {
         Some(job) => {
             let namespace = meta.namespace.as_deref().unwrap_or_default();
-            index.changed_jobs.insert(format!("{namespace}/{job}"));
+            index
+                .changed_jobs
+                .insert(ObjectRef::new(namespace, job).into_string());
         }
         None => index.shared_version += 1,
     }
@@ -361,7 +357,7 @@ fn member(pod: &Pod) -> Option<GangMember> {
     let annotations = meta.annotations.clone().unwrap_or_default();
     let annotation = |k: &str| annotations.get(k).cloned().unwrap_or_default();
     Some(GangMember {
-        job: format!("{}/{job}", meta.namespace.as_deref().unwrap_or_default()),
+        job: ObjectRef::new(meta.namespace.as_deref().unwrap_or_default(), job).into_string(),
         pod_set: labels.get(POD_SET_LABEL).cloned().unwrap_or_default(),
         index: labels
             .get(POD_INDEX_LABEL)
@@ -375,7 +371,7 @@ fn member(pod: &Pod) -> Option<GangMember> {
         flavor: annotation(FLAVOR_ANNOTATION),
         domain: parse_domain(&annotation(DOMAIN_ANNOTATION)),
         pinned: crate::release::pinned_node(pod).map(str::to_owned),
-        devices: crate::hami::parse_devices(&annotation(crate::hami::GPU_DEVICES_ANNOTATION))
+        devices: crate::hami::parse_devices(&annotation(GPU_DEVICES_ANNOTATION))
             .unwrap_or_default(),
     })
 }

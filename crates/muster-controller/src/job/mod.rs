@@ -23,16 +23,17 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use muster_admission::{Admitted, Holding};
-use muster_api::GpuJob;
 use muster_api::gpujob::{GpuJobPhase, GpuJobStatus, PendingReasonKind};
+use muster_api::wire::FINALIZER;
+use muster_api::{GpuJob, ObjectRef};
 
-use crate::action::{Action, FINALIZER, Note};
+use crate::action::{Action, Note};
 use crate::holding::{
     Pods, draining, held_by_pods, holding, holding_of, recovered_admission, seconds, split_pods,
     unfinished_release,
 };
 use crate::index::Index;
-use crate::ledger::{Busy, Ledger};
+use crate::ledger::{Busy, Failure, Ledger};
 use crate::lifecycle::{Health, health, requeue_at};
 use crate::provision;
 use crate::status::{self, Eviction};
@@ -286,7 +287,7 @@ fn step_by_status(index: &Index, ledger: &Ledger, key: &str, now: &Time) -> Opti
     let status = job.status.as_ref().unwrap_or(&default);
     let (current, stale) = split_pods(index, key, status.requeue_count);
     // Writes in flight: until they land the job holds (or queues) as they promised.
-    match ledger.busy.get(key) {
+    match ledger.promised(key) {
         Some(Busy::Release(admitted)) => {
             return Some(Step::new(Phase::Releasing).holds(holding(admitted, now_s), false));
         }
@@ -301,9 +302,9 @@ fn step_by_status(index: &Index, ledger: &Ledger, key: &str, now: &Time) -> Opti
             return Some(Step::new(shown_phase(job, status)).holds_maybe(held, provisioning));
         }
         Some(Busy::Status) => return Some(Step::new(Phase::Waiting).with(InCycle::Queued)),
-        // A queued status write holds nothing back: the pass decides afresh and replaces or
-        // drops it.
-        Some(Busy::StatusQueued) | None => {}
+        // A queued status write holds nothing back (it is not promised): the pass decides
+        // afresh and replaces or drops it.
+        None => {}
     }
     if job.metadata.deletion_timestamp.is_some() {
         let step = Step::new(Phase::Deleted);
@@ -323,24 +324,47 @@ fn step_by_status(index: &Index, ledger: &Ledger, key: &str, now: &Time) -> Opti
         || provision::is_provisioning(status)
         || !current.is_empty()
         || !stale.is_empty();
-    let add_finalizer = holds && !has_finalizer(job) && !ledger.finalizing.contains(key);
-    let mut step = next(index, ledger, key, job, status, &current, stale, now);
+    let add_finalizer = holds && !has_finalizer(job) && !ledger.is_finalizing(key);
+    let reading = Reading {
+        index,
+        ledger,
+        key,
+        job,
+        status,
+        current: &current,
+        now,
+    };
+    let mut step = next(&reading, stale);
     step.add_finalizer = add_finalizer;
     Some(step)
 }
 
-/// [`step`] for a job with no write in flight and not deleted.
-#[allow(clippy::too_many_arguments)]
-fn next(
-    index: &Index,
-    ledger: &Ledger,
-    key: &str,
-    job: &GpuJob,
-    status: &GpuJobStatus,
-    current: &Pods<'_>,
-    stale: Vec<String>,
-    now: &Time,
-) -> Step {
+/// What one job's step reads: the index and the ledger, the job and its status, its pods of
+/// the current attempt, and the pass's time.
+#[derive(Clone, Copy)]
+pub(super) struct Reading<'a> {
+    pub(super) index: &'a Index,
+    pub(super) ledger: &'a Ledger,
+    pub(super) key: &'a str,
+    pub(super) job: &'a GpuJob,
+    pub(super) status: &'a GpuJobStatus,
+    /// The job's pods of its current attempt, with those being deleted.
+    pub(super) current: &'a Pods<'a>,
+    pub(super) now: &'a Time,
+}
+
+/// [`step`] for a job with no write in flight and not deleted, with its pods of earlier
+/// attempts (`stale`).
+fn next(reading: &Reading<'_>, stale: Vec<String>) -> Step {
+    let Reading {
+        index,
+        ledger,
+        key,
+        job,
+        status,
+        current,
+        now,
+    } = *reading;
     let now_s = now.0.as_second();
     if !stale.is_empty() {
         return Step::new(Phase::Restarting).act(Action::DeletePods {
@@ -359,10 +383,10 @@ fn next(
         .filter(|(_, p)| !p.deleting)
         .collect();
     if provision::is_provisioning(status) {
-        return provisioning::step(index, ledger, key, job, status, current, &live, now);
+        return provisioning::step(reading, &live);
     }
     if let Some(held) = holding_of(job, status, current) {
-        return admitted(index, key, job, status, held, current, &live, now);
+        return admitted(reading, held, &live);
     }
     if !live.is_empty() {
         // Pods of the current attempt but no admission in the status: a release that was
@@ -374,7 +398,11 @@ fn next(
         let waiting: Pods<'_> = current.iter().copied().chain(draining).collect();
         return terminating::step(index, key, status, &waiting, now_s);
     }
-    if let Some((failures, retry_at, error)) = ledger.failed.get(key)
+    if let Some(Failure {
+        failures,
+        retry_at,
+        error,
+    }) = ledger.failure(key)
         && *retry_at > now_s
     {
         let mut next = status.clone();
@@ -406,7 +434,7 @@ fn next(
         let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
         let cluster_queue = index
             .local_queues
-            .get(&format!("{namespace}/{}", job.spec.queue_name))
+            .get(ObjectRef::new(namespace, &job.spec.queue_name).as_str())
             .map(|q| q.spec.cluster_queue.clone())
             .unwrap_or_default();
         let mut step = Step::new(Phase::Waiting).with(InCycle::BackingOff { cluster_queue });
@@ -432,17 +460,17 @@ fn cut_off(job: &GpuJob, key: &str, current: &Pods<'_>, live: &Pods<'_>, step: S
 }
 
 /// An admitted job (its status holds an admission): its gang's health decides.
-#[allow(clippy::too_many_arguments, clippy::too_many_lines)]
-fn admitted(
-    index: &Index,
-    key: &str,
-    job: &GpuJob,
-    status: &GpuJobStatus,
-    held: Holding,
-    current: &Pods<'_>,
-    live: &Pods<'_>,
-    now: &Time,
-) -> Step {
+#[allow(clippy::too_many_lines)]
+fn admitted(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Step {
+    let Reading {
+        index,
+        key,
+        job,
+        status,
+        current,
+        now,
+        ..
+    } = *reading;
     let now_s = now.0.as_second();
     let generation = job.metadata.generation;
     if let Some(admitted) = unfinished_release(job, key, &held, current) {

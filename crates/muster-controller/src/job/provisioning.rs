@@ -5,30 +5,29 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use muster_api::GpuJob;
 use muster_api::gpujob::GpuJobStatus;
-use muster_provisioning::state::Step as Next;
+use muster_provisioning::state::Next;
 
-use super::{InCycle, Phase, Step, cut_off, unprovision};
+use super::{InCycle, Phase, Reading, Step, cut_off, unprovision};
 use crate::action::{Action, Note};
 use crate::holding::Pods;
 use crate::index::Index;
-use crate::ledger::{Busy, Ledger};
+use crate::ledger::Busy;
 use crate::provision;
 use crate::status;
 
 /// The step of a job whose status says it is provisioning (an admission without nodes and a
 /// request), with its pods of the current attempt (`current`, of which `live` are not being
 /// deleted).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn step(
-    index: &Index,
-    ledger: &Ledger,
-    key: &str,
-    job: &GpuJob,
-    status: &GpuJobStatus,
-    current: &Pods<'_>,
-    live: &Pods<'_>,
-    now: &Time,
-) -> Step {
+pub(super) fn step(reading: &Reading<'_>, live: &Pods<'_>) -> Step {
+    let Reading {
+        index,
+        ledger,
+        key,
+        job,
+        status,
+        current,
+        now,
+    } = *reading;
     let now_s = now.0.as_second();
     let held = provision::holding(status, now_s);
     if !live.is_empty() {
@@ -47,10 +46,7 @@ pub(super) fn step(
     }
     // After a failed release only the admission waits out its backoff; everything else the
     // autoscaler or the owner says still counts.
-    let backing_off = ledger
-        .failed
-        .get(key)
-        .is_some_and(|(_, retry_at, _)| *retry_at > now_s);
+    let backing_off = ledger.backing_off(key, now_s);
     follow(index, key, job, status, now, backing_off)
 }
 

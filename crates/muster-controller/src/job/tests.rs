@@ -18,8 +18,9 @@ use super::{InCycle, step};
 use crate::holding::holding;
 use crate::index::Index;
 use crate::ledger::{Busy, Ledger};
-use crate::release::{ATTEMPT_LABEL, gang};
+use crate::release::gang;
 use crate::status;
+use muster_api::wire::{ATTEMPT_LABEL, FINALIZER};
 
 const KEY: &str = "team-a/train";
 /// The pass runs at this second; the job was admitted at `ADMITTED`.
@@ -82,7 +83,7 @@ fn job() -> GpuJob {
         "metadata": {"name": "train", "namespace": "team-a", "uid": "uid-train",
                      "resourceVersion": "1", "generation": 1,
                      "creationTimestamp": time(0).0.to_string(),
-                     "finalizers": ["muster.dev/gang"]},
+                     "finalizers": [FINALIZER]},
         "spec": {"queueName": "research", "podsReadyTimeoutSeconds": 300, "backoffLimit": 1,
             "podSets": [{"name": "workers", "count": 2,
                 "topology": {"required": "example.com/block"},
@@ -218,15 +219,32 @@ impl World {
     }
 
     fn busy(mut self, busy: Busy) -> World {
-        self.ledger.busy.insert(KEY.to_owned(), busy);
+        self.ledger.promise(KEY.to_owned(), busy);
         self
     }
 
-    fn failed_release(mut self, retry_at: i64) -> World {
-        self.ledger.failed.insert(
-            KEY.to_owned(),
-            (2, EPOCH + retry_at, "pods are forbidden".to_owned()),
+    /// A status write of the job queued for the sender, not yet sent.
+    fn status_queued(mut self) -> World {
+        self.ledger.promise(KEY.to_owned(), Busy::Status);
+        let write = crate::action::Action::JobStatus {
+            job: KEY.to_owned(),
+            status: Box::default(),
+            event: None,
+        };
+        assert!(
+            self.ledger.defer(write).is_none(),
+            "a waiting job's status is queued"
         );
+        self
+    }
+
+    /// Two releases failed; the second's backoff (40 s) ends at `retry_at`.
+    fn failed_release(mut self, retry_at: i64) -> World {
+        let error = || "pods are forbidden".to_owned();
+        self.ledger
+            .fail_release(KEY, EPOCH + retry_at - 80, error());
+        self.ledger
+            .fail_release(KEY, EPOCH + retry_at - 40, error());
         self
     }
 
@@ -334,7 +352,7 @@ impl World {
         }
         if let Some(annotations) = pod.metadata.annotations.as_mut() {
             annotations.insert(
-                crate::release::DOMAIN_ANNOTATION.to_owned(),
+                muster_api::wire::DOMAIN_ANNOTATION.to_owned(),
                 "example.com/block=b2".to_owned(),
             );
         }
@@ -439,7 +457,7 @@ fn every_situation_gives_its_step() {
         ),
         (
             "a queued status write holds nothing back",
-            World::new().busy(Busy::StatusQueued),
+            World::new().status_queued(),
             "Waiting · queued",
         ),
         (

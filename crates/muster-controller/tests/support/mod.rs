@@ -7,6 +7,7 @@ pub mod script;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::jiff::Timestamp;
+use muster_api::wire::FINALIZER;
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
 use muster_controller::executor::Written;
 use muster_controller::plan::Action;
@@ -75,7 +76,7 @@ pub fn job(name: &str, count: u32, created: i64) -> GpuJob {
         "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}"),
                      "resourceVersion": "1", "generation": 1,
                      "creationTimestamp": at(created).to_string(),
-                     "finalizers": ["muster.dev/gang"]},
+                     "finalizers": [FINALIZER]},
         "spec": {"queueName": "research", "podsReadyTimeoutSeconds": 300, "backoffLimit": 1,
             "podSets": [{"name": "workers", "count": count,
                 "topology": {"required": "example.com/block"},
@@ -165,7 +166,7 @@ pub fn land(index: &mut State, action: &Action, now: i64) {
 /// the outcome.
 pub fn land_as(index: &mut State, action: &Action, landing: Landing, now: i64) {
     // A write to a job deleted meanwhile fails there (404): what went before it stays.
-    let gone = action.job().is_some_and(|j| index.job(j).is_none())
+    let gone = action.job().is_some_and(|j| index.index().job(j).is_none())
         && (action.writes_job_status() || matches!(action, Action::AddFinalizer { .. }));
     let landing = match landing {
         Landing::Landed | Landing::AnswerLost if gone => Landing::CutShort,
@@ -204,7 +205,7 @@ pub fn land_as(index: &mut State, action: &Action, landing: Landing, now: i64) {
 
 /// `job` as the index holds it, one resource version on; `None` when it is gone.
 fn bumped(index: &State, key: &str) -> Option<GpuJob> {
-    let mut j = index.job(key).cloned()?;
+    let mut j = index.index().job(key).cloned()?;
     let rv: u64 = j
         .metadata
         .resource_version
@@ -279,18 +280,22 @@ fn carried_out(index: &mut State, action: &Action) -> (Vec<Written>, Vec<String>
         Action::DeletePods { pods, .. } => deleted.clone_from(pods),
         Action::AddFinalizer { job } => {
             if let Some(mut j) = bumped(index, job) {
-                j.metadata.finalizers = Some(vec!["muster.dev/gang".into()]);
+                j.metadata.finalizers = Some(vec![FINALIZER.into()]);
                 written.push(Written::Job(Box::new(j)));
             }
         }
         Action::Finalize { job, pods } => {
             deleted.clone_from(pods);
-            if let Some(j) = index.job(job).cloned() {
+            if let Some(j) = index.index().job(job).cloned() {
                 index.delete(&j);
             }
         }
         Action::ClusterQueueStatus { name, status } => {
-            let mut q: ClusterQueue = index.cluster_queue(name).cloned().unwrap_or_default();
+            let mut q: ClusterQueue = index
+                .index()
+                .cluster_queue(name)
+                .cloned()
+                .unwrap_or_default();
             q.status = Some(status.clone());
             index.apply(q);
         }
@@ -315,12 +320,16 @@ fn carried_out(index: &mut State, action: &Action) -> (Vec<Written>, Vec<String>
             }
         }
         Action::LocalQueueStatus { key, status } => {
-            let mut q: LocalQueue = index.local_queue(key).cloned().unwrap_or_else(local_queue);
+            let mut q: LocalQueue = index
+                .index()
+                .local_queue(key)
+                .cloned()
+                .unwrap_or_else(local_queue);
             q.status = Some(status.clone());
             index.apply(q);
         }
         Action::FlavorStatus { name, status } => {
-            let mut f = index.flavor(name).cloned().unwrap_or_default();
+            let mut f = index.index().flavor(name).cloned().unwrap_or_default();
             f.status = Some(status.clone());
             index.apply(f);
         }

@@ -57,7 +57,7 @@ pub enum Answer {
 }
 
 #[derive(Clone, Debug)]
-pub struct Step {
+pub struct Tick {
     /// Seconds to the next pass.
     pub dt: i64,
     /// What happens before it.
@@ -75,7 +75,7 @@ pub struct Script {
     /// The jobs there at the first pass.
     pub jobs: Vec<JobSpec>,
     /// The passes.
-    pub steps: Vec<Step>,
+    pub steps: Vec<Tick>,
 }
 
 fn job_spec() -> impl Strategy<Value = JobSpec> {
@@ -154,13 +154,13 @@ fn event() -> impl Strategy<Value = Event> {
     ]
 }
 
-fn step() -> impl Strategy<Value = Step> {
+fn step() -> impl Strategy<Value = Tick> {
     (
         prop::sample::select(vec![1i64, 5, 30, 120, 320]),
         event(),
         proptest::collection::vec(0u8..20, 1..4),
     )
-        .prop_map(|(dt, event, landings)| Step {
+        .prop_map(|(dt, event, landings)| Tick {
             dt,
             event,
             landings,

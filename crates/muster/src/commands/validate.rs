@@ -39,7 +39,7 @@ impl fmt::Display for Finding {
 
 /// What was looked at.
 #[derive(Default)]
-struct Tally {
+struct Survey {
     files: usize,
     objects: usize,
     skipped: usize,
@@ -51,7 +51,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     for path in &args.paths {
         collect(path, &mut files).with_context(|| format!("reading {}", path.display()))?;
     }
-    let mut tally = Tally::default();
+    let mut tally = Survey::default();
     for file in &files {
         let text =
             std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
@@ -105,7 +105,7 @@ fn collect(path: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 }
 
 /// Checks every object of one file.
-fn check_file(file: &str, text: &str, tally: &mut Tally) {
+fn check_file(file: &str, text: &str, tally: &mut Survey) {
     let (objects, syntax) = yaml::objects(text);
     for object in objects {
         check_value(file, &object.label, object.value, tally);
@@ -121,7 +121,7 @@ fn check_file(file: &str, text: &str, tally: &mut Tally) {
 }
 
 /// Checks one object; objects of other APIs are counted and skipped.
-fn check_value(file: &str, doc: &str, value: Value, tally: &mut Tally) {
+fn check_value(file: &str, doc: &str, value: Value, tally: &mut Survey) {
     let api_version = value
         .get("apiVersion")
         .and_then(Value::as_str)

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use muster_api::{GpuJob, GpuJobPhase};
+use muster_api::{GpuJob, GpuJobPhase, ObjectRef};
 
 use super::facts::template_gpus;
 use super::{Checker, ViolationKind};
@@ -16,7 +16,7 @@ impl Checker {
         let (Some(namespace), Some(name)) = (&job.metadata.namespace, &job.metadata.name) else {
             return;
         };
-        let key = format!("{namespace}/{name}");
+        let key = ObjectRef::new(namespace, name).into_string();
         let size: u32 = job
             .spec
             .pod_sets

@@ -10,13 +10,13 @@ use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::Api;
-use muster_api::{ClusterQueue, GpuJob, LocalQueue, ResourceFlavor};
+use muster_api::{ClusterQueue, GpuJob, LocalQueue, ObjectRef, ResourceFlavor};
 use muster_sim::trace::Rng;
 use serde_json::{Value, json};
 
-use super::checker::Limits;
-use crate::kubelet::{EXIT_CODE_ANNOTATION, RUN_ANNOTATION};
-use crate::nodes::NodeSpec;
+use muster_testkit::checker::Limits;
+use muster_testkit::kubelet::{EXIT_CODE_ANNOTATION, RUN_ANNOTATION};
+use muster_testkit::nodes::NodeSpec;
 
 /// The node label the flavors select on.
 pub const GPU_LABEL: &str = "chaos.muster.dev/gpu";
@@ -61,7 +61,7 @@ pub struct JobDef {
 impl JobDef {
     /// `namespace/name`.
     pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        ObjectRef::new(&self.namespace, &self.name).into_string()
     }
 
     /// The GpuJob.
@@ -304,7 +304,7 @@ async fn apply<K>(api: &Api<K>, name: &str, value: Value) -> anyhow::Result<()>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    crate::load::apply(api, MANAGER, name, value).await
+    crate::apply(api, MANAGER, name, value).await
 }
 
 #[cfg(test)]

@@ -3,14 +3,12 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use muster_api::ObjectRef;
+use muster_api::wire::{
+    ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, JOB_LABEL, OUT_OF_SERVICE_TAINT, POD_SET_LABEL,
+};
 
-use super::{ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, GPU, JOB_LABEL};
-
-/// The label naming the pod set a pod belongs to.
-pub const POD_SET_LABEL: &str = "muster.dev/pod-set";
-/// The taint that says a node is really down (the upstream signal for a non-graceful node
-/// shutdown): pods on it no longer run, whatever its Ready condition says.
-pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+use super::GPU;
 
 /// One pod of a job, as last seen.
 #[derive(Clone, Debug)]
@@ -73,11 +71,11 @@ fn job_of(pod: &Pod) -> Option<String> {
             .as_ref()?
             .iter()
             .find_map(|o| {
-                (o.kind == "GpuJob" && o.api_version.starts_with("muster.dev/"))
+                (o.kind == "GpuJob" && o.api_version.split('/').next() == Some(muster_api::GROUP))
                     .then(|| o.name.clone())
             })
     };
-    Some(format!("{namespace}/{}", labelled.or_else(owned)?))
+    Some(ObjectRef::new(namespace, &labelled.or_else(owned)?).into_string())
 }
 
 pub(super) fn pod_fact(pod: &Pod) -> Option<PodFact> {

@@ -33,24 +33,18 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use muster_api::GpuJob;
 use serde::Serialize;
 
-pub use self::facts::{OUT_OF_SERVICE_TAINT, POD_SET_LABEL, pod_key};
+pub use self::facts::pod_key;
 pub use self::gates::HALF_RELEASED_SECONDS;
 
 use self::blind::Blind;
 use self::domains::Domains;
-use self::facts::{NodeFact, PodFact, QueueSource, node_fact, pod_fact};
+use self::facts::{NodeFact, PodFact, QueueSource, pod_fact};
 use self::gates::Releases;
 
-/// The label Muster puts on a gang's pods naming their GpuJob.
-pub const JOB_LABEL: &str = "muster.dev/job-name";
-/// The label naming the attempt a pod was released under.
-pub const ATTEMPT_LABEL: &str = "muster.dev/attempt";
-/// The annotation naming the ClusterQueue whose quota a pod uses.
-pub const CLUSTER_QUEUE_ANNOTATION: &str = "muster.dev/cluster-queue";
 /// The resource the workload asks for.
 pub const GPU: &str = "nvidia.com/gpu";
 
@@ -271,85 +265,6 @@ impl Checker {
                 .filter(|p| p.live && p.terminating)
                 .count(),
         }
-    }
-
-    /// The nodes that exist now (a whole list): pods bound to any other node, or to one
-    /// tainted out-of-service, are lost, not live — the machine that would run them is gone.
-    pub fn nodes_listed(&mut self, nodes: &[Node]) {
-        let facts: BTreeMap<String, NodeFact> = nodes.iter().filter_map(node_fact).collect();
-        for (name, fact) in &facts {
-            let split = self.domains.node(name, &fact.labels);
-            self.report_splits(split);
-        }
-        self.nodes = Some(facts);
-        let lost: Vec<String> = self
-            .pods
-            .iter()
-            .filter(|(_, p)| p.live && !self.node_holds(p.node.as_deref()))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in lost {
-            self.lose(&key);
-        }
-    }
-
-    /// A node was created or changed: once tainted out-of-service, the pods bound to it are
-    /// lost.
-    pub fn node_seen(&mut self, node: &Node) {
-        let Some((name, fact)) = node_fact(node) else {
-            return;
-        };
-        let split = self.domains.node(&name, &fact.labels);
-        self.report_splits(split);
-        let out_of_service = fact.out_of_service;
-        if let Some(nodes) = self.nodes.as_mut() {
-            nodes.insert(name.clone(), fact);
-        }
-        if out_of_service {
-            self.lose_on(&name);
-        }
-    }
-
-    /// A node was deleted: the pods bound to it are lost.
-    pub fn node_gone(&mut self, name: &str) {
-        if let Some(nodes) = self.nodes.as_mut() {
-            nodes.remove(name);
-        }
-        self.lose_on(name);
-    }
-
-    /// The live pods bound to node `name` are lost.
-    fn lose_on(&mut self, name: &str) {
-        let lost: Vec<String> = self
-            .pods
-            .iter()
-            .filter(|(_, p)| p.live && p.node.as_deref() == Some(name))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in lost {
-            self.lose(&key);
-        }
-    }
-
-    /// Whether a pod bound to `node` may still run there: the node exists and is not out of
-    /// service (known only once the first list of nodes is in).
-    fn node_holds(&self, node: Option<&str>) -> bool {
-        match (node, &self.nodes) {
-            (Some(name), Some(nodes)) => nodes.get(name).is_some_and(|n| !n.out_of_service),
-            _ => true,
-        }
-    }
-
-    /// Pod `key` no longer counts as live (its node is gone).
-    fn lose(&mut self, key: &str) {
-        let Some(before) = self.pods.get(key).cloned() else {
-            return;
-        };
-        self.unlive(&before, true);
-        if let Some(fact) = self.pods.get_mut(key) {
-            fact.live = false;
-        }
-        self.check_release(&before.job, &before.attempt, self.latest);
     }
 
     /// A pod was created or changed.
@@ -659,6 +574,7 @@ mod domains;
 mod facts;
 mod gates;
 mod jobs;
+mod nodes;
 mod quota;
 #[cfg(test)]
 mod tests;

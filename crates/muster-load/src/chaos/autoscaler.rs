@@ -14,13 +14,13 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
-use muster_api::ProvisioningRequest;
+use muster_api::{ObjectRef, ProvisioningRequest};
 use muster_sim::trace::Rng;
 use serde::Serialize;
 use serde_json::json;
 
 use super::workload::{BURST_FLAVOR, gpu_node};
-use crate::nodes::create_node;
+use muster_testkit::nodes::create_node;
 
 /// What the autoscaler did.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -167,7 +167,7 @@ async fn run(
 fn names(request: &ProvisioningRequest) -> Option<(String, String, String)> {
     let namespace = request.metadata.namespace.clone()?;
     let name = request.metadata.name.clone()?;
-    let key = format!("{namespace}/{name}");
+    let key = ObjectRef::new(&namespace, &name).into_string();
     Some((namespace, name, key))
 }
 
@@ -231,7 +231,7 @@ async fn answer(
                 pending
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .insert(format!("{namespace}/{name}"), true);
+                    .insert(ObjectRef::new(&namespace, &name).into_string(), true);
                 return;
             }
             Err(kube::Error::Api(e)) if e.code == 404 => return,

@@ -9,10 +9,10 @@ use kube::Client;
 use muster_sim::trace::Rng;
 
 use super::autoscaler::Autoscaler;
-use super::checker::{Checker, InFlight};
 use super::replicas::Replicas;
 use super::{ChaosOptions, Harness, Kills, Restarts};
-use crate::nodes::{heal_node, kill_node, partition_node, repair_node};
+use muster_testkit::checker::{Checker, InFlight};
+use muster_testkit::nodes::{heal_node, kill_node, partition_node, repair_node};
 
 /// How long a dead node stays dead.
 const NODE_DOWN: Duration = Duration::from_secs(20);

@@ -15,16 +15,16 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use muster_api::quantity::Amount;
-use muster_api::{ClusterQueue, GpuJob, LocalQueue, ResourceFlavor};
+use muster_api::{ClusterQueue, GpuJob, LocalQueue, ObjectRef, ResourceFlavor};
 use serde::Serialize;
 use serde_json::json;
 
 use super::baseline::{Baseline, JobSet};
 use super::process_stats::{self, ProcessStats};
 use super::recorder::Recorder;
-use crate::kubelet::{FakeKubelet, KubeletOptions};
-use crate::nodes::{NodeSpec, create_nodes};
-use crate::{ClusterOptions, TestCluster};
+use muster_testkit::kubelet::{FakeKubelet, KubeletOptions, RUN_ANNOTATION};
+use muster_testkit::nodes::{NodeSpec, create_nodes};
+use muster_testkit::{ClusterOptions, TestCluster};
 
 /// The label carrying a job's class.
 pub const CLASS_LABEL: &str = "load.muster.dev/class";
@@ -299,7 +299,7 @@ async fn generate_set(
                 "name": "main", "count": 1,
                 "template": {
                     "metadata": {"annotations": {
-                        "testkit.muster.dev/run-ms": set.run_time.as_millis().to_string()}},
+                        RUN_ANNOTATION: set.run_time.as_millis().to_string()}},
                     "spec": {"restartPolicy": "Never", "containers": [{
                         "name": "main", "image": "registry.k8s.io/pause:3.10",
                         "resources": {"requests": {"cpu": set.cpus.to_string()}}}]}}}]}}))
@@ -311,7 +311,7 @@ async fn generate_set(
         recorder
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .created(&format!("{queue}/{name}"), set.class, created);
+            .created(ObjectRef::new(queue, &name).as_str(), set.class, created);
     }
     Ok(())
 }

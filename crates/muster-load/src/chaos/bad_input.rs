@@ -24,10 +24,10 @@ use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::checker::{Checker, ViolationKind};
 use super::faults::secs;
 use super::workload::{BLOCK_LABEL, FLAVOR, GPU_LABEL};
-use crate::kubelet::RUN_ANNOTATION;
+use muster_testkit::checker::{Checker, ViolationKind};
+use muster_testkit::kubelet::RUN_ANNOTATION;
 
 /// The namespace (and LocalQueue) bad jobs are submitted to.
 pub const NAMESPACE: &str = "team-0";

@@ -14,10 +14,11 @@ use anyhow::Context as _;
 use futures::{StreamExt as _, stream};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use muster_api::wire::{ADMISSION_GATE, JOB_LABEL};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::{ClusterOptions, TestCluster};
+use muster_testkit::{ClusterOptions, TestCluster};
 
 /// How to measure.
 #[derive(Clone, Debug)]
@@ -138,9 +139,9 @@ fn name(i: usize) -> String {
 /// A pod like one of a released gang: gated, so that nothing would bind it.
 fn pod(i: usize) -> Pod {
     serde_json::from_value(json!({
-        "metadata": {"name": name(i), "labels": {"muster.dev/job": format!("job-{i}")}},
+        "metadata": {"name": name(i), "labels": {JOB_LABEL: format!("job-{i}")}},
         "spec": {
-            "schedulingGates": [{"name": "muster.dev/admission"}],
+            "schedulingGates": [{"name": ADMISSION_GATE}],
             "containers": [{
                 "name": "main", "image": "trainer:1",
                 "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}

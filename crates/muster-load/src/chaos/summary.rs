@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::autoscaler::AutoscalerStats;
 use super::bad_input::BadInputStats;
-use super::checker::Violation;
+use muster_testkit::checker::Violation;
 
 /// Kills of replicas.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -167,7 +167,7 @@ impl ChaosSummary {
 #[cfg(test)]
 mod tests {
     use super::ChaosSummary;
-    use crate::load::chaos::checker::{Violation, ViolationKind};
+    use muster_testkit::checker::{Violation, ViolationKind};
 
     fn violation() -> Violation {
         Violation {

@@ -34,7 +34,7 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse as _, Response};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use kube::Client;
-use muster_sim::trace::Rng;
+use muster_topology::Rng;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -515,7 +515,7 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::time::Duration;
 
-    use muster_sim::trace::Rng;
+    use muster_topology::Rng;
 
     use super::{Counts, Fault, FaultPlan, Inner};
 

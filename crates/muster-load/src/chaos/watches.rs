@@ -11,9 +11,9 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt as _, watcher};
-use muster_api::GpuJob;
+use muster_api::{GpuJob, ObjectRef};
 
-use super::checker::{Checker, pod_key};
+use muster_testkit::checker::{Checker, pod_key};
 
 /// What the checker hears from one watch: a whole list (the watch's start, or a relist after
 /// it restarted past what the API server still remembers, as after the API server's
@@ -133,7 +133,7 @@ pub(super) async fn watch_jobs(client: Client, checker: Arc<Mutex<Checker>>, sta
             Heard::Gone(job) => {
                 if let (Some(namespace), Some(name)) = (&job.metadata.namespace, &job.metadata.name)
                 {
-                    c.job_gone(&format!("{namespace}/{name}"));
+                    c.job_gone(ObjectRef::new(namespace, name).as_str());
                 }
             }
         },

@@ -8,7 +8,8 @@
 
 use std::sync::Arc;
 
-use crate::tree::{DenseRequest, NodeId};
+use super::NodeId;
+use crate::dense::DenseRequest;
 
 /// How many shapes a topology keeps before it drops the oldest.
 pub(crate) const CAPACITY_INDEX_LIMIT: usize = 16;

@@ -12,10 +12,8 @@
 
 pub mod autoscaler;
 pub mod bad_input;
-pub mod checker;
 mod faults;
 mod leftovers;
-pub mod proxy;
 pub mod replicas;
 mod summary;
 mod watches;
@@ -36,16 +34,16 @@ pub use self::summary::{ChaosSummary, Kills, Restarts};
 
 use self::autoscaler::Autoscaler;
 use self::bad_input::{BadObject, Verdict};
-use self::checker::{Checker, ViolationKind};
 use self::faults::Chaos;
 use self::leftovers::{Stage, delete_jobs, wait_clean};
-use self::proxy::{FaultPlan, FaultProxy};
 use self::replicas::Replicas;
 use self::watches::{watch_jobs, watch_nodes, watch_pods};
 use self::workload::Workload;
-use crate::kubelet::{FakeKubelet, KubeletOptions};
-use crate::nodes::create_nodes;
-use crate::{ClusterOptions, TestCluster};
+use muster_testkit::checker::{Checker, ViolationKind};
+use muster_testkit::kubelet::{FakeKubelet, KubeletOptions};
+use muster_testkit::nodes::create_nodes;
+use muster_testkit::proxy::{FaultPlan, FaultProxy};
+use muster_testkit::{ClusterOptions, TestCluster};
 
 /// A broken promise found outside the checker's fold: its kind, object and detail.
 type Found = (ViolationKind, String, String);

@@ -1,3 +1,4 @@
+use muster_api::wire::{ADMISSION_GATE, ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, JOB_LABEL};
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -8,14 +9,14 @@ use super::{Checker, HALF_RELEASED_SECONDS, Limits, ViolationKind};
 
 fn pod(name: &str, attempt: u32, gated: bool, phase: &str, gpus: u32) -> Pod {
     let scheduling_gates = if gated {
-        json!([{"name": "muster.dev/admission"}])
+        json!([{"name": ADMISSION_GATE}])
     } else {
         json!([])
     };
     let value = json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "ns",
-            "labels": {"muster.dev/job-name": "j", "muster.dev/attempt": attempt.to_string()},
-            "annotations": {"muster.dev/cluster-queue": "a"}},
+            "labels": {JOB_LABEL: "j", ATTEMPT_LABEL: attempt.to_string()},
+            "annotations": {CLUSTER_QUEUE_ANNOTATION: "a"}},
         "spec": {"schedulingGates": scheduling_gates, "containers": [{"name": "main",
             "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]},
         "status": {"phase": phase}});

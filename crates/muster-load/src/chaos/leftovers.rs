@@ -10,8 +10,8 @@ use kube::api::{Api, ListParams};
 use muster_api::{Amount, ClusterQueue, GpuJob, ProvisioningRequest};
 
 use super::Found;
-use super::checker::ViolationKind;
 use super::workload::Workload;
+use muster_testkit::checker::ViolationKind;
 
 /// What the end of a run checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,10 +19,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use muster_testkit::load::api_floor::{FloorOptions, measure};
-use muster_testkit::load::baseline::Baseline;
-use muster_testkit::load::chaos::{self, ChaosOptions};
-use muster_testkit::load::kueue_baseline::{RunOptions, run};
+use muster_load::api_floor::{FloorOptions, measure};
+use muster_load::baseline::Baseline;
+use muster_load::chaos::{self, ChaosOptions};
+use muster_load::kueue_baseline::{RunOptions, run};
 
 #[derive(Debug, Parser)]
 #[command(

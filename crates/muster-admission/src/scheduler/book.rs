@@ -1,0 +1,162 @@
+//! The job book: every job the scheduler knows, filed by state — waiting in its
+//! ClusterQueue's list, holding (admitted, provisioning, evicting), by expected end, by the
+//! ClusterQueue it runs in — and kept in step on every change of state, so a cycle finds
+//! holders, victims and waiting jobs without walking every job.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::{Holding, JobState, Scheduler, waiting};
+use crate::job::{Job, quota_usage};
+
+impl Scheduler {
+    /// Files a holder under its state's index (provisioning, evicting, expected end).
+    pub(super) fn file(&mut self, id: &str, job: &Job, state: &JobState) {
+        match state {
+            JobState::Provisioning(_) => {
+                self.provisioning.insert(Arc::from(id));
+            }
+            JobState::Evicting(h) => {
+                self.evicting.insert(Arc::from(id));
+                self.file_running(id, &h.cluster_queue);
+            }
+            JobState::Admitted(h) => {
+                match expected_end(job, h) {
+                    Some(end) => {
+                        self.ends.insert((end, Arc::from(id)));
+                    }
+                    None => {
+                        self.unending.insert(Arc::from(id));
+                    }
+                }
+                self.file_running(id, &h.cluster_queue);
+            }
+            JobState::Pending => {}
+        }
+    }
+
+    pub(super) fn file_running(&mut self, id: &str, cq: &str) {
+        match self.running_in.get_mut(cq) {
+            Some(ids) => {
+                ids.insert(id.to_owned());
+            }
+            None => {
+                self.running_in
+                    .insert(cq.to_owned(), BTreeSet::from([id.to_owned()]));
+            }
+        }
+    }
+
+    pub(super) fn unfile_running(&mut self, id: &str, cq: &str) {
+        if let Some(ids) = self.running_in.get_mut(cq) {
+            ids.remove(id);
+            if ids.is_empty() {
+                self.running_in.remove(cq);
+            }
+        }
+    }
+
+    /// Takes a holder out of its state's index.
+    pub(super) fn unfile(&mut self, id: &str, job: &Job, state: &JobState) {
+        match state {
+            JobState::Provisioning(_) => {
+                self.provisioning.remove(id);
+            }
+            JobState::Evicting(h) => {
+                self.evicting.remove(id);
+                self.unfile_running(id, &h.cluster_queue);
+            }
+            JobState::Admitted(h) => {
+                match expected_end(job, h) {
+                    Some(end) => {
+                        self.ends.remove(&(end, Arc::from(id)));
+                    }
+                    None => {
+                        self.unending.remove(id);
+                    }
+                }
+                self.unfile_running(id, &h.cluster_queue);
+            }
+            JobState::Pending => {}
+        }
+    }
+
+    /// Lists a waiting job in its ClusterQueue, if it can queue there.
+    pub(super) fn enlist(&mut self, job: Arc<Job>, shape: usize) {
+        if job.invalid.is_some() || job.suspended {
+            return;
+        }
+        if let Ok(cq) = self.cluster_queue_of(&job) {
+            self.lists.insert(&cq, waiting::Queued { job, shape });
+        }
+    }
+
+    /// Sets a job's state, keeping the holders and the waiting lists in step.
+    pub(super) fn set_state(&mut self, id: &str, state: JobState) {
+        let Some(entry) = self.jobs.get_mut(id) else {
+            return;
+        };
+        let was_pending = entry.state == JobState::Pending;
+        let pending = state == JobState::Pending;
+        self.epoch += 1;
+        let old = std::mem::replace(&mut entry.state, state);
+        let (job, shape) = (Arc::clone(&entry.job), entry.shape);
+        self.unfile(id, &job, &old);
+        let state = self.jobs.get(id).map(|e| e.state.clone());
+        if let Some(state) = state {
+            self.file(id, &job, &state);
+        }
+        if pending {
+            self.holders.remove(id);
+            if !was_pending {
+                self.enlist(job, shape);
+            }
+        } else {
+            self.holders.insert(id.to_owned());
+            self.deferred.remove(id);
+            if was_pending {
+                self.lists.remove(&job);
+            }
+        }
+    }
+
+    /// The index of `job`'s shape (its LocalQueue, priority and pod sets), a new one if no job
+    /// had it before.
+    pub(super) fn shape_of(&mut self, job: &Job) -> usize {
+        let key = (job.local_queue.clone(), job.priority);
+        let known = self.shapes.entry(key).or_default();
+        if let Some((_, shape)) = known.iter().find(|(sets, _)| *sets == job.pod_sets) {
+            return *shape;
+        }
+        let shape = self.shape_count;
+        self.shape_count += 1;
+        known.push((job.pod_sets.clone(), shape));
+        shape
+    }
+
+    pub(super) fn hold(&mut self, id: &str, holding: &Holding) {
+        let Some(job) = self.jobs.get(id).map(|e| Arc::clone(&e.job)) else {
+            return;
+        };
+        for (set, placement) in job.pod_sets.iter().zip(&holding.pod_sets) {
+            self.quota
+                .add(&holding.cluster_queue, &placement.flavor, &quota_usage(set));
+            for (pod, node) in placement.nodes.iter().enumerate() {
+                self.cluster
+                    .add_usage(node, &placement.usage_of(pod, &set.requests));
+            }
+        }
+    }
+
+    pub(super) fn release_all(&mut self, id: &str) {
+        if let Some(entry) = self.jobs.get(id) {
+            entry.release(&mut self.quota, &mut self.cluster);
+        }
+    }
+}
+
+/// When an admitted job is expected to end: its admission plus the runtime it announced, when
+/// both are known.
+pub(super) fn expected_end(job: &Job, holding: &Holding) -> Option<i64> {
+    Some(holding.since?.saturating_add(job.expected_runtime?))
+}

@@ -1,0 +1,101 @@
+//! The labels, annotations, finalizer, scheduling gate and taints Muster writes onto (or reads
+//! from) objects that are not its own kinds: the wire contract between the controller, the
+//! capacity it buys, the simulator and anything that watches a gang's pods.
+//!
+//! Each name is defined here once; every crate that writes or reads one uses these constants,
+//! so a rename is one edit and no reader can drift from the writer.
+
+/// The scheduling gate Muster puts on a gang's pods until all of them exist.
+pub const ADMISSION_GATE: &str = "muster.dev/admission";
+
+/// The finalizer that lets Muster release a deleted job's quota and remove its pods first.
+pub const FINALIZER: &str = "muster.dev/gang";
+
+/// Label naming the GpuJob a pod, Service, PodTemplate or ProvisioningRequest belongs to.
+pub const JOB_LABEL: &str = "muster.dev/job-name";
+
+/// Label naming a pod's pod set.
+pub const POD_SET_LABEL: &str = "muster.dev/pod-set";
+
+/// Label carrying a pod's index within its pod set.
+pub const POD_INDEX_LABEL: &str = "muster.dev/pod-index";
+
+/// Label carrying the job's `status.requeueCount` when the pod was released: pods of an
+/// earlier attempt are stale and never taken for the current gang.
+pub const ATTEMPT_LABEL: &str = "muster.dev/attempt";
+
+/// Annotation naming the ClusterQueue whose quota the pod's gang uses.
+pub const CLUSTER_QUEUE_ANNOTATION: &str = "muster.dev/cluster-queue";
+
+/// Annotation naming the pod's ResourceFlavor.
+pub const FLAVOR_ANNOTATION: &str = "muster.dev/flavor";
+
+/// Annotation with the pod set's domain as `level=value` pairs, widest first, joined by `,`.
+pub const DOMAIN_ANNOTATION: &str = "muster.dev/domain";
+
+/// Annotation with the GPU devices of its node a pod was counted on, joined by `,` (set on
+/// nodes whose GPUs are handed out in parts): the device Muster booked its share on, or the
+/// untouched devices it booked whole.
+pub const GPU_DEVICES_ANNOTATION: &str = "muster.dev/gpu-devices";
+
+/// The taint on every host of a simulated autoscaler pool (its value is the host's name): only
+/// the job the host was bought for tolerates it.
+pub const CAPACITY_HOST_TAINT: &str = "muster.dev/bought-for";
+
+/// The label naming a simulated autoscaler pool on its nodes.
+pub const AUTOSCALER_POOL_LABEL: &str = "muster.dev/autoscaler-pool";
+
+/// The taint that says a node is really down: the upstream signal for a non-graceful node
+/// shutdown, added by an admin (or their automation) once the machine is known to be off.
+/// Pods on a node with it can no longer run (kube-controller-manager's pod garbage collector
+/// force-deletes them), whatever the node's Ready condition says.
+pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+
+/// The taint the API server puts on a new node until it is Ready.
+pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+
+/// The taint the node lifecycle controller puts on a node whose heartbeats stopped.
+pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// These names are on objects in running clusters and in other tools' selectors: renaming
+    /// one strands every pod, request and finalizer written before. Change one only with a
+    /// migration.
+    #[test]
+    fn the_wire_names_are_the_ones_clusters_already_carry() {
+        let names = [
+            ADMISSION_GATE,
+            FINALIZER,
+            JOB_LABEL,
+            POD_SET_LABEL,
+            POD_INDEX_LABEL,
+            ATTEMPT_LABEL,
+            CLUSTER_QUEUE_ANNOTATION,
+            FLAVOR_ANNOTATION,
+            DOMAIN_ANNOTATION,
+            GPU_DEVICES_ANNOTATION,
+            CAPACITY_HOST_TAINT,
+            AUTOSCALER_POOL_LABEL,
+        ];
+        assert_eq!(
+            names,
+            [
+                "muster.dev/admission",
+                "muster.dev/gang",
+                "muster.dev/job-name",
+                "muster.dev/pod-set",
+                "muster.dev/pod-index",
+                "muster.dev/attempt",
+                "muster.dev/cluster-queue",
+                "muster.dev/flavor",
+                "muster.dev/domain",
+                "muster.dev/gpu-devices",
+                "muster.dev/bought-for",
+                "muster.dev/autoscaler-pool",
+            ]
+        );
+    }
+}

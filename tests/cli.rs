@@ -85,11 +85,13 @@ fn shipped_examples_are_valid() {
         "deploy/examples/tpu-v5p-job.yaml",
         "deploy/examples/h100-mig-pool.yaml",
         "deploy/examples/hami-share-job.yaml",
+        "deploy/examples/indexed-job.yaml",
+        "deploy/examples/tpu-jobset.yaml",
     ]);
     assert!(out.status.success(), "{}", stdout(&out));
     let summary = String::from_utf8_lossy(&out.stderr);
     assert!(
-        summary.contains("16 Muster object(s) in 5 file(s): all valid, 4 other object(s) skipped"),
+        summary.contains("18 Muster object(s) in 7 file(s): all valid, 4 other object(s) skipped"),
         "{summary}"
     );
 }
@@ -116,6 +118,13 @@ const INVALID: &[(&str, &[&str])] = &[
         &[
             "flavor.yaml:1: spec.tolerations[0].operator: \"Matches\" is not a toleration operator; use Equal or Exists",
             "flavor.yaml:1: spec.topologyLevels[0]: kubernetes.io/hostname names single nodes, so it must be the last (narrowest) level",
+        ],
+    ),
+    (
+        "job-annotations.yaml",
+        &[
+            "job-annotations.yaml:1: spec.template.metadata.annotations[muster.dev/gpu-share]: 1.5 is one GPU or more; ask for whole GPUs with nvidia.com/gpu in the template and remove muster.dev/gpu-share",
+            "job-annotations.yaml:1: spec.template.metadata.annotations: sets required and preferred; give at most one of muster.dev/topology-required, muster.dev/topology-preferred or a TPU slice",
         ],
     ),
     (

@@ -113,6 +113,54 @@ fn a_gang_that_fits_goes_to_the_block_with_room() {
 }
 
 #[test]
+fn an_indexed_batch_job_is_placed_as_its_gang() {
+    let dir = setup(6);
+    let job = "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: train\n  namespace: ml\n  labels: {muster.dev/queue-name: q}\nspec:\n  suspend: true\n  completionMode: Indexed\n  parallelism: 6\n  completions: 6\n  template:\n    metadata:\n      annotations: {muster.dev/topology-required: cloud.google.com/gce-topology-block}\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: t\n        image: t\n        resources: {limits: {nvidia.com/gpu: 8}}\n";
+    std::fs::write(dir.path().join("batch-job.yaml"), job).unwrap_or_else(|e| unreachable!("{e}"));
+    let out = muster(
+        dir.path(),
+        &[
+            "fit",
+            "--nodes",
+            "nodes.yaml",
+            "--pods",
+            "pods.yaml",
+            "--job",
+            "batch-job.yaml",
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&out);
+    // As the GpuJob of the same gang: b-0 has 5 free hosts, so the 6 pods go to b-1.
+    assert_eq!(
+        v["podSets"][0]["domain"]["cloud.google.com/gce-topology-block"],
+        "b-1"
+    );
+    assert_eq!(v["podSets"][0]["pods"].as_array().map(Vec::len), Some(6));
+    // Without the queue label it is not Muster's: the error names the label.
+    let unlabelled = job.replace("  labels: {muster.dev/queue-name: q}\n", "");
+    std::fs::write(dir.path().join("batch-job.yaml"), unlabelled)
+        .unwrap_or_else(|e| unreachable!("{e}"));
+    let out = muster(
+        dir.path(),
+        &["fit", "--nodes", "nodes.yaml", "--job", "batch-job.yaml"],
+    );
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("metadata.labels[muster.dev/queue-name]"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn a_gang_that_does_not_fit_gets_the_reason() {
     let dir = setup(10);
     let out = fit_with_pods(dir.path(), &["-o", "json"]);

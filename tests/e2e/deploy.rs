@@ -212,9 +212,11 @@ async fn crds_install_and_examples_apply_with_kubectl() {
     ] {
         run(&["apply", "--server-side", "-f", pool]);
     }
+    // A labelled batch Job is an object of the Job API: the API server takes it as shipped.
     for job in [
         "deploy/examples/gpu-block-job.yaml",
         "deploy/examples/tpu-v5p-job.yaml",
+        "deploy/examples/indexed-job.yaml",
     ] {
         run(&["apply", "--server-side", "--dry-run=server", "-f", job]);
     }

@@ -8,6 +8,8 @@
 //! - [`validation`]: every semantic error of an object, with field paths and fixes.
 //! - [`crd`]: the CustomResourceDefinitions, generated from these types.
 //! - [`ObjectRef`]: the `namespace/name` reference every crate keys namespaced objects by.
+//! - [`workload`] and [`jobset`]: the `batch/v1` Jobs and JobSets teams already run, read as
+//!   the GpuJob admission sees.
 //! - [`wire`]: the labels, annotations, finalizer, gate and taints Muster puts on other objects.
 //!
 //! No I/O happens here.
@@ -16,6 +18,7 @@ pub mod cluster_queue;
 pub mod crd;
 pub mod document;
 pub mod gpujob;
+pub mod jobset;
 pub mod local_queue;
 pub mod object_ref;
 pub mod provisioning_request;
@@ -25,6 +28,7 @@ pub mod resources;
 pub mod tpu;
 pub mod validation;
 pub mod wire;
+pub mod workload;
 
 pub use cluster_queue::{ClusterQueue, ClusterQueueSpec, ClusterQueueStatus};
 pub use gpujob::{

@@ -57,6 +57,30 @@ pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 /// The taint the node lifecycle controller puts on a node whose heartbeats stopped.
 pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
 
+/// Label that puts a `batch/v1` Job, a JobSet or a pod in a LocalQueue (its value is the
+/// LocalQueue's name, in the object's namespace): nothing without it is Muster's.
+pub const QUEUE_NAME_LABEL: &str = "muster.dev/queue-name";
+
+/// Pod-template annotation of a Job or JobSet: every pod of the pod set in one domain of this
+/// level (a GpuJob pod set's `topology.required`).
+pub const TOPOLOGY_REQUIRED_ANNOTATION: &str = "muster.dev/topology-required";
+
+/// Pod-template annotation of a Job or JobSet: the tightest domain possible, from this level
+/// up (a GpuJob pod set's `topology.preferred`).
+pub const TOPOLOGY_PREFERRED_ANNOTATION: &str = "muster.dev/topology-preferred";
+
+/// Pod-template annotation of a Job or JobSet: the TPU accelerator of a whole slice (a GpuJob
+/// pod set's `topology.tpu.accelerator`).
+pub const TPU_ACCELERATOR_ANNOTATION: &str = "muster.dev/tpu-accelerator";
+
+/// Pod-template annotation of a Job or JobSet: the TPU slice's shape (a GpuJob pod set's
+/// `topology.tpu.topology`).
+pub const TPU_TOPOLOGY_ANNOTATION: &str = "muster.dev/tpu-topology";
+
+/// Pod-template annotation of a Job or JobSet: each pod's part of one GPU (a GpuJob pod set's
+/// `gpuShare`).
+pub const GPU_SHARE_ANNOTATION: &str = "muster.dev/gpu-share";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +103,12 @@ mod tests {
             GPU_DEVICES_ANNOTATION,
             CAPACITY_HOST_TAINT,
             AUTOSCALER_POOL_LABEL,
+            QUEUE_NAME_LABEL,
+            TOPOLOGY_REQUIRED_ANNOTATION,
+            TOPOLOGY_PREFERRED_ANNOTATION,
+            TPU_ACCELERATOR_ANNOTATION,
+            TPU_TOPOLOGY_ANNOTATION,
+            GPU_SHARE_ANNOTATION,
         ];
         assert_eq!(
             names,
@@ -95,6 +125,12 @@ mod tests {
                 "muster.dev/gpu-devices",
                 "muster.dev/bought-for",
                 "muster.dev/autoscaler-pool",
+                "muster.dev/queue-name",
+                "muster.dev/topology-required",
+                "muster.dev/topology-preferred",
+                "muster.dev/tpu-accelerator",
+                "muster.dev/tpu-topology",
+                "muster.dev/gpu-share",
             ]
         );
     }

@@ -1,5 +1,5 @@
-//! The upstream ProvisioningRequest CRD in `../shared/crds/`, and a checker of objects
-//! against its schema. Shared by the tests of every crate that writes ProvisioningRequests.
+//! The upstream CRDs in `../shared/crds/` (ProvisioningRequest, JobSet), and a checker of
+//! objects against their schemas. Shared by the tests of every crate that writes ProvisioningRequests.
 
 #![allow(dead_code, reason = "each test binary uses part of the support module")]
 
@@ -7,20 +7,28 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-/// The upstream CRD's v1 schema, or `None` (with a note) where the shared folder is absent.
+/// The upstream ProvisioningRequest CRD's v1 schema, or `None` (with a note) where the shared
+/// folder is absent.
 pub fn upstream_schema() -> Option<Value> {
+    crd_schema("autoscaling.x-k8s.io_provisioningrequests.yaml", "v1")
+}
+
+/// The schema of `version` in the upstream CRD `file` of `shared/crds/`, or `None` (with a
+/// note) where the shared folder is absent.
+pub fn crd_schema(file: &str, version: &str) -> Option<Value> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/crds/autoscaling.x-k8s.io_provisioningrequests.yaml");
+        .join("../../../shared/crds")
+        .join(file);
     let Ok(text) = std::fs::read_to_string(&path) else {
         eprintln!("skipping: upstream CRD not found at {}", path.display());
         return None;
     };
     let crd: Value = serde_yaml_ng::from_str(&text).ok()?;
     let versions = crd.pointer("/spec/versions")?.as_array()?;
-    let v1 = versions
+    let served = versions
         .iter()
-        .find(|v| v.get("name") == Some(&json!("v1")))?;
-    v1.pointer("/schema/openAPIV3Schema").cloned()
+        .find(|v| v.get("name") == Some(&json!(version)))?;
+    served.pointer("/schema/openAPIV3Schema").cloned()
 }
 
 /// Checks `value` against an OpenAPI schema: unknown fields, missing required fields, and

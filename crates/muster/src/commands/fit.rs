@@ -19,7 +19,8 @@ pub struct Args {
     /// Nodes, as `kubectl get nodes -o yaml` prints them (a List or several documents).
     #[arg(long, value_name = "NODES.yaml")]
     nodes: PathBuf,
-    /// The GpuJob to place.
+    /// The job to place: a GpuJob, or a `batch/v1` Job or JobSet labelled for a queue (its
+    /// pod sets read as Muster reads them).
     #[arg(long, value_name = "JOB.yaml")]
     job: PathBuf,
     /// Pods whose usage counts, as `kubectl get pods -A -o yaml` prints them.
@@ -38,16 +39,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let job: GpuJob = one_object(&args.job)?;
-    let errors = job.validate();
-    if !errors.is_empty() {
-        let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
-        bail!(
-            "{} is not a valid GpuJob:\n  {}",
-            args.job.display(),
-            list.join("\n  ")
-        );
-    }
+    let job = job_to_place(&args.job)?;
     let flavor: Option<ResourceFlavorSpec> = match &args.flavor {
         Some(path) => Some(one_object::<ResourceFlavor>(path)?.spec),
         None => None,
@@ -188,6 +180,39 @@ fn documents(path: &Path) -> anyhow::Result<Vec<yaml::Located>> {
 }
 
 /// The one object in a file.
+/// The job in `path`: a GpuJob, or a Job or JobSet read as the GpuJob admission sees.
+fn job_to_place(path: &Path) -> anyhow::Result<GpuJob> {
+    let mut docs = documents(path)?;
+    if docs.len() != 1 {
+        bail!(
+            "{}: expected one object, found {}",
+            path.display(),
+            docs.len()
+        );
+    }
+    let object = docs.remove(0);
+    let (job, what) = match muster_api::workload::read(object.value.clone()) {
+        Some(read) => (
+            read.map_err(|e| located(path, &object.label, &e))?,
+            "workload",
+        ),
+        None => (
+            read::<GpuJob>(object.value).map_err(|e| located(path, &object.label, &e))?,
+            "GpuJob",
+        ),
+    };
+    let errors = job.validate();
+    if !errors.is_empty() {
+        let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        bail!(
+            "{} is not a valid {what}:\n  {}",
+            path.display(),
+            list.join("\n  ")
+        );
+    }
+    Ok(job)
+}
+
 fn one_object<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
     let mut docs = documents(path)?;
     if docs.len() != 1 {

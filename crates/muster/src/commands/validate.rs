@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use muster_api::Validate;
 use muster_api::document::MusterObject;
+use muster_api::workload;
 
 use super::yaml;
 use serde_json::Value;
@@ -120,22 +121,35 @@ fn check_file(file: &str, text: &str, tally: &mut Survey) {
     }
 }
 
-/// Checks one object; objects of other APIs are counted and skipped.
+/// Checks one object: Muster's kinds, and the Jobs and JobSets labelled for a Muster queue
+/// (read as the GpuJob admission sees); objects of other APIs are counted and skipped.
 fn check_value(file: &str, doc: &str, value: Value, tally: &mut Survey) {
     let api_version = value
         .get("apiVersion")
         .and_then(Value::as_str)
         .unwrap_or_default();
     let ours = api_version.split('/').next() == Some(muster_api::GROUP);
-    if !ours && !api_version.is_empty() {
+    let queued = !ours && workload::is_queued(&value);
+    if !ours && !api_version.is_empty() && !queued {
         tally.skipped += 1;
         return;
     }
-    tally.objects += 1;
-    let errors = match MusterObject::from_value(value) {
-        Ok(object) => object.validate(),
-        Err(errors) => errors,
+    let errors = if queued {
+        match workload::read(value) {
+            Some(read) => read.err().unwrap_or_default(),
+            // Labelled, but of a kind Muster does not queue.
+            None => {
+                tally.skipped += 1;
+                return;
+            }
+        }
+    } else {
+        match MusterObject::from_value(value) {
+            Ok(object) => object.validate(),
+            Err(errors) => errors,
+        }
     };
+    tally.objects += 1;
     tally.findings.extend(errors.into_iter().map(|e| Finding {
         file: file.to_owned(),
         doc: doc.to_owned(),

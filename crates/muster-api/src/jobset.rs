@@ -1,0 +1,67 @@
+//! The JobSet API's `JobSet` (`jobset.x-k8s.io/v1alpha2`), written by hand with the fields
+//! Muster reads: its replicated Jobs, whether it is suspended, and how it ended. Fields Muster
+//! does not read are not kept (Muster never writes a whole JobSet back).
+
+use k8s_openapi::api::batch::v1::JobTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The annotation (on the JobSet or a replicated Job's template) naming a node label: each
+/// child Job runs alone in one domain of that label.
+pub const EXCLUSIVE_TOPOLOGY_ANNOTATION: &str = "alpha.jobset.sigs.k8s.io/exclusive-topology";
+
+/// A group of Jobs that run as one workload, such as the slices of a multi-slice TPU run.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "jobset.x-k8s.io",
+    version = "v1alpha2",
+    kind = "JobSet",
+    plural = "jobsets",
+    namespaced,
+    status = "JobSetStatus",
+    derive = "Default",
+    derive = "PartialEq"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSetSpec {
+    /// The Jobs to make, each `replicas` times.
+    #[serde(default)]
+    pub replicated_jobs: Vec<ReplicatedJob>,
+    /// Whether the JobSet is held: no child Job runs pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+}
+
+/// One Job template of a JobSet and how many Jobs are made of it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicatedJob {
+    /// Unique within the JobSet; part of each child Job's name.
+    pub name: String,
+    /// How many Jobs (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// The Job each replica is made from.
+    pub template: JobTemplateSpec,
+}
+
+impl ReplicatedJob {
+    /// How many Jobs are made of it.
+    pub fn replicas(&self) -> i32 {
+        self.replicas.unwrap_or(1)
+    }
+}
+
+/// How a JobSet is doing, as the JobSet controller reports it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSetStatus {
+    /// `Completed`, `Failed`, `Suspended`, `StartupPolicyCompleted`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// `Completed` or `Failed` once the JobSet has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminal_state: Option<String>,
+}

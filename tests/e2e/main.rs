@@ -6,6 +6,7 @@
 //! Run: `MUSTER_KUBE_BIN=$HOME/kube-real/bin cargo test -p muster --test e2e`
 //! (docs/admins.md#running-the-end-to-end-tests says how to build the control plane).
 
+mod admission_policy;
 mod chaos;
 mod deploy;
 mod gang;

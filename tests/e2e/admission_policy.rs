@@ -1,0 +1,138 @@
+//! `deploy/admission-policy.yaml` on a real API server: a Job labelled for a Muster queue is
+//! created suspended and a labelled pod behind Muster's scheduling gate — by the API server's
+//! own MutatingAdmissionPolicies, no webhook — while unlabelled ones are left as written.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::PostParams;
+use muster_api::wire::{ADMISSION_GATE, QUEUE_NAME_LABEL};
+use serde_json::{Value, json};
+
+use crate::support::{Env, eventually};
+
+const NAMESPACE: &str = "team-a";
+
+fn job(name: &str, labelled: bool) -> Job {
+    let labels = if labelled {
+        json!({QUEUE_NAME_LABEL: "training"})
+    } else {
+        json!({})
+    };
+    read(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"suspend": false, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "trainer:1"}]}}}
+    }))
+}
+
+fn pod(name: &str, labelled: bool, gates: &Value) -> Pod {
+    let labels = if labelled {
+        json!({QUEUE_NAME_LABEL: "training"})
+    } else {
+        json!({})
+    };
+    read(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"schedulingGates": gates,
+                 "containers": [{"name": "main", "image": "trainer:1"}]}
+    }))
+}
+
+fn read<T: serde::de::DeserializeOwned>(value: Value) -> T {
+    serde_json::from_value(value).unwrap_or_else(|e| unreachable!("fixture: {e}"))
+}
+
+fn gates(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|g| g.name)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labelled_jobs_are_created_suspended_and_labelled_pods_gated() {
+    let Some(env) = Env::start(false).await else {
+        return;
+    };
+    let kubectl = muster_testkit::TestCluster::bin_dir()
+        .map(|d| d.join("kubectl"))
+        .filter(|k| k.exists())
+        .unwrap_or_else(|| PathBuf::from("kubectl"));
+    let out = std::process::Command::new(&kubectl)
+        .arg("--kubeconfig")
+        .arg(env.cluster.kubeconfig_path())
+        .args([
+            "apply",
+            "--server-side",
+            "-f",
+            "deploy/admission-policy.yaml",
+        ])
+        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .output()
+        .unwrap_or_else(|e| unreachable!("kubectl: {e}"));
+    assert!(
+        out.status.success(),
+        "the shipped policies apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    env.apply_all::<Namespace>(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": NAMESPACE}}))
+        .await;
+    let jobs = env.api::<Job>(NAMESPACE);
+    let pods = env.api::<Pod>(NAMESPACE);
+    let post = PostParams::default();
+
+    // The API server loads a new policy shortly after it is created: labelled Jobs are made
+    // until one comes back suspended. None made before then is ever counted.
+    let tries = AtomicU32::new(0);
+    let held = eventually("a labelled Job created suspended", 60, || async {
+        let name = format!("queued-{}", tries.fetch_add(1, Ordering::Relaxed));
+        let made = jobs.create(&post, &job(&name, true)).await.ok()?;
+        made.spec
+            .and_then(|s| s.suspend)
+            .filter(|suspended| *suspended)
+            .map(|_| name)
+    })
+    .await;
+    assert!(held.starts_with("queued-"));
+
+    // Without the label nothing changes.
+    let free = jobs
+        .create(&post, &job("unqueued", false))
+        .await
+        .unwrap_or_else(|e| unreachable!("creating an unlabelled Job: {e}"));
+    assert_eq!(free.spec.and_then(|s| s.suspend), Some(false));
+
+    // A labelled pod waits behind Muster's gate, next to the user's own; a pod that already
+    // has the gate gets no second one; an unlabelled pod gets none.
+    let gated = pods
+        .create(
+            &post,
+            &pod("member-0", true, &json!([{"name": "example.com/own"}])),
+        )
+        .await
+        .unwrap_or_else(|e| unreachable!("creating a labelled pod: {e}"));
+    assert_eq!(gates(&gated), ["example.com/own", ADMISSION_GATE]);
+    let once = pods
+        .create(
+            &post,
+            &pod("member-1", true, &json!([{"name": ADMISSION_GATE}])),
+        )
+        .await
+        .unwrap_or_else(|e| unreachable!("creating a gated pod: {e}"));
+    assert_eq!(gates(&once), [ADMISSION_GATE]);
+    let plain = pods
+        .create(&post, &pod("plain", false, &json!([])))
+        .await
+        .unwrap_or_else(|e| unreachable!("creating an unlabelled pod: {e}"));
+    assert!(gates(&plain).is_empty(), "{:?}", gates(&plain));
+}

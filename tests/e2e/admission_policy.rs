@@ -2,7 +2,6 @@
 //! created suspended and a labelled pod behind Muster's scheduling gate — by the API server's
 //! own MutatingAdmissionPolicies, no webhook — while unlabelled ones are left as written.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use k8s_openapi::api::batch::v1::Job;
@@ -63,22 +62,12 @@ async fn labelled_jobs_are_created_suspended_and_labelled_pods_gated() {
     let Some(env) = Env::start(false).await else {
         return;
     };
-    let kubectl = muster_testkit::TestCluster::bin_dir()
-        .map(|d| d.join("kubectl"))
-        .filter(|k| k.exists())
-        .unwrap_or_else(|| PathBuf::from("kubectl"));
-    let out = std::process::Command::new(&kubectl)
-        .arg("--kubeconfig")
-        .arg(env.cluster.kubeconfig_path())
-        .args([
-            "apply",
-            "--server-side",
-            "-f",
-            "deploy/admission-policy.yaml",
-        ])
-        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
-        .output()
-        .unwrap_or_else(|e| unreachable!("kubectl: {e}"));
+    let out = env.kubectl(&[
+        "apply",
+        "--server-side",
+        "-f",
+        "deploy/admission-policy.yaml",
+    ]);
     assert!(
         out.status.success(),
         "the shipped policies apply: {}",

@@ -178,18 +178,8 @@ async fn crds_install_and_examples_apply_with_kubectl() {
     let Some(env) = Env::start(false).await else {
         return;
     };
-    let kubectl = muster_testkit::TestCluster::bin_dir()
-        .map(|d| d.join("kubectl"))
-        .filter(|k| k.exists())
-        .unwrap_or_else(|| PathBuf::from("kubectl"));
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(&kubectl)
-            .arg("--kubeconfig")
-            .arg(env.cluster.kubeconfig_path())
-            .args(args)
-            .current_dir(repo())
-            .output()
-            .unwrap_or_else(|e| unreachable!("kubectl: {e}"));
+        let out = env.kubectl(args);
         assert!(
             out.status.success(),
             "kubectl {args:?}: {}",

@@ -61,6 +61,22 @@ impl Env {
         })
     }
 
+    /// Runs kubectl (the one beside the control plane's binaries, else the one on `PATH`)
+    /// against this cluster from the repository's root; its output.
+    pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
+        let kubectl = TestCluster::bin_dir()
+            .map(|d| d.join("kubectl"))
+            .filter(|k| k.exists())
+            .unwrap_or_else(|| std::path::PathBuf::from("kubectl"));
+        std::process::Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(self.cluster.kubeconfig_path())
+            .args(args)
+            .current_dir(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
+            .output()
+            .unwrap_or_else(|e| unreachable!("kubectl: {e}"))
+    }
+
     /// `api` of this cluster, namespaced.
     pub fn api<K>(&self, namespace: &str) -> Api<K>
     where

@@ -179,18 +179,9 @@ fn documents(path: &Path) -> anyhow::Result<Vec<yaml::Located>> {
     }
 }
 
-/// The one object in a file.
 /// The job in `path`: a GpuJob, or a Job or JobSet read as the GpuJob admission sees.
 fn job_to_place(path: &Path) -> anyhow::Result<GpuJob> {
-    let mut docs = documents(path)?;
-    if docs.len() != 1 {
-        bail!(
-            "{}: expected one object, found {}",
-            path.display(),
-            docs.len()
-        );
-    }
-    let object = docs.remove(0);
+    let object = one_document(path)?;
     let (job, what) = match muster_api::workload::read(object.value.clone()) {
         Some(read) => (
             read.map_err(|e| located(path, &object.label, &e))?,
@@ -213,7 +204,14 @@ fn job_to_place(path: &Path) -> anyhow::Result<GpuJob> {
     Ok(job)
 }
 
+/// The one object in a file.
 fn one_object<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
+    let object = one_document(path)?;
+    read(object.value).map_err(|e| located(path, &object.label, &e))
+}
+
+/// The one document of a file; an error when it holds none or several.
+fn one_document(path: &Path) -> anyhow::Result<yaml::Located> {
     let mut docs = documents(path)?;
     if docs.len() != 1 {
         bail!(
@@ -222,8 +220,7 @@ fn one_object<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> 
             docs.len()
         );
     }
-    let object = docs.remove(0);
-    read(object.value).map_err(|e| located(path, &object.label, &e))
+    Ok(docs.remove(0))
 }
 
 fn located(path: &Path, label: &str, errors: &[muster_api::FieldError]) -> anyhow::Error {

@@ -6,13 +6,14 @@
 //!
 //! Where to look for "what happens when …":
 //! - a pod of a running gang fails, its node goes away, or the gang is not Ready in time:
-//!   [`step`], the admitted branch (`admitted`), through [`crate::lifecycle::health`];
-//! - a release was cut short (a replica died, a write failed): `admitted` and `cut_off`;
+//!   [`step`], the admitted branch (`admitted.rs`), through [`crate::lifecycle::health`];
+//! - a release was cut short (a replica died, a write failed): `admitted.rs` and `cut_off`;
 //! - the autoscaler answers a ProvisioningRequest: `provisioning.rs`;
-//! - a job is deleted or suspended: [`step`] and `admitted`;
+//! - a job is deleted or suspended: [`step`] and `admitted.rs`;
 //! - a restarted gang's old pods linger (a node partitioned or down): `terminating.rs`,
 //!   through [`crate::holding::draining`] and [`crate::unreachable`].
 
+mod admitted;
 mod provisioning;
 mod terminating;
 #[cfg(test)]
@@ -30,13 +31,10 @@ use muster_api::{GpuJob, ObjectRef};
 use crate::action::{Action, Note};
 use crate::holding::{
     Pods, draining, held_by_pods, holding, holding_of, recovered_admission, seconds, split_pods,
-    unfinished_release,
 };
 use crate::index::Index;
 use crate::ledger::{Busy, Failure, Ledger};
-use crate::lifecycle::{Health, health, requeue_at};
 use crate::provision;
-use crate::status::{self, Eviction};
 
 /// Where a job is in its life, as the cluster (and the writes in flight) show it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -386,7 +384,7 @@ fn next(reading: &Reading<'_>, stale: Vec<String>) -> Step {
         return provisioning::step(reading, &live);
     }
     if let Some(held) = holding_of(job, status, current) {
-        return admitted(reading, held, &live);
+        return admitted::step(reading, held, &live);
     }
     if !live.is_empty() {
         // Pods of the current attempt but no admission in the status: a release that was
@@ -456,199 +454,5 @@ fn cut_off(job: &GpuJob, key: &str, current: &Pods<'_>, live: &Pods<'_>, step: S
             job: key.to_owned(),
             pods: live.iter().map(|(k, _)| (*k).to_owned()).collect(),
         }),
-    }
-}
-
-/// An admitted job (its status holds an admission): its gang's health decides.
-#[allow(clippy::too_many_lines)]
-fn admitted(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Step {
-    let Reading {
-        index,
-        key,
-        job,
-        status,
-        current,
-        now,
-        ..
-    } = *reading;
-    let now_s = now.0.as_second();
-    let generation = job.metadata.generation;
-    if let Some(admitted) = unfinished_release(job, key, &held, current) {
-        // The status says admitted, yet gated pods remain and nothing is in flight: a release
-        // that another writer cut short (a replica that lost the Lease, a pod deleted under
-        // it). Finish it now rather than let the gang wait out its pods-ready timeout or spend
-        // a restart.
-        return Step::new(Phase::Releasing).with(InCycle::FinishRelease(admitted));
-    }
-    let expected: usize = held.pod_sets.iter().map(|p| p.nodes.len()).sum();
-    let timeout = job
-        .spec
-        .pods_ready_timeout_seconds
-        .unwrap_or(muster_api::gpujob::DEFAULT_PODS_READY_TIMEOUT_SECONDS);
-    let placed: Vec<String> = held
-        .pod_sets
-        .iter()
-        .flat_map(|p| p.nodes.iter().cloned())
-        .collect();
-    let gang_health = health(
-        expected,
-        &placed,
-        current,
-        |n| index.nodes.get(n),
-        // An admission time that is unknown starts no pods-ready timeout: a gang that never
-        // became Ready is still restarted when a pod fails or loses its node.
-        held.since.unwrap_or(now_s),
-        timeout,
-        now_s,
-    );
-    let all_pods: Vec<String> = current.iter().map(|(k, _)| (*k).to_owned()).collect();
-    let evict = |eviction: Eviction| {
-        let note = if matches!(eviction, Eviction::Suspended) {
-            Note::normal(eviction.reason(), eviction.message())
-        } else {
-            Note::warning(eviction.reason(), eviction.message())
-        };
-        Action::Evict {
-            job: key.to_owned(),
-            status: Box::new(status::evicted(status, generation, &eviction, now)),
-            pods: all_pods.clone(),
-            event: note,
-        }
-    };
-    let deadline = match gang_health {
-        Health::Starting { deadline } => Some(deadline),
-        _ => None,
-    };
-    let phase = match gang_health {
-        Health::Running => Phase::Running,
-        Health::Succeeded => Phase::Finishing,
-        Health::Broken { .. } => Phase::Restarting,
-        Health::Starting { .. } | Health::TimedOut => Phase::Releasing,
-    };
-    let (phase, action) = if let Some((policy, message)) = revoked(index, job, status) {
-        // Requeued like a failed request: after the provisioning backoff, and only while the
-        // job's requests stay within retry.limit + 1 (a gang longer than the capacity's
-        // maximum run does not buy capacity for ever).
-        use muster_provisioning::state::{out_of_requests, retry_limit};
-        let attempts = provision::attempts(status);
-        let limit = retry_limit(policy.retry.as_ref());
-        let fail = policy.on_capacity_revoked == muster_api::cluster_queue::RevokedPolicy::Fail;
-        let action = if fail || out_of_requests(policy.retry.as_ref(), attempts) {
-            let why = if fail {
-                format!("the autoscaler took the capacity back: {message}")
-            } else {
-                format!(
-                    "the autoscaler took the capacity back: {message}; gave up after {attempts} requests (retry.limit is {limit})"
-                )
-            };
-            Action::Evict {
-                job: key.to_owned(),
-                status: Box::new(status::finished(status, generation, false, &why, now)),
-                pods: all_pods.clone(),
-                event: Note::warning("CapacityRevoked", why),
-            }
-        } else {
-            let retry_at = now_s.saturating_add(muster_provisioning::state::backoff(
-                policy.retry.as_ref(),
-                attempts,
-            ));
-            evict(Eviction::CapacityRevoked { message, retry_at })
-        };
-        (Phase::Evicting, Some(action))
-    } else if job.spec.suspend {
-        (Phase::Evicting, Some(evict(Eviction::Suspended)))
-    } else {
-        let action = match gang_health {
-            Health::Succeeded => Some(Action::JobStatus {
-                job: key.to_owned(),
-                status: Box::new(status::finished(
-                    status,
-                    generation,
-                    true,
-                    "every pod succeeded",
-                    now,
-                )),
-                event: Some(Note::normal("Succeeded", "every pod succeeded")),
-            }),
-            Health::TimedOut => Some(evict(Eviction::PodsReadyTimeout {
-                retry_at: requeue_at(now_s, status.requeue_count),
-            })),
-            Health::Broken { cause } => {
-                let limit = job
-                    .spec
-                    .backoff_limit
-                    .unwrap_or(muster_api::gpujob::DEFAULT_BACKOFF_LIMIT);
-                if status.restart_count >= limit {
-                    let message = format!(
-                        "{cause}; the gang was restarted {} times and spec.backoffLimit is {limit}",
-                        status.restart_count
-                    );
-                    Some(Action::Evict {
-                        job: key.to_owned(),
-                        status: Box::new(status::finished(
-                            status, generation, false, &message, now,
-                        )),
-                        pods: live.iter().map(|(k, _)| (*k).to_owned()).collect(),
-                        event: Note::warning("BackoffLimitExceeded", message),
-                    })
-                } else {
-                    Some(evict(Eviction::Restart { cause }))
-                }
-            }
-            Health::Running => {
-                status::running(status, generation, now).map(|s| Action::JobStatus {
-                    job: key.to_owned(),
-                    status: Box::new(s),
-                    event: Some(Note::normal("PodsReady", "every pod of the gang is Ready")),
-                })
-            }
-            Health::Starting { .. } => None,
-        };
-        (phase, action)
-    };
-    let mut step = Step::new(phase);
-    let Some(action) = action else {
-        step.until = deadline;
-        return step.holds(held, false);
-    };
-    let mut step = Step {
-        ran_since: held.since,
-        ..step
-    };
-    // A Running update keeps the admission; everything else gives it up.
-    let keeps = matches!(&action, Action::JobStatus { status, .. } if status.admission.is_some());
-    if step.phase == Phase::Running && keeps && status.start_time.is_none() {
-        let created = job
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(now_s, seconds);
-        step.to_running = Some(now_s - created);
-    }
-    let step = step.act(action);
-    if keeps {
-        step.holds(held, false)
-    } else if status.provisioning_request.is_some() {
-        // The gang leaves its bought capacity: give the requests back.
-        step.act(unprovision(job, status))
-    } else {
-        step
-    }
-}
-
-/// The capacity a gang runs on was taken back by the autoscaler: its queue's policy and what
-/// the autoscaler said.
-fn revoked<'a>(
-    index: &'a Index,
-    job: &GpuJob,
-    status: &GpuJobStatus,
-) -> Option<(&'a muster_api::cluster_queue::ProvisioningPolicy, String)> {
-    let policy =
-        provision::policy(index, status).filter(|_| status.provisioning_request.is_some())?;
-    match provision::observed(index, job, policy, provision::attempts(status)) {
-        muster_provisioning::state::Observed::CapacityRevoked { message } => {
-            Some((policy, message))
-        }
-        _ => None,
     }
 }

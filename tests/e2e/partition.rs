@@ -69,6 +69,18 @@ async fn a_partitioned_node_holds_the_restart_until_its_pod_is_gone_and_says_why
     let controller = env.controller();
     let (victim, stranded) = partition_a_running_gang(&env).await;
 
+    // A restart writes the status first and deletes the old pods next: until that delete is
+    // asked for, too, no pod of a new attempt may exist.
+    eventually("the stranded pod's deletion asked for", 30, || async {
+        let pods = env.pods_of("team-a", "train").await;
+        let attempts: BTreeSet<&str> = pods.iter().map(attempt).collect();
+        assert!(attempts.len() <= 1, "pods of attempts {attempts:?} at once");
+        pods.iter()
+            .find(|p| p.metadata.name.as_deref() == Some(stranded.as_str()))
+            .filter(|p| p.metadata.deletion_timestamp.is_some())
+            .map(|_| ())
+    })
+    .await;
     // The old pod runs on, Terminating and unseen; no pod of a new attempt exists meanwhile.
     always("one attempt at a time", 15, || async {
         let pods = env.pods_of("team-a", "train").await;

@@ -103,18 +103,20 @@ async fn labelled_jobs_are_created_suspended_and_labelled_pods_gated() {
 
     // A labelled pod waits behind Muster's gate, next to the user's own; a pod that already
     // has the gate gets no second one; an unlabelled pod gets none.
-    let gated = pods
-        .create(
-            &post,
-            &pod("member-0", true, &json!([{"name": "example.com/own"}])),
-        )
-        .await
-        .unwrap_or_else(|e| unreachable!("creating a labelled pod: {e}"));
+    // Each policy is loaded on its own: labelled pods are made until one comes back gated.
+    let made = AtomicU32::new(0);
+    let gated = eventually("a labelled pod created behind the gate", 60, || async {
+        let name = format!("member-{}", made.fetch_add(1, Ordering::Relaxed));
+        let own = json!([{"name": "example.com/own"}]);
+        let pod = pods.create(&post, &pod(&name, true, &own)).await.ok()?;
+        (gates(&pod).len() > 1).then_some(pod)
+    })
+    .await;
     assert_eq!(gates(&gated), ["example.com/own", ADMISSION_GATE]);
     let once = pods
         .create(
             &post,
-            &pod("member-1", true, &json!([{"name": ADMISSION_GATE}])),
+            &pod("already-gated", true, &json!([{"name": ADMISSION_GATE}])),
         )
         .await
         .unwrap_or_else(|e| unreachable!("creating a gated pod: {e}"));

@@ -75,6 +75,20 @@ impl PartialEq for ObjectRef {
 
 impl Eq for ObjectRef {}
 
+/// A reference equals its written form.
+impl PartialEq<str> for ObjectRef {
+    fn eq(&self, other: &str) -> bool {
+        self.key == other
+    }
+}
+
+/// A reference equals its written form.
+impl PartialEq<&str> for ObjectRef {
+    fn eq(&self, other: &&str) -> bool {
+        self.key == *other
+    }
+}
+
 impl PartialOrd for ObjectRef {
     fn partial_cmp(&self, other: &ObjectRef) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))

@@ -3,7 +3,7 @@
 //! them out; the ledger keeps track of those in flight.
 
 use muster_api::gpujob::GpuJobStatus;
-use muster_api::{ClusterQueueStatus, GpuJob, LocalQueueStatus, ResourceFlavorStatus};
+use muster_api::{ClusterQueueStatus, GpuJob, LocalQueueStatus, ObjectRef, ResourceFlavorStatus};
 
 use crate::release::Gang;
 use crate::summary::Summary;
@@ -14,7 +14,7 @@ pub enum Action {
     /// Create the gang's Service and gated pods, lift every gate, then write the status.
     Release {
         /// The job, `namespace/name`.
-        job: String,
+        job: ObjectRef,
         /// What to create.
         gang: Box<Gang>,
         /// The status once released.
@@ -25,25 +25,25 @@ pub enum Action {
     /// Write the status (admission gone, requeued or finished), then delete the pods.
     Evict {
         /// The job.
-        job: String,
+        job: ObjectRef,
         /// The status to write first.
         status: Box<GpuJobStatus>,
-        /// The pods to delete, `namespace/name`.
-        pods: Vec<String>,
+        /// The pods to delete.
+        pods: Vec<ObjectRef>,
         /// The event to record.
         event: Note,
     },
     /// Delete pods that belong to no live admission (a rolled-back release, an old attempt).
     DeletePods {
         /// The job.
-        job: String,
+        job: ObjectRef,
         /// The pods.
-        pods: Vec<String>,
+        pods: Vec<ObjectRef>,
     },
     /// Write a job's status.
     JobStatus {
         /// The job.
-        job: String,
+        job: ObjectRef,
         /// The new status.
         status: Box<GpuJobStatus>,
         /// The event to record, on a transition.
@@ -52,20 +52,20 @@ pub enum Action {
     /// Add Muster's finalizer to a job.
     AddFinalizer {
         /// The job.
-        job: String,
+        job: ObjectRef,
     },
     /// A deleted job: remove its pods and Service, then its finalizer.
     Finalize {
         /// The job.
-        job: String,
+        job: ObjectRef,
         /// Its pods.
-        pods: Vec<String>,
+        pods: Vec<ObjectRef>,
     },
     /// Ask the autoscaler for capacity: create the PodTemplates and ProvisioningRequests
     /// (objects that exist count as created), then write the status.
     Provision {
         /// The job.
-        job: String,
+        job: ObjectRef,
         /// One per pod set.
         templates: Vec<k8s_openapi::api::core::v1::PodTemplate>,
         /// One, or one per pod set.
@@ -75,15 +75,15 @@ pub enum Action {
         /// The Event: which request, which attempt.
         event: Note,
     },
-    /// Delete a job's ProvisioningRequests and PodTemplates (`namespace/name`; ones already
-    /// gone count as deleted).
+    /// Delete a job's ProvisioningRequests and PodTemplates (ones already gone count as
+    /// deleted).
     Unprovision {
         /// The job.
-        job: String,
+        job: ObjectRef,
         /// The requests.
-        requests: Vec<String>,
+        requests: Vec<ObjectRef>,
         /// The templates.
-        templates: Vec<String>,
+        templates: Vec<ObjectRef>,
     },
     /// Write a ClusterQueue's status.
     ClusterQueueStatus {
@@ -94,8 +94,8 @@ pub enum Action {
     },
     /// Write a LocalQueue's status.
     LocalQueueStatus {
-        /// `namespace/name`.
-        key: String,
+        /// The LocalQueue.
+        key: ObjectRef,
         /// The new status.
         status: LocalQueueStatus,
     },
@@ -110,7 +110,7 @@ pub enum Action {
 
 impl Action {
     /// The job the action is about, if any.
-    pub fn job(&self) -> Option<&str> {
+    pub fn job(&self) -> Option<&ObjectRef> {
         match self {
             Action::Release { job, .. }
             | Action::Evict { job, .. }

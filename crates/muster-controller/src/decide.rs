@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use muster_admission::{Admitted, Decision, Job, PendingReason, Scheduler};
+use muster_api::ObjectRef;
 use muster_api::gpujob::{GpuJobStatus, PendingReasonKind};
 
 use crate::action::{Action, Note, Plan};
@@ -24,7 +25,7 @@ use crate::status::{self, Eviction};
 /// admission reads it; the error when its objects cannot be built.
 pub(crate) fn release_action(
     index: &Index,
-    key: &str,
+    key: &ObjectRef,
     admitted: &Admitted,
     now: &Time,
     fresh: bool,
@@ -127,17 +128,18 @@ pub(crate) fn decide(
     scheduler: &Scheduler,
     decision: Decision,
     now: &Time,
-    provisioned: &BTreeMap<String, BTreeMap<String, String>>,
+    provisioned: &BTreeMap<ObjectRef, BTreeMap<String, String>>,
     tally: &mut QueueTally,
     plan: &mut Plan,
 ) {
     match decision {
         Decision::Admit(admitted) => admit(state, admitted, now, provisioned, plan),
-        Decision::Pending {
-            job: key, reason, ..
-        } if provisioned.contains_key(&key) => {
+        Decision::Pending { job, reason, .. } if provisioned.contains_key(job.as_str()) => {
+            let Some(key) = state.index.job_ref(&job) else {
+                return;
+            };
             let queue = scheduler
-                .job(&key)
+                .job(&job)
                 .and_then(|j| scheduler.cluster_queue_of_job(j))
                 .unwrap_or_default();
             waiting_for_nodes(
@@ -150,11 +152,14 @@ pub(crate) fn decide(
             );
         }
         Decision::Pending {
-            job: key,
+            job,
             position,
             reason,
             eta,
         } => {
+            let Some(key) = state.index.job_ref(&job) else {
+                return;
+            };
             tally.count(scheduler, &key, reason.kind().as_str());
             let standing = Standing {
                 position,
@@ -165,6 +170,9 @@ pub(crate) fn decide(
         }
         Decision::Preempt { victims, for_job } => {
             for victim in victims {
+                let Some(victim) = state.index.job_ref(&victim) else {
+                    continue;
+                };
                 if evict_held(
                     state,
                     &victim,
@@ -179,14 +187,18 @@ pub(crate) fn decide(
             }
         }
         Decision::Evict { job, reason } => {
-            evict_held(state, &job, &Eviction::Other(reason), now, plan);
+            if let Some(key) = state.index.job_ref(&job) {
+                evict_held(state, &key, &Eviction::Other(reason), now, plan);
+            }
         }
         Decision::Provision {
-            job: key,
+            job,
             cluster_queue,
             flavors,
         } => {
-            start_provisioning(state, key, &cluster_queue, &flavors, now, plan);
+            if let Some(key) = state.index.job_ref(&job) {
+                start_provisioning(state, key, &cluster_queue, &flavors, now, plan);
+            }
         }
     }
 }
@@ -202,7 +214,7 @@ struct Standing<'a> {
 
 /// A job that waits: counted under its queue and reason, and its status written when the
 /// reason changed, or when its figures moved and were last written a refresh interval ago.
-fn wait(state: &mut State, key: String, standing: &Standing<'_>, now: &Time, plan: &mut Plan) {
+fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, plan: &mut Plan) {
     let Standing {
         position,
         reason,
@@ -271,7 +283,7 @@ fn wait(state: &mut State, key: String, standing: &Standing<'_>, now: &Time, pla
 
 /// Adds Muster's finalizer beside a job's first write that creates something (a release, a
 /// ProvisioningRequest), unless it has it or it is being added.
-fn finalize_with(state: &mut State, key: &str, plan: &mut Plan) {
+fn finalize_with(state: &mut State, key: &ObjectRef, plan: &mut Plan) {
     let lacks = state.index.jobs.get(key).is_some_and(|j| !has_finalizer(j));
     if lacks && state.ledger.finalize(key) {
         plan.actions.push(Action::AddFinalizer {
@@ -286,10 +298,12 @@ fn admit(
     state: &mut State,
     admitted: Admitted,
     now: &Time,
-    provisioned: &BTreeMap<String, BTreeMap<String, String>>,
+    provisioned: &BTreeMap<ObjectRef, BTreeMap<String, String>>,
     plan: &mut Plan,
 ) {
-    let key = admitted.job.clone();
+    let Some(key) = state.index.job_ref(&admitted.job) else {
+        return;
+    };
     if state.ledger.is_busy(&key) {
         // A status write is in flight; admit on the next pass.
         return;
@@ -299,7 +313,7 @@ fn admit(
     match release_action(&state.index, &key, &admitted, now, true) {
         Err(e) => state.ledger.fail_release(&key, now.0.as_second(), e),
         Ok((mut action, _)) => {
-            if let Some(selector) = provisioned.get(&key) {
+            if let Some(selector) = provisioned.get(key.as_str()) {
                 on_bought_capacity(&state.index, &key, selector, &mut action);
             }
             if let Some(created) = state
@@ -324,7 +338,7 @@ fn admit(
 /// capacity's details (the status records the capacity: see [`release_action`]).
 fn on_bought_capacity(
     index: &Index,
-    key: &str,
+    key: &ObjectRef,
     selector: &BTreeMap<String, String>,
     action: &mut Action,
 ) {
@@ -343,7 +357,7 @@ fn on_bought_capacity(
 /// Admission decided to buy capacity: create the requests (or say why not).
 fn start_provisioning(
     state: &mut State,
-    key: String,
+    key: ObjectRef,
     cluster_queue: &str,
     flavors: &[(String, String)],
     now: &Time,
@@ -412,7 +426,7 @@ fn start_provisioning(
 /// joining): it keeps its quota and its status says what it waits for.
 fn waiting_for_nodes(
     state: &mut State,
-    key: String,
+    key: ObjectRef,
     cluster_queue: String,
     message: &str,
     now: i64,
@@ -445,7 +459,7 @@ fn waiting_for_nodes(
 /// Evicts a job that holds an admission (from its status). Returns whether it did.
 fn evict_held(
     state: &mut State,
-    key: &str,
+    key: &ObjectRef,
     eviction: &Eviction,
     now: &Time,
     plan: &mut Plan,
@@ -461,7 +475,7 @@ fn evict_held(
         return false;
     }
     let (current, _) = split_pods(&state.index, key, status.requeue_count);
-    let pods = current.iter().map(|(k, _)| (*k).to_owned()).collect();
+    let pods = current.iter().map(|(k, _)| (*k).clone()).collect();
     let action = Action::Evict {
         job: key.to_owned(),
         status: Box::new(status::evicted(

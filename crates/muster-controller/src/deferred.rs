@@ -15,6 +15,8 @@
 
 use std::collections::BTreeMap;
 
+use muster_api::ObjectRef;
+
 use crate::action::Action;
 
 /// Queued status writes of waiting jobs, oldest first.
@@ -22,15 +24,15 @@ use crate::action::Action;
 pub struct DeferredStatuses {
     next: u64,
     /// Turn → job.
-    order: BTreeMap<u64, String>,
+    order: BTreeMap<u64, ObjectRef>,
     /// Job → (turn, the write).
-    queued: BTreeMap<String, (u64, Action)>,
+    queued: BTreeMap<ObjectRef, (u64, Action)>,
 }
 
 impl DeferredStatuses {
     /// Queues `action` for `job`, or replaces the write already queued for it (which keeps
     /// its turn).
-    pub(crate) fn put(&mut self, job: &str, action: Action) {
+    pub(crate) fn put(&mut self, job: &ObjectRef, action: Action) {
         let Some(action) = self.replace(job, action) else {
             return;
         };
@@ -42,7 +44,7 @@ impl DeferredStatuses {
 
     /// Replaces the write queued for `job`, keeping its turn; gives `action` back when none
     /// is queued.
-    pub(crate) fn replace(&mut self, job: &str, action: Action) -> Option<Action> {
+    pub(crate) fn replace(&mut self, job: &ObjectRef, action: Action) -> Option<Action> {
         match self.queued.get_mut(job) {
             Some((_, queued)) => {
                 *queued = action;
@@ -64,7 +66,7 @@ impl DeferredStatuses {
     }
 
     /// The oldest queued write, taken out of the queue.
-    pub(crate) fn pop(&mut self) -> Option<(String, Action)> {
+    pub(crate) fn pop(&mut self) -> Option<(ObjectRef, Action)> {
         let (_, job) = self.order.pop_first()?;
         let (_, action) = self.queued.remove(&job)?;
         Some((job, action))
@@ -76,8 +78,8 @@ impl DeferredStatuses {
     }
 
     /// Jobs with a queued write, in no particular order.
-    pub(crate) fn jobs(&self) -> impl Iterator<Item = &str> {
-        self.queued.keys().map(String::as_str)
+    pub(crate) fn jobs(&self) -> impl Iterator<Item = &ObjectRef> {
+        self.queued.keys()
     }
 
     /// How many writes are queued.

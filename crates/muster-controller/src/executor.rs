@@ -55,7 +55,7 @@ pub enum ExecuteError {
     #[error("GpuJob {job} changed since it was read ({why}); not written, to be decided again")]
     Superseded {
         /// The job.
-        job: String,
+        job: ObjectRef,
         /// What changed.
         why: String,
     },
@@ -65,8 +65,8 @@ pub enum ExecuteError {
     /// next pass rolls it back.
     #[error("pod {pod} exists from another release of this attempt: {why}")]
     Displaced {
-        /// The pod, `namespace/name`.
-        pod: String,
+        /// The pod.
+        pod: ObjectRef,
         /// How it differs.
         why: String,
     },
@@ -145,11 +145,6 @@ fn transient(e: &kube::Error) -> bool {
         kube::Error::HyperError(_) | kube::Error::Service(_) => true,
         _ => false,
     }
-}
-
-/// The object a `namespace/name` key refers to.
-fn reference(key: &str) -> Result<ObjectRef, ExecuteError> {
-    ObjectRef::parse(key).map_err(|_| ExecuteError::Unnamed(key.to_owned()))
 }
 
 fn named<K: Resource>(object: &K) -> Result<(String, String), ExecuteError> {
@@ -314,10 +309,8 @@ impl Executor {
                 written.push(Written::ClusterQueue(Box::new(queue)));
             }
             Action::LocalQueueStatus { key, status } => {
-                let object = reference(key)?;
-                let (namespace, name) = (object.namespace(), object.name());
-                let api: Api<LocalQueue> = Api::namespaced(self.client.clone(), namespace);
-                let queue = self.apply_status(&api, name, key, status).await?;
+                let api: Api<LocalQueue> = Api::namespaced(self.client.clone(), key.namespace());
+                let queue = self.apply_status(&api, key.name(), key, status).await?;
                 written.push(Written::LocalQueue(Box::new(queue)));
             }
             Action::FlavorStatus { name, status } => {
@@ -355,9 +348,8 @@ impl Executor {
     /// Adds Muster's finalizer in one request: a server-side apply that owns only that entry
     /// of `metadata.finalizers` (a set), so the finalizers of others are kept without reading
     /// the job first.
-    async fn add_finalizer(&self, key: &str) -> Result<GpuJob, ExecuteError> {
-        let object = reference(key)?;
-        let (namespace, name) = (object.namespace(), object.name());
+    async fn add_finalizer(&self, key: &ObjectRef) -> Result<GpuJob, ExecuteError> {
+        let (namespace, name) = (key.namespace(), key.name());
         let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
         let body = serde_json::json!({"apiVersion": API_VERSION, "kind": "GpuJob",
             "metadata": {"name": name, "finalizers": [FINALIZER]}});
@@ -373,9 +365,8 @@ impl Executor {
     /// its resourceVersion, so another controller's finalizer is never lost). A merge patch
     /// rather than an apply: the finalizer may have been added by an older Muster that did not
     /// add it by apply, and an apply only removes entries its own manager owns.
-    async fn remove_finalizer(&self, key: &str) -> Result<GpuJob, ExecuteError> {
-        let object = reference(key)?;
-        let (namespace, name) = (object.namespace(), object.name());
+    async fn remove_finalizer(&self, key: &ObjectRef) -> Result<GpuJob, ExecuteError> {
+        let (namespace, name) = (key.namespace(), key.name());
         let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
@@ -400,7 +391,11 @@ impl Executor {
     }
 
     /// A deleted job: its pods, then its Service, then Muster's finalizer.
-    async fn finalize(&self, job: &str, pods: &[String]) -> Result<Vec<Written>, ExecuteError> {
+    async fn finalize(
+        &self,
+        job: &ObjectRef,
+        pods: &[ObjectRef],
+    ) -> Result<Vec<Written>, ExecuteError> {
         let mut written = self.delete_pods(pods).await?;
         // The Service is named like the job.
         self.delete::<Service>(job, "deleting Service").await?;
@@ -416,7 +411,7 @@ impl Executor {
     /// (onto the version `read`, see [`Executor::write_status`]).
     async fn provision(
         &self,
-        job: &str,
+        job: &ObjectRef,
         templates: &[k8s_openapi::api::core::v1::PodTemplate],
         requests: &[muster_api::ProvisioningRequest],
         status: &GpuJobStatus,
@@ -433,7 +428,7 @@ impl Executor {
                 // Left by a cut-off attempt of the same number, perhaps for other flavors:
                 // the request must count pods as this attempt describes them.
                 let (namespace, name) = named(template)?;
-                let key = ObjectRef::new(&namespace, &name).into_string();
+                let key = ObjectRef::new(&namespace, &name);
                 self.delete::<k8s_openapi::api::core::v1::PodTemplate>(
                     &key,
                     "replacing PodTemplate",
@@ -456,8 +451,8 @@ impl Executor {
     /// Deletes the requests, then their PodTemplates.
     async fn unprovision(
         &self,
-        requests: &[String],
-        templates: &[String],
+        requests: &[ObjectRef],
+        templates: &[ObjectRef],
     ) -> Result<(), ExecuteError> {
         // Templates first: a request that outlives a failed or cut-off delete is found again
         // (its job moved on, so it is an orphan) and deleted with its templates, but nothing
@@ -496,15 +491,14 @@ impl Executor {
     }
 
     /// Deletes a namespaced object by `namespace/name` (one already gone counts as deleted).
-    async fn delete<K>(&self, key: &str, action: &'static str) -> Result<(), ExecuteError>
+    async fn delete<K>(&self, key: &ObjectRef, action: &'static str) -> Result<(), ExecuteError>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
             + Clone
             + serde::de::DeserializeOwned
             + std::fmt::Debug,
     {
-        let object = reference(key)?;
-        let (namespace, name) = (object.namespace(), object.name());
+        let (namespace, name) = (key.namespace(), key.name());
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
         let dp = DeleteParams::default();
         match self.call(action, key, || api.delete(name, &dp)).await {
@@ -515,7 +509,7 @@ impl Executor {
     }
 
     /// Deletes pods by `namespace/name` (ones already gone count as deleted).
-    async fn delete_pods(&self, keys: &[String]) -> Result<Vec<Written>, ExecuteError> {
+    async fn delete_pods(&self, keys: &[ObjectRef]) -> Result<Vec<Written>, ExecuteError> {
         let limit = self.gang_concurrency.max(1);
         let deletes: Vec<_> = keys.iter().map(|key| self.delete_pod(key)).collect();
         let written: Vec<Option<Written>> = futures::stream::iter(deletes)
@@ -525,9 +519,8 @@ impl Executor {
         Ok(written.into_iter().flatten().collect())
     }
 
-    async fn delete_pod(&self, key: &str) -> Result<Option<Written>, ExecuteError> {
-        let object = reference(key)?;
-        let (namespace, name) = (object.namespace(), object.name());
+    async fn delete_pod(&self, key: &ObjectRef) -> Result<Option<Written>, ExecuteError> {
+        let (namespace, name) = (key.namespace(), key.name());
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let dp = DeleteParams::default();
         match self

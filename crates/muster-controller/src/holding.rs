@@ -4,14 +4,14 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use muster_admission::{Admitted, Holding, PodSetPlacement};
-use muster_api::GpuJob;
 use muster_api::gpujob::{GpuJobStatus, conditions};
 use muster_api::wire::OUT_OF_SERVICE_TAINT;
+use muster_api::{GpuJob, ObjectRef};
 
 use crate::index::{Index, PodPhase, PodRecord};
 
 /// A job's pods, `(key, record)`.
-pub(crate) type Pods<'a> = Vec<(&'a str, &'a PodRecord)>;
+pub(crate) type Pods<'a> = Vec<(&'a ObjectRef, &'a PodRecord)>;
 
 pub(crate) fn seconds(t: &Time) -> i64 {
     t.0.as_second()
@@ -41,7 +41,7 @@ pub(crate) fn node_may_run(index: &Index, node: Option<&str>) -> bool {
 /// NotReady or unreachable, whose kubelet may be running them behind a partition. Until
 /// every one is gone the job is not released again: at most one attempt of a job runs at
 /// once.
-pub(crate) fn draining<'a>(index: &'a Index, key: &str, attempt: i32) -> Pods<'a> {
+pub(crate) fn draining<'a>(index: &'a Index, key: &ObjectRef, attempt: i32) -> Pods<'a> {
     index
         .pods_of(key)
         .filter(|(_, pod)| {
@@ -59,16 +59,16 @@ pub(crate) fn draining<'a>(index: &'a Index, key: &str, attempt: i32) -> Pods<'a
 /// A job's pods of its current attempt, and those left over from earlier attempts.
 pub(crate) fn split_pods<'a>(
     index: &'a Index,
-    key: &str,
+    key: &ObjectRef,
     attempt: i32,
-) -> (Vec<(&'a str, &'a PodRecord)>, Vec<String>) {
+) -> (Pods<'a>, Vec<ObjectRef>) {
     let (mut current, mut stale) = (Vec::new(), Vec::new());
     for (k, pod) in index.pods_of(key) {
         let Some(member) = &pod.member else { continue };
         if member.attempt == attempt {
             current.push((k, pod));
         } else if !pod.deleting {
-            stale.push(k.to_owned());
+            stale.push(k.clone());
         }
     }
     (current, stale)
@@ -78,7 +78,7 @@ pub(crate) fn split_pods<'a>(
 pub(crate) fn holding_of(
     job: &GpuJob,
     status: &GpuJobStatus,
-    pods: &[(&str, &PodRecord)],
+    pods: &[(&ObjectRef, &PodRecord)],
 ) -> Option<Holding> {
     let admission = status.admission.as_ref()?;
     // A status that lost its Admitted condition still says when the gang was released; with
@@ -128,7 +128,7 @@ pub(crate) fn holding_of(
 /// The node of every pod of `pod_set` (by index), when each of the `count` pods exists and
 /// is pinned.
 pub(crate) fn pinned_nodes(
-    pods: &[(&str, &PodRecord)],
+    pods: &[(&ObjectRef, &PodRecord)],
     pod_set: &str,
     count: usize,
 ) -> Option<Vec<String>> {
@@ -145,7 +145,7 @@ pub(crate) fn pinned_nodes(
 /// The GPU devices each pod of `pod_set` (by index, `count` of them) was counted on, from
 /// its pods; empty when no pod of the set names any (its nodes' GPUs are counted whole).
 pub(crate) fn pinned_devices(
-    pods: &[(&str, &PodRecord)],
+    pods: &[(&ObjectRef, &PodRecord)],
     pod_set: &str,
     count: usize,
 ) -> Vec<Vec<u32>> {
@@ -171,8 +171,8 @@ pub(crate) fn pinned_devices(
 /// `None`: roll it back.
 pub(crate) fn recovered_admission(
     job: &GpuJob,
-    key: &str,
-    pods: &[(&str, &PodRecord)],
+    key: &ObjectRef,
+    pods: &[(&ObjectRef, &PodRecord)],
 ) -> Option<Admitted> {
     let queue = pods.first()?.1.member.as_ref()?.cluster_queue.clone();
     let mut pod_sets = Vec::with_capacity(job.spec.pod_sets.len());
@@ -199,7 +199,7 @@ pub(crate) fn recovered_admission(
     }
     let expected: usize = pod_sets.iter().map(|p| p.nodes.len()).sum();
     (expected == pods.len() && !queue.is_empty()).then(|| Admitted {
-        job: key.to_owned(),
+        job: key.to_string(),
         cluster_queue: queue,
         pod_sets,
         borrowing: false,
@@ -212,9 +212,9 @@ pub(crate) fn recovered_admission(
 /// released (its health decides) or cannot be finished as it stands.
 pub(crate) fn unfinished_release(
     job: &GpuJob,
-    key: &str,
+    key: &ObjectRef,
     held: &Holding,
-    current: &[(&str, &PodRecord)],
+    current: &[(&ObjectRef, &PodRecord)],
 ) -> Option<Admitted> {
     let gated = current.iter().any(|(_, p)| p.gated);
     let intact = current
@@ -233,7 +233,7 @@ pub(crate) fn unfinished_release(
         count > 0 && set.nodes.len() == count
     });
     complete.then(|| Admitted {
-        job: key.to_owned(),
+        job: key.to_string(),
         cluster_queue: held.cluster_queue.clone(),
         pod_sets: held.pod_sets.clone(),
         borrowing: false,
@@ -276,7 +276,7 @@ fn may_run(index: &Index, pod: &PodRecord) -> bool {
 pub(crate) fn held_by_pods(
     index: &Index,
     job: &GpuJob,
-    key: &str,
+    key: &ObjectRef,
     attempt: i32,
     since: Option<i64>,
 ) -> Option<Holding> {

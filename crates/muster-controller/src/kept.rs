@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use muster_admission::{Job, JobState, Scheduler};
-use muster_api::{ClusterQueueSpec, Resources};
+use muster_api::{ClusterQueueSpec, ObjectRef, Resources};
 
 use crate::index::Index;
 use crate::preemptors::Preemptors;
@@ -42,7 +42,7 @@ struct Inputs {
     topology: u64,
     buys: bool,
     cluster_queues: BTreeMap<String, ClusterQueueSpec>,
-    local_queues: BTreeMap<String, String>,
+    local_queues: BTreeMap<ObjectRef, String>,
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
 }
 
@@ -94,7 +94,7 @@ pub(crate) struct OutsideUsage {
 impl OutsideUsage {
     /// What `index` shows, with `held` naming each held job's current attempt (its pods are
     /// booked through its admission).
-    fn members_of(index: &Index, held: &BTreeMap<String, i32>) -> BTreeMap<String, Resources> {
+    fn members_of(index: &Index, held: &BTreeMap<ObjectRef, i32>) -> BTreeMap<String, Resources> {
         let mut members: BTreeMap<String, Resources> = BTreeMap::new();
         for (job, pods) in &index.pods_by_job {
             let attempt = held.get(job);
@@ -136,7 +136,7 @@ pub(crate) fn scheduler_for(
     index: &mut Index,
     preemptors: &Preemptors,
     seats: &Seats,
-    changes: &[String],
+    changes: &[ObjectRef],
     build: impl FnOnce(&mut Index, &BTreeMap<String, Resources>) -> Scheduler,
 ) -> (Scheduler, Basis) {
     let members = OutsideUsage::members_of(index, seats.held());
@@ -205,7 +205,7 @@ impl Kept {
     /// scheduler is then dropped) when a difference is not one it can take in. Jobs whose
     /// seats did not change are as the scheduler holds them: the last pass left them so, and
     /// anything the cycle changed about a job has it settled again.
-    fn catch_up(&mut self, seats: &Seats, changes: &[String], preemptors: &Preemptors) -> bool {
+    fn catch_up(&mut self, seats: &Seats, changes: &[ObjectRef], preemptors: &Preemptors) -> bool {
         if !preemptors.held_by(&self.scheduler) {
             return false;
         }

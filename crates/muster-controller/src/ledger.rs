@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use muster_admission::{Admitted, Holding};
-use muster_api::GpuJob;
+use muster_api::{GpuJob, ObjectRef};
 
 use crate::action::{Action, JobRead};
 use crate::deferred::DeferredStatuses;
@@ -20,20 +20,20 @@ use crate::deferred::DeferredStatuses;
 #[derive(Clone, Debug, Default)]
 pub struct Ledger {
     /// What each job's writes in flight promise (see [`Busy`]).
-    busy: BTreeMap<String, Busy>,
+    busy: BTreeMap<ObjectRef, Busy>,
     /// Per job, how many of its actions are in flight: it stays promised until the last one
     /// lands (a pass may send several, such as a finalizer and a release, and the first to
     /// land must not free a job whose release is still being written).
-    in_flight: BTreeMap<String, u32>,
+    in_flight: BTreeMap<ObjectRef, u32>,
     /// Jobs whose finalizer is being added.
-    finalizing: BTreeSet<String>,
+    finalizing: BTreeSet<ObjectRef>,
     /// Queue statuses being written.
     queues: BTreeSet<QueueWrite>,
     /// Jobs whose releases failed, and when each tries again.
-    failed: BTreeMap<String, Failure>,
+    failed: BTreeMap<ObjectRef, Failure>,
     /// Waiting jobs whose status this term wrote within the last
     /// [`crate::status::PENDING_REFRESH_SECONDS`], and when.
-    refreshed: BTreeMap<String, i64>,
+    refreshed: BTreeMap<ObjectRef, i64>,
     /// The leadership term these writes belong to.
     term: u64,
     /// Status writes of waiting jobs queued for the sender, not yet sent: each such job is
@@ -41,11 +41,11 @@ pub struct Ledger {
     deferred: DeferredStatuses,
     /// Per job with a status write in flight (or queued), the job as the pass that planned
     /// the write read it: the write is made only onto that version.
-    reads: BTreeMap<String, JobRead>,
+    reads: BTreeMap<ObjectRef, JobRead>,
     /// Per job with a release in flight, when its admission began (the time its status will
     /// show): the job holds its quota and nodes from then on, in every pass until the
     /// release lands, as it will once it has.
-    released_at: BTreeMap<String, i64>,
+    released_at: BTreeMap<ObjectRef, i64>,
 }
 
 /// What is in flight for a job.
@@ -69,8 +69,8 @@ pub(crate) enum Busy {
 pub(crate) enum QueueWrite {
     /// A ClusterQueue, by name.
     Cluster(String),
-    /// A LocalQueue, by `namespace/name`.
-    Local(String),
+    /// A LocalQueue.
+    Local(ObjectRef),
     /// A ResourceFlavor's `Valid` condition, by name.
     Flavor(String),
 }
@@ -134,12 +134,12 @@ impl Ledger {
 
     /// Records that this pass's writes for `job` promise `busy`, in place of any earlier
     /// promise of the pass.
-    pub(crate) fn promise(&mut self, job: String, busy: Busy) {
+    pub(crate) fn promise(&mut self, job: ObjectRef, busy: Busy) {
         self.busy.insert(job, busy);
     }
 
     /// Records `busy` for `job` unless a write already promises something for it.
-    pub(crate) fn promise_unless_busy(&mut self, job: String, busy: Busy) {
+    pub(crate) fn promise_unless_busy(&mut self, job: ObjectRef, busy: Busy) {
         self.busy.entry(job).or_insert(busy);
     }
 
@@ -159,7 +159,7 @@ impl Ledger {
 
     /// Every job the ledger names — promised, in flight, finalizing or backing off — once
     /// or more: they settle again at the next pass, whatever lands meanwhile.
-    pub(crate) fn jobs(&self) -> impl Iterator<Item = &String> {
+    pub(crate) fn jobs(&self) -> impl Iterator<Item = &ObjectRef> {
         self.busy
             .keys()
             .chain(self.failed.keys())
@@ -170,8 +170,8 @@ impl Ledger {
     // --- Finalizers.
 
     /// Records that `job`'s finalizer is being added; `false` when it already was.
-    pub(crate) fn finalize(&mut self, job: &str) -> bool {
-        self.finalizing.insert(job.to_owned())
+    pub(crate) fn finalize(&mut self, job: &ObjectRef) -> bool {
+        self.finalizing.insert(job.clone())
     }
 
     /// Whether `job`'s finalizer is being added.
@@ -219,7 +219,7 @@ impl Ledger {
     /// [`Busy::Status`] meanwhile (the sender may queue it: see [`Ledger::defer`]).
     pub(crate) fn status_written(
         &mut self,
-        job: String,
+        job: ObjectRef,
         action: Action,
         now: i64,
     ) -> Option<Action> {
@@ -259,12 +259,12 @@ impl Ledger {
 
     /// Queued status writes whose job has since got another write, or is gone, are dropped:
     /// the other write carries the whole status, and a gone job has none.
-    pub(crate) fn drop_superseded(&mut self, jobs: &BTreeMap<String, GpuJob>) {
-        let superseded: Vec<String> = self
+    pub(crate) fn drop_superseded(&mut self, jobs: &BTreeMap<ObjectRef, GpuJob>) {
+        let superseded: Vec<ObjectRef> = self
             .deferred
             .jobs()
             .filter(|j| !jobs.contains_key(*j) || !matches!(self.busy.get(*j), Some(Busy::Status)))
-            .map(str::to_owned)
+            .cloned()
             .collect();
         for job in superseded {
             self.drop_deferred(&job);
@@ -298,7 +298,7 @@ impl Ledger {
 
     /// Records a failed release (or request for capacity): the job waits
     /// `10 s × 2^failures` (at most 10 minutes), with the error in its status, and tries again.
-    pub(crate) fn fail_release(&mut self, key: &str, now: i64, error: String) {
+    pub(crate) fn fail_release(&mut self, key: &ObjectRef, now: i64, error: String) {
         let failures = self.failed.get(key).map_or(0, |f| f.failures) + 1;
         let delay = (10i64 << failures.min(6)).min(600);
         self.failed.insert(
@@ -325,7 +325,7 @@ impl Ledger {
 
     /// Counts every job action of a pass as in flight until it lands, and keeps the version
     /// of `jobs` each status write was decided on.
-    pub(crate) fn sent(&mut self, actions: &[Action], jobs: &BTreeMap<String, GpuJob>) {
+    pub(crate) fn sent(&mut self, actions: &[Action], jobs: &BTreeMap<ObjectRef, GpuJob>) {
         for action in actions {
             if let Some(job) = action.job() {
                 *self.in_flight.entry(job.to_owned()).or_default() += 1;

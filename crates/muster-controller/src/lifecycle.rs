@@ -5,6 +5,7 @@
 //! every pod has, and one failed pod — or one pod whose node is gone, NotReady or cordoned
 //! before it finished — breaks the whole gang.
 
+use muster_api::ObjectRef;
 use muster_topology::NodeInfo;
 
 use crate::index::{PodPhase, PodRecord};
@@ -40,7 +41,7 @@ pub enum Health {
 pub fn health<'a>(
     expected: usize,
     placed: &[String],
-    pods: &[(&'a str, &'a PodRecord)],
+    pods: &[(&'a ObjectRef, &'a PodRecord)],
     node: impl Fn(&str) -> Option<&'a NodeInfo>,
     admitted_at: i64,
     ready_timeout: i64,

@@ -101,7 +101,7 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     // (3) Decisions into writes.
     let mut tally = QueueTally::default();
     for decision in decisions {
-        state.seats.note(&decision);
+        state.seats.note(&decision, &state.index);
         decide(
             state,
             &scheduler,
@@ -285,7 +285,7 @@ fn scheduler(
         index
             .local_queues
             .iter()
-            .map(|(key, q)| (key.clone(), q.spec.cluster_queue.clone())),
+            .map(|(key, q)| (key.to_string(), q.spec.cluster_queue.clone())),
     );
     for (name, labels) in &index.namespaces {
         scheduler.set_namespace(name, labels.clone());

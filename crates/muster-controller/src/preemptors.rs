@@ -73,7 +73,7 @@ impl Preemptors {
             return;
         }
         for (id, job) in &index.jobs {
-            if self.nominated.contains(id) {
+            if self.nominated.contains(id.as_str()) {
                 continue;
             }
             let shown = job

@@ -46,35 +46,37 @@ pub(crate) fn is_provisioning(status: &GpuJobStatus) -> bool {
 }
 
 /// `namespace/name` keys of the job's requests of its current attempt.
-pub(crate) fn request_keys(job: &GpuJob, policy: &ProvisioningPolicy, attempt: u32) -> Vec<String> {
+pub(crate) fn request_keys(
+    job: &GpuJob,
+    policy: &ProvisioningPolicy,
+    attempt: u32,
+) -> Vec<ObjectRef> {
     let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
     request_names(&policy.class_name, job, attempt)
         .into_iter()
-        .map(|n| ObjectRef::new(namespace, &n).into_string())
+        .map(|n| ObjectRef::new(namespace, &n))
         .collect()
 }
 
-/// The job's `namespace/name`.
-pub(crate) fn job_key(job: &GpuJob) -> String {
-    ObjectRef::of(&job.metadata).into_string()
+/// The job's reference.
+pub(crate) fn job_key(job: &GpuJob) -> ObjectRef {
+    ObjectRef::of(&job.metadata)
 }
 
-/// `namespace/name` keys of the PodTemplates of `attempt`, one per pod set.
-pub(crate) fn template_keys(job: &GpuJob, attempt: u32) -> Vec<String> {
+/// The PodTemplates of `attempt`, one per pod set.
+pub(crate) fn template_keys(job: &GpuJob, attempt: u32) -> Vec<ObjectRef> {
     let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
     let name = job.metadata.name.as_deref().unwrap_or_default();
     job.spec
         .pod_sets
         .iter()
-        .map(|set| {
-            ObjectRef::new(namespace, &template_name(name, attempt, &set.name)).into_string()
-        })
+        .map(|set| ObjectRef::new(namespace, &template_name(name, attempt, &set.name)))
         .collect()
 }
 
-/// `namespace/name` keys every request of `attempt` could have, whatever the class (the
+/// Every request `attempt` could have, whatever the class (the
 /// queue's class may have changed since the requests were made).
-pub(crate) fn possible_request_keys(job: &GpuJob, attempt: u32) -> Vec<String> {
+pub(crate) fn possible_request_keys(job: &GpuJob, attempt: u32) -> Vec<ObjectRef> {
     let mut keys = Vec::new();
     for class in ["queued-provisioning.gke.io", ""] {
         let any = ProvisioningPolicy {
@@ -97,7 +99,7 @@ pub(crate) const ORPHAN_AFTER_SECONDS: i64 = 300;
 /// Muster's ProvisioningRequests that no job needs any more: their job is gone or finished,
 /// or has moved on to another attempt or to no request at all (a delete that failed, or a
 /// request made just before the controller stopped). Each with its job's key and the
-/// `namespace/name` of its PodTemplates. Jobs with writes in flight are left alone, and so are
+/// PodTemplates. Jobs with writes in flight are left alone, and so are
 /// requests younger than [`ORPHAN_AFTER_SECONDS`] of jobs that have not ended: a status that
 /// is about to name one may still be landing (written in an earlier leadership term, or by a
 /// replica that has just lost the Lease).
@@ -105,7 +107,7 @@ pub(crate) fn orphans(
     index: &Index,
     ledger: &Ledger,
     now: i64,
-) -> Vec<(String, String, Vec<String>)> {
+) -> Vec<(ObjectRef, ObjectRef, Vec<ObjectRef>)> {
     let mut out = Vec::new();
     for (key, request) in &index.provisioning_requests {
         let meta = &request.metadata;
@@ -120,7 +122,7 @@ pub(crate) fn orphans(
             continue;
         }
         let namespace = meta.namespace.clone().unwrap_or_default();
-        let job_key = ObjectRef::new(&namespace, job_name).into_string();
+        let job_key = ObjectRef::new(&namespace, job_name);
         // A job that ended never names a request again: its requests go at once.
         let ended = index.jobs.get(&job_key).is_some_and(|job| {
             matches!(
@@ -154,7 +156,7 @@ pub(crate) fn orphans(
             .spec
             .pod_sets
             .iter()
-            .map(|p| ObjectRef::new(&namespace, &p.pod_template_ref.name).into_string())
+            .map(|p| ObjectRef::new(&namespace, &p.pod_template_ref.name))
             .collect();
         out.push((job_key, key.clone(), templates));
     }
@@ -172,28 +174,28 @@ pub(crate) fn orphan_templates(
     index: &Index,
     ledger: &Ledger,
     now: i64,
-) -> BTreeMap<String, Vec<String>> {
-    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+) -> BTreeMap<ObjectRef, Vec<ObjectRef>> {
+    let mut out: BTreeMap<ObjectRef, Vec<ObjectRef>> = BTreeMap::new();
     if !index.is_synced(crate::index::Kind::PodTemplate) || !index.provisioning_api() {
         return out;
     }
-    let named: std::collections::BTreeSet<String> =
-        index
-            .provisioning_requests
-            .values()
-            .flat_map(|request| {
-                let namespace = request.metadata.namespace.clone().unwrap_or_default();
-                request.spec.pod_sets.iter().map(move |p| {
-                    ObjectRef::new(&namespace, &p.pod_template_ref.name).into_string()
-                })
-            })
-            .collect();
+    let named: std::collections::BTreeSet<ObjectRef> = index
+        .provisioning_requests
+        .values()
+        .flat_map(|request| {
+            let namespace = request.metadata.namespace.clone().unwrap_or_default();
+            request
+                .spec
+                .pod_sets
+                .iter()
+                .map(move |p| ObjectRef::new(&namespace, &p.pod_template_ref.name))
+        })
+        .collect();
     for (key, template) in &index.pod_templates {
         if template.deleting || named.contains(key) {
             continue;
         }
-        let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
-        let job_key = ObjectRef::new(namespace, &template.job).into_string();
+        let job_key = ObjectRef::new(key.namespace(), &template.job);
         let Some(job) = index.jobs.get(&job_key) else {
             continue;
         };

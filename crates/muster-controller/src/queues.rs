@@ -61,7 +61,7 @@ pub(crate) fn queue_statuses(
         }
         let current = queue.status.clone().unwrap_or_default();
         let empty = status::LocalQueueCounts::default();
-        let counted = counts.get(key).unwrap_or(&empty);
+        let counted = counts.get(key.as_str()).unwrap_or(&empty);
         let active = local_queue_active(queue, scheduler);
         let generation = queue.metadata.generation;
         let active = match &active {

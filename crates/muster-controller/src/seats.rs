@@ -11,7 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use muster_admission::{Decision, Holding, Job};
+use muster_api::ObjectRef;
 
+use crate::index::Index;
 use crate::job::InCycle;
 
 /// One job as the last pass that settled it left it.
@@ -48,27 +50,27 @@ impl Seat {
 pub(crate) struct Seats {
     /// The index's shared version the seats were settled against; `None`: none are kept.
     pub(crate) shared: Option<u64>,
-    by_job: BTreeMap<String, Seat>,
+    by_job: BTreeMap<ObjectRef, Seat>,
     /// (second, job): settle the job again once the pass's time reaches the second.
-    timers: BTreeSet<(i64, String)>,
+    timers: BTreeSet<(i64, ObjectRef)>,
     /// Each timed job's second in `timers`.
-    timer_of: BTreeMap<String, i64>,
+    timer_of: BTreeMap<ObjectRef, i64>,
     /// Jobs settled again every pass: those provisioning (their holding starts at the pass's
     /// time, and the autoscaler's answers and backoff are read each pass).
-    every_pass: BTreeSet<String>,
+    every_pass: BTreeSet<ObjectRef>,
     /// Jobs to settle again at the next pass whatever happens: the ledger named them at the
     /// end of the last one.
-    again: BTreeSet<String>,
+    again: BTreeSet<ObjectRef>,
     /// Jobs a decision changed in admission's scheduler: settled again at the next pass, and
     /// compared with the scheduler whether or not their seats changed (the pass may not have
     /// carried the decision out).
-    recheck: BTreeSet<String>,
+    recheck: BTreeSet<ObjectRef>,
     /// How many jobs queue.
     queued: usize,
     /// Jobs backing off, per ClusterQueue.
-    backoff: BTreeMap<String, BTreeSet<String>>,
+    backoff: BTreeMap<String, BTreeSet<ObjectRef>>,
     /// Held jobs and their current attempt.
-    held: BTreeMap<String, i32>,
+    held: BTreeMap<ObjectRef, i32>,
 }
 
 impl Clone for Seats {
@@ -87,26 +89,27 @@ impl Seats {
 
     /// Jobs the ledger names at the end of a pass: settled again at the next, whatever lands
     /// meanwhile.
-    pub(crate) fn settle_again(&mut self, jobs: BTreeSet<String>) {
+    pub(crate) fn settle_again(&mut self, jobs: BTreeSet<ObjectRef>) {
         self.again = jobs;
     }
 
     /// Jobs whose state in admission's scheduler `decision` changes: compared with the
-    /// scheduler at the next pass, whatever the pass made of the decision.
-    pub(crate) fn note(&mut self, decision: &Decision) {
-        match decision {
-            Decision::Admit(admitted) => {
-                self.recheck.insert(admitted.job.clone());
-            }
-            Decision::Preempt { victims, for_job } => {
-                self.recheck.extend(victims.iter().cloned());
-                self.recheck.insert(for_job.clone());
-            }
-            Decision::Evict { job, .. } | Decision::Provision { job, .. } => {
-                self.recheck.insert(job.clone());
-            }
-            Decision::Pending { .. } => {}
-        }
+    /// scheduler at the next pass, whatever the pass made of the decision. Admission names
+    /// jobs by their written reference; `index` gives them back as references (a job it no
+    /// longer holds has nothing to compare).
+    pub(crate) fn note(&mut self, decision: &Decision, index: &Index) {
+        let ids: Vec<&str> = match decision {
+            Decision::Admit(admitted) => vec![&admitted.job],
+            Decision::Preempt { victims, for_job } => victims
+                .iter()
+                .map(String::as_str)
+                .chain([for_job.as_str()])
+                .collect(),
+            Decision::Evict { job, .. } | Decision::Provision { job, .. } => vec![job],
+            Decision::Pending { .. } => Vec::new(),
+        };
+        self.recheck
+            .extend(ids.into_iter().filter_map(|id| index.job_ref(id)));
     }
 
     /// The jobs to settle at `now`, given `changed` (jobs whose objects changed) and
@@ -117,13 +120,13 @@ impl Seats {
         &mut self,
         shared: u64,
         now: i64,
-        changed: BTreeSet<String>,
-        involved: impl Iterator<Item = &'a String>,
-        all: impl Iterator<Item = &'a String>,
-    ) -> (BTreeSet<String>, BTreeSet<String>) {
+        changed: BTreeSet<ObjectRef>,
+        involved: impl Iterator<Item = &'a ObjectRef>,
+        all: impl Iterator<Item = &'a ObjectRef>,
+    ) -> (BTreeSet<ObjectRef>, BTreeSet<ObjectRef>) {
         let recheck = std::mem::take(&mut self.recheck);
         if self.shared != Some(shared) {
-            let mut due: BTreeSet<String> = self.by_job.keys().cloned().collect();
+            let mut due: BTreeSet<ObjectRef> = self.by_job.keys().cloned().collect();
             due.extend(all.cloned());
             due.extend(recheck.iter().cloned());
             *self = Seats {
@@ -150,7 +153,7 @@ impl Seats {
 
     /// Records `job`'s new seat (`None`: the job is gone) and when time alone changes it;
     /// returns whether admission's view of it changed.
-    pub(crate) fn put(&mut self, key: &str, seat: Option<Seat>, until: Option<i64>) -> bool {
+    pub(crate) fn put(&mut self, key: &ObjectRef, seat: Option<Seat>, until: Option<i64>) -> bool {
         let tally = seat.as_ref().map(CountsAs::of);
         let old = match seat {
             Some(seat) => self.by_job.insert(key.to_owned(), seat),
@@ -183,7 +186,7 @@ impl Seats {
     }
 
     /// Keeps the counts the pass reports without walking every seat.
-    fn count(&mut self, key: &str, tally: CountsAs, add: bool) {
+    fn count(&mut self, key: &ObjectRef, tally: CountsAs, add: bool) {
         match tally {
             CountsAs::Queued => {
                 if add {
@@ -220,7 +223,7 @@ impl Seats {
     }
 
     /// Every seat, by job.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &Seat)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&ObjectRef, &Seat)> {
         self.by_job.iter()
     }
 
@@ -235,7 +238,7 @@ impl Seats {
     }
 
     /// Held jobs with their current attempt.
-    pub(crate) fn held(&self) -> &BTreeMap<String, i32> {
+    pub(crate) fn held(&self) -> &BTreeMap<ObjectRef, i32> {
         &self.held
     }
 }

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use muster_admission::{Admitted, Job};
+use muster_api::ObjectRef;
 use muster_api::gpujob::GpuJobPhase;
 
 use crate::action::Action;
@@ -23,16 +24,16 @@ pub(crate) struct Settled {
     /// Writes to make, in order.
     pub(crate) actions: Vec<Action>,
     /// Jobs that get an action, and how they count while it is in flight.
-    pub(crate) busy: Vec<(String, Busy)>,
+    pub(crate) busy: Vec<(ObjectRef, Busy)>,
     /// Jobs whose finalizer goes on.
-    pub(crate) finalizing: Vec<String>,
+    pub(crate) finalizing: Vec<ObjectRef>,
     /// Jobs queued again on capacity bought for them, with the node selectors it needs.
-    pub(crate) provisioned: BTreeMap<String, BTreeMap<String, String>>,
+    pub(crate) provisioned: BTreeMap<ObjectRef, BTreeMap<String, String>>,
     /// Half-done releases to finish.
-    pub(crate) releases: Vec<(String, Admitted)>,
+    pub(crate) releases: Vec<(ObjectRef, Admitted)>,
     /// Jobs whose seat changed as admission sees it (queued, holding, or gone from the
     /// cycle).
-    pub(crate) changes: Vec<String>,
+    pub(crate) changes: Vec<ObjectRef>,
     /// How many jobs were settled.
     pub(crate) count: usize,
 }
@@ -43,8 +44,8 @@ pub(crate) fn settle(
     index: &Index,
     ledger: &Ledger,
     seats: &mut Seats,
-    due: &BTreeSet<String>,
-    recheck: &BTreeSet<String>,
+    due: &BTreeSet<ObjectRef>,
+    recheck: &BTreeSet<ObjectRef>,
     now: &Time,
     summary: &mut Summary,
 ) -> Settled {

@@ -61,7 +61,7 @@ pub(crate) fn in_order(
     actions: Vec<(Action, Option<JobRead>)>,
 ) -> Vec<Vec<(Action, Option<JobRead>)>> {
     let mut units: Vec<Vec<(Action, Option<JobRead>)>> = Vec::with_capacity(actions.len());
-    let mut finalizing: std::collections::BTreeMap<String, usize> =
+    let mut finalizing: std::collections::BTreeMap<muster_api::ObjectRef, usize> =
         std::collections::BTreeMap::new();
     for (action, read) in actions {
         if let Action::AddFinalizer { job } = &action {
@@ -207,12 +207,14 @@ pub(crate) async fn send_deferred(
 
 #[cfg(test)]
 mod tests {
+    use muster_api::ObjectRef;
+
     use super::in_order;
     use crate::action::Action;
 
     fn status(job: &str) -> Action {
         Action::JobStatus {
-            job: job.to_owned(),
+            job: ObjectRef::new("team-a", job),
             status: Box::default(),
             event: None,
         }
@@ -220,7 +222,7 @@ mod tests {
 
     fn finalizer(job: &str) -> Action {
         Action::AddFinalizer {
-            job: job.to_owned(),
+            job: ObjectRef::new("team-a", job),
         }
     }
 
@@ -230,7 +232,7 @@ mod tests {
             finalizer("a"),
             finalizer("b"),
             Action::DeletePods {
-                job: "c".to_owned(),
+                job: ObjectRef::new("team-a", "c"),
                 pods: Vec::new(),
             },
             status("a"),
@@ -240,7 +242,7 @@ mod tests {
             .iter()
             .map(|unit| {
                 unit.iter()
-                    .map(|(a, _)| format!("{} {}", a.kind(), a.job().unwrap_or_default()))
+                    .map(|(a, _)| format!("{} {}", a.kind(), a.job().map_or("", |j| j.name())))
                     .collect()
             })
             .collect();

@@ -19,7 +19,7 @@ fn released_jobs(actions: &[Action]) -> Vec<&str> {
     actions
         .iter()
         .filter(|a| matches!(a, Action::Release { .. }))
-        .filter_map(Action::job)
+        .filter_map(|a| a.job().map(muster_api::ObjectRef::as_str))
         .collect()
 }
 
@@ -27,7 +27,7 @@ fn statuses_written(actions: &[Action]) -> Vec<&str> {
     actions
         .iter()
         .filter(|a| matches!(a, Action::JobStatus { .. }))
-        .filter_map(Action::job)
+        .filter_map(|a| a.job().map(muster_api::ObjectRef::as_str))
         .collect()
 }
 
@@ -46,7 +46,10 @@ fn report(index: &mut State, actions: &[Action], phase: &str) {
 fn send_all(index: &mut State, now: i64) -> Vec<(String, Action)> {
     let mut sent = Vec::new();
     while let Some((_, action)) = index.next_deferred() {
-        sent.push((action.job().unwrap_or_default().to_owned(), action));
+        sent.push((
+            action.job().map(ToString::to_string).unwrap_or_default(),
+            action,
+        ));
     }
     for (_, action) in &sent {
         land(index, action, now);

@@ -5,6 +5,7 @@
 
 mod support;
 
+use muster_api::ObjectRef;
 use muster_api::wire::{ADMISSION_GATE, ATTEMPT_LABEL, FINALIZER, JOB_LABEL};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -335,9 +336,12 @@ async fn a_controller_that_lost_its_lease_writes_nothing() {
 #[tokio::test]
 async fn an_eviction_writes_the_status_before_deleting_pods() {
     let action = Action::Evict {
-        job: "team-a/a".into(),
+        job: ObjectRef::new("team-a", "a"),
         status: Box::default(),
-        pods: vec!["team-a/a-workers-0".into(), "team-a/a-workers-1".into()],
+        pods: vec![
+            ObjectRef::new("team-a", "a-workers-0"),
+            ObjectRef::new("team-a", "a-workers-1"),
+        ],
         event: muster_controller::plan::Note {
             warning: true,
             reason: "Preempted".into(),
@@ -403,12 +407,12 @@ async fn a_64_pod_gang_costs_one_request_per_pod_and_gate_plus_two() {
 #[tokio::test]
 async fn a_finalizer_is_added_in_one_apply_and_a_removal_conflict_is_retried_from_a_fresh_read() {
     let action = Action::AddFinalizer {
-        job: "team-a/a".into(),
+        job: ObjectRef::new("team-a", "a"),
     };
     // Adding the finalizer is one apply that names only Muster's entry. Removing it reads,
     // patches, and on a conflict reads again before patching again.
     let finalize = Action::Finalize {
-        job: "team-a/a".into(),
+        job: ObjectRef::new("team-a", "a"),
         pods: Vec::new(),
     };
     let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
@@ -472,9 +476,9 @@ async fn buying_capacity_creates_templates_then_requests_then_writes_status_and_
         ]
     );
     let cleanup = Action::Unprovision {
-        job: "team-a/a".into(),
-        requests: vec!["team-a/big-1".into()],
-        templates: vec!["team-a/big-1-workers".into()],
+        job: ObjectRef::new("team-a", "a"),
+        requests: vec![ObjectRef::new("team-a", "big-1")],
+        templates: vec![ObjectRef::new("team-a", "big-1-workers")],
     };
     // The template is already gone (404): that counts as deleted. Templates go first.
     let failures = BTreeMap::from([(0, 404)]);
@@ -513,7 +517,7 @@ fn provision(
     requests: Vec<muster_api::ProvisioningRequest>,
 ) -> Action {
     Action::Provision {
-        job: "team-a/a".into(),
+        job: ObjectRef::new("team-a", "a"),
         templates,
         requests,
         status: Box::default(),

@@ -10,7 +10,7 @@ use muster_api::wire::{
     ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, FLAVOR_ANNOTATION, GPU_DEVICES_ANNOTATION, JOB_LABEL,
     POD_INDEX_LABEL, POD_SET_LABEL,
 };
-use muster_api::{ClusterQueue, GpuJob};
+use muster_api::{ClusterQueue, GpuJob, ObjectRef};
 use muster_controller::index::{Kind, PodPhase};
 use muster_controller::plan::{Action, plan};
 use muster_controller::state::State;
@@ -144,7 +144,7 @@ fn a_write_response_never_brings_a_deleted_object_back() {
     let mut response = a.clone();
     response.metadata.resource_version = Some("6".into());
     let action = Action::AddFinalizer {
-        job: "team-a/a".into(),
+        job: ObjectRef::new("team-a", "a"),
     };
     index.landed(
         &action,
@@ -190,7 +190,7 @@ fn an_object_a_relist_finds_gone_is_not_brought_back_by_a_late_response() {
     index.relist_done::<GpuJob>();
     index.landed(
         &Action::AddFinalizer {
-            job: "team-a/a".into(),
+            job: ObjectRef::new("team-a", "a"),
         },
         Ok(vec![muster_controller::executor::Written::Job(Box::new(
             listed,

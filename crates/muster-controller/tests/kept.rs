@@ -95,7 +95,13 @@ fn assert_same_writes(pass: &[Action], built: &[Action], t: &str) {
     let names = |actions: &[Action]| -> Vec<String> {
         actions
             .iter()
-            .map(|a| format!("{} {}", a.kind(), a.job().unwrap_or("-")))
+            .map(|a| {
+                format!(
+                    "{} {}",
+                    a.kind(),
+                    a.job().map_or("-", muster_api::ObjectRef::as_str)
+                )
+            })
             .collect()
     };
     let (kept, fresh) = pass
@@ -157,7 +163,13 @@ impl World {
         let in_flight: Vec<String> = self
             .in_flight
             .iter()
-            .map(|(a, waited)| format!("{} {} ({waited} passes)", a.kind(), a.job().unwrap_or("-")))
+            .map(|(a, waited)| {
+                format!(
+                    "{} {} ({waited} passes)",
+                    a.kind(),
+                    a.job().map_or("-", muster_api::ObjectRef::as_str)
+                )
+            })
             .collect();
         assert_same_writes(
             &pass.actions,
@@ -228,7 +240,7 @@ impl World {
             (Action::Release { .. }, Landing::Failed)
             | (Action::Provision { .. }, Landing::Failed | Landing::Partial) => {}
             (Action::Release { job, gang, .. }, _) => {
-                self.gangs.insert(job.clone(), gang.pods.clone());
+                self.gangs.insert(job.to_string(), gang.pods.clone());
             }
             (Action::Provision { requests, .. }, _) => {
                 for r in requests {

@@ -23,7 +23,7 @@ fn statuses_written(actions: &[Action]) -> Vec<&str> {
     actions
         .iter()
         .filter(|a| a.kind() == "job_status")
-        .filter_map(Action::job)
+        .filter_map(|a| a.job().map(muster_api::ObjectRef::as_str))
         .collect()
 }
 
@@ -39,7 +39,10 @@ fn released_gang(gpus: u32) -> muster_controller::release::Gang {
 }
 
 fn job_actions<'a>(actions: &'a [Action], key: &str) -> Vec<&'a Action> {
-    actions.iter().filter(|a| a.job() == Some(key)).collect()
+    actions
+        .iter()
+        .filter(|a| a.job().map(muster_api::ObjectRef::as_str) == Some(key))
+        .collect()
 }
 
 fn status_of(index: &State, key: &str) -> muster_api::GpuJobStatus {
@@ -307,7 +310,7 @@ fn a_failed_pod_restarts_the_whole_gang_until_the_backoff_limit() {
         plan(&mut index, at(31))
             .actions
             .iter()
-            .all(|a| a.job() != Some("team-a/a"))
+            .all(|a| a.job().map(muster_api::ObjectRef::as_str) != Some("team-a/a"))
     );
 }
 
@@ -381,7 +384,7 @@ fn a_restarted_controller_rolls_back_a_half_created_gang() {
             _ => None,
         })
         .collect();
-    assert_eq!(deletes, [vec!["team-a/a-workers-0".to_owned()]]);
+    assert_eq!(deletes, [vec!["team-a/a-workers-0"]]);
     assert!(releases(&pass.actions).is_empty());
     land_all(&mut restarted, &pass.actions, 20);
     assert_eq!(releases(&plan(&mut restarted, at(21)).actions).len(), 1);
@@ -551,7 +554,7 @@ fn a_waiting_job_gets_the_finalizer_only_with_its_release() {
         .actions
         .iter()
         .filter(|x| matches!(x, Action::AddFinalizer { .. }))
-        .filter_map(Action::job)
+        .filter_map(|a| a.job().map(muster_api::ObjectRef::as_str))
         .collect();
     assert_eq!(finalized, ["team-a/a"], "b waits: nothing to clean up yet");
     land_all(&mut index, &pass.actions, 10);
@@ -918,7 +921,7 @@ fn a_pass_settles_only_the_jobs_whose_inputs_changed() {
     report(&mut index, &released[0], "Running", true);
     let pass = plan(&mut index, at(t + 1));
     assert_eq!(pass.summary.settled, 1);
-    let job = released[0].job().unwrap_or_default();
+    let job = released[0].job().map_or("", muster_api::ObjectRef::as_str);
     assert!(
         matches!(
             job_actions(&pass.actions, job)[..],

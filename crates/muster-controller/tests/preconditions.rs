@@ -195,7 +195,7 @@ async fn a_job_whose_only_change_is_muster_s_finalizer_is_written_onto_the_new_v
     let (executor, server, _leader) = start(&job("a", 2, 0));
     // The finalizer lands first (sent alone, as it was before the run loop chained it).
     let finalizer = Action::AddFinalizer {
-        job: "team-a/a".into(),
+        job: muster_api::ObjectRef::new("team-a", "a"),
     };
     assert!(executor.execute(&finalizer, None).await.is_ok());
     let result = executor.execute(&release, read.as_ref()).await;
@@ -277,7 +277,7 @@ async fn a_job_whose_spec_changed_since_it_was_read_is_read_again_and_decided_ag
     state.read_back(read);
     state.landed(&release, result.map_err(|e| e.to_string()), 11);
     let again = plan(&mut state, at(12));
-    let deleted: Vec<&Vec<String>> = again
+    let deleted: Vec<&Vec<muster_api::ObjectRef>> = again
         .actions
         .iter()
         .filter_map(|a| match a {
@@ -288,8 +288,8 @@ async fn a_job_whose_spec_changed_since_it_was_read_is_read_again_and_decided_ag
     assert_eq!(
         deleted,
         [&vec![
-            "team-a/a-workers-0".to_owned(),
-            "team-a/a-workers-1".to_owned()
+            muster_api::ObjectRef::new("team-a", "a-workers-0"),
+            muster_api::ObjectRef::new("team-a", "a-workers-1")
         ]],
         "{:#?}",
         again.actions
@@ -329,7 +329,7 @@ async fn a_status_another_writer_changed_is_not_written_over() {
     let mut pods_ready = (**status).clone();
     pods_ready.restart_count += 1;
     let write = Action::JobStatus {
-        job: "team-a/a".into(),
+        job: muster_api::ObjectRef::new("team-a", "a"),
         status: Box::new(pods_ready),
         event: None,
     };

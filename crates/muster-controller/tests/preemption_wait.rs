@@ -41,7 +41,7 @@ fn evicts(actions: &[Action]) -> Vec<&str> {
     actions
         .iter()
         .filter(|a| matches!(a, Action::Evict { .. }))
-        .filter_map(Action::job)
+        .filter_map(|a| a.job().map(muster_api::ObjectRef::as_str))
         .collect()
 }
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use muster_api::gpujob::{GpuJobPhase, PendingReasonKind};
-use muster_api::{ClusterQueue, GpuJob, ProvisioningRequest};
+use muster_api::{ClusterQueue, GpuJob, ObjectRef, ProvisioningRequest};
 use muster_controller::plan::{Action, plan};
 use muster_controller::state::State;
 use serde_json::json;
@@ -107,7 +107,7 @@ fn released(actions: &[Action]) -> &muster_controller::release::Gang {
 fn kinds(actions: &[Action], key: &str) -> Vec<&'static str> {
     actions
         .iter()
-        .filter(|a| a.job() == Some(key))
+        .filter(|a| a.job().map(muster_api::ObjectRef::as_str) == Some(key))
         .map(Action::kind)
         .collect()
 }
@@ -743,7 +743,9 @@ fn watching_templates(mut index: State) -> State {
     index
 }
 
-fn unprovisioned(actions: &[Action]) -> Vec<(Vec<String>, Vec<String>)> {
+fn unprovisioned(
+    actions: &[Action],
+) -> Vec<(Vec<muster_api::ObjectRef>, Vec<muster_api::ObjectRef>)> {
     actions
         .iter()
         .filter_map(|a| match a {
@@ -771,7 +773,10 @@ fn a_template_whose_request_was_never_made_goes_once_its_job_ended() {
     let pass = plan(&mut index, at(10));
     assert_eq!(
         unprovisioned(&pass.actions),
-        [(Vec::new(), vec!["team-a/small-1-workers".to_owned()])]
+        [(
+            Vec::new(),
+            vec![ObjectRef::new("team-a", "small-1-workers")]
+        )]
     );
 }
 
@@ -791,7 +796,7 @@ fn a_template_of_a_live_job_that_no_request_names_goes_only_once_old() {
     let pass = plan(&mut index, at(400));
     assert_eq!(
         unprovisioned(&pass.actions),
-        [(Vec::new(), vec!["team-a/big-1-workers".to_owned()])]
+        [(Vec::new(), vec![ObjectRef::new("team-a", "big-1-workers")])]
     );
 }
 

@@ -95,8 +95,7 @@ impl Executor {
                 match displaced(&found, pod) {
                     None => Ok(Some(Written::Pod(Box::new(found)))),
                     Some(why) => Err(ExecuteError::Displaced {
-                        pod: ObjectRef::new(pods.namespace().unwrap_or_default(), &name)
-                            .into_string(),
+                        pod: ObjectRef::new(pods.namespace().unwrap_or_default(), &name),
                         why,
                     }),
                 }

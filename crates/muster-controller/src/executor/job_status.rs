@@ -4,9 +4,9 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use muster_api::{API_VERSION, GpuJob, GpuJobStatus};
+use muster_api::{API_VERSION, GpuJob, GpuJobStatus, ObjectRef};
 
-use super::{ExecuteError, Executor, FIELD_MANAGER, Written, is_code, named, reference};
+use super::{ExecuteError, Executor, FIELD_MANAGER, Written, is_code, named};
 use crate::action::{Action, JobRead};
 
 impl Executor {
@@ -24,8 +24,7 @@ impl Executor {
         let Some(key) = action.job() else {
             return Ok(Vec::new());
         };
-        let object = reference(key)?;
-        let (namespace, name) = (object.namespace(), object.name());
+        let (namespace, name) = (key.namespace(), key.name());
         let mut read = Vec::new();
         let jobs: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
         let job = self
@@ -82,12 +81,11 @@ impl Executor {
     /// [`ExecuteError::Superseded`], and the next pass decides from the fresh read.
     pub(super) async fn write_status(
         &self,
-        key: &str,
+        key: &ObjectRef,
         status: &GpuJobStatus,
         read: Option<&JobRead>,
     ) -> Result<GpuJob, ExecuteError> {
-        let object = reference(key)?;
-        let (namespace, name) = (object.namespace(), object.name());
+        let (namespace, name) = (key.namespace(), key.name());
         let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
         let params = PatchParams::apply(FIELD_MANAGER).force();
         let Some((read, mut version)) = read.and_then(|r| Some((r, r.resource_version.clone()?)))

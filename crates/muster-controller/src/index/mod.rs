@@ -77,8 +77,8 @@ pub enum PodPhase {
 /// One of Muster's pods: the gang it belongs to and the admission it was released under.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GangMember {
-    /// The job, `namespace/name`.
-    pub job: String,
+    /// The job.
+    pub job: ObjectRef,
     /// The pod set.
     pub pod_set: String,
     /// Its index within the pod set.
@@ -190,9 +190,9 @@ pub enum Written {
 /// What a controller knows about the cluster.
 #[derive(Clone, Debug, Default)]
 pub struct Index {
-    pub(crate) jobs: BTreeMap<String, GpuJob>,
+    pub(crate) jobs: BTreeMap<ObjectRef, GpuJob>,
     pub(crate) cluster_queues: BTreeMap<String, ClusterQueue>,
-    pub(crate) local_queues: BTreeMap<String, LocalQueue>,
+    pub(crate) local_queues: BTreeMap<ObjectRef, LocalQueue>,
     pub(crate) flavors: BTreeMap<String, ResourceFlavor>,
     pub(crate) nodes: BTreeMap<String, NodeInfo>,
     /// The nodes whose Ready condition is not True (absent: Ready).
@@ -200,17 +200,17 @@ pub struct Index {
     /// Per node, the UUIDs of its GPU devices in device order, as HAMi's device plugin
     /// registers them (nodes without the annotation are absent).
     pub(crate) gpu_uuids: BTreeMap<String, Vec<String>>,
-    pub(crate) pods: BTreeMap<String, PodRecord>,
+    pub(crate) pods: BTreeMap<ObjectRef, PodRecord>,
     /// Job → its pods' keys.
-    pub(crate) pods_by_job: BTreeMap<String, BTreeSet<String>>,
+    pub(crate) pods_by_job: BTreeMap<ObjectRef, BTreeSet<ObjectRef>>,
     /// Per node, what pods outside any gang hold there: kept as pods come and go, so a pass
     /// books one sum per node instead of one entry per pod.
     pub(crate) base_usage: BTreeMap<String, Resources>,
     pub(crate) namespaces: BTreeMap<String, BTreeMap<String, String>>,
     pub(crate) priority_classes: BTreeMap<String, i32>,
-    pub(crate) provisioning_requests: BTreeMap<String, ProvisioningRequest>,
+    pub(crate) provisioning_requests: BTreeMap<ObjectRef, ProvisioningRequest>,
     /// Muster's PodTemplates by `namespace/name`.
-    pub(crate) pod_templates: BTreeMap<String, TemplateRecord>,
+    pub(crate) pod_templates: BTreeMap<ObjectRef, TemplateRecord>,
     /// Bumped when a node's placement facts (labels, taints, allocatable, schedulable) or a
     /// flavor change: the cached arrangement of nodes per flavor is rebuilt only then.
     pub(super) topology_version: u64,
@@ -220,7 +220,7 @@ pub struct Index {
     pub(super) shared_version: u64,
     /// Jobs whose own objects changed (the GpuJob, one of its pods, one of its
     /// ProvisioningRequests) since [`Index::take_changed_jobs`] last took them.
-    pub(super) changed_jobs: BTreeSet<String>,
+    pub(super) changed_jobs: BTreeSet<ObjectRef>,
     /// Bumped when a ClusterQueue or LocalQueue changes in any way (its status too).
     pub(super) queues_version: u64,
     /// Every flavor's nodes with no usage, as of `.0` (a topology version).
@@ -329,16 +329,20 @@ impl Index {
 
     fn keys(&self, kind: Kind) -> Box<dyn Iterator<Item = String> + '_> {
         match kind {
-            Kind::GpuJob => Box::new(self.jobs.keys().cloned()),
+            Kind::GpuJob => Box::new(self.jobs.keys().map(|k| k.as_str().to_owned())),
             Kind::ClusterQueue => Box::new(self.cluster_queues.keys().cloned()),
-            Kind::LocalQueue => Box::new(self.local_queues.keys().cloned()),
+            Kind::LocalQueue => Box::new(self.local_queues.keys().map(|k| k.as_str().to_owned())),
             Kind::ResourceFlavor => Box::new(self.flavors.keys().cloned()),
             Kind::Node => Box::new(self.nodes.keys().cloned()),
-            Kind::Pod => Box::new(self.pods.keys().cloned()),
+            Kind::Pod => Box::new(self.pods.keys().map(|k| k.as_str().to_owned())),
             Kind::Namespace => Box::new(self.namespaces.keys().cloned()),
             Kind::PriorityClass => Box::new(self.priority_classes.keys().cloned()),
-            Kind::ProvisioningRequest => Box::new(self.provisioning_requests.keys().cloned()),
-            Kind::PodTemplate => Box::new(self.pod_templates.keys().cloned()),
+            Kind::ProvisioningRequest => Box::new(
+                self.provisioning_requests
+                    .keys()
+                    .map(|k| k.as_str().to_owned()),
+            ),
+            Kind::PodTemplate => Box::new(self.pod_templates.keys().map(|k| k.as_str().to_owned())),
         }
     }
 
@@ -394,18 +398,25 @@ impl Index {
         self.local_queues.get(key)
     }
 
+    /// The index's reference to the job admission's `id` names (admission keys jobs by their
+    /// written reference); `None` once the index no longer holds the job, which every
+    /// decision about a job needs.
+    pub(crate) fn job_ref(&self, id: &str) -> Option<ObjectRef> {
+        self.jobs.get_key_value(id).map(|(key, _)| key.clone())
+    }
+
     /// A pod by `namespace/name`.
     pub fn pod(&self, key: &str) -> Option<&PodRecord> {
         self.pods.get(key)
     }
 
     /// The pods Muster released for `job` (any attempt), by key.
-    pub fn pods_of(&self, job: &str) -> impl Iterator<Item = (&str, &PodRecord)> {
+    pub fn pods_of(&self, job: &str) -> impl Iterator<Item = (&ObjectRef, &PodRecord)> {
         self.pods_by_job
             .get(job)
             .into_iter()
             .flatten()
-            .filter_map(|k| self.pods.get(k).map(|p| (k.as_str(), p)))
+            .filter_map(|k| self.pods.get(k).map(|p| (k, p)))
     }
 
     /// What pods outside any gang hold on `node`, summed.
@@ -468,7 +479,7 @@ impl Index {
 
     /// The jobs whose own objects changed since the last call (the GpuJob, its pods, its
     /// ProvisioningRequests), and forgets them.
-    pub(crate) fn take_changed_jobs(&mut self) -> BTreeSet<String> {
+    pub(crate) fn take_changed_jobs(&mut self) -> BTreeSet<ObjectRef> {
         std::mem::take(&mut self.changed_jobs)
     }
 
@@ -523,7 +534,7 @@ impl Index {
         }
     }
 
-    fn insert_pod(&mut self, key: String, record: PodRecord) {
+    fn insert_pod(&mut self, key: ObjectRef, record: PodRecord) {
         match &record.member {
             Some(member) => {
                 self.changed_jobs.insert(member.job.clone());

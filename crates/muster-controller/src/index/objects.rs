@@ -18,7 +18,7 @@ use crate::release::parse_domain;
 impl Indexed for GpuJob {
     const KIND: Kind = Kind::GpuJob;
     fn apply(self, index: &mut Index) {
-        let key = Indexed::key(&self);
+        let key = ObjectRef::of(&self.metadata);
         index.changed_jobs.insert(key.clone());
         index.jobs.insert(key, self);
     }
@@ -26,8 +26,11 @@ impl Indexed for GpuJob {
         index.jobs.get(key)?.metadata.resource_version.as_deref()
     }
     fn remove(index: &mut Index, key: &str) {
-        index.changed_jobs.insert(key.to_owned());
-        index.jobs.remove(key);
+        if let Some((job_ref, _)) = index.jobs.remove_entry(key) {
+            index.changed_jobs.insert(job_ref);
+        } else if let Ok(job_ref) = ObjectRef::parse(key) {
+            index.changed_jobs.insert(job_ref);
+        }
     }
 }
 
@@ -60,7 +63,7 @@ impl Indexed for ClusterQueue {
 impl Indexed for LocalQueue {
     const KIND: Kind = Kind::LocalQueue;
     fn apply(self, index: &mut Index) {
-        let key = Indexed::key(&self);
+        let key = ObjectRef::of(&self.metadata);
         if index.local_queues.get(&key).map(|q| &q.spec) != Some(&self.spec) {
             index.shared_version += 1;
         }
@@ -182,7 +185,7 @@ fn not_ready(node: &Node) -> Option<NotReady> {
 impl Indexed for Pod {
     const KIND: Kind = Kind::Pod;
     fn apply(self, index: &mut Index) {
-        let key = Indexed::key(&self);
+        let key = ObjectRef::of(&self.metadata);
         let record = match pod_record(&self) {
             Ok(record) => {
                 index.unreadable.remove(&format!("Pod {key}"));
@@ -244,7 +247,7 @@ impl Indexed for ProvisioningRequest {
         request_changed(index, &self);
         if let Some(old) = index
             .provisioning_requests
-            .insert(Indexed::key(&self), self)
+            .insert(ObjectRef::of(&self.metadata), self)
         {
             request_changed(index, &old);
         }
@@ -278,7 +281,9 @@ impl Indexed for PodTemplate {
             created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()),
             deleting: meta.deletion_timestamp.is_some(),
         };
-        index.pod_templates.insert(Indexed::key(&self), record);
+        index
+            .pod_templates
+            .insert(ObjectRef::of(&self.metadata), record);
     }
     fn remove(index: &mut Index, key: &str) {
         index.pod_templates.remove(key);
@@ -292,9 +297,7 @@ fn request_changed(index: &mut Index, request: &ProvisioningRequest) {
     match meta.labels.as_ref().and_then(|l| l.get(JOB_LABEL)) {
         Some(job) => {
             let namespace = meta.namespace.as_deref().unwrap_or_default();
-            index
-                .changed_jobs
-                .insert(ObjectRef::new(namespace, job).into_string());
+            index.changed_jobs.insert(ObjectRef::new(namespace, job));
         }
         None => index.shared_version += 1,
     }
@@ -357,7 +360,7 @@ fn member(pod: &Pod) -> Option<GangMember> {
     let annotations = meta.annotations.clone().unwrap_or_default();
     let annotation = |k: &str| annotations.get(k).cloned().unwrap_or_default();
     Some(GangMember {
-        job: ObjectRef::new(meta.namespace.as_deref().unwrap_or_default(), job).into_string(),
+        job: ObjectRef::new(meta.namespace.as_deref().unwrap_or_default(), job),
         pod_set: labels.get(POD_SET_LABEL).cloned().unwrap_or_default(),
         index: labels
             .get(POD_INDEX_LABEL)

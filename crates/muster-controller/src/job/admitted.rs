@@ -3,8 +3,8 @@
 //! or its suspension decides the next step.
 
 use muster_admission::Holding;
-use muster_api::GpuJob;
 use muster_api::gpujob::GpuJobStatus;
+use muster_api::{GpuJob, ObjectRef};
 
 use super::{InCycle, Phase, Reading, Step, unprovision};
 use crate::action::{Action, Note};
@@ -56,7 +56,7 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
         timeout,
         now_s,
     );
-    let all_pods: Vec<String> = current.iter().map(|(k, _)| (*k).to_owned()).collect();
+    let all_pods: Vec<ObjectRef> = current.iter().map(|(k, _)| (*k).clone()).collect();
     let evict = |eviction: Eviction| {
         let note = if matches!(eviction, Eviction::Suspended) {
             Note::normal(eviction.reason(), eviction.message())
@@ -143,7 +143,7 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
                         status: Box::new(status::finished(
                             status, generation, false, &message, now,
                         )),
-                        pods: live.iter().map(|(k, _)| (*k).to_owned()).collect(),
+                        pods: live.iter().map(|(k, _)| (*k).clone()).collect(),
                         event: Note::warning("BackoffLimitExceeded", message),
                     })
                 } else {

@@ -247,7 +247,7 @@ pub(crate) fn unprovision(job: &GpuJob, status: &GpuJobStatus) -> Action {
 /// the pass that decides the write here, while it is in flight in [`step_by_status`]. Until
 /// then the API server shows the job admitted, and a gang released into its quota could show
 /// admitted beside it (its status written first, or this write lost with a leader that died).
-pub fn step(index: &Index, ledger: &Ledger, key: &str, now: &Time) -> Option<Step> {
+pub fn step(index: &Index, ledger: &Ledger, key: &ObjectRef, now: &Time) -> Option<Step> {
     let mut step = step_by_status(index, ledger, key, now)?;
     if matches!(
         step.in_cycle,
@@ -278,7 +278,7 @@ pub fn step(index: &Index, ledger: &Ledger, key: &str, now: &Time) -> Option<Ste
 }
 
 /// [`step`] before the pods that may still run are counted.
-fn step_by_status(index: &Index, ledger: &Ledger, key: &str, now: &Time) -> Option<Step> {
+fn step_by_status(index: &Index, ledger: &Ledger, key: &ObjectRef, now: &Time) -> Option<Step> {
     let job = index.jobs.get(key)?;
     let now_s = now.0.as_second();
     let default = GpuJobStatus::default();
@@ -343,7 +343,7 @@ fn step_by_status(index: &Index, ledger: &Ledger, key: &str, now: &Time) -> Opti
 pub(super) struct Reading<'a> {
     pub(super) index: &'a Index,
     pub(super) ledger: &'a Ledger,
-    pub(super) key: &'a str,
+    pub(super) key: &'a ObjectRef,
     pub(super) job: &'a GpuJob,
     pub(super) status: &'a GpuJobStatus,
     /// The job's pods of its current attempt, with those being deleted.
@@ -353,7 +353,7 @@ pub(super) struct Reading<'a> {
 
 /// [`step`] for a job with no write in flight and not deleted, with its pods of earlier
 /// attempts (`stale`).
-fn next(reading: &Reading<'_>, stale: Vec<String>) -> Step {
+fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
     let Reading {
         index,
         ledger,
@@ -445,14 +445,14 @@ fn next(reading: &Reading<'_>, stale: Vec<String>) -> Step {
 /// Pods of the current attempt exist, yet the status names no released gang: a release cut
 /// off. Finished when the whole gang exists and agrees on its admission, else rolled back
 /// (its live pods deleted).
-fn cut_off(job: &GpuJob, key: &str, current: &Pods<'_>, live: &Pods<'_>, step: Step) -> Step {
+fn cut_off(job: &GpuJob, key: &ObjectRef, current: &Pods<'_>, live: &Pods<'_>, step: Step) -> Step {
     match recovered_admission(job, key, live) {
         Some(admitted) if live.len() == current.len() => {
             step.with(InCycle::FinishRelease(admitted))
         }
         _ => step.act(Action::DeletePods {
             job: key.to_owned(),
-            pods: live.iter().map(|(k, _)| (*k).to_owned()).collect(),
+            pods: live.iter().map(|(k, _)| (*k).clone()).collect(),
         }),
     }
 }

@@ -3,8 +3,8 @@
 //! released onto that capacity — or retries, fails, or gives the capacity up.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use muster_api::GpuJob;
 use muster_api::gpujob::GpuJobStatus;
+use muster_api::{GpuJob, ObjectRef};
 use muster_provisioning::state::Next;
 
 use super::{InCycle, Phase, Reading, Step, cut_off, unprovision};
@@ -53,7 +53,7 @@ pub(super) fn step(reading: &Reading<'_>, live: &Pods<'_>) -> Step {
 /// A job waiting for bought capacity: follow the autoscaler.
 fn follow(
     index: &Index,
-    key: &str,
+    key: &ObjectRef,
     job: &GpuJob,
     status: &GpuJobStatus,
     now: &Time,

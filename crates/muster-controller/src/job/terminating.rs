@@ -1,6 +1,7 @@
 //! A job whose pods are still terminating: it waits for them, and says why when they are on
 //! nodes that stopped reporting.
 
+use muster_api::ObjectRef;
 use muster_api::gpujob::{GpuJobStatus, PendingReason, PendingReasonKind};
 
 use super::{Phase, Step};
@@ -17,7 +18,7 @@ use crate::unreachable;
 /// pods, the nodes and the fix.
 pub(super) fn step(
     index: &Index,
-    key: &str,
+    key: &ObjectRef,
     status: &GpuJobStatus,
     waiting: &Pods<'_>,
     now_s: i64,

@@ -10,7 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use muster_admission::{Admitted, PodSetPlacement};
 use muster_api::gpujob::{GpuJobPhase, GpuJobStatus, PendingReason, PendingReasonKind};
-use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
+use muster_api::{
+    ClusterQueue, GpuJob, LocalQueue, ObjectRef, ProvisioningRequest, ResourceFlavor,
+};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -23,6 +25,11 @@ use crate::status;
 use muster_api::wire::{ATTEMPT_LABEL, FINALIZER};
 
 const KEY: &str = "team-a/train";
+
+/// The job under test, as a reference.
+fn key() -> ObjectRef {
+    ObjectRef::new("team-a", "train")
+}
 /// The pass runs at this second; the job was admitted at `ADMITTED`.
 const NOW: i64 = 1_000;
 const ADMITTED: i64 = 900;
@@ -219,15 +226,15 @@ impl World {
     }
 
     fn busy(mut self, busy: Busy) -> World {
-        self.ledger.promise(KEY.to_owned(), busy);
+        self.ledger.promise(key(), busy);
         self
     }
 
     /// A status write of the job queued for the sender, not yet sent.
     fn status_queued(mut self) -> World {
-        self.ledger.promise(KEY.to_owned(), Busy::Status);
+        self.ledger.promise(key(), Busy::Status);
         let write = crate::action::Action::JobStatus {
-            job: KEY.to_owned(),
+            job: key(),
             status: Box::default(),
             event: None,
         };
@@ -242,9 +249,9 @@ impl World {
     fn failed_release(mut self, retry_at: i64) -> World {
         let error = || "pods are forbidden".to_owned();
         self.ledger
-            .fail_release(KEY, EPOCH + retry_at - 80, error());
+            .fail_release(&key(), EPOCH + retry_at - 80, error());
         self.ledger
-            .fail_release(KEY, EPOCH + retry_at - 40, error());
+            .fail_release(&key(), EPOCH + retry_at - 40, error());
         self
     }
 
@@ -376,7 +383,7 @@ impl World {
         for pod in self.pods.drain(..) {
             self.index.apply(pod);
         }
-        step(&self.index, &self.ledger, KEY, &time(NOW)).unwrap_or_else(|| unreachable!("job"))
+        step(&self.index, &self.ledger, &key(), &time(NOW)).unwrap_or_else(|| unreachable!("job"))
     }
 }
 

@@ -243,7 +243,7 @@ fn pods_written(gang: &muster_controller::release::Gang, ungated: bool) -> Vec<W
 
 /// The objects `action` writes before its job's status, and the pods it deletes after it
 /// (see [`Landing::CutShort`]).
-fn cut_short(index: &State, action: &Action) -> (Vec<Written>, Vec<String>) {
+fn cut_short(index: &State, action: &Action) -> (Vec<Written>, Vec<muster_api::ObjectRef>) {
     match action {
         Action::Release { gang, .. } => (pods_written(gang, true), Vec::new()),
         Action::Provision { requests, .. } => (
@@ -260,9 +260,9 @@ fn cut_short(index: &State, action: &Action) -> (Vec<Written>, Vec<String>) {
 
 /// Everything `action` writes and deletes; objects only the watch would show (queue
 /// statuses, a finalized job's deletion, deleted requests) are applied to `index` here.
-fn carried_out(index: &mut State, action: &Action) -> (Vec<Written>, Vec<String>) {
+fn carried_out(index: &mut State, action: &Action) -> (Vec<Written>, Vec<muster_api::ObjectRef>) {
     let mut written = Vec::new();
-    let mut deleted: Vec<String> = Vec::new();
+    let mut deleted: Vec<muster_api::ObjectRef> = Vec::new();
     match action {
         Action::Release {
             job, gang, status, ..

@@ -1,6 +1,7 @@
 //! `deploy/` on a real API server: the namespace and RBAC apply, and the controller running as
 //! its ServiceAccount (through impersonation) elects itself, releases a gang, keeps a job
-//! waiting on quota and buys capacity through a ProvisioningRequest without one Forbidden.
+//! waiting on quota, buys capacity through a ProvisioningRequest and holds a labelled batch Job
+//! in a queue entry of its own without one Forbidden.
 
 use std::path::{Path, PathBuf};
 
@@ -163,6 +164,33 @@ async fn the_shipped_rbac_is_enough_for_every_flow() {
     }
     env.until_status("team-a", "big", "Running", 60, |s| phase(s) == "Running")
         .await;
+    // A labelled batch Job created running, bigger than the queue: its queue entry is made
+    // and waits, and the Job is suspended.
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = env.api("team-a");
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "labelled", "namespace": "team-a",
+                     "labels": {"muster.dev/queue-name": "a"}},
+        "spec": {"parallelism": 8, "completions": 8, "completionMode": "Indexed",
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}))
+    .unwrap_or_else(|e| unreachable!("fixture: {e}"));
+    if let Err(e) = jobs.create(&kube::api::PostParams::default(), &job).await {
+        unreachable!("creating the labelled Job: {e}");
+    }
+    env.until_status("team-a", "job-labelled", "waiting for quota", 60, |s| {
+        reason(s) == "QuotaShort"
+    })
+    .await;
+    eventually("the labelled Job suspended", 60, || async {
+        jobs.get("labelled")
+            .await
+            .ok()
+            .filter(|j| j.spec.as_ref().and_then(|s| s.suspend) == Some(true))
+            .map(|_| ())
+    })
+    .await;
 
     let log = controller.log();
     let forbidden: Vec<&str> = log

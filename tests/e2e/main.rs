@@ -18,3 +18,4 @@ mod provisioning;
 mod shares;
 mod support;
 mod tpu;
+mod workloads;

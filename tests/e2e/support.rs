@@ -36,6 +36,15 @@ impl Env {
     /// A cluster with Muster's CRDs (and the ProvisioningRequest CRD when `provisioning`),
     /// `None` when no control plane can be started here (the test then passes, having said so).
     pub async fn start(provisioning: bool) -> Option<Env> {
+        let options = ClusterOptions {
+            provisioning_crd: provisioning,
+            ..ClusterOptions::default()
+        };
+        Env::start_with(options).await
+    }
+
+    /// [`Env::start`] with `options` (kube-controller-manager's controllers, say).
+    pub async fn start_with(options: ClusterOptions) -> Option<Env> {
         // The controller's logs, when asked for with RUST_LOG.
         if std::env::var_os("RUST_LOG").is_some() {
             let _ = tracing_subscriber::fmt()
@@ -43,10 +52,6 @@ impl Env {
                 .with_test_writer()
                 .try_init();
         }
-        let options = ClusterOptions {
-            provisioning_crd: provisioning,
-            ..ClusterOptions::default()
-        };
         let cluster = match TestCluster::start(options).await {
             Ok(Some(cluster)) => cluster,
             Ok(None) => return None,

@@ -81,6 +81,15 @@ pub const TPU_TOPOLOGY_ANNOTATION: &str = "muster.dev/tpu-topology";
 /// `gpuShare`).
 pub const GPU_SHARE_ANNOTATION: &str = "muster.dev/gpu-share";
 
+/// Label on the GpuJob Muster makes as the queue entry of a Job or JobSet: the kind of the
+/// workload it stands for (`Job`, `JobSet`). The entry's controller owner reference names the
+/// workload itself.
+pub const WORKLOAD_KIND_LABEL: &str = "muster.dev/workload-kind";
+
+/// Label the Job controller puts on each pod of an Indexed Job: its completion index, the pod
+/// index Muster places it by (pod `i` on the `i`-th node of its pod set).
+pub const COMPLETION_INDEX_LABEL: &str = "batch.kubernetes.io/job-completion-index";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,6 +118,8 @@ mod tests {
             TPU_ACCELERATOR_ANNOTATION,
             TPU_TOPOLOGY_ANNOTATION,
             GPU_SHARE_ANNOTATION,
+            WORKLOAD_KIND_LABEL,
+            COMPLETION_INDEX_LABEL,
         ];
         assert_eq!(
             names,
@@ -131,6 +142,8 @@ mod tests {
                 "muster.dev/tpu-accelerator",
                 "muster.dev/tpu-topology",
                 "muster.dev/gpu-share",
+                "muster.dev/workload-kind",
+                "batch.kubernetes.io/job-completion-index",
             ]
         );
     }

@@ -33,6 +33,11 @@ pub const JOB_API_VERSION: &str = "batch/v1";
 /// The `apiVersion` of the JobSets Muster queues.
 pub const JOBSET_API_VERSION: &str = "jobset.x-k8s.io/v1alpha2";
 
+/// The name of the GpuJob the controller makes as the queue entry of the Job named `job`.
+pub fn entry_name(job: &str) -> String {
+    format!("job-{job}")
+}
+
 /// Reads `value` as a workload Muster queues besides its own kinds — a `batch/v1` Job or a
 /// `jobset.x-k8s.io/v1alpha2` JobSet — as the GpuJob admission sees; `None` for any other
 /// kind. Fields Muster does not read are ignored, as they belong to other APIs.

@@ -32,6 +32,9 @@ pub enum Action {
         pods: Vec<ObjectRef>,
         /// The event to record.
         event: Note,
+        /// For the queue entry of a Job: the Job, suspended after the status write (its
+        /// controller deletes the pods; `pods` is then empty).
+        workload: Option<ObjectRef>,
     },
     /// Delete pods that belong to no live admission (a rolled-back release, an old attempt).
     DeletePods {
@@ -85,6 +88,25 @@ pub enum Action {
         /// The templates.
         templates: Vec<ObjectRef>,
     },
+    /// Make the queue entry of a Job labelled with a queue (one that exists counts as made).
+    CreateEntry {
+        /// The entry.
+        job: ObjectRef,
+        /// The GpuJob to create.
+        entry: Box<GpuJob>,
+    },
+    /// Patch the Job behind a queue entry that holds no admission: keep it suspended, put
+    /// its template back as the entry recorded it, or say why it cannot be queued.
+    PatchWorkload {
+        /// The entry.
+        job: ObjectRef,
+        /// The Job.
+        workload: ObjectRef,
+        /// The merge patch.
+        patch: Box<serde_json::Value>,
+        /// A warning Event for the Job, when the patch reports a problem.
+        event: Option<Note>,
+    },
     /// Write a ClusterQueue's status.
     ClusterQueueStatus {
         /// The ClusterQueue.
@@ -119,7 +141,9 @@ impl Action {
             | Action::AddFinalizer { job }
             | Action::Finalize { job, .. }
             | Action::Provision { job, .. }
-            | Action::Unprovision { job, .. } => Some(job),
+            | Action::Unprovision { job, .. }
+            | Action::CreateEntry { job, .. }
+            | Action::PatchWorkload { job, .. } => Some(job),
             Action::ClusterQueueStatus { .. }
             | Action::LocalQueueStatus { .. }
             | Action::FlavorStatus { .. } => None,
@@ -151,6 +175,8 @@ impl Action {
             Action::Finalize { .. } => "finalize",
             Action::Provision { .. } => "provision",
             Action::Unprovision { .. } => "unprovision",
+            Action::CreateEntry { .. } => "create_entry",
+            Action::PatchWorkload { .. } => "patch_workload",
             Action::ClusterQueueStatus { .. } => "cluster_queue_status",
             Action::LocalQueueStatus { .. } => "local_queue_status",
             Action::FlavorStatus { .. } => "flavor_status",

@@ -39,10 +39,15 @@ pub(crate) fn release_action(
         .iter()
         .map(|(n, f)| (n.clone(), f.spec.clone()))
         .collect();
-    let mut gang = gang(job, admitted, &flavors).map_err(|e| e.to_string())?;
-    crate::hami::pin_devices(&mut gang.pods, |node| {
-        index.gpu_uuids.get(node).map(Vec::as_slice)
-    });
+    let gang = if crate::workload::workload_of(job).is_some() {
+        crate::job::entry::release(index, key, job, admitted, &flavors)?
+    } else {
+        let mut gang = gang(job, admitted, &flavors).map_err(|e| e.to_string())?;
+        crate::hami::pin_devices(&mut gang.pods, |node| {
+            index.gpu_uuids.get(node).map(Vec::as_slice)
+        });
+        gang
+    };
     let current = job.status.clone().unwrap_or_default();
     let bought = current.provisioning_request.is_some();
     let mut status =
@@ -370,6 +375,14 @@ fn start_provisioning(
     let Some(job) = state.index.jobs.get(&key) else {
         return;
     };
+    if crate::workload::workload_of(job).is_some() {
+        // A Job's pods would need the request's consume annotations in its template: not
+        // written yet, so an entry waits (with backoff, saying why) rather than buy capacity
+        // its pods could not use.
+        let why = "the queue entry of a batch Job does not buy capacity yet: it waits for nodes that exist".to_owned();
+        state.ledger.fail_release(&key, now.0.as_second(), why);
+        return;
+    }
     let Some(policy) = state
         .index
         .cluster_queues
@@ -476,17 +489,13 @@ fn evict_held(
     }
     let (current, _) = split_pods(&state.index, key, status.requeue_count);
     let pods = current.iter().map(|(k, _)| (*k).clone()).collect();
-    let action = Action::Evict {
-        job: key.to_owned(),
-        status: Box::new(status::evicted(
-            &status,
-            job.metadata.generation,
-            eviction,
-            now,
-        )),
+    let action = crate::job::entry::evict(
+        job,
+        key,
+        status::evicted(&status, job.metadata.generation, eviction, now),
         pods,
-        event: Note::warning(eviction.reason(), eviction.message()),
-    };
+        Note::warning(eviction.reason(), eviction.message()),
+    );
     let since = admitted_at(&status).unwrap_or(now.0.as_second());
     let admission_job = Job::from_gpujob(job, |c| state.index.priority_classes.get(c).copied());
     account(

@@ -4,7 +4,10 @@
 //! the `muster.dev/admission` gate from every pod in one burst, so the kube-scheduler sees the
 //! whole gang at once; the job's status is written last. An eviction writes the status first
 //! (the admission gone, `requeueCount` moved on) and then deletes the pods, so a controller
-//! that dies in between finds only stale pods and deletes them.
+//! that dies in between finds only stale pods and deletes them. For the queue entry of a batch
+//! Job the release patches the Job (`workload`) — its template, then `suspend: false` — and,
+//! once its controller has made every pod, pins each and lifts its gate; the eviction
+//! suspends the Job after the status write, and its controller deletes the pods.
 //!
 //! Every step is idempotent: names are deterministic, an object that already exists (from an
 //! earlier, interrupted attempt) counts as created, and one already gone counts as deleted —
@@ -17,6 +20,7 @@
 
 mod gang;
 mod job_status;
+mod workload;
 
 use std::future::Future;
 use std::time::Duration;
@@ -272,11 +276,31 @@ impl Executor {
                 status,
                 pods,
                 event,
+                workload,
             } => {
                 let job = self.write_status(job, status, read).await?;
                 self.record(&job, Some(event)).await;
                 written.push(Written::Job(Box::new(job)));
+                if let Some(workload) = workload {
+                    let suspend = serde_json::json!({"spec": {"suspend": true}});
+                    written.extend(
+                        self.patch_workload(workload, &suspend, "suspending Job")
+                            .await?,
+                    );
+                }
                 written.extend(self.delete_pods(pods).await?);
+            }
+            Action::CreateEntry { entry, .. } => written.extend(self.create_entry(entry).await?),
+            Action::PatchWorkload {
+                workload,
+                patch,
+                event,
+                ..
+            } => {
+                written.extend(self.patch_workload(workload, patch, "patching Job").await?);
+                if let Some(note) = event {
+                    self.record_on_workload(workload, note).await;
+                }
             }
             Action::DeletePods { pods, .. } => written.extend(self.delete_pods(pods).await?),
             Action::JobStatus { job, status, event } => {
@@ -535,7 +559,7 @@ impl Executor {
 
     /// Records an Event about `job` (failures are logged: an event is never worth a retry).
     async fn record(&self, job: &GpuJob, note: Option<&Note>) {
-        let (Some(recorder), Some(note)) = (&self.recorder, note) else {
+        let Some(note) = note else {
             return;
         };
         let reference = ObjectReference {
@@ -546,6 +570,15 @@ impl Executor {
             uid: job.metadata.uid.clone(),
             resource_version: job.metadata.resource_version.clone(),
             ..ObjectReference::default()
+        };
+        self.publish(&reference, note).await;
+    }
+
+    /// Publishes `note` about the object `reference` names (failures are logged: an event is
+    /// never worth a retry).
+    async fn publish(&self, reference: &ObjectReference, note: &Note) {
+        let Some(recorder) = &self.recorder else {
+            return;
         };
         let event = Event {
             type_: if note.warning {
@@ -558,7 +591,7 @@ impl Executor {
             action: note.reason.clone(),
             secondary: None,
         };
-        if let Err(e) = recorder.publish(&event, &reference).await {
+        if let Err(e) = recorder.publish(&event, reference).await {
             tracing::warn!(error = %e, reason = %note.reason, "could not record event");
         }
     }

@@ -33,6 +33,7 @@
 pub mod action;
 mod decide;
 pub mod deferred;
+pub mod entries;
 pub mod executor;
 pub mod hami;
 mod holding;
@@ -57,4 +58,5 @@ pub mod state;
 pub mod status;
 pub mod summary;
 pub mod unreachable;
+pub mod workload;
 mod writes;

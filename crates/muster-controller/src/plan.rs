@@ -224,6 +224,13 @@ fn settle_changed(state: &mut State, now_t: &Time, summary: &mut Summary) -> Set
         });
         ledger.promise_unless_busy(job, Busy::Other);
     }
+    // Labelled Jobs: their queue entries made, and each Job held while its entry waits.
+    for action in crate::entries::keep(index, ledger) {
+        if let Some(job) = action.job() {
+            ledger.promise_unless_busy(job.clone(), Busy::Other);
+        }
+        actions.push(action);
+    }
     // Releases found half-done are finished before anything new is promised.
     for (key, admitted) in releases {
         match release_action(index, &key, &admitted, now_t, false) {

@@ -56,6 +56,22 @@ pub struct Gang {
     pub service: Service,
     /// Every pod, pod sets in order, indices in order.
     pub pods: Vec<Pod>,
+    /// For the queue entry of a Job (see [`crate::workload`]): what releases the Job's own
+    /// pods instead; the Service and pods above are then empty and not made.
+    pub workload: Option<Box<WorkloadRelease>>,
+}
+
+/// The release of the Job behind a queue entry: its template patched and the Job unsuspended,
+/// then the gang's gated pods, once all exist, each pinned to its node and let go.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadRelease {
+    /// The Job.
+    pub job: muster_api::ObjectRef,
+    /// The merge patch of the Job (see [`crate::workload::template_patch`]).
+    pub patch: serde_json::Value,
+    /// Each gated pod with the merge patch that pins it and lifts Muster's gate (see
+    /// [`crate::workload::pin_patch`]): empty until every pod of the gang exists.
+    pub pins: Vec<(muster_api::ObjectRef, serde_json::Value)>,
 }
 
 /// The host name of pod `index` of `pod_set` in `job` (validation keeps it within 63
@@ -159,6 +175,7 @@ pub fn gang(
     Ok(Gang {
         service: service(&ctx),
         pods,
+        workload: None,
     })
 }
 

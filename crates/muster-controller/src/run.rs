@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodTemplate};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Client;
@@ -157,6 +158,9 @@ async fn start_watches(client: &Client, options: &Options, shared: &Arc<Shared>)
     tokio::spawn(watch_kind(Api::<Pod>::all(client.clone()), s()));
     tokio::spawn(watch_kind(Api::<Namespace>::all(client.clone()), s()));
     tokio::spawn(watch_kind(Api::<PriorityClass>::all(client.clone()), s()));
+    // Only Jobs labelled with a queue are Muster's; no other Job is ever read.
+    let labelled = watcher::Config::default().labels(muster_api::wire::QUEUE_NAME_LABEL);
+    tokio::spawn(watch_selected(scoped::<Job>(client, ns), labelled, s()));
     // The first probe is awaited, so that a served API is expected before the first pass.
     let requests: Api<ProvisioningRequest> = scoped(client, ns);
     let mut answer = served(&requests).await;

@@ -145,6 +145,12 @@ fn plausible(method: &str, path: &str, name: &str, body: &Value) -> (u16, Value)
             json!({"apiVersion": "v1", "kind": "Service",
                    "metadata": {"name": name, "namespace": "team-a"}}),
         )
+    } else if path.contains("/jobs/") {
+        (
+            200,
+            json!({"apiVersion": "batch/v1", "kind": "Job",
+                   "metadata": {"name": name, "namespace": "team-a"}}),
+        )
     } else if path.contains("/gpujobs/") {
         let mut object = serde_json::to_value(job("a", 2, 0)).unwrap_or_default();
         object["status"] = body["status"].clone();
@@ -333,6 +339,15 @@ async fn a_controller_that_lost_its_lease_writes_nothing() {
     assert!(seen.is_empty());
 }
 
+/// The Event of a preemption.
+fn preempted() -> muster_controller::plan::Note {
+    muster_controller::plan::Note {
+        warning: true,
+        reason: "Preempted".into(),
+        message: "preempted".into(),
+    }
+}
+
 #[tokio::test]
 async fn an_eviction_writes_the_status_before_deleting_pods() {
     let action = Action::Evict {
@@ -342,11 +357,8 @@ async fn an_eviction_writes_the_status_before_deleting_pods() {
             ObjectRef::new("team-a", "a-workers-0"),
             ObjectRef::new("team-a", "a-workers-1"),
         ],
-        event: muster_controller::plan::Note {
-            warning: true,
-            reason: "Preempted".into(),
-            message: "preempted".into(),
-        },
+        event: preempted(),
+        workload: None,
     };
     let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
     assert!(result.is_ok(), "{result:?}");
@@ -360,6 +372,67 @@ async fn an_eviction_writes_the_status_before_deleting_pods() {
             ("DELETE", "/api/v1/namespaces/team-a/pods/a-workers-0"),
             ("DELETE", "/api/v1/namespaces/team-a/pods/a-workers-1"),
         ]
+    );
+}
+
+#[tokio::test]
+async fn a_queue_entry_s_eviction_writes_the_status_then_suspends_its_job_and_deletes_nothing() {
+    let action = Action::Evict {
+        job: ObjectRef::new("team-a", "a"),
+        status: Box::default(),
+        pods: Vec::new(),
+        event: preempted(),
+        workload: Some(ObjectRef::new("team-a", "train")),
+    };
+    let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        calls(&seen),
+        [
+            (
+                "PATCH",
+                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status"
+            ),
+            ("PATCH", "/apis/batch/v1/namespaces/team-a/jobs/train"),
+        ]
+    );
+    assert_eq!(seen[1].body, json!({"spec": {"suspend": true}}));
+    assert_eq!(seen[1].content_type, "application/merge-patch+json");
+}
+
+#[tokio::test]
+async fn a_queue_entry_s_release_patches_its_job_then_pins_each_pod_then_writes_the_status() {
+    let (mut action, _) = release(2);
+    let Action::Release { gang, .. } = &mut action else {
+        unreachable!()
+    };
+    gang.pods.clear();
+    gang.workload = Some(Box::new(muster_controller::release::WorkloadRelease {
+        job: ObjectRef::new("team-a", "train"),
+        patch: json!({"spec": {"suspend": false}}),
+        pins: (0..2)
+            .map(|i| {
+                (
+                    ObjectRef::new("team-a", &format!("train-{i}-abcde")),
+                    json!({"spec": {"nodeSelector": {"kubernetes.io/hostname": format!("n{i}")}}}),
+                )
+            })
+            .collect(),
+    }));
+    let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        calls(&seen),
+        [
+            ("PATCH", "/apis/batch/v1/namespaces/team-a/jobs/train"),
+            ("PATCH", "/api/v1/namespaces/team-a/pods/train-0-abcde"),
+            ("PATCH", "/api/v1/namespaces/team-a/pods/train-1-abcde"),
+            (
+                "PATCH",
+                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status"
+            ),
+        ],
+        "no Service, no pod created"
     );
 }
 

@@ -56,6 +56,7 @@ fn lists() -> BTreeMap<&'static str, (&'static str, Vec<Value>)> {
             "/apis/scheduling.k8s.io/v1/priorityclasses",
             ("PriorityClassList", Vec::new()),
         ),
+        ("/apis/batch/v1/jobs", ("JobList", Vec::new())),
     ])
 }
 

@@ -15,6 +15,9 @@ impl Executor {
     /// Creates the gang's Service and pods (tolerating ones that exist), then removes Muster's
     /// scheduling gate from every pod.
     pub async fn release(&self, gang: &Gang) -> Result<Vec<Written>, ExecuteError> {
+        if let Some(release) = &gang.workload {
+            return self.release_workload(release).await;
+        }
         let (namespace, service_name) = named(&gang.service)?;
         let services: Api<Service> = Api::namespaced(self.client.clone(), &namespace);
         let pp = PostParams {

@@ -11,6 +11,7 @@ mod objects;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 use muster_api::{
@@ -42,12 +43,14 @@ pub enum Kind {
     /// Muster's `PodTemplate`s, those labelled with their job (watched with
     /// ProvisioningRequests, which name them).
     PodTemplate,
+    /// `batch/v1` Jobs labelled with a queue (see [`crate::workload`]).
+    Job,
 }
 
 impl Kind {
     /// Every kind whose cache must be synced before the first cycle. ProvisioningRequests
     /// are optional: the CRD may not be installed.
-    pub const REQUIRED: [Kind; 8] = [
+    pub const REQUIRED: [Kind; 9] = [
         Kind::GpuJob,
         Kind::ClusterQueue,
         Kind::LocalQueue,
@@ -56,6 +59,7 @@ impl Kind {
         Kind::Pod,
         Kind::Namespace,
         Kind::PriorityClass,
+        Kind::Job,
     ];
 }
 
@@ -185,6 +189,8 @@ pub enum Written {
     LocalQueue(Box<LocalQueue>),
     /// A ResourceFlavor with its new status.
     ResourceFlavor(Box<ResourceFlavor>),
+    /// The Job behind a queue entry.
+    Workload(Box<Job>),
 }
 
 /// What a controller knows about the cluster.
@@ -209,8 +215,10 @@ pub struct Index {
     pub(crate) namespaces: BTreeMap<String, BTreeMap<String, String>>,
     pub(crate) priority_classes: BTreeMap<String, i32>,
     pub(crate) provisioning_requests: BTreeMap<ObjectRef, ProvisioningRequest>,
-    /// Muster's PodTemplates by `namespace/name`.
+    /// Muster's PodTemplates.
     pub(crate) pod_templates: BTreeMap<ObjectRef, TemplateRecord>,
+    /// Jobs labelled with a queue: the workloads behind queue entries.
+    pub(crate) workloads: BTreeMap<ObjectRef, Job>,
     /// Bumped when a node's placement facts (labels, taints, allocatable, schedulable) or a
     /// flavor change: the cached arrangement of nodes per flavor is rebuilt only then.
     pub(super) topology_version: u64,
@@ -343,6 +351,7 @@ impl Index {
                     .map(|k| k.as_str().to_owned()),
             ),
             Kind::PodTemplate => Box::new(self.pod_templates.keys().map(|k| k.as_str().to_owned())),
+            Kind::Job => Box::new(self.workloads.keys().map(|k| k.as_str().to_owned())),
         }
     }
 
@@ -462,6 +471,7 @@ impl Index {
                 Written::ClusterQueue(queue) => self.apply_written(*queue),
                 Written::LocalQueue(queue) => self.apply_written(*queue),
                 Written::ResourceFlavor(flavor) => self.apply_written(*flavor),
+                Written::Workload(job) => self.apply_written(*job),
             }
         }
     }

@@ -1,11 +1,13 @@
 //! How each kind of object is folded into the index: its key, where it goes, and what is kept
 //! of it (a pod is reduced to a [`PodRecord`]; a node to its placement facts).
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodTemplate};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use muster_api::wire::{
-    ADMISSION_GATE, ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION,
-    GPU_DEVICES_ANNOTATION, JOB_LABEL, POD_INDEX_LABEL, POD_SET_LABEL,
+    ADMISSION_GATE, ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, COMPLETION_INDEX_LABEL,
+    DOMAIN_ANNOTATION, FLAVOR_ANNOTATION, GPU_DEVICES_ANNOTATION, JOB_LABEL, POD_INDEX_LABEL,
+    POD_SET_LABEL,
 };
 use muster_api::{
     ClusterQueue, GpuJob, LocalQueue, ObjectRef, ProvisioningRequest, ResourceFlavor,
@@ -290,6 +292,35 @@ impl Indexed for PodTemplate {
     }
 }
 
+impl Indexed for Job {
+    const KIND: Kind = Kind::Job;
+    fn apply(self, index: &mut Index) {
+        let key = ObjectRef::of(&self.metadata);
+        // The entry's step reads its Job (held suspended, finished, or released).
+        index.changed_jobs.insert(ObjectRef::new(
+            key.namespace(),
+            &muster_api::workload::entry_name(key.name()),
+        ));
+        index.workloads.insert(key, self);
+    }
+    fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
+        index
+            .workloads
+            .get(key)?
+            .metadata
+            .resource_version
+            .as_deref()
+    }
+    fn remove(index: &mut Index, key: &str) {
+        if let Some((key, _)) = index.workloads.remove_entry(key) {
+            index.changed_jobs.insert(ObjectRef::new(
+                key.namespace(),
+                &muster_api::workload::entry_name(key.name()),
+            ));
+        }
+    }
+}
+
 /// A ProvisioningRequest changed: its job (named by Muster's label) settles again; without
 /// the label, whose it is cannot be told, so every job does.
 fn request_changed(index: &mut Index, request: &ProvisioningRequest) {
@@ -348,11 +379,12 @@ fn pod_record_lenient(pod: &Pod) -> PodRecord {
 fn member(pod: &Pod) -> Option<GangMember> {
     let meta = &pod.metadata;
     let labels = meta.labels.as_ref()?;
-    let owned = meta
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "GpuJob" && o.api_version == muster_api::API_VERSION);
+    // Made by Muster for a GpuJob, or by the Job controller for the Job behind a queue
+    // entry (its template carries the gang's labels from the release on).
+    let owned = meta.owner_references.iter().flatten().any(|o| {
+        (o.kind == "GpuJob" && o.api_version == muster_api::API_VERSION)
+            || (o.kind == "Job" && o.api_version == "batch/v1" && o.controller == Some(true))
+    });
     if !owned {
         return None;
     }
@@ -362,8 +394,11 @@ fn member(pod: &Pod) -> Option<GangMember> {
     Some(GangMember {
         job: ObjectRef::new(meta.namespace.as_deref().unwrap_or_default(), job),
         pod_set: labels.get(POD_SET_LABEL).cloned().unwrap_or_default(),
+        // A Job's pod is numbered when it is pinned; an Indexed Job's has its completion
+        // index before.
         index: labels
             .get(POD_INDEX_LABEL)
+            .or_else(|| labels.get(COMPLETION_INDEX_LABEL))
             .and_then(|i| i.parse().ok())
             .unwrap_or(usize::MAX),
         attempt: labels

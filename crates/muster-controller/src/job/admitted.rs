@@ -6,7 +6,7 @@ use muster_admission::Holding;
 use muster_api::gpujob::GpuJobStatus;
 use muster_api::{GpuJob, ObjectRef};
 
-use super::{InCycle, Phase, Reading, Step, unprovision};
+use super::{InCycle, Phase, Reading, Step, entry, unprovision};
 use crate::action::{Action, Note};
 use crate::holding::{Pods, seconds, unfinished_release};
 use crate::index::Index;
@@ -28,6 +28,7 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
     } = *reading;
     let now_s = now.0.as_second();
     let generation = job.metadata.generation;
+    let is_entry = crate::workload::workload_of(job).is_some();
     if let Some(admitted) = unfinished_release(job, key, &held, current) {
         // The status says admitted, yet gated pods remain and nothing is in flight: a release
         // that another writer cut short (a replica that lost the Lease, a pod deleted under
@@ -45,17 +46,28 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
         .iter()
         .flat_map(|p| p.nodes.iter().cloned())
         .collect();
-    let gang_health = health(
-        expected,
-        &placed,
-        current,
-        |n| index.nodes.get(n),
-        // An admission time that is unknown starts no pods-ready timeout: a gang that never
-        // became Ready is still restarted when a pod fails or loses its node.
-        held.since.unwrap_or(now_s),
-        timeout,
-        now_s,
-    );
+    // An admission time that is unknown starts no pods-ready timeout: a gang that never
+    // became Ready is still restarted when a pod fails or loses its node.
+    let since = held.since.unwrap_or(now_s);
+    let gang_health = if is_entry && current.len() < expected {
+        // The Job controller is still making the entry's pods: missing ones are not lost.
+        let deadline = since.saturating_add(timeout);
+        if now_s >= deadline {
+            Health::TimedOut
+        } else {
+            Health::Starting { deadline }
+        }
+    } else {
+        health(
+            expected,
+            &placed,
+            current,
+            |n| index.nodes.get(n),
+            since,
+            timeout,
+            now_s,
+        )
+    };
     let all_pods: Vec<ObjectRef> = current.iter().map(|(k, _)| (*k).clone()).collect();
     let evict = |eviction: Eviction| {
         let note = if matches!(eviction, Eviction::Suspended) {
@@ -63,12 +75,13 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
         } else {
             Note::warning(eviction.reason(), eviction.message())
         };
-        Action::Evict {
-            job: key.to_owned(),
-            status: Box::new(status::evicted(status, generation, &eviction, now)),
-            pods: all_pods.clone(),
-            event: note,
-        }
+        entry::evict(
+            job,
+            key,
+            status::evicted(status, generation, &eviction, now),
+            all_pods.clone(),
+            note,
+        )
     };
     let deadline = match gang_health {
         Health::Starting { deadline } => Some(deadline),
@@ -96,12 +109,13 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
                     "the autoscaler took the capacity back: {message}; gave up after {attempts} requests (retry.limit is {limit})"
                 )
             };
-            Action::Evict {
-                job: key.to_owned(),
-                status: Box::new(status::finished(status, generation, false, &why, now)),
-                pods: all_pods.clone(),
-                event: Note::warning("CapacityRevoked", why),
-            }
+            entry::evict(
+                job,
+                key,
+                status::finished(status, generation, false, &why, now),
+                all_pods.clone(),
+                Note::warning("CapacityRevoked", why),
+            )
         } else {
             let retry_at = now_s.saturating_add(muster_provisioning::state::backoff(
                 policy.retry.as_ref(),
@@ -114,6 +128,8 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
         (Phase::Evicting, Some(evict(Eviction::Suspended)))
     } else {
         let action = match gang_health {
+            // An entry's Job says when it is done (its pods may come and go until then).
+            Health::Succeeded if is_entry => None,
             Health::Succeeded => Some(Action::JobStatus {
                 job: key.to_owned(),
                 status: Box::new(status::finished(
@@ -138,14 +154,13 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
                         "{cause}; the gang was restarted {} times and spec.backoffLimit is {limit}",
                         status.restart_count
                     );
-                    Some(Action::Evict {
-                        job: key.to_owned(),
-                        status: Box::new(status::finished(
-                            status, generation, false, &message, now,
-                        )),
-                        pods: live.iter().map(|(k, _)| (*k).clone()).collect(),
-                        event: Note::warning("BackoffLimitExceeded", message),
-                    })
+                    Some(entry::evict(
+                        job,
+                        key,
+                        status::finished(status, generation, false, &message, now),
+                        live.iter().map(|(k, _)| (*k).clone()).collect(),
+                        Note::warning("BackoffLimitExceeded", message),
+                    ))
                 } else {
                     Some(evict(Eviction::Restart { cause }))
                 }

@@ -14,6 +14,7 @@
 //!   through [`crate::holding::draining`] and [`crate::unreachable`].
 
 mod admitted;
+pub(crate) mod entry;
 mod provisioning;
 mod terminating;
 #[cfg(test)]
@@ -375,6 +376,9 @@ fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
         Some(GpuJobPhase::Failed) => return Step::new(Phase::Failed),
         _ => {}
     }
+    if let Some(step) = entry::finished(reading) {
+        return step;
+    }
     let live: Pods<'_> = current
         .iter()
         .copied()
@@ -446,6 +450,11 @@ fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
 /// off. Finished when the whole gang exists and agrees on its admission, else rolled back
 /// (its live pods deleted).
 fn cut_off(job: &GpuJob, key: &ObjectRef, current: &Pods<'_>, live: &Pods<'_>, step: Step) -> Step {
+    if crate::workload::workload_of(job).is_some() {
+        // The Job controller would make deleted pods again: the entries step suspends the
+        // Job instead, and its controller deletes them.
+        return step;
+    }
     match recovered_admission(job, key, live) {
         Some(admitted) if live.len() == current.len() => {
             step.with(InCycle::FinishRelease(admitted))

@@ -115,6 +115,8 @@ pub fn cluster(gpus: u32, jobs: Vec<GpuJob>) -> State {
     index.relist_done::<Pod>();
     index.relist_begin::<k8s_openapi::api::scheduling::v1::PriorityClass>();
     index.relist_done::<k8s_openapi::api::scheduling::v1::PriorityClass>();
+    index.relist_begin::<k8s_openapi::api::batch::v1::Job>();
+    index.relist_done::<k8s_openapi::api::batch::v1::Job>();
     index
 }
 
@@ -333,6 +335,18 @@ fn carried_out(index: &mut State, action: &Action) -> (Vec<Written>, Vec<muster_
             f.status = Some(status.clone());
             index.apply(f);
         }
+        Action::CreateEntry { entry, .. } => {
+            let mut made = (**entry).clone();
+            made.metadata.uid = Some(format!(
+                "uid-{}",
+                made.metadata.name.clone().unwrap_or_default()
+            ));
+            made.metadata.resource_version = Some("1".into());
+            made.metadata.generation = Some(1);
+            written.push(Written::Job(Box::new(made)));
+        }
+        // The Job is the test's to change, as its controller and the API server would.
+        Action::PatchWorkload { .. } => {}
     }
     (written, deleted)
 }

@@ -1,0 +1,351 @@
+//! Jobs teams already run, queued through a GpuJob Muster makes for each: its *queue entry*.
+//!
+//! A `batch/v1` Job labelled `muster.dev/queue-name` is Muster's (nothing without the label is
+//! ever touched). Muster makes a GpuJob named `job-<name>` beside it, owned by the Job (the
+//! garbage collector deletes it with the Job), whose spec is the Job read as admission sees it
+//! ([`muster_api::workload`]). The entry queues, waits, is admitted, preempted, restarted and
+//! finishes like any GpuJob — position, reason, ETA, Events, metrics and the `kubectl get
+//! gpujobs` columns are the same — but its pods are the Job's, made by the Job controller:
+//!
+//! - **Held.** While the entry holds no admission, the Job is kept suspended, its pod template
+//!   as the entry recorded it (a Job that arrives running is suspended at once).
+//! - **Released.** Admission writes what a suspended Job's template may take — the flavor's
+//!   node labels and tolerations, Muster's scheduling gate, the gang's labels and annotations —
+//!   and unsuspends the Job in one patch. The Job controller makes the pods behind the gate;
+//!   once every pod of the gang exists, each is pinned to its node (pod `i` of an Indexed Job on
+//!   the `i`-th node the admission placed) and let go.
+//! - **Evicted** (preempted, timed out, its node lost): the status is written, then the Job is
+//!   suspended, and its controller deletes the pods; the quota is freed once they are gone, and
+//!   the template is put back before the Job is released again.
+//! - **Finished** when the Job says so: its `Complete` or `Failed` condition.
+//!
+//! Pure: objects in, objects and patches out.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PodSchedulingGate, PodSpec, PodTemplateSpec, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+use muster_admission::PodSetPlacement;
+use muster_api::resource_flavor::HOSTNAME_LABEL;
+use muster_api::validation::FieldError;
+use muster_api::wire::{
+    ADMISSION_GATE, ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, DOMAIN_ANNOTATION, FLAVOR_ANNOTATION,
+    JOB_LABEL, POD_INDEX_LABEL, POD_SET_LABEL, WORKLOAD_KIND_LABEL,
+};
+use muster_api::{GpuJob, ObjectRef, ResourceFlavorSpec};
+use serde_json::{Map, Value, json};
+
+/// The kind of workload a Job's queue entry stands for (the value of
+/// [`WORKLOAD_KIND_LABEL`]).
+pub const JOB_KIND: &str = "Job";
+
+pub use muster_api::workload::entry_name;
+
+/// The queue entry of `job` (see the module docs): the Job read as admission sees it, named
+/// [`entry_name`], labelled with the workload's kind and owned by the Job. Every problem,
+/// each on the Job's own field, when the Job cannot be queued as it stands.
+pub fn entry_for(job: &Job) -> Result<GpuJob, Vec<FieldError>> {
+    let mut entry = muster_api::workload::job_as_gpujob(job)?;
+    let missing = |what: &str| {
+        vec![FieldError {
+            path: format!("metadata.{what}"),
+            message: format!(
+                "the Job has no {what}: only Jobs read from the API server are queued"
+            ),
+        }]
+    };
+    let name = job
+        .metadata
+        .name
+        .as_deref()
+        .ok_or_else(|| missing("name"))?;
+    let owner = job
+        .controller_owner_ref(&())
+        .ok_or_else(|| missing("uid"))?;
+    entry.metadata = ObjectMeta {
+        name: Some(entry_name(name)),
+        namespace: job.metadata.namespace.clone(),
+        labels: Some(BTreeMap::from([(
+            WORKLOAD_KIND_LABEL.to_owned(),
+            JOB_KIND.to_owned(),
+        )])),
+        owner_references: Some(vec![OwnerReference {
+            block_owner_deletion: Some(true),
+            ..owner
+        }]),
+        ..ObjectMeta::default()
+    };
+    Ok(entry)
+}
+
+/// The Job `entry` is the queue entry of: its controller owner reference, when that is a
+/// `batch/v1` Job and the entry carries the workload label. `None` for every other GpuJob.
+pub fn workload_of(entry: &GpuJob) -> Option<ObjectRef> {
+    let meta = &entry.metadata;
+    let labelled = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(WORKLOAD_KIND_LABEL))
+        .is_some_and(|kind| kind == JOB_KIND);
+    if !labelled {
+        return None;
+    }
+    let owner =
+        meta.owner_references.iter().flatten().find(|o| {
+            o.controller == Some(true) && o.kind == "Job" && o.api_version == "batch/v1"
+        })?;
+    Some(ObjectRef::new(
+        meta.namespace.as_deref().unwrap_or_default(),
+        &owner.name,
+    ))
+}
+
+/// Whether `job` still is the Job `entry` was made for (the same UID): a Job deleted and
+/// made again under its name gets a new entry, never the old one's admission.
+pub fn is_entry_of(entry: &GpuJob, job: &Job) -> bool {
+    entry
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == job.metadata.uid.as_ref())
+}
+
+/// How a Job's run ended, from its conditions: `Some(true)` when `Complete`, `Some(false)`
+/// when `Failed` (with the condition's message), `None` while it has not ended.
+pub fn finished(job: &Job) -> Option<(bool, String)> {
+    let conditions = job.status.as_ref()?.conditions.as_ref()?;
+    conditions
+        .iter()
+        .filter(|c| c.status == "True")
+        .find_map(|c| match c.type_.as_str() {
+            "Complete" => Some((true, "the Job completed".to_owned())),
+            "Failed" => Some((
+                false,
+                format!(
+                    "the Job failed: {}",
+                    c.message
+                        .as_deref()
+                        .or(c.reason.as_deref())
+                        .unwrap_or("no reason given")
+                ),
+            )),
+            _ => None,
+        })
+}
+
+/// Whether the Job is suspended.
+pub fn is_suspended(job: &Job) -> bool {
+    job.spec.as_ref().and_then(|s| s.suspend).unwrap_or(false)
+}
+
+/// Whether the Job controller may still have pods of `job` running: it counts some active,
+/// or it has not yet said the Job is suspended (its `Suspended` condition). A suspended Job's
+/// template can be changed only once neither holds.
+pub fn may_have_pods(job: &Job) -> bool {
+    let status = job.status.clone().unwrap_or_default();
+    let suspended_said = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Suspended" && c.status == "True");
+    status.active.unwrap_or(0) > 0 || (status.start_time.is_some() && !suspended_said)
+}
+
+/// What the gang's release writes into a Job's pod template: the flavor's node labels and
+/// tolerations, Muster's gate, the gang's labels and the admission's annotations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Placement<'a> {
+    /// The entry's name (the gang's job label).
+    pub entry: &'a str,
+    /// The ClusterQueue that admitted it.
+    pub cluster_queue: &'a str,
+    /// The pod set as admission placed it.
+    pub pod_set: &'a PodSetPlacement,
+    /// The flavor it was placed on.
+    pub flavor: &'a ResourceFlavorSpec,
+    /// The attempt (the entry's `requeueCount`).
+    pub attempt: i32,
+}
+
+/// The merge patch that makes `job`'s template what `entry` recorded, with `placement`'s
+/// additions when given, and sets `spec.suspend` to `suspend`. Keys Muster added before and
+/// that the new template lacks are removed, so a Job released again onto another flavor
+/// keeps none of the last one's labels. Only fields a suspended Job's template may take are
+/// written.
+pub fn template_patch(
+    entry: &GpuJob,
+    job: &Job,
+    placement: Option<&Placement<'_>>,
+    suspend: bool,
+) -> Value {
+    let (recorded, current) = templates(entry, job);
+    let wanted = wanted_template(&recorded, placement);
+    let (current_meta, wanted_meta) = (
+        current.metadata.unwrap_or_default(),
+        wanted.metadata.unwrap_or_default(),
+    );
+    let (current_spec, wanted_spec) = (
+        current.spec.unwrap_or_default(),
+        wanted.spec.unwrap_or_default(),
+    );
+    json!({
+        "spec": {
+            "suspend": suspend,
+            "template": {
+                "metadata": {
+                    "labels": map_patch(current_meta.labels.as_ref(), wanted_meta.labels.as_ref()),
+                    "annotations": map_patch(
+                        current_meta.annotations.as_ref(),
+                        wanted_meta.annotations.as_ref(),
+                    ),
+                },
+                "spec": {
+                    "nodeSelector": map_patch(
+                        current_spec.node_selector.as_ref(),
+                        wanted_spec.node_selector.as_ref(),
+                    ),
+                    "tolerations": list(wanted_spec.tolerations),
+                    "schedulingGates": list(wanted_spec.scheduling_gates),
+                },
+            },
+        },
+    })
+}
+
+/// Whether `job`'s template is what [`template_patch`] would make it from `entry` with
+/// `placement`: nothing to write.
+pub fn template_is(entry: &GpuJob, job: &Job, placement: Option<&Placement<'_>>) -> bool {
+    let (recorded, current) = templates(entry, job);
+    let wanted = wanted_template(&recorded, placement);
+    let meta = |t: &PodTemplateSpec| {
+        let m = t.metadata.clone().unwrap_or_default();
+        (
+            m.labels.unwrap_or_default(),
+            m.annotations.unwrap_or_default(),
+        )
+    };
+    let spec = |t: &PodTemplateSpec| {
+        let s = t.spec.clone().unwrap_or_default();
+        (
+            s.node_selector.unwrap_or_default(),
+            s.tolerations.unwrap_or_default(),
+            s.scheduling_gates.unwrap_or_default(),
+        )
+    };
+    meta(&current) == meta(&wanted) && spec(&current) == spec(&wanted)
+}
+
+/// The pod template `entry` recorded of its Job, and the one `job` has now.
+fn templates(entry: &GpuJob, job: &Job) -> (PodTemplateSpec, PodTemplateSpec) {
+    let recorded = entry
+        .spec
+        .pod_sets
+        .first()
+        .map(|s| s.template.clone())
+        .unwrap_or_default();
+    let current = job
+        .spec
+        .as_ref()
+        .map(|s| s.template.clone())
+        .unwrap_or_default();
+    (recorded, current)
+}
+
+/// The template `recorded` with `placement`'s additions.
+fn wanted_template(
+    recorded: &PodTemplateSpec,
+    placement: Option<&Placement<'_>>,
+) -> PodTemplateSpec {
+    let mut template = recorded.clone();
+    let Some(placement) = placement else {
+        return template;
+    };
+    let meta = template.metadata.get_or_insert_with(ObjectMeta::default);
+    let labels = meta.labels.get_or_insert_with(BTreeMap::new);
+    labels.insert(JOB_LABEL.to_owned(), placement.entry.to_owned());
+    labels.insert(POD_SET_LABEL.to_owned(), placement.pod_set.name.clone());
+    labels.insert(ATTEMPT_LABEL.to_owned(), placement.attempt.to_string());
+    let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(
+        CLUSTER_QUEUE_ANNOTATION.to_owned(),
+        placement.cluster_queue.to_owned(),
+    );
+    annotations.insert(
+        FLAVOR_ANNOTATION.to_owned(),
+        placement.pod_set.flavor.clone(),
+    );
+    annotations.insert(
+        DOMAIN_ANNOTATION.to_owned(),
+        crate::release::format_domain(&placement.pod_set.domain),
+    );
+    let spec: &mut PodSpec = template.spec.get_or_insert_with(PodSpec::default);
+    let selector = spec.node_selector.get_or_insert_with(BTreeMap::new);
+    selector.extend(placement.flavor.node_labels.clone());
+    let tolerations: &mut Vec<Toleration> = spec.tolerations.get_or_insert_with(Vec::new);
+    for toleration in &placement.flavor.tolerations {
+        if !tolerations.contains(toleration) {
+            tolerations.push(toleration.clone());
+        }
+    }
+    let gates = spec.scheduling_gates.get_or_insert_with(Vec::new);
+    if !gates.iter().any(|g| g.name == ADMISSION_GATE) {
+        gates.push(PodSchedulingGate {
+            name: ADMISSION_GATE.to_owned(),
+        });
+    }
+    template
+}
+
+/// A merge patch of a string map from `current` to `wanted`: every wanted entry, and `null`
+/// for each key only `current` has.
+fn map_patch(
+    current: Option<&BTreeMap<String, String>>,
+    wanted: Option<&BTreeMap<String, String>>,
+) -> Value {
+    let mut out = Map::new();
+    for key in current.into_iter().flatten().map(|(k, _)| k) {
+        out.insert(key.clone(), Value::Null);
+    }
+    for (key, value) in wanted.into_iter().flatten() {
+        out.insert(key.clone(), Value::String(value.clone()));
+    }
+    Value::Object(out)
+}
+
+/// A list in a merge patch: replaced whole, `null` when empty (the field is removed).
+fn list<T: serde::Serialize>(items: Option<Vec<T>>) -> Value {
+    match items.filter(|i| !i.is_empty()) {
+        Some(items) => serde_json::to_value(items).unwrap_or(Value::Null),
+        None => Value::Null,
+    }
+}
+
+/// The merge patch that lets one gated pod of `entry`'s released Job go: pinned to `node` (a
+/// node selector a gated pod may still take), numbered `index` in its pod set, without
+/// Muster's gate. The pod's other gates are those of the template the entry recorded, and
+/// stay.
+pub fn pin_patch(entry: &GpuJob, node: &str, index: usize) -> Value {
+    let gates: Vec<PodSchedulingGate> = entry
+        .spec
+        .pod_sets
+        .first()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.scheduling_gates.clone())
+        .into_iter()
+        .flatten()
+        .filter(|g| g.name != ADMISSION_GATE)
+        .collect();
+    json!({
+        "metadata": {"labels": {POD_INDEX_LABEL: index.to_string()}},
+        "spec": {
+            "nodeSelector": {HOSTNAME_LABEL: node},
+            "schedulingGates": list(Some(gates)),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,262 @@
+//! The queue entry of a Job, its patches and what a Job's conditions say.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Toleration;
+use muster_admission::PodSetPlacement;
+use muster_api::ResourceFlavorSpec;
+use muster_api::wire::{ADMISSION_GATE, JOB_LABEL, QUEUE_NAME_LABEL, WORKLOAD_KIND_LABEL};
+use serde_json::{Value, json};
+
+use super::*;
+
+/// An Indexed Job of 4 one-GPU pods as the API server stores it: defaulted, with the Job
+/// controller's template labels, the user's own node selector, toleration and gate.
+fn stored_job(suspend: bool) -> Job {
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "train", "namespace": "team-a", "uid": "uid-1",
+            "labels": {QUEUE_NAME_LABEL: "research"},
+        },
+        "spec": {
+            "suspend": suspend,
+            "parallelism": 4, "completions": 4, "completionMode": "Indexed",
+            "template": {
+                "metadata": {"labels": {
+                    "batch.kubernetes.io/job-name": "train",
+                    "batch.kubernetes.io/controller-uid": "uid-1",
+                }},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"team": "a"},
+                    "tolerations": [{"key": "team-a", "operator": "Exists"}],
+                    "schedulingGates": [{"name": "example.com/quota"}],
+                    "containers": [{
+                        "name": "worker", "image": "trainer:1",
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    }],
+                },
+            },
+        },
+    }))
+    .unwrap_or_else(|e| unreachable!("{e}"))
+}
+
+fn h100() -> ResourceFlavorSpec {
+    ResourceFlavorSpec {
+        node_labels: BTreeMap::from([("gpu".to_owned(), "h100".to_owned())]),
+        tolerations: vec![Toleration {
+            key: Some("nvidia.com/gpu".to_owned()),
+            operator: Some("Exists".to_owned()),
+            ..Toleration::default()
+        }],
+        ..ResourceFlavorSpec::default()
+    }
+}
+
+fn placed() -> PodSetPlacement {
+    PodSetPlacement {
+        name: "main".to_owned(),
+        flavor: "h100".to_owned(),
+        domain: Vec::new(),
+        nodes: (0..4).map(|i| format!("node-{i}")).collect(),
+        devices: Vec::new(),
+    }
+}
+
+fn entry() -> GpuJob {
+    entry_for(&stored_job(true)).unwrap_or_else(|e| unreachable!("{e:?}"))
+}
+
+#[test]
+fn a_job_s_entry_is_named_after_it_owned_by_it_and_reads_as_admission_sees_it() {
+    let entry = entry();
+    assert_eq!(entry.metadata.name.as_deref(), Some("job-train"));
+    assert_eq!(entry.metadata.namespace.as_deref(), Some("team-a"));
+    let owner = &entry.metadata.owner_references.clone().unwrap_or_default()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+        ("Job", "train", "uid-1")
+    );
+    assert_eq!(owner.controller, Some(true));
+    assert_eq!(owner.block_owner_deletion, Some(true));
+    assert_eq!(
+        entry
+            .metadata
+            .labels
+            .clone()
+            .unwrap_or_default()
+            .get(WORKLOAD_KIND_LABEL),
+        Some(&"Job".to_owned())
+    );
+    assert_eq!(entry.spec.queue_name, "research");
+    assert_eq!(entry.spec.pod_sets.len(), 1);
+    assert_eq!(entry.spec.pod_sets[0].count, 4);
+    assert_eq!(workload_of(&entry), Some(ObjectRef::new("team-a", "train")));
+    assert!(is_entry_of(&entry, &stored_job(true)));
+    let mut again = stored_job(true);
+    again.metadata.uid = Some("uid-2".to_owned());
+    assert!(
+        !is_entry_of(&entry, &again),
+        "a Job made again is another Job"
+    );
+}
+
+#[test]
+fn a_gpujob_that_is_no_entry_names_no_workload() {
+    let mut plain = entry();
+    plain.metadata.labels = None;
+    assert_eq!(workload_of(&plain), None);
+}
+
+#[test]
+fn a_job_without_a_uid_is_not_queued() {
+    let mut job = stored_job(true);
+    job.metadata.uid = None;
+    let errors = entry_for(&job).err().unwrap_or_default();
+    assert_eq!(errors[0].path, "metadata.uid");
+}
+
+#[test]
+fn the_release_adds_the_flavor_the_gate_and_the_gang_to_the_user_s_template_and_unsuspends() {
+    let (entry, job, placed, flavor) = (entry(), stored_job(true), placed(), h100());
+    let placement = Placement {
+        entry: "job-train",
+        cluster_queue: "research",
+        pod_set: &placed,
+        flavor: &flavor,
+        attempt: 2,
+    };
+    let patch = template_patch(&entry, &job, Some(&placement), false);
+    assert_eq!(patch["spec"]["suspend"], json!(false));
+    let spec = &patch["spec"]["template"]["spec"];
+    assert_eq!(spec["nodeSelector"], json!({"team": "a", "gpu": "h100"}));
+    assert_eq!(
+        spec["tolerations"],
+        json!([{"key": "team-a", "operator": "Exists"}, {"key": "nvidia.com/gpu", "operator": "Exists"}])
+    );
+    assert_eq!(
+        spec["schedulingGates"],
+        json!([{"name": "example.com/quota"}, {"name": ADMISSION_GATE}])
+    );
+    let labels = &patch["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(labels[JOB_LABEL], json!("job-train"));
+    assert_eq!(labels["muster.dev/attempt"], json!("2"));
+    assert_eq!(labels["batch.kubernetes.io/job-name"], json!("train"));
+    let annotations = &patch["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(annotations["muster.dev/cluster-queue"], json!("research"));
+    assert_eq!(annotations["muster.dev/flavor"], json!("h100"));
+}
+
+/// Applies a JSON merge patch (RFC 7396), as the API server does for `application/merge-patch+json`.
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+#[test]
+fn putting_the_template_back_removes_everything_the_release_added_and_only_that() {
+    let (entry, placed, flavor) = (entry(), placed(), h100());
+    let placement = Placement {
+        entry: "job-train",
+        cluster_queue: "research",
+        pod_set: &placed,
+        flavor: &flavor,
+        attempt: 0,
+    };
+    let mut released = serde_json::to_value(stored_job(true)).unwrap_or_default();
+    merge(
+        &mut released,
+        &template_patch(&entry, &stored_job(true), Some(&placement), false),
+    );
+    let released: Job = serde_json::from_value(released).unwrap_or_else(|e| unreachable!("{e}"));
+    assert!(template_is(&entry, &released, Some(&placement)));
+    assert!(!template_is(&entry, &released, None));
+    let mut back = serde_json::to_value(&released).unwrap_or_default();
+    merge(&mut back, &template_patch(&entry, &released, None, true));
+    let mut back: Job = serde_json::from_value(back).unwrap_or_else(|e| unreachable!("{e}"));
+    assert!(template_is(&entry, &back, None));
+    // An empty map is no map to the API server (Go's `omitempty`).
+    if let Some(meta) = back
+        .spec
+        .as_mut()
+        .and_then(|s| s.template.metadata.as_mut())
+        && meta.annotations.as_ref().is_some_and(BTreeMap::is_empty)
+    {
+        meta.annotations = None;
+    }
+    assert_eq!(
+        back.spec.clone().unwrap_or_default().template,
+        stored_job(true).spec.unwrap_or_default().template,
+        "the template is the user's again, byte for byte"
+    );
+    assert!(is_suspended(&back));
+}
+
+#[test]
+fn a_pin_keeps_the_user_s_gates_and_numbers_the_pod() {
+    let patch = pin_patch(&entry(), "node-3", 3);
+    assert_eq!(
+        patch,
+        json!({
+            "metadata": {"labels": {"muster.dev/pod-index": "3"}},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": "node-3"},
+                "schedulingGates": [{"name": "example.com/quota"}],
+            },
+        })
+    );
+}
+
+#[test]
+fn a_job_ends_by_its_conditions() {
+    let with = |type_: &str, status: &str| {
+        let mut job = stored_job(false);
+        job.status = serde_json::from_value(json!({"conditions": [{
+            "type": type_, "status": status, "message": "Job has reached the specified backoff limit",
+        }]}))
+        .ok();
+        finished(&job)
+    };
+    assert_eq!(with("Complete", "True").map(|f| f.0), Some(true));
+    let failed = with("Failed", "True").unwrap_or_default();
+    assert!(
+        !failed.0 && failed.1.contains("backoff limit"),
+        "{failed:?}"
+    );
+    assert_eq!(with("Complete", "False"), None);
+    assert_eq!(with("Suspended", "True"), None);
+    assert_eq!(finished(&stored_job(false)), None);
+}
+
+#[test]
+fn a_suspended_job_may_still_have_pods_until_its_controller_says_it_is_suspended() {
+    let status = |v: Value| {
+        let mut job = stored_job(true);
+        job.status = serde_json::from_value(v).ok();
+        may_have_pods(&job)
+    };
+    assert!(!status(json!({})), "never started");
+    assert!(status(json!({"startTime": "2026-11-26T00:00:00Z"})));
+    assert!(status(
+        json!({"active": 2, "startTime": "2026-11-26T00:00:00Z",
+        "conditions": [{"type": "Suspended", "status": "True"}]})
+    ));
+    assert!(!status(
+        json!({"active": 0, "startTime": "2026-11-26T00:00:00Z",
+        "conditions": [{"type": "Suspended", "status": "True"}]})
+    ));
+}

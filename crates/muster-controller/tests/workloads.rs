@@ -1,0 +1,255 @@
+//! Labelled batch Jobs through the controller's passes: the queue entry made and the Job held
+//! suspended, the release written into the Job's template, each pod the Job controller makes
+//! pinned to its node once the gang is whole, and the entry finished by the Job's condition.
+
+mod support;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use muster_api::gpujob::{GpuJobPhase, PendingReasonKind};
+use muster_api::wire::{ADMISSION_GATE, ATTEMPT_LABEL, JOB_LABEL, POD_SET_LABEL};
+use muster_controller::plan::{Action, plan};
+use muster_controller::state::State;
+use serde_json::{Value, json};
+use support::{at, cluster, land_all, object};
+
+/// An Indexed Job of `pods` pods with 8 GPUs each in one block, labelled for the queue.
+fn labelled_job(pods: u32, suspend: bool, status: &Value) -> Job {
+    object(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "train", "namespace": "team-a", "uid": "uid-train",
+                     "resourceVersion": "1", "labels": {"muster.dev/queue-name": "research"}},
+        "spec": {
+            "suspend": suspend, "parallelism": pods, "completions": pods,
+            "completionMode": "Indexed",
+            "template": {
+                "metadata": {
+                    "labels": {"batch.kubernetes.io/job-name": "train"},
+                    "annotations": {"muster.dev/topology-required": "example.com/block"},
+                },
+                "spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": "trainer:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}},
+        "status": status.clone(),
+    }))
+}
+
+/// A pod the Job controller made from the released template: gated, with the gang's labels,
+/// completion index `index`.
+fn job_pod(index: usize, attempt: i32) -> Pod {
+    object(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": format!("train-{index}-x{attempt}"), "namespace": "team-a",
+            "resourceVersion": "1",
+            "labels": {
+                "batch.kubernetes.io/job-name": "train",
+                "batch.kubernetes.io/job-completion-index": index.to_string(),
+                JOB_LABEL: "job-train", POD_SET_LABEL: "main", ATTEMPT_LABEL: attempt.to_string(),
+            },
+            "annotations": {"muster.dev/cluster-queue": "research", "muster.dev/flavor": "h100"},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train",
+                                 "uid": "uid-train", "controller": true}],
+        },
+        "spec": {
+            "schedulingGates": [{"name": ADMISSION_GATE}],
+            "nodeSelector": {"gpu": "h100"},
+            "containers": [{"name": "main", "image": "trainer:1",
+                            "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+        },
+        "status": {"phase": "Pending"},
+    }))
+}
+
+fn entry_status(state: &State) -> muster_api::GpuJobStatus {
+    state
+        .index()
+        .job("team-a/job-train")
+        .and_then(|j| j.status.clone())
+        .unwrap_or_default()
+}
+
+/// The kinds of the job actions (queue statuses aside).
+fn kinds(actions: &[Action]) -> Vec<&'static str> {
+    actions
+        .iter()
+        .filter(|a| a.job().is_some())
+        .map(Action::kind)
+        .collect()
+}
+
+#[test]
+fn a_labelled_job_gets_an_entry_and_arriving_running_is_suspended_at_once() {
+    let mut state = cluster(16, Vec::new());
+    state.apply(labelled_job(2, false, &json!({})));
+    let pass = plan(&mut state, at(10));
+    assert_eq!(kinds(&pass.actions), ["create_entry", "patch_workload"]);
+    let Some(Action::PatchWorkload {
+        patch, workload, ..
+    }) = pass.actions.get(1)
+    else {
+        unreachable!()
+    };
+    assert_eq!(workload.as_str(), "team-a/train");
+    assert_eq!(**patch, json!({"spec": {"suspend": true}}));
+    let Some(Action::CreateEntry { entry, .. }) =
+        pass.actions.iter().find(|a| a.kind() == "create_entry")
+    else {
+        unreachable!()
+    };
+    assert_eq!(entry.metadata.name.as_deref(), Some("job-train"));
+    assert_eq!(entry.spec.pod_sets[0].count, 2);
+}
+
+#[test]
+fn an_unlabelled_job_is_never_read() {
+    // The watch selects labelled Jobs only; a pod of a Job without the label carries none of
+    // Muster's labels and is never a gang member.
+    let mut state = cluster(16, Vec::new());
+    let mut plain = job_pod(0, 0);
+    plain.metadata.labels = Some(
+        [(
+            "batch.kubernetes.io/job-name".to_owned(),
+            "plain".to_owned(),
+        )]
+        .into(),
+    );
+    state.apply(plain);
+    let pass = plan(&mut state, at(10));
+    assert!(kinds(&pass.actions).is_empty(), "{:#?}", pass.actions);
+}
+
+#[test]
+fn a_job_waits_suspended_then_is_released_whole_pod_i_on_node_i_and_ends_with_its_job() {
+    let mut state = cluster(8, Vec::new());
+    state.apply(labelled_job(2, true, &json!({})));
+    let made = plan(&mut state, at(10));
+    assert_eq!(kinds(&made.actions), ["create_entry"]);
+    land_all(&mut state, &made.actions, 10);
+
+    // Quota for one pod of two: the entry waits and says why; the Job is not touched.
+    let waiting = plan(&mut state, at(11));
+    land_all(&mut state, &waiting.actions, 11);
+    let status = entry_status(&state);
+    assert_eq!(
+        status.pending_reason.map(|r| r.kind),
+        Some(PendingReasonKind::QuotaShort)
+    );
+    assert!(
+        !waiting
+            .actions
+            .iter()
+            .any(|a| a.kind() == "patch_workload" || a.kind() == "release"),
+        "{:#?}",
+        waiting.actions
+    );
+
+    // Quota enough: one release, written into the Job's template; no pods to pin yet.
+    state.apply(support::cluster_queue(16));
+    let pass = plan(&mut state, at(12));
+    let release = pass
+        .actions
+        .iter()
+        .find(|a| a.kind() == "release")
+        .unwrap_or_else(|| unreachable!("{:#?}", pass.actions));
+    let Action::Release { gang, status, .. } = release else {
+        unreachable!()
+    };
+    assert!(gang.pods.is_empty());
+    let workload = gang.workload.clone().unwrap_or_else(|| unreachable!());
+    assert_eq!(workload.job.as_str(), "team-a/train");
+    assert_eq!(workload.patch["spec"]["suspend"], json!(false));
+    assert_eq!(
+        workload.patch["spec"]["template"]["spec"]["schedulingGates"],
+        json!([{"name": ADMISSION_GATE}])
+    );
+    assert_eq!(
+        workload.patch["spec"]["template"]["metadata"]["labels"][JOB_LABEL],
+        json!("job-train")
+    );
+    assert!(workload.pins.is_empty(), "no pod exists yet");
+    let nodes = status.admission.clone().unwrap_or_default().pod_sets[0]
+        .nodes
+        .clone();
+    land_all(&mut state, &pass.actions, 12);
+
+    // The Job controller makes one pod: the gang is not whole, nothing is let go.
+    state.apply(labelled_job(2, false, &json!({"active": 1})));
+    state.apply(job_pod(1, 0));
+    let half = plan(&mut state, at(13));
+    assert!(
+        !half
+            .actions
+            .iter()
+            .any(|a| a.kind() == "release" || a.kind() == "evict"),
+        "{:#?}",
+        half.actions
+    );
+    land_all(&mut state, &half.actions, 13);
+
+    // Both exist: each is pinned to the node of its completion index, in one release.
+    state.apply(job_pod(0, 0));
+    let whole = plan(&mut state, at(14));
+    let Some(Action::Release { gang, .. }) = whole.actions.iter().find(|a| a.kind() == "release")
+    else {
+        unreachable!("{:#?}", whole.actions)
+    };
+    let pins = gang.workload.clone().unwrap_or_else(|| unreachable!()).pins;
+    assert_eq!(pins.len(), 2);
+    for (pod, patch) in &pins {
+        let index = usize::from(!pod.name().starts_with("train-0"));
+        assert_eq!(
+            patch["spec"]["nodeSelector"]["kubernetes.io/hostname"],
+            json!(nodes[index]),
+            "{pod}"
+        );
+        assert_eq!(patch["spec"]["schedulingGates"], Value::Null);
+    }
+    land_all(&mut state, &whole.actions, 14);
+
+    // The Job completes: the entry says so, and holds nothing.
+    state.apply(labelled_job(
+        2,
+        false,
+        &json!({"conditions": [{"type": "Complete", "status": "True"}]}),
+    ));
+    let done = plan(&mut state, at(20));
+    land_all(&mut state, &done.actions, 20);
+    let status = entry_status(&state);
+    assert_eq!(status.phase, Some(GpuJobPhase::Succeeded), "{status:#?}");
+    assert!(status.admission.is_none());
+}
+
+#[test]
+fn an_evicted_entry_suspends_its_job_instead_of_deleting_pods() {
+    let mut state = cluster(16, Vec::new());
+    state.apply(labelled_job(2, true, &json!({})));
+    for t in 10..13 {
+        let pass = plan(&mut state, at(t));
+        land_all(&mut state, &pass.actions, t);
+    }
+    assert!(entry_status(&state).admission.is_some());
+    // Its pods exist and are let go; then one fails: the gang restarts.
+    state.apply(labelled_job(2, false, &json!({"active": 2})));
+    state.apply(job_pod(0, 0));
+    state.apply(job_pod(1, 0));
+    let pinned = plan(&mut state, at(13));
+    land_all(&mut state, &pinned.actions, 13);
+    let mut failed = job_pod(1, 0);
+    if let Some(spec) = failed.spec.as_mut() {
+        spec.scheduling_gates = None;
+    }
+    failed.status = object(json!({"phase": "Failed"}));
+    state.apply(failed);
+    let pass = plan(&mut state, at(14));
+    let Some(Action::Evict { pods, workload, .. }) =
+        pass.actions.iter().find(|a| a.kind() == "evict")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    assert!(pods.is_empty(), "the Job controller deletes its pods");
+    assert_eq!(
+        workload.as_ref().map(muster_api::ObjectRef::as_str),
+        Some("team-a/train")
+    );
+}

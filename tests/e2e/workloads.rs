@@ -1,0 +1,242 @@
+//! Jobs teams already run, queued by Muster on a real control plane with kube-controller-
+//! manager's Job controller making their pods: a labelled Indexed Job waits suspended while
+//! quota is short, with its queue entry saying why; then it is released as one block, pod `i`
+//! on the `i`-th node of its admission, and finishes when the Job completes. A Job without the
+//! label runs untouched beside it; a labelled Job that arrives running is suspended at once.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
+use muster_api::GpuJob;
+use muster_testkit::ClusterOptions;
+use serde_json::{Value, json};
+
+use crate::support::{BLOCK, Env, bound_node, eventually, gated, phase, reason, runs_for};
+
+/// A cluster whose Job controller (kube-controller-manager) makes Jobs' pods.
+async fn env_with_job_controller() -> Option<Env> {
+    Env::start_with(ClusterOptions {
+        controller_manager: true,
+        ..ClusterOptions::default()
+    })
+    .await
+}
+
+/// An Indexed Job of `pods` pods with `gpus` GPUs each, all in one block, whose pods run
+/// `ms` milliseconds and succeed; labelled with LocalQueue `queue` when given.
+fn indexed_job(
+    name: &str,
+    queue: Option<&str>,
+    pods: u32,
+    gpus: u32,
+    ms: u64,
+    suspend: bool,
+) -> Job {
+    let mut annotations = runs_for(ms);
+    annotations["muster.dev/topology-required"] = json!(BLOCK);
+    let labels = match queue {
+        Some(queue) => json!({"muster.dev/queue-name": queue}),
+        None => json!({}),
+    };
+    let limits = if gpus > 0 {
+        json!({"nvidia.com/gpu": gpus.to_string()})
+    } else {
+        json!({})
+    };
+    let job: Value = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "team-a", "labels": labels},
+        "spec": {
+            "suspend": suspend,
+            "parallelism": pods, "completions": pods, "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": annotations},
+                "spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": limits}}]}}}});
+    serde_json::from_value(job).unwrap_or_else(|e| unreachable!("fixture {name}: {e}"))
+}
+
+async fn create(env: &Env, job: &Job) {
+    let jobs: Api<Job> = env.api("team-a");
+    if let Err(e) = jobs.create(&PostParams::default(), job).await {
+        unreachable!("creating Job {:?}: {e}", job.metadata.name);
+    }
+}
+
+async fn job(env: &Env, name: &str) -> Option<Job> {
+    let jobs: Api<Job> = env.api("team-a");
+    jobs.get_opt(name).await.ok().flatten()
+}
+
+/// The pods of Job `name`, by the Job controller's label.
+async fn job_pods(env: &Env, name: &str) -> Vec<Pod> {
+    let pods: Api<Pod> = env.api("team-a");
+    pods.list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
+fn completion_index(pod: &Pod) -> Option<usize> {
+    pod.metadata
+        .labels
+        .as_ref()?
+        .get("batch.kubernetes.io/job-completion-index")?
+        .parse()
+        .ok()
+}
+
+fn suspended(job: &Job) -> bool {
+    job.spec.as_ref().and_then(|s| s.suspend).unwrap_or(false)
+}
+
+fn condition(job: &Job, type_: &str) -> bool {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == type_ && c.status == "True"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_indexed_job_waits_for_quota_then_runs_as_one_block_pod_i_on_node_i() {
+    let Some(env) = env_with_job_controller().await else {
+        return;
+    };
+    env.h100().await;
+    env.gpu_nodes("b1", &["n1", "n2", "n3", "n4"]).await;
+    env.gpu_nodes("b2", &["n5", "n6"]).await;
+    env.queue("a", "team-a", 16, json!({})).await;
+    let controller = env.controller();
+
+    // Created suspended, as the admission policy (or the team) makes it; and a Job without
+    // the label beside it.
+    create(&env, &indexed_job("train", Some("a"), 4, 8, 3_000, true)).await;
+    create(&env, &indexed_job("plain", None, 2, 0, 1_000, false)).await;
+
+    // Its queue entry waits for quota, saying so where GpuJobs say it; the Job stays
+    // suspended and has no pods.
+    let waiting = env
+        .until_status("team-a", "job-train", "waiting for quota", 60, |s| {
+            reason(s) == "QuotaShort"
+        })
+        .await;
+    let message = waiting.pending_reason.clone().unwrap_or_default().message;
+    assert!(
+        message.contains("32"),
+        "the reason gives the numbers: {message}"
+    );
+    let held = job(&env, "train").await.unwrap_or_default();
+    assert!(suspended(&held), "held suspended while it waits");
+    assert!(job_pods(&env, "train").await.is_empty());
+
+    // The Job without the label runs to completion untouched: never suspended, no entry,
+    // none of Muster's labels on its pods.
+    let plain = eventually("the unlabelled Job completes", 60, || async {
+        job(&env, "plain")
+            .await
+            .filter(|j| condition(j, "Complete"))
+    })
+    .await;
+    assert!(!suspended(&plain));
+    let entries: Api<GpuJob> = env.api("team-a");
+    assert!(entries.get_opt("job-plain").await.ok().flatten().is_none());
+    let template_labels = plain
+        .spec
+        .and_then(|s| s.template.metadata)
+        .and_then(|m| m.labels)
+        .unwrap_or_default();
+    assert!(
+        !template_labels.keys().any(|k| k.starts_with("muster.dev/")),
+        "{template_labels:?}"
+    );
+
+    // Quota enough: the gang is released as one block, pod i on the admission's i-th node.
+    env.queue("a", "team-a", 32, json!({})).await;
+    let admitted = env
+        .until_status("team-a", "job-train", "admitted", 60, |s| {
+            s.admission.is_some()
+        })
+        .await;
+    let nodes = admitted.admission.clone().unwrap_or_default().pod_sets[0]
+        .nodes
+        .clone();
+    assert_eq!(nodes.len(), 4);
+    let pods = eventually("the Job's four pods bound, no gate left", 90, || async {
+        let pods = job_pods(&env, "train").await;
+        (pods.len() == 4 && pods.iter().all(|p| bound_node(p).is_some() && !gated(p)))
+            .then_some(pods)
+    })
+    .await;
+    for pod in &pods {
+        let index = completion_index(pod).unwrap_or(usize::MAX);
+        assert_eq!(
+            bound_node(pod).as_deref(),
+            nodes.get(index).map(String::as_str)
+        );
+    }
+    let blocks: std::collections::BTreeSet<bool> = nodes
+        .iter()
+        .map(|n| ["n1", "n2", "n3", "n4"].contains(&n.as_str()))
+        .collect();
+    assert_eq!(blocks.len(), 1, "one block: {nodes:?}");
+
+    // The Job completes; its entry says so and gives the quota back.
+    let done = env
+        .until_status("team-a", "job-train", "Succeeded", 90, |s| {
+            phase(s) == "Succeeded"
+        })
+        .await;
+    assert!(done.admission.is_none(), "{done:?}");
+    assert!(condition(
+        &job(&env, "train").await.unwrap_or_default(),
+        "Complete"
+    ));
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_labelled_job_that_arrives_running_is_suspended_then_queued() {
+    let Some(env) = env_with_job_controller().await else {
+        return;
+    };
+    env.h100().await;
+    env.gpu_nodes("b1", &["n1", "n2"]).await;
+    env.queue("a", "team-a", 0, json!({})).await;
+    let controller = env.controller();
+
+    // No admission policy here: the Job arrives unsuspended, and the Job controller may
+    // start its pods before Muster sees it.
+    create(&env, &indexed_job("eager", Some("a"), 2, 8, 2_000, false)).await;
+    eventually("the Job suspended", 60, || async {
+        job(&env, "eager").await.filter(suspended)
+    })
+    .await;
+    let waiting = env
+        .until_status("team-a", "job-eager", "waiting for quota", 60, |s| {
+            reason(s) == "QuotaShort"
+        })
+        .await;
+    assert!(waiting.admission.is_none());
+    eventually("its early pods gone", 60, || async {
+        job_pods(&env, "eager")
+            .await
+            .iter()
+            .all(|p| p.metadata.deletion_timestamp.is_some() || bound_node(p).is_none())
+            .then_some(())
+    })
+    .await;
+
+    // Queued like any other: given quota, it runs whole and completes.
+    env.queue("a", "team-a", 16, json!({})).await;
+    env.until_status("team-a", "job-eager", "Succeeded", 120, |s| {
+        phase(s) == "Succeeded"
+    })
+    .await;
+    assert!(condition(
+        &job(&env, "eager").await.unwrap_or_default(),
+        "Complete"
+    ));
+    controller.stop().await;
+}

@@ -240,3 +240,138 @@ async fn a_labelled_job_that_arrives_running_is_suspended_then_queued() {
     ));
     controller.stop().await;
 }
+
+/// Whether a pod may still run: not finished and not being deleted.
+fn live(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preempted_indexed_job_is_suspended_its_quota_freed_after_its_pods_then_it_completes() {
+    let Some(env) = env_with_job_controller().await else {
+        return;
+    };
+    env.h100().await;
+    env.gpu_nodes("b1", &["n1", "n2", "n3", "n4"]).await;
+    env.queue(
+        "a",
+        "team-a",
+        32,
+        json!({"preemption": {"withinClusterQueue": "LowerPriority"}}),
+    )
+    .await;
+    let controller = env.controller();
+    create(&env, &indexed_job("train", Some("a"), 4, 8, 12_000, true)).await;
+    env.until_status("team-a", "job-train", "Running", 90, |s| {
+        phase(s) == "Running"
+    })
+    .await;
+
+    // A higher-priority gang needs half the quota: the Job is evicted whole.
+    env.submit(&crate::support::gpu_job(
+        "team-a",
+        "urgent",
+        2,
+        8,
+        &runs_for(2_000),
+        json!({"priority": 100}),
+    ))
+    .await;
+    // Until the urgent gang runs, no pod of it is bound while a pod of the Job may still run.
+    eventually(
+        "the urgent gang running, never beside the Job's pods",
+        90,
+        || async {
+            let urgent = env.pods_of("team-a", "urgent").await;
+            let bound = urgent.iter().filter(|p| bound_node(p).is_some()).count();
+            if bound > 0 {
+                let running: Vec<String> = job_pods(&env, "train")
+                    .await
+                    .iter()
+                    .filter(|p| live(p) && bound_node(p).is_some())
+                    .filter_map(|p| p.metadata.name.clone())
+                    .collect();
+                assert!(
+                    running.is_empty(),
+                    "urgent pods bound while the Job's pods run: {running:?}"
+                );
+            }
+            (bound == 2).then_some(())
+        },
+    )
+    .await;
+    let evicted = env.status("team-a", "job-train").await.unwrap_or_default();
+    assert!(evicted.requeue_count >= 1, "{evicted:?}");
+    assert!(
+        suspended(&job(&env, "train").await.unwrap_or_default()) || evicted.admission.is_some(),
+        "suspended until readmitted"
+    );
+
+    // The urgent gang ends; the Job is admitted again, runs whole and completes.
+    env.until_status("team-a", "urgent", "Succeeded", 60, |s| {
+        phase(s) == "Succeeded"
+    })
+    .await;
+    let done = env
+        .until_status("team-a", "job-train", "Succeeded", 120, |s| {
+            phase(s) == "Succeeded"
+        })
+        .await;
+    assert!(done.requeue_count >= 1);
+    assert!(condition(
+        &job(&env, "train").await.unwrap_or_default(),
+        "Complete"
+    ));
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_node_under_a_running_indexed_job_restarts_its_gang_on_healthy_nodes() {
+    let Some(env) = env_with_job_controller().await else {
+        return;
+    };
+    env.h100().await;
+    env.gpu_nodes("b1", &["n1", "n2", "n3"]).await;
+    env.queue("a", "team-a", 24, json!({})).await;
+    let controller = env.controller();
+    // Pods that run long; a pod lost with its node counts as one failure of the Job's own.
+    let mut train = indexed_job("train", Some("a"), 2, 8, 600_000, true);
+    if let Some(spec) = train.spec.as_mut() {
+        spec.backoff_limit = Some(6);
+    }
+    create(&env, &train).await;
+    env.until_status("team-a", "job-train", "Running", 90, |s| {
+        phase(s) == "Running"
+    })
+    .await;
+    let victim = job_pods(&env, "train")
+        .await
+        .iter()
+        .find_map(bound_node)
+        .unwrap_or_default();
+    if let Err(e) = muster_testkit::nodes::kill_node(&env.client, &victim).await {
+        unreachable!("killing node {victim}: {e:#}");
+    }
+    env.until_status("team-a", "job-train", "restarted", 60, |s| {
+        s.restart_count >= 1
+    })
+    .await;
+    let nodes = eventually("the new attempt running on healthy nodes", 120, || async {
+        let status = env.status("team-a", "job-train").await?;
+        if phase(&status) != "Running" {
+            return None;
+        }
+        let nodes: Vec<String> = job_pods(&env, "train")
+            .await
+            .iter()
+            .filter(|p| live(p))
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .filter_map(bound_node)
+            .collect();
+        (nodes.len() == 2).then_some(nodes)
+    })
+    .await;
+    assert!(!nodes.contains(&victim), "{nodes:?} avoid {victim}");
+    controller.stop().await;
+}

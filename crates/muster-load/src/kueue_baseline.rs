@@ -10,11 +10,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use futures::StreamExt as _;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use muster_api::quantity::Amount;
+use muster_api::wire::QUEUE_NAME_LABEL;
+use muster_api::workload::entry_name;
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ObjectRef, ResourceFlavor};
 use serde::Serialize;
 use serde_json::json;
@@ -48,12 +52,40 @@ pub struct RunOptions {
     pub nodes: u32,
     /// Give up after this long.
     pub timeout: Duration,
+    /// What each job is submitted as.
+    pub workload: Workload,
+}
+
+/// What the run submits each of the baseline's jobs as.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Workload {
+    /// A GpuJob.
+    #[default]
+    GpuJob,
+    /// A `batch/v1` Job labelled with its queue and created suspended (as the admission
+    /// policy makes it), its pod made by kube-controller-manager's Job controller; measured
+    /// on its queue entry, from the Job's creation.
+    Job,
+}
+
+impl Workload {
+    /// Reads `gpujob` or `job`.
+    pub fn parse(text: &str) -> anyhow::Result<Workload> {
+        match text {
+            "gpujob" => Ok(Workload::GpuJob),
+            "job" => Ok(Workload::Job),
+            other => anyhow::bail!("--workload {other:?}: expected gpujob or job"),
+        }
+    }
 }
 
 /// What a run measured (`summary.json`).
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
+    /// What each job was submitted as.
+    pub workload: Workload,
     /// Jobs created.
     pub jobs: usize,
     /// Jobs that finished within the time-out.
@@ -87,9 +119,14 @@ pub struct Summary {
 pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
     std::fs::create_dir_all(&options.out)
         .with_context(|| format!("creating {}", options.out.display()))?;
-    let cluster = TestCluster::start_in(&options.kube_bin, ClusterOptions::default()).await?;
+    // Batch Jobs need the Job controller (kube-controller-manager) to make their pods.
+    let cluster_options = ClusterOptions {
+        controller_manager: options.workload == Workload::Job,
+        ..ClusterOptions::default()
+    };
+    let cluster = TestCluster::start_in(&options.kube_bin, cluster_options).await?;
     let client = cluster.client();
-    setup(&client, &options.baseline, options.nodes).await?;
+    setup(&client, &options.baseline, options.nodes, options.workload).await?;
     let kubelet = FakeKubelet::start(
         client.clone(),
         KubeletOptions {
@@ -107,7 +144,14 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
         tokio::spawn(watch_jobs(client.clone(), Arc::clone(&recorder), start)),
         tokio::spawn(watch_queues(client.clone(), Arc::clone(&recorder), start)),
     ];
-    let generated = generate(&client, &options.baseline, &recorder, start).await;
+    let generated = generate(
+        &client,
+        &options.baseline,
+        options.workload,
+        &recorder,
+        start,
+    )
+    .await;
     let deadline = start + options.timeout;
     loop {
         let left = recorder
@@ -134,7 +178,8 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
-    let summary = summarize(&recorder, &options.baseline, cost, &metrics, kubelet_writes);
+    let mut summary = summarize(&recorder, &options.baseline, cost, &metrics, kubelet_writes);
+    summary.workload = options.workload;
     write_reports(&options.out, &summary, &recorder)?;
     Ok(summary)
 }
@@ -153,6 +198,7 @@ fn summarize(
     #[expect(clippy::cast_precision_loss, reason = "ratios for a report")]
     let per_job = total as f64 / jobs.max(1) as f64;
     Summary {
+        workload: Workload::default(),
         jobs,
         finished: recorder
             .jobs
@@ -193,8 +239,27 @@ fn write_reports(out: &Path, summary: &Summary, recorder: &Recorder) -> anyhow::
     std::fs::write(out.join("jobs.csv"), csv).context("writing jobs.csv")
 }
 
-/// Nodes, the flavor, and per ClusterQueue its namespace and LocalQueue.
-async fn setup(client: &Client, baseline: &Baseline, nodes: u32) -> anyhow::Result<()> {
+/// Nodes, the flavor, and per ClusterQueue its namespace and LocalQueue; for batch Jobs, a
+/// PriorityClass per job class (a Job's priority is its pod template's class).
+async fn setup(
+    client: &Client,
+    baseline: &Baseline,
+    nodes: u32,
+    workload: Workload,
+) -> anyhow::Result<()> {
+    if workload == Workload::Job {
+        for set in &baseline.sets {
+            let name = priority_class(set);
+            apply(
+                &Api::<PriorityClass>::all(client.clone()),
+                &name,
+                json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                       "metadata": {"name": name}, "value": set.priority,
+                       "preemptionPolicy": "Never"}),
+            )
+            .await?;
+        }
+    }
     let specs: Vec<NodeSpec> = (0..nodes)
         .map(|i| {
             NodeSpec::new(format!("load-{i}"))
@@ -261,6 +326,7 @@ where
 async fn generate(
     client: &Client,
     baseline: &Baseline,
+    workload: Workload,
     recorder: &Arc<Mutex<Recorder>>,
     start: Instant,
 ) -> anyhow::Result<()> {
@@ -270,7 +336,17 @@ async fn generate(
             let (client, recorder) = (client.clone(), Arc::clone(recorder));
             let (queue, set) = (queue.clone(), set.clone());
             tasks.push(tokio::spawn(async move {
-                generate_set(&client, &queue, index, &set, &recorder, start).await
+                let at = Generated {
+                    queue: &queue,
+                    index,
+                    set: &set,
+                    recorder: &recorder,
+                    start,
+                };
+                match workload {
+                    Workload::GpuJob => generate_set(&client, &at).await,
+                    Workload::Job => generate_batch_set(&client, &at).await,
+                }
             }));
         }
     }
@@ -280,14 +356,28 @@ async fn generate(
     Ok(())
 }
 
-async fn generate_set(
-    client: &Client,
-    queue: &str,
+/// One set of one queue's jobs, as a generator task makes them.
+struct Generated<'a> {
+    queue: &'a str,
     index: usize,
-    set: &JobSet,
-    recorder: &Mutex<Recorder>,
+    set: &'a JobSet,
+    recorder: &'a Mutex<Recorder>,
     start: Instant,
-) -> anyhow::Result<()> {
+}
+
+/// The PriorityClass of a batch Job of `set`.
+fn priority_class(set: &JobSet) -> String {
+    format!("load-{}", set.class)
+}
+
+async fn generate_set(client: &Client, at: &Generated<'_>) -> anyhow::Result<()> {
+    let Generated {
+        queue,
+        index,
+        set,
+        recorder,
+        start,
+    } = *at;
     let jobs: Api<GpuJob> = Api::namespaced(client.clone(), queue);
     for i in 0..set.count {
         tokio::time::sleep(set.interval).await;
@@ -312,6 +402,48 @@ async fn generate_set(
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .created(ObjectRef::new(queue, &name).as_str(), set.class, created);
+    }
+    Ok(())
+}
+
+/// [`generate_set`] as labelled batch Jobs, recorded under their queue entries' names.
+async fn generate_batch_set(client: &Client, at: &Generated<'_>) -> anyhow::Result<()> {
+    let Generated {
+        queue,
+        index,
+        set,
+        recorder,
+        start,
+    } = *at;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), queue);
+    for i in 0..set.count {
+        tokio::time::sleep(set.interval).await;
+        let name = format!("{}-{index}-{i}-0", set.class);
+        let job: Job = serde_json::from_value(json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": queue,
+                         "labels": {CLASS_LABEL: set.class, QUEUE_NAME_LABEL: queue}},
+            "spec": {"suspend": true, "parallelism": 1, "completions": 1, "backoffLimit": 0,
+                "template": {
+                    "metadata": {"annotations": {
+                        RUN_ANNOTATION: set.run_time.as_millis().to_string()}},
+                    "spec": {"restartPolicy": "Never", "priorityClassName": priority_class(set),
+                        "containers": [{
+                        "name": "main", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": set.cpus.to_string()}}}]}}}}))
+        .context("building a Job")?;
+        let created = start.elapsed();
+        jobs.create(&PostParams::default(), &job)
+            .await
+            .with_context(|| format!("creating Job {queue}/{name}"))?;
+        recorder
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .created(
+                ObjectRef::new(queue, &entry_name(&name)).as_str(),
+                set.class,
+                created,
+            );
     }
     Ok(())
 }

@@ -2,7 +2,9 @@
 //!
 //! `muster-load kueue-baseline --kube-bin DIR --out DIR` reproduces Kueue's
 //! scheduler-performance baseline (15,000 single-pod jobs on 30 ClusterQueues in 5 cohorts)
-//! through a release build of `muster controller` and writes `summary.json` and `jobs.csv`.
+//! through a release build of `muster controller` and writes `summary.json` and `jobs.csv`;
+//! `--workload job` submits each job as a labelled batch Job (created suspended, its pod made
+//! by kube-controller-manager's Job controller) and measures it on its queue entry.
 //!
 //! `muster-load api-floor --kube-bin DIR` measures how fast a fresh API server on this
 //! machine takes pod creates and patches, with nothing else running: the floor under the
@@ -22,7 +24,7 @@ use clap::Parser;
 use muster_load::api_floor::{FloorOptions, measure};
 use muster_load::baseline::Baseline;
 use muster_load::chaos::{self, ChaosOptions};
-use muster_load::kueue_baseline::{RunOptions, run};
+use muster_load::kueue_baseline::{RunOptions, Workload, run};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -51,6 +53,10 @@ enum Command {
         /// Give up after this many seconds.
         #[arg(long, default_value_t = 1800)]
         timeout: u64,
+        /// Submit each job as a GpuJob (`gpujob`) or as a labelled batch Job (`job`, its pod
+        /// made by kube-controller-manager's Job controller).
+        #[arg(long, default_value = "gpujob")]
+        workload: String,
     },
     /// Kill -9 of replicas, API faults, node deaths and control-plane restarts under a mixed
     /// workload, with an independent invariant checker.
@@ -164,7 +170,8 @@ fn main_inner() -> anyhow::Result<()> {
             scale,
             nodes,
             timeout,
-        } => kueue_baseline(kube_bin, out, muster, scale, nodes, timeout),
+            workload,
+        } => kueue_baseline(kube_bin, out, muster, scale, nodes, timeout, &workload),
         Command::Chaos {
             kube_bin,
             out,
@@ -248,7 +255,9 @@ fn kueue_baseline(
     scale: f64,
     nodes: u32,
     timeout: u64,
+    workload: &str,
 ) -> anyhow::Result<()> {
+    let workload = Workload::parse(workload)?;
     let muster = match muster {
         Some(path) => path,
         None => release_build()?,
@@ -260,6 +269,7 @@ fn kueue_baseline(
         baseline: Baseline::kueue().scaled(scale),
         nodes,
         timeout: Duration::from_secs(timeout),
+        workload,
     };
     let summary = until_interrupted(run(&options))?;
     println!(

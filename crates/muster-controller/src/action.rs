@@ -107,6 +107,14 @@ pub enum Action {
         /// A warning Event for the Job, when the patch reports a problem.
         event: Option<Note>,
     },
+    /// Let the gated pods of a released Job go once its controller has made every pod of the
+    /// gang: each pinned to its node (a merge patch per pod) and ungated.
+    PinPods {
+        /// The entry.
+        job: ObjectRef,
+        /// Each pod with its patch (see [`crate::workload::pin_patch`]).
+        pins: Vec<(ObjectRef, serde_json::Value)>,
+    },
     /// Write a ClusterQueue's status.
     ClusterQueueStatus {
         /// The ClusterQueue.
@@ -143,7 +151,8 @@ impl Action {
             | Action::Provision { job, .. }
             | Action::Unprovision { job, .. }
             | Action::CreateEntry { job, .. }
-            | Action::PatchWorkload { job, .. } => Some(job),
+            | Action::PatchWorkload { job, .. }
+            | Action::PinPods { job, .. } => Some(job),
             Action::ClusterQueueStatus { .. }
             | Action::LocalQueueStatus { .. }
             | Action::FlavorStatus { .. } => None,
@@ -177,6 +186,7 @@ impl Action {
             Action::Unprovision { .. } => "unprovision",
             Action::CreateEntry { .. } => "create_entry",
             Action::PatchWorkload { .. } => "patch_workload",
+            Action::PinPods { .. } => "pin_pods",
             Action::ClusterQueueStatus { .. } => "cluster_queue_status",
             Action::LocalQueueStatus { .. } => "local_queue_status",
             Action::FlavorStatus { .. } => "flavor_status",

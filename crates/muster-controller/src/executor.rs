@@ -291,6 +291,7 @@ impl Executor {
                 written.extend(self.delete_pods(pods).await?);
             }
             Action::CreateEntry { entry, .. } => written.extend(self.create_entry(entry).await?),
+            Action::PinPods { pins, .. } => written.extend(self.pin_pods(pins).await?),
             Action::PatchWorkload {
                 workload,
                 patch,

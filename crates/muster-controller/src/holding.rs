@@ -207,9 +207,9 @@ pub(crate) fn recovered_admission(
 }
 
 /// The release to finish for an admitted job whose gang was never wholly released: some pod
-/// of the current attempt still carries the gate (or is missing while others are gated — for
-/// a queue entry, none may be missing), none has failed or is being deleted, and every pod's
-/// node is known. `None` when the gang was
+/// of the current attempt still carries the gate (or is missing while others are gated), none
+/// has failed or is being deleted, and every pod's node is known — never for a queue entry,
+/// whose pods its Job's controller makes. `None` when the gang was
 /// released (its health decides) or cannot be finished as it stands.
 pub(crate) fn unfinished_release(
     job: &GpuJob,
@@ -233,11 +233,10 @@ pub(crate) fn unfinished_release(
             .map_or(0, |s| usize::try_from(s.count).unwrap_or(0));
         count > 0 && set.nodes.len() == count
     });
-    // A queue entry's pods are made by its Job's controller, not by the release: it is
-    // finished (each pod pinned and let go) once all of them exist.
-    let expected: usize = held.pod_sets.iter().map(|set| set.nodes.len()).sum();
-    let made = crate::workload::workload_of(job).is_none() || current.len() == expected;
-    (complete && made).then(|| Admitted {
+    // A queue entry's pods are made by its Job's controller, not by a release: its step lets
+    // them go once all exist (`job::entry::pins`).
+    let made_here = crate::workload::workload_of(job).is_none();
+    (complete && made_here).then(|| Admitted {
         job: key.to_string(),
         cluster_queue: held.cluster_queue.clone(),
         pod_sets: held.pod_sets.clone(),

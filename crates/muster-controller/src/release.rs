@@ -61,17 +61,15 @@ pub struct Gang {
     pub workload: Option<Box<WorkloadRelease>>,
 }
 
-/// The release of the Job behind a queue entry: its template patched and the Job unsuspended,
-/// then the gang's gated pods, once all exist, each pinned to its node and let go.
+/// The release of the Job behind a queue entry: its template patched and the Job unsuspended.
+/// The gang's pods, once its controller has made them all, are let go by the entry's step
+/// (`Action::PinPods`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkloadRelease {
     /// The Job.
     pub job: muster_api::ObjectRef,
     /// The merge patch of the Job (see [`crate::workload::template_patch`]).
     pub patch: serde_json::Value,
-    /// Each gated pod with the merge patch that pins it and lifts Muster's gate (see
-    /// [`crate::workload::pin_patch`]): empty until every pod of the gang exists.
-    pub pins: Vec<(muster_api::ObjectRef, serde_json::Value)>,
 }
 
 /// The host name of pod `index` of `pod_set` in `job` (validation keeps it within 63

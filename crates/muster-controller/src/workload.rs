@@ -145,7 +145,9 @@ pub fn is_suspended(job: &Job) -> bool {
 /// or it has not yet said the Job is suspended (its `Suspended` condition). A suspended Job's
 /// template can be changed only once neither holds.
 pub fn may_have_pods(job: &Job) -> bool {
-    let status = job.status.clone().unwrap_or_default();
+    let Some(status) = job.status.as_ref() else {
+        return false;
+    };
     let suspended_said = status
         .conditions
         .iter()
@@ -218,24 +220,44 @@ pub fn template_patch(
 /// Whether `job`'s template is what [`template_patch`] would make it from `entry` with
 /// `placement`: nothing to write.
 pub fn template_is(entry: &GpuJob, job: &Job, placement: Option<&Placement<'_>>) -> bool {
-    let (recorded, current) = templates(entry, job);
-    let wanted = wanted_template(&recorded, placement);
-    let meta = |t: &PodTemplateSpec| {
-        let m = t.metadata.clone().unwrap_or_default();
-        (
-            m.labels.unwrap_or_default(),
-            m.annotations.unwrap_or_default(),
-        )
-    };
-    let spec = |t: &PodTemplateSpec| {
-        let s = t.spec.clone().unwrap_or_default();
-        (
-            s.node_selector.unwrap_or_default(),
-            s.tolerations.unwrap_or_default(),
-            s.scheduling_gates.unwrap_or_default(),
-        )
-    };
-    meta(&current) == meta(&wanted) && spec(&current) == spec(&wanted)
+    let current = job.spec.as_ref().map(|s| &s.template);
+    let recorded = entry.spec.pod_sets.first().map(|s| &s.template);
+    // Read every pass for every waiting Job: compared in place, copied only with additions.
+    match placement {
+        None => same_scheduling(current, recorded),
+        Some(_) => {
+            let wanted = wanted_template(&recorded.cloned().unwrap_or_default(), placement);
+            same_scheduling(current, Some(&wanted))
+        }
+    }
+}
+
+/// Whether two templates agree in what a release writes: labels, annotations, node
+/// selector, tolerations and scheduling gates (absent and empty alike).
+fn same_scheduling(a: Option<&PodTemplateSpec>, b: Option<&PodTemplateSpec>) -> bool {
+    fn map(m: Option<&BTreeMap<String, String>>) -> Option<&BTreeMap<String, String>> {
+        m.filter(|m| !m.is_empty())
+    }
+    fn list<T>(l: Option<&Vec<T>>) -> &[T] {
+        l.map_or(&[], Vec::as_slice)
+    }
+    let (ma, mb) = (
+        a.and_then(|t| t.metadata.as_ref()),
+        b.and_then(|t| t.metadata.as_ref()),
+    );
+    let (sa, sb) = (
+        a.and_then(|t| t.spec.as_ref()),
+        b.and_then(|t| t.spec.as_ref()),
+    );
+    map(ma.and_then(|m| m.labels.as_ref())) == map(mb.and_then(|m| m.labels.as_ref()))
+        && map(ma.and_then(|m| m.annotations.as_ref()))
+            == map(mb.and_then(|m| m.annotations.as_ref()))
+        && map(sa.and_then(|s| s.node_selector.as_ref()))
+            == map(sb.and_then(|s| s.node_selector.as_ref()))
+        && list(sa.and_then(|s| s.tolerations.as_ref()))
+            == list(sb.and_then(|s| s.tolerations.as_ref()))
+        && list(sa.and_then(|s| s.scheduling_gates.as_ref()))
+            == list(sb.and_then(|s| s.scheduling_gates.as_ref()))
 }
 
 /// The pod template `entry` recorded of its Job, and the one `job` has now.

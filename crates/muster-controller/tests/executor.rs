@@ -401,7 +401,8 @@ async fn a_queue_entry_s_eviction_writes_the_status_then_suspends_its_job_and_de
 }
 
 #[tokio::test]
-async fn a_queue_entry_s_release_patches_its_job_then_pins_each_pod_then_writes_the_status() {
+async fn a_queue_entry_s_release_patches_its_job_then_writes_the_status_and_its_pins_patch_each_pod()
+ {
     let (mut action, _) = release(2);
     let Action::Release { gang, .. } = &mut action else {
         unreachable!()
@@ -410,6 +411,22 @@ async fn a_queue_entry_s_release_patches_its_job_then_pins_each_pod_then_writes_
     gang.workload = Some(Box::new(muster_controller::release::WorkloadRelease {
         job: ObjectRef::new("team-a", "train"),
         patch: json!({"spec": {"suspend": false}}),
+    }));
+    let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        calls(&seen),
+        [
+            ("PATCH", "/apis/batch/v1/namespaces/team-a/jobs/train"),
+            (
+                "PATCH",
+                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status"
+            ),
+        ],
+        "no Service, no pod created"
+    );
+    let pins = Action::PinPods {
+        job: ObjectRef::new("team-a", "a"),
         pins: (0..2)
             .map(|i| {
                 (
@@ -418,21 +435,15 @@ async fn a_queue_entry_s_release_patches_its_job_then_pins_each_pod_then_writes_
                 )
             })
             .collect(),
-    }));
-    let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
+    };
+    let (result, seen) = run(&pins, BTreeMap::new(), Vec::new(), true).await;
     assert!(result.is_ok(), "{result:?}");
     assert_eq!(
         calls(&seen),
         [
-            ("PATCH", "/apis/batch/v1/namespaces/team-a/jobs/train"),
             ("PATCH", "/api/v1/namespaces/team-a/pods/train-0-abcde"),
             ("PATCH", "/api/v1/namespaces/team-a/pods/train-1-abcde"),
-            (
-                "PATCH",
-                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status"
-            ),
-        ],
-        "no Service, no pod created"
+        ]
     );
 }
 

@@ -167,7 +167,6 @@ fn a_job_waits_suspended_then_is_released_whole_pod_i_on_node_i_and_ends_with_it
         workload.patch["spec"]["template"]["metadata"]["labels"][JOB_LABEL],
         json!("job-train")
     );
-    assert!(workload.pins.is_empty(), "no pod exists yet");
     let nodes = status.admission.clone().unwrap_or_default().pod_sets[0]
         .nodes
         .clone();
@@ -177,26 +176,20 @@ fn a_job_waits_suspended_then_is_released_whole_pod_i_on_node_i_and_ends_with_it
     state.apply(labelled_job(2, false, &json!({"active": 1})));
     state.apply(job_pod(1, 0));
     let half = plan(&mut state, at(13));
-    assert!(
-        !half
-            .actions
-            .iter()
-            .any(|a| a.kind() == "release" || a.kind() == "evict"),
-        "{:#?}",
-        half.actions
-    );
+    assert!(kinds(&half.actions).is_empty(), "{:#?}", half.actions);
     land_all(&mut state, &half.actions, 13);
 
-    // Both exist: each is pinned to the node of its completion index, in one release.
+    // Both exist: each is pinned to the node of its completion index, in one write, the
+    // admission held meanwhile.
     state.apply(job_pod(0, 0));
     let whole = plan(&mut state, at(14));
-    let Some(Action::Release { gang, .. }) = whole.actions.iter().find(|a| a.kind() == "release")
+    assert_eq!(kinds(&whole.actions), ["pin_pods"]);
+    let Some(Action::PinPods { pins, .. }) = whole.actions.iter().find(|a| a.kind() == "pin_pods")
     else {
         unreachable!("{:#?}", whole.actions)
     };
-    let pins = gang.workload.clone().unwrap_or_else(|| unreachable!()).pins;
     assert_eq!(pins.len(), 2);
-    for (pod, patch) in &pins {
+    for (pod, patch) in pins {
         let index = usize::from(!pod.name().starts_with("train-0"));
         assert_eq!(
             patch["spec"]["nodeSelector"]["kubernetes.io/hostname"],

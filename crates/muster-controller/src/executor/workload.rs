@@ -58,8 +58,7 @@ impl Executor {
         }
     }
 
-    /// Releases the Job of a queue entry: its template and `suspend` patched, then — once the
-    /// pass found every pod of the gang made — each pod pinned and let go.
+    /// Releases the Job of a queue entry: its template and `suspend` patched.
     pub(super) async fn release_workload(
         &self,
         release: &WorkloadRelease,
@@ -75,19 +74,23 @@ impl Executor {
                 api.patch(release.job.name(), &params, &patch)
             })
             .await?;
-        let mut written = vec![Written::Workload(Box::new(job))];
+        Ok(vec![Written::Workload(Box::new(job))])
+    }
+
+    /// Pins every gated pod of a released Job's gang and lifts Muster's gate, in one burst.
+    pub(super) async fn pin_pods(
+        &self,
+        pins: &[(ObjectRef, serde_json::Value)],
+    ) -> Result<Vec<Written>, ExecuteError> {
         let limit = self.gang_concurrency.max(1);
-        let pins: Vec<_> = release
-            .pins
+        let requests: Vec<_> = pins
             .iter()
             .map(|(pod, patch)| self.pin(pod, patch))
             .collect();
-        let pinned: Vec<Written> = futures::stream::iter(pins)
+        futures::stream::iter(requests)
             .buffered(limit)
             .try_collect()
-            .await?;
-        written.extend(pinned);
-        Ok(written)
+            .await
     }
 
     /// Pins one gated pod of a released Job to its node and lifts Muster's gate.

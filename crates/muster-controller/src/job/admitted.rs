@@ -29,6 +29,16 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
     let now_s = now.0.as_second();
     let generation = job.metadata.generation;
     let is_entry = crate::workload::workload_of(job).is_some();
+    if is_entry && let Some(pins) = entry::pins(index, key, job, &held, status.requeue_count) {
+        // The Job controller has made the whole gang behind the gate: let it go, holding the
+        // admission meanwhile.
+        return Step::new(Phase::Releasing)
+            .act(Action::PinPods {
+                job: key.clone(),
+                pins,
+            })
+            .holds(held, false);
+    }
     if let Some(admitted) = unfinished_release(job, key, &held, current) {
         // The status says admitted, yet gated pods remain and nothing is in flight: a release
         // that another writer cut short (a replica that lost the Lease, a pod deleted under

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Service;
-use muster_admission::{Admitted, PodSetPlacement};
+use muster_admission::{Admitted, Holding};
 use muster_api::gpujob::GpuJobStatus;
 use muster_api::{GpuJob, ObjectRef, ResourceFlavorSpec};
 
@@ -66,10 +66,9 @@ pub(crate) fn evict(
     }
 }
 
-/// The release of the Job behind the entry `key`, as `admitted` places it: its template patch,
-/// and — once the Job controller has made every pod of the gang, each behind Muster's gate —
-/// each pod's pin (pod `i` of an Indexed Job on the `i`-th node; others, by name, on the nodes
-/// left). An error says why the Job cannot be released.
+/// The release of the Job behind the entry `key`, as `admitted` places it: its template
+/// patch (its pods are let go by [`pins`] once the Job controller has made them all). An
+/// error says why the Job cannot be released.
 pub(crate) fn release(
     index: &Index,
     key: &ObjectRef,
@@ -104,20 +103,24 @@ pub(crate) fn release(
         workload: Some(Box::new(WorkloadRelease {
             job: target,
             patch: template_patch(entry, run, Some(&placement), false),
-            pins: pins(index, key, entry, placed, attempt),
         })),
     })
 }
 
-/// Each gated pod of the entry's current attempt with its pin, when the gang is whole: as
-/// many pods as the admission placed, no index claimed twice. Empty otherwise.
-fn pins(
+/// The pins that let an admitted entry's gang go (pod `i` of an Indexed Job on the `i`-th node
+/// the admission placed; others, by name, on the nodes left): every pod of its current attempt
+/// made by the Job controller and still behind Muster's gate, as many as the admission
+/// placed, no index claimed twice. `None` until then — and once the gang has been let go.
+pub(super) fn pins(
     index: &Index,
     key: &ObjectRef,
     entry: &GpuJob,
-    placed: &PodSetPlacement,
+    held: &Holding,
     attempt: i32,
-) -> Vec<(ObjectRef, serde_json::Value)> {
+) -> Option<Vec<(ObjectRef, serde_json::Value)>> {
+    let [placed] = held.pod_sets.as_slice() else {
+        return None;
+    };
     let nodes = &placed.nodes;
     let mut gated: Vec<(usize, &ObjectRef)> = index
         .pods_of(key)
@@ -128,7 +131,7 @@ fn pins(
         })
         .collect();
     if gated.len() != nodes.len() {
-        return Vec::new();
+        return None;
     }
     gated.sort();
     let claimed: Vec<usize> = gated
@@ -137,18 +140,15 @@ fn pins(
         .filter(|i| *i < nodes.len())
         .collect();
     if claimed.windows(2).any(|w| w[0] == w[1]) {
-        return Vec::new();
+        return None;
     }
     let mut free = (0..nodes.len()).filter(|i| !claimed.contains(i));
     let mut out = Vec::with_capacity(nodes.len());
     for (claim, pod) in gated {
-        let Some(i) = (claim < nodes.len())
+        let i = (claim < nodes.len())
             .then_some(claim)
-            .or_else(|| free.next())
-        else {
-            return Vec::new();
-        };
+            .or_else(|| free.next())?;
         out.push((pod.clone(), pin_patch(entry, &nodes[i], i)));
     }
-    out
+    Some(out)
 }

@@ -345,8 +345,9 @@ fn carried_out(index: &mut State, action: &Action) -> (Vec<Written>, Vec<muster_
             made.metadata.generation = Some(1);
             written.push(Written::Job(Box::new(made)));
         }
-        // The Job is the test's to change, as its controller and the API server would.
-        Action::PatchWorkload { .. } => {}
+        // The Job and its pods are the test's to change, as its controller, the API server
+        // and the kubelet would.
+        Action::PatchWorkload { .. } | Action::PinPods { .. } => {}
     }
     (written, deleted)
 }

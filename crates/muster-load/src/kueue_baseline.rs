@@ -343,10 +343,7 @@ async fn generate(
                     recorder: &recorder,
                     start,
                 };
-                match workload {
-                    Workload::GpuJob => generate_set(&client, &at).await,
-                    Workload::Job => generate_batch_set(&client, &at).await,
-                }
+                generate_set(&client, &at, workload).await
             }));
         }
     }
@@ -370,7 +367,13 @@ fn priority_class(set: &JobSet) -> String {
     format!("load-{}", set.class)
 }
 
-async fn generate_set(client: &Client, at: &Generated<'_>) -> anyhow::Result<()> {
+/// Creates one set of one queue's jobs, one per interval, as `workload` says: GpuJobs, or
+/// labelled batch Jobs recorded under their queue entries' names.
+async fn generate_set(
+    client: &Client,
+    at: &Generated<'_>,
+    workload: Workload,
+) -> anyhow::Result<()> {
     let Generated {
         queue,
         index,
@@ -378,69 +381,52 @@ async fn generate_set(client: &Client, at: &Generated<'_>) -> anyhow::Result<()>
         recorder,
         start,
     } = *at;
-    let jobs: Api<GpuJob> = Api::namespaced(client.clone(), queue);
+    let template = json!({
+        "metadata": {"annotations": {RUN_ANNOTATION: set.run_time.as_millis().to_string()}},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "main", "image": "registry.k8s.io/pause:3.10",
+            "resources": {"requests": {"cpu": set.cpus.to_string()}}}]}});
     for i in 0..set.count {
         tokio::time::sleep(set.interval).await;
         let name = format!("{}-{index}-{i}-0", set.class);
-        let job: GpuJob = serde_json::from_value(json!({
-            "apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
-            "metadata": {"name": name, "namespace": queue, "labels": {CLASS_LABEL: set.class}},
-            "spec": {"queueName": queue, "priority": set.priority, "podSets": [{
-                "name": "main", "count": 1,
-                "template": {
-                    "metadata": {"annotations": {
-                        RUN_ANNOTATION: set.run_time.as_millis().to_string()}},
-                    "spec": {"restartPolicy": "Never", "containers": [{
-                        "name": "main", "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": {"cpu": set.cpus.to_string()}}}]}}}]}}))
-        .context("building a job")?;
         let created = start.elapsed();
-        jobs.create(&PostParams::default(), &job)
-            .await
-            .with_context(|| format!("creating {queue}/{name}"))?;
-        recorder
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .created(ObjectRef::new(queue, &name).as_str(), set.class, created);
-    }
-    Ok(())
-}
-
-/// [`generate_set`] as labelled batch Jobs, recorded under their queue entries' names.
-async fn generate_batch_set(client: &Client, at: &Generated<'_>) -> anyhow::Result<()> {
-    let Generated {
-        queue,
-        index,
-        set,
-        recorder,
-        start,
-    } = *at;
-    let jobs: Api<Job> = Api::namespaced(client.clone(), queue);
-    for i in 0..set.count {
-        tokio::time::sleep(set.interval).await;
-        let name = format!("{}-{index}-{i}-0", set.class);
-        let job: Job = serde_json::from_value(json!({
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "namespace": queue,
-                         "labels": {CLASS_LABEL: set.class, QUEUE_NAME_LABEL: queue}},
-            "spec": {"suspend": true, "parallelism": 1, "completions": 1, "backoffLimit": 0,
-                "template": {
-                    "metadata": {"annotations": {
-                        RUN_ANNOTATION: set.run_time.as_millis().to_string()}},
-                    "spec": {"restartPolicy": "Never", "priorityClassName": priority_class(set),
-                        "containers": [{
-                        "name": "main", "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"requests": {"cpu": set.cpus.to_string()}}}]}}}}))
-        .context("building a Job")?;
-        let created = start.elapsed();
-        jobs.create(&PostParams::default(), &job)
-            .await
-            .with_context(|| format!("creating Job {queue}/{name}"))?;
+        let recorded = match workload {
+            Workload::GpuJob => {
+                let job: GpuJob = serde_json::from_value(json!({
+                    "apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
+                    "metadata": {"name": name, "namespace": queue,
+                                 "labels": {CLASS_LABEL: set.class}},
+                    "spec": {"queueName": queue, "priority": set.priority, "podSets": [{
+                        "name": "main", "count": 1, "template": template}]}}))
+                .context("building a job")?;
+                Api::<GpuJob>::namespaced(client.clone(), queue)
+                    .create(&PostParams::default(), &job)
+                    .await
+                    .with_context(|| format!("creating {queue}/{name}"))?;
+                name
+            }
+            Workload::Job => {
+                let mut template = template.clone();
+                template["spec"]["priorityClassName"] = json!(priority_class(set));
+                let job: Job = serde_json::from_value(json!({
+                    "apiVersion": "batch/v1", "kind": "Job",
+                    "metadata": {"name": name, "namespace": queue,
+                                 "labels": {CLASS_LABEL: set.class, QUEUE_NAME_LABEL: queue}},
+                    "spec": {"suspend": true, "parallelism": 1, "completions": 1,
+                             "backoffLimit": 0, "template": template}}))
+                .context("building a Job")?;
+                Api::<Job>::namespaced(client.clone(), queue)
+                    .create(&PostParams::default(), &job)
+                    .await
+                    .with_context(|| format!("creating Job {queue}/{name}"))?;
+                entry_name(&name)
+            }
+        };
         recorder
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .created(
-                ObjectRef::new(queue, &entry_name(&name)).as_str(),
+                ObjectRef::new(queue, &recorded).as_str(),
                 set.class,
                 created,
             );

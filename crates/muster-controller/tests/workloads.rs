@@ -246,3 +246,56 @@ fn an_evicted_entry_suspends_its_job_instead_of_deleting_pods() {
         Some("team-a/train")
     );
 }
+
+#[test]
+fn an_evicted_entry_waits_for_its_job_controller_to_reset_the_start_time_before_release() {
+    let mut state = cluster(16, Vec::new());
+    state.apply(labelled_job(2, true, &json!({})));
+    for t in 10..13 {
+        let pass = plan(&mut state, at(t));
+        land_all(&mut state, &pass.actions, t);
+    }
+    state.apply(labelled_job(2, false, &json!({"active": 2})));
+    state.apply(job_pod(0, 0));
+    state.apply(job_pod(1, 0));
+    let pinned = plan(&mut state, at(13));
+    land_all(&mut state, &pinned.actions, 13);
+    let mut failed = job_pod(1, 0);
+    if let Some(spec) = failed.spec.as_mut() {
+        spec.scheduling_gates = None;
+    }
+    failed.status = object(json!({"phase": "Failed"}));
+    state.apply(failed);
+    let evicted = plan(&mut state, at(14));
+    land_all(&mut state, &evicted.actions, 14);
+    assert!(kinds(&evicted.actions).contains(&"evict"));
+    // Suspended, its pods gone, but its start time not yet reset: the API server would refuse
+    // a change of its template, so it is neither put back nor released.
+    let started = json!({"startTime": "2026-11-26T00:00:00Z",
+                         "conditions": [{"type": "Suspended", "status": "True"}]});
+    state.apply(labelled_job(2, true, &started));
+    state.delete(&job_pod(0, 0));
+    state.delete(&job_pod(1, 0));
+    for t in 15..200 {
+        let pass = plan(&mut state, at(t));
+        let found = kinds(&pass.actions);
+        assert!(
+            !found.contains(&"release") && !found.contains(&"patch_workload"),
+            "at {t}: {found:?}"
+        );
+        land_all(&mut state, &pass.actions, t);
+    }
+    assert_eq!(entry_status(&state).admission, None);
+    // Once it is reset, the Job is released again.
+    state.apply(labelled_job(
+        2,
+        true,
+        &json!({"conditions": [{"type": "Suspended", "status": "True"}]}),
+    ));
+    let released = (200..400).any(|t| {
+        let pass = plan(&mut state, at(t));
+        land_all(&mut state, &pass.actions, t);
+        kinds(&pass.actions).contains(&"release")
+    });
+    assert!(released);
+}

@@ -54,6 +54,9 @@ pub struct RunOptions {
     pub timeout: Duration,
     /// What each job is submitted as.
     pub workload: Workload,
+    /// kube-controller-manager's client rate limit (`--kube-api-qps`); `None` is Kubernetes'
+    /// default of 20. Batch Jobs' pods are made and finished through it.
+    pub controller_manager_qps: Option<u32>,
 }
 
 /// What the run submits each of the baseline's jobs as.
@@ -86,6 +89,10 @@ impl Workload {
 pub struct Summary {
     /// What each job was submitted as.
     pub workload: Workload,
+    /// kube-controller-manager's `--kube-api-qps` when set (Kubernetes' default, 20, when
+    /// absent); only batch Jobs go through it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub controller_manager_qps: Option<u32>,
     /// Jobs created.
     pub jobs: usize,
     /// Jobs that finished within the time-out.
@@ -122,6 +129,7 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
     // Batch Jobs need the Job controller (kube-controller-manager) to make their pods.
     let cluster_options = ClusterOptions {
         controller_manager: options.workload == Workload::Job,
+        controller_manager_qps: options.controller_manager_qps,
         ..ClusterOptions::default()
     };
     let cluster = TestCluster::start_in(&options.kube_bin, cluster_options).await?;
@@ -180,6 +188,9 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
         .clone();
     let mut summary = summarize(&recorder, &options.baseline, cost, &metrics, kubelet_writes);
     summary.workload = options.workload;
+    summary.controller_manager_qps = options
+        .controller_manager_qps
+        .filter(|_| options.workload == Workload::Job);
     write_reports(&options.out, &summary, &recorder)?;
     Ok(summary)
 }
@@ -199,6 +210,7 @@ fn summarize(
     let per_job = total as f64 / jobs.max(1) as f64;
     Summary {
         workload: Workload::default(),
+        controller_manager_qps: None,
         jobs,
         finished: recorder
             .jobs

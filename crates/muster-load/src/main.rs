@@ -33,31 +33,7 @@ use muster_load::kueue_baseline::{RunOptions, Workload, run};
 )]
 enum Command {
     /// Kueue's scheduler-performance baseline through `muster controller`.
-    KueueBaseline {
-        /// The control-plane binaries (etcd, kube-apiserver, kube-scheduler, ...); default
-        /// $MUSTER_KUBE_BIN.
-        #[arg(long, env = "MUSTER_KUBE_BIN")]
-        kube_bin: PathBuf,
-        /// Where summary.json, jobs.csv and controller.log go.
-        #[arg(long)]
-        out: PathBuf,
-        /// The muster binary (default: the workspace's release build, built if missing).
-        #[arg(long)]
-        muster: Option<PathBuf>,
-        /// Scale every job set's count by this factor (1 is Kueue's baseline).
-        #[arg(long, default_value_t = 1.0)]
-        scale: f64,
-        /// Nodes of 64 CPUs to run the pods on.
-        #[arg(long, default_value_t = 12)]
-        nodes: u32,
-        /// Give up after this many seconds.
-        #[arg(long, default_value_t = 1800)]
-        timeout: u64,
-        /// Submit each job as a GpuJob (`gpujob`) or as a labelled batch Job (`job`, its pod
-        /// made by kube-controller-manager's Job controller).
-        #[arg(long, default_value = "gpujob")]
-        workload: String,
-    },
+    KueueBaseline(BaselineArgs),
     /// Kill -9 of replicas, API faults, node deaths and control-plane restarts under a mixed
     /// workload, with an independent invariant checker.
     Chaos {
@@ -161,17 +137,42 @@ fn until_interrupted<T>(
     result
 }
 
+/// The options of `muster-load kueue-baseline`.
+#[derive(Debug, clap::Args)]
+struct BaselineArgs {
+    /// The control-plane binaries (etcd, kube-apiserver, kube-scheduler, ...); default
+    /// $MUSTER_KUBE_BIN.
+    #[arg(long, env = "MUSTER_KUBE_BIN")]
+    kube_bin: PathBuf,
+    /// Where summary.json, jobs.csv and controller.log go.
+    #[arg(long)]
+    out: PathBuf,
+    /// The muster binary (default: the workspace's release build, built if missing).
+    #[arg(long)]
+    muster: Option<PathBuf>,
+    /// Scale every job set's count by this factor (1 is Kueue's baseline).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Nodes of 64 CPUs to run the pods on.
+    #[arg(long, default_value_t = 12)]
+    nodes: u32,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 1800)]
+    timeout: u64,
+    /// Submit each job as a GpuJob (`gpujob`) or as a labelled batch Job (`job`, its pod
+    /// made by kube-controller-manager's Job controller).
+    #[arg(long, default_value = "gpujob")]
+    workload: String,
+    /// kube-controller-manager's client rate limit, requests per second (its
+    /// `--kube-api-qps`, burst half as much again); default Kubernetes' own, 20. Batch
+    /// Jobs' pods are made and finished through it.
+    #[arg(long)]
+    controller_manager_qps: Option<u32>,
+}
+
 fn main_inner() -> anyhow::Result<()> {
     match Command::parse() {
-        Command::KueueBaseline {
-            kube_bin,
-            out,
-            muster,
-            scale,
-            nodes,
-            timeout,
-            workload,
-        } => kueue_baseline(kube_bin, out, muster, scale, nodes, timeout, &workload),
+        Command::KueueBaseline(args) => kueue_baseline(args),
         Command::Chaos {
             kube_bin,
             out,
@@ -248,16 +249,18 @@ fn main_inner() -> anyhow::Result<()> {
     }
 }
 
-fn kueue_baseline(
-    kube_bin: PathBuf,
-    out: PathBuf,
-    muster: Option<PathBuf>,
-    scale: f64,
-    nodes: u32,
-    timeout: u64,
-    workload: &str,
-) -> anyhow::Result<()> {
-    let workload = Workload::parse(workload)?;
+fn kueue_baseline(args: BaselineArgs) -> anyhow::Result<()> {
+    let BaselineArgs {
+        kube_bin,
+        out,
+        muster,
+        scale,
+        nodes,
+        timeout,
+        workload,
+        controller_manager_qps,
+    } = args;
+    let workload = Workload::parse(&workload)?;
     let muster = match muster {
         Some(path) => path,
         None => release_build()?,
@@ -270,6 +273,7 @@ fn kueue_baseline(
         nodes,
         timeout: Duration::from_secs(timeout),
         workload,
+        controller_manager_qps,
     };
     let summary = until_interrupted(run(&options))?;
     println!(

@@ -55,6 +55,11 @@ pub struct ClusterOptions {
     pub controller_manager: bool,
     /// Install the upstream ProvisioningRequest CRD from `shared/crds/` (default off).
     pub provisioning_crd: bool,
+    /// kube-controller-manager's client rate limit in requests per second (its
+    /// `--kube-api-qps`, with a burst of half as much again). `None` keeps Kubernetes' default,
+    /// 20 per second with a burst of 30, which bounds how fast the Job controller makes and
+    /// finishes Jobs' pods.
+    pub controller_manager_qps: Option<u32>,
 }
 
 impl Default for ClusterOptions {
@@ -63,6 +68,7 @@ impl Default for ClusterOptions {
             scheduler: true,
             controller_manager: false,
             provisioning_crd: false,
+            controller_manager_qps: None,
         }
     }
 }
@@ -152,6 +158,8 @@ pub struct TestCluster {
     api_url: String,
     kubeconfig_path: PathBuf,
     client: Client,
+    /// kube-controller-manager's `--kube-api-qps`, kept for its restarts.
+    controller_manager_qps: Option<u32>,
 }
 
 impl TestCluster {
@@ -242,6 +250,7 @@ impl TestCluster {
             api_url,
             kubeconfig_path,
             client,
+            controller_manager_qps: options.controller_manager_qps,
         };
 
         cluster.spawn(Component::Etcd)?;
@@ -392,17 +401,24 @@ impl TestCluster {
                 "--secure-port=0".into(),
                 "--v=1".into(),
             ],
-            Component::ControllerManager => vec![
-                kubeconfig,
-                "--leader-elect=false".into(),
-                "--secure-port=0".into(),
-                "--controllers=*,-node-lifecycle-controller".into(),
-                "--use-service-account-credentials=false".into(),
-                format!("--service-account-private-key-file={root}/pki/sa.key"),
-                format!("--root-ca-file={root}/pki/apiserver.crt"),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
-                "--v=1".into(),
-            ],
+            Component::ControllerManager => {
+                let mut args = vec![
+                    kubeconfig,
+                    "--leader-elect=false".into(),
+                    "--secure-port=0".into(),
+                    "--controllers=*,-node-lifecycle-controller".into(),
+                    "--use-service-account-credentials=false".into(),
+                    format!("--service-account-private-key-file={root}/pki/sa.key"),
+                    format!("--root-ca-file={root}/pki/apiserver.crt"),
+                    "--service-cluster-ip-range=10.0.0.0/24".into(),
+                    "--v=1".into(),
+                ];
+                if let Some(qps) = self.controller_manager_qps {
+                    args.push(format!("--kube-api-qps={qps}"));
+                    args.push(format!("--kube-api-burst={}", qps.saturating_mul(3) / 2));
+                }
+                args
+            }
         };
         args.into_iter().map(OsString::from).collect()
     }

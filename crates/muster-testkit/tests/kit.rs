@@ -355,12 +355,18 @@ async fn dropping_the_cluster_stops_every_process_and_removes_its_folder() -> an
             scheduler: true,
             controller_manager: true,
             provisioning_crd: true,
+            controller_manager_qps: Some(50),
         },
         Ok(())
     );
     Api::<CustomResourceDefinition>::all(cluster.client())
         .get("provisioningrequests.autoscaling.x-k8s.io")
         .await?;
+    // kube-controller-manager logs the flags it runs with.
+    let log = std::fs::read_to_string(cluster.log_dir().join("kube-controller-manager.log"))?;
+    for flag in [r#"--kube-api-qps="50""#, r#"--kube-api-burst="75""#] {
+        assert!(log.contains(flag), "{flag} not in its flags");
+    }
     let pids: Vec<u32> = [
         Component::Etcd,
         Component::ApiServer,

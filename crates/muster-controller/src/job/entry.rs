@@ -47,6 +47,13 @@ pub(super) fn finished(reading: &Reading<'_>) -> Option<Step> {
     }))
 }
 
+/// Whether `job` is a queue entry whose Job has not yet settled from its last run (or from
+/// arriving running): the Job controller may still have its pods, or has not yet reset its
+/// start time, so its template cannot change and it must not be released again yet.
+pub(super) fn settling(index: &Index, job: &GpuJob) -> bool {
+    workload(index, job).is_some_and(crate::workload::may_have_pods)
+}
+
 /// The eviction of `job`: its status written, then its pods deleted — or, for a queue entry,
 /// its Job suspended, whose controller deletes them.
 pub(crate) fn evict(

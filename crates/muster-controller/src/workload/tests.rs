@@ -237,13 +237,15 @@ fn a_job_ends_by_its_conditions() {
         !failed.0 && failed.1.contains("backoff limit"),
         "{failed:?}"
     );
+    assert_eq!(with("SuccessCriteriaMet", "True").map(|f| f.0), Some(true));
+    assert_eq!(with("FailureTarget", "True").map(|f| f.0), Some(false));
     assert_eq!(with("Complete", "False"), None);
     assert_eq!(with("Suspended", "True"), None);
     assert_eq!(finished(&stored_job(false)), None);
 }
 
 #[test]
-fn a_suspended_job_may_still_have_pods_until_its_controller_says_it_is_suspended() {
+fn a_suspended_job_may_still_have_pods_until_its_controller_resets_its_start_time() {
     let status = |v: Value| {
         let mut job = stored_job(true);
         job.status = serde_json::from_value(v).ok();
@@ -255,8 +257,13 @@ fn a_suspended_job_may_still_have_pods_until_its_controller_says_it_is_suspended
         json!({"active": 2, "startTime": "2026-11-26T00:00:00Z",
         "conditions": [{"type": "Suspended", "status": "True"}]})
     ));
-    assert!(!status(
+    // Said suspended, pods gone, but the start time not yet reset: the API server still
+    // refuses a change of the template.
+    assert!(status(
         json!({"active": 0, "startTime": "2026-11-26T00:00:00Z",
         "conditions": [{"type": "Suspended", "status": "True"}]})
+    ));
+    assert!(!status(
+        json!({"active": 0, "conditions": [{"type": "Suspended", "status": "True"}]})
     ));
 }

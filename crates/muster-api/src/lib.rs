@@ -20,6 +20,7 @@ pub mod document;
 pub mod gpujob;
 pub mod jobset;
 pub mod local_queue;
+pub mod manifest;
 pub mod object_ref;
 pub mod provisioning_request;
 pub mod quantity;

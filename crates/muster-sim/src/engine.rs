@@ -125,7 +125,7 @@ pub fn admission_job(job: &TraceJob, namespace: &str) -> Job {
                     name: name.clone(),
                     count: *count,
                     requests: r,
-                    node_selector: BTreeMap::new(),
+                    node_selector: job.node_selector.clone(),
                     affinity: Vec::new(),
                     tolerations: Vec::new(),
                     constraint: constraint.clone(),

@@ -11,11 +11,11 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use self::fleet::nodes;
-use self::synthetic::synthetic;
 use crate::trace::{self, TraceJob};
 
 mod fleet;
 mod synthetic;
+mod workload;
 
 /// A scenario as written in YAML.
 #[derive(Clone, Debug, Deserialize)]
@@ -214,7 +214,7 @@ pub enum Queues {
     Inline(Vec<Value>),
 }
 
-/// The jobs to replay: exactly one of a trace file or a synthetic generator.
+/// The jobs to replay: exactly one of a trace file, a synthetic generator or manifest files.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Workload {
@@ -224,6 +224,9 @@ pub struct Workload {
     /// Generated jobs.
     #[serde(default)]
     pub synthetic: Option<SyntheticSpec>,
+    /// Manifest files: GpuJobs, and labelled Jobs and JobSets read as their queue entries.
+    #[serde(default)]
+    pub manifests: Vec<trace::ManifestSpec>,
 }
 
 /// A trace file and its format.
@@ -563,81 +566,5 @@ impl Loaded {
             }
         }
         Ok(())
-    }
-
-    /// The jobs of the scenario at `path` (trace paths are relative to its folder).
-    fn workload(&self, path: &Path, seed: Option<u64>) -> Result<Vec<TraceJob>, ScenarioError> {
-        let dir = path.parent().unwrap_or_else(|| Path::new(""));
-        let block = self
-            .scenario
-            .cluster
-            .pools
-            .first()
-            .map_or_else(default_block_label, |p| p.block_label.clone());
-        match (
-            &self.scenario.workload.trace,
-            &self.scenario.workload.synthetic,
-        ) {
-            (Some(t), None) => {
-                let path = dir.join(&t.path);
-                let text = read(&path)?;
-                let file = path.display().to_string();
-                let mut jobs = match t.format.as_str() {
-                    "muster" => trace::read_muster(&file, &text)?,
-                    "openb" => trace::read_openb(&file, &text)?,
-                    "philly" => {
-                        let topology = t
-                            .gang_topology
-                            .clone()
-                            .unwrap_or_else(|| format!("required:{block}"));
-                        trace::read_philly(&file, &text, &topology)?
-                    }
-                    other => {
-                        return Err(ScenarioError::Invalid {
-                            path: file,
-                            message: format!(
-                                "unknown trace format {other:?}; use muster, philly or openb"
-                            ),
-                        });
-                    }
-                };
-                if let Some(limit) = t.limit {
-                    jobs.truncate(limit);
-                }
-                let compress = i64::from(t.compress_arrivals.unwrap_or(1).max(1));
-                for job in &mut jobs {
-                    job.submit /= compress;
-                    if let Some(queue) = &t.queue {
-                        job.queue.clone_from(queue);
-                    }
-                    if t.announce_runtime {
-                        job.expected_runtime = Some(job.duration);
-                    }
-                }
-                Ok(jobs)
-            }
-            (None, Some(s)) => {
-                if let Some(e) = s.sizes.iter().find_map(|w| w.share_milli().err()) {
-                    return Err(ScenarioError::Invalid {
-                        path: path.display().to_string(),
-                        message: format!("workload.synthetic.sizes: {e}"),
-                    });
-                }
-                if s.queues.is_empty()
-                    || s.sizes.is_empty()
-                    || s.sizes.iter().all(|w| w.weight == 0)
-                {
-                    return Err(ScenarioError::Invalid {
-                        path: path.display().to_string(),
-                        message: "workload.synthetic needs at least one queue and one size with a weight above 0".into(),
-                    });
-                }
-                Ok(synthetic(s, seed, &block))
-            }
-            _ => Err(ScenarioError::Invalid {
-                path: path.display().to_string(),
-                message: "workload needs exactly one of trace or synthetic".into(),
-            }),
-        }
     }
 }

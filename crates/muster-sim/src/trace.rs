@@ -8,8 +8,10 @@ use std::fmt::Write as _;
 
 use muster_api::Amount;
 
+mod manifests;
 mod openb;
 
+pub use manifests::{ManifestError, ManifestSpec, read_manifests};
 pub use openb::{read_openb, read_openb_nodes, read_openb_shares};
 
 /// One job of a workload, before it becomes an admission job.
@@ -31,6 +33,8 @@ pub struct TraceJob {
     pub topology: String,
     /// The runtime the submitter announces (for backfill), if any.
     pub expected_runtime: Option<i64>,
+    /// Node labels every pod requires (a manifest's `nodeSelector`); empty for most traces.
+    pub node_selector: BTreeMap<String, String>,
 }
 
 impl TraceJob {
@@ -204,14 +208,15 @@ pub fn read_virtual_clusters(file: &str, text: &str) -> Result<Vec<(String, u32)
 }
 
 /// Reads Muster's CSV: a header line, then
-/// `id,submit,duration,queue,priority,pod_sets,topology,expected_runtime` per job. `pod_sets` is
-/// `name:count:resource=amount+resource=amount`, several separated by `;`.
+/// `id,submit,duration,queue,priority,pod_sets,topology,expected_runtime[,node_selector]` per
+/// job. `pod_sets` is `name:count:resource=amount+resource=amount`, several separated by `;`;
+/// `node_selector` (optional) is `label=value+label=value`.
 pub fn read_muster(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> {
     let mut jobs = Vec::new();
     for row in rows(file, text) {
-        if row.fields.len() > 8 {
-            let (column, _) = row.fields[8];
-            return Err(row.error(column, "more than 8 fields"));
+        if row.fields.len() > 9 {
+            let (column, _) = row.fields[9];
+            return Err(row.error(column, "more than 9 fields"));
         }
         let (id_column, id) = row.get(0, "id")?;
         if id.trim().is_empty() {
@@ -250,6 +255,10 @@ pub fn read_muster(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> 
             Some((_, t)) if !t.trim().is_empty() => Some(row.seconds(7, "expected_runtime")?),
             _ => None,
         };
+        let node_selector = match row.fields.get(8) {
+            Some((column, text)) => node_selector(&row, *column, text)?,
+            None => BTreeMap::new(),
+        };
         jobs.push(TraceJob {
             id: id.trim().to_owned(),
             submit: row.seconds(1, "submit")?,
@@ -259,6 +268,7 @@ pub fn read_muster(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> 
             pod_sets,
             topology,
             expected_runtime,
+            node_selector,
         });
     }
     Ok(jobs)
@@ -266,11 +276,37 @@ pub fn read_muster(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> 
 
 type PodSets = Vec<(String, u32, BTreeMap<String, Amount>)>;
 
+/// `label=value+label=value` (labels and their values hold neither `+` nor `,`).
+fn node_selector(
+    row: &Row<'_>,
+    column: usize,
+    text: &str,
+) -> Result<BTreeMap<String, String>, TraceError> {
+    let mut out = BTreeMap::new();
+    for pair in text.trim().split('+').filter(|p| !p.is_empty()) {
+        let (label, value) = pair
+            .split_once('=')
+            .filter(|(l, _)| !l.is_empty())
+            .ok_or_else(|| {
+                row.error(
+                    column,
+                    format!("node_selector is label=value+…, got {pair:?}"),
+                )
+            })?;
+        out.insert(label.to_owned(), value.to_owned());
+    }
+    Ok(out)
+}
+
 /// Writes jobs in Muster's CSV (what [`read_muster`] reads back): any workload, from any
 /// adapter or the generator, can be exported, edited and replayed.
 pub fn write_muster(jobs: &[TraceJob]) -> String {
     let mut out =
-        String::from("id,submit,duration,queue,priority,pod_sets,topology,expected_runtime\n");
+        String::from("id,submit,duration,queue,priority,pod_sets,topology,expected_runtime");
+    if jobs.iter().any(|j| !j.node_selector.is_empty()) {
+        out.push_str(",node_selector");
+    }
+    out.push('\n');
     for j in jobs {
         let sets: Vec<String> = j
             .pod_sets
@@ -286,9 +322,20 @@ pub fn write_muster(jobs: &[TraceJob]) -> String {
         let expected = j
             .expected_runtime
             .map_or_else(String::new, |e| e.to_string());
+        // The ninth column only when a job selects nodes, so traces without stay as they were.
+        let selector = if j.node_selector.is_empty() {
+            String::new()
+        } else {
+            let pairs: Vec<String> = j
+                .node_selector
+                .iter()
+                .map(|(l, v)| format!("{l}={v}"))
+                .collect();
+            format!(",{}", pairs.join("+"))
+        };
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{}{selector}",
             j.id,
             j.submit,
             j.duration,
@@ -398,6 +445,7 @@ pub fn read_philly(file: &str, text: &str, topology: &str) -> Result<Vec<TraceJo
                     String::new()
                 },
                 expected_runtime: None,
+                node_selector: BTreeMap::new(),
             }
         })
         .collect())

@@ -90,6 +90,7 @@ pub(super) fn synthetic(s: &SyntheticSpec, seed: Option<u64>, block: &str) -> Ve
                 String::new()
             },
             expected_runtime: s.announce_runtime.then_some(duration),
+            node_selector: BTreeMap::new(),
         });
     }
     jobs

@@ -74,6 +74,7 @@ pub fn read_openb(file: &str, text: &str) -> Result<Vec<TraceJob>, TraceError> {
             pod_sets: vec![("pod".to_owned(), 1, requests)],
             topology: String::new(),
             expected_runtime: None,
+            node_selector: BTreeMap::new(),
         });
     }
     Ok(jobs)

@@ -11,7 +11,7 @@ use muster_api::{GpuJob, ResourceFlavor, ResourceFlavorSpec, Validate};
 use muster_topology::{Fit, NodeInfo, PodSetRequest, Topology, place, pod_usage};
 use serde_json::{Value, json};
 
-use super::yaml;
+use muster_api::manifest as yaml;
 
 /// Arguments of `muster fit`.
 #[derive(Debug, clap::Args)]

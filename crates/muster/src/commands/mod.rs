@@ -6,4 +6,3 @@ pub mod fill;
 pub mod fit;
 pub mod sim;
 pub mod validate;
-mod yaml;

@@ -9,7 +9,7 @@ use muster_api::Validate;
 use muster_api::document::MusterObject;
 use muster_api::workload;
 
-use super::yaml;
+use muster_api::manifest as yaml;
 use serde_json::Value;
 
 /// Arguments of `muster validate`.

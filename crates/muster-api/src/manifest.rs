@@ -1,19 +1,26 @@
-//! Reading the objects of a YAML file as `kubectl` writes them: several documents, and
-//! `kind: List` objects whose items are the real objects.
+//! Reading the objects of a manifest file as `kubectl` writes them: several YAML documents,
+//! and `kind: List` objects whose items are the real objects. `muster validate`, `muster fit`
+//! and the simulator's manifest workloads read files through it.
 
 use serde::Deserialize;
 use serde_json::Value;
 
 /// One object and where it stands in its file: the document number (from 1), and for an item of
 /// a `kind: List`, its index (`2:items[5]`).
+#[derive(Clone, Debug)]
 pub struct Located {
+    /// Where it stands: `3`, or `2:items[5]`.
     pub label: String,
+    /// The object.
     pub value: Value,
 }
 
 /// A YAML syntax error and the document it is in.
+#[derive(Clone, Debug)]
 pub struct SyntaxError {
+    /// The document (from 1).
     pub label: String,
+    /// The parser's message, with the line and column.
     pub message: String,
 }
 

@@ -375,14 +375,6 @@ fn start_provisioning(
     let Some(job) = state.index.jobs.get(&key) else {
         return;
     };
-    if crate::workload::workload_of(job).is_some() {
-        // A Job's pods would need the request's consume annotations in its template: not
-        // written yet, so an entry waits (with backoff, saying why) rather than buy capacity
-        // its pods could not use.
-        let why = "the queue entry of a batch Job does not buy capacity yet: it waits for nodes that exist".to_owned();
-        state.ledger.fail_release(&key, now.0.as_second(), why);
-        return;
-    }
     let Some(policy) = state
         .index
         .cluster_queues

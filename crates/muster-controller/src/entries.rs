@@ -10,6 +10,7 @@ use crate::index::Index;
 use crate::ledger::Ledger;
 use crate::workload::{
     entry_for, entry_name, is_entry_of, is_suspended, may_have_pods, template_is, template_patch,
+    workload_of,
 };
 
 /// Annotation on a labelled Job that cannot be queued as it stands: every problem, each with
@@ -68,11 +69,28 @@ pub(crate) fn keep(index: &Index, ledger: &Ledger) -> Vec<Action> {
             continue;
         };
         if !is_entry_of(entry, run) {
-            // The entry of a Job of the same name deleted before this one, on its way out (the
-            // garbage collector deletes it), or a GpuJob of this name that is not an entry:
-            // the Job stays held meanwhile.
-            if !is_suspended(run) {
-                actions.push(patch(serde_json::json!({"spec": {"suspend": true}}), None));
+            // The entry of a Job of the same name deleted before this one is on its way out
+            // (the garbage collector deletes it): the Job is held meanwhile. A GpuJob of this
+            // name that is no Job's entry stays: the Job is held, and told why.
+            let taken = (workload_of(entry).as_ref() != Some(key)).then(|| {
+                format!(
+                    "metadata.name: GpuJob {entry_key} is not this Job's queue entry, but has the name the entry takes; rename the Job or that GpuJob"
+                )
+            });
+            match taken {
+                Some(message) if reported != Some(&message) || !is_suspended(run) => {
+                    actions.push(patch(
+                        serde_json::json!({
+                            "metadata": {"annotations": {INVALID_ANNOTATION: message}},
+                            "spec": {"suspend": true},
+                        }),
+                        Some(Note::warning("InvalidWorkload", message)),
+                    ));
+                }
+                None if !is_suspended(run) => {
+                    actions.push(patch(serde_json::json!({"spec": {"suspend": true}}), None));
+                }
+                _ => {}
             }
             continue;
         }

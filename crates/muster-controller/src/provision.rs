@@ -292,7 +292,8 @@ pub(crate) fn provisioned_job(mut job: Job, node_selector: &BTreeMap<String, Str
 }
 
 /// Makes a released gang consume the job's requests: annotations per pod set and the detail
-/// node selectors.
+/// node selectors — on its pods, or for a queue entry in its Job's template (a Job is one pod
+/// set).
 pub(crate) fn consume(
     gang: &mut Gang,
     job: &GpuJob,
@@ -302,6 +303,14 @@ pub(crate) fn consume(
 ) {
     let name = job.metadata.name.clone().unwrap_or_default();
     let sets = job.spec.pod_sets.len();
+    if let (Some(workload), [set]) = (gang.workload.as_mut(), job.spec.pod_sets.as_slice()) {
+        let request = request_name(&policy.class_name, &name, attempt, &set.name, sets);
+        crate::workload::add_to_template(
+            &mut workload.patch,
+            &consume_annotations(&request, &policy.class_name),
+            node_selector,
+        );
+    }
     for pod in &mut gang.pods {
         let set = pod
             .metadata

@@ -338,6 +338,31 @@ fn map_patch(
     Value::Object(out)
 }
 
+/// Adds to a release's template patch (see [`template_patch`]) what capacity bought for the
+/// gang asks of its pods: `annotations` (the ProvisioningRequest to consume) and
+/// `node_selector` (the capacity's details). A restore drops them again, as every key the
+/// recorded template lacks.
+pub fn add_to_template(
+    patch: &mut Value,
+    annotations: &BTreeMap<String, String>,
+    node_selector: &BTreeMap<String, String>,
+) {
+    for (path, map) in [
+        (["metadata", "annotations"], annotations),
+        (["spec", "nodeSelector"], node_selector),
+    ] {
+        let at = &mut patch["spec"]["template"][path[0]][path[1]];
+        if !at.is_object() {
+            *at = Value::Object(Map::new());
+        }
+        if let Value::Object(fields) = at {
+            for (key, value) in map {
+                fields.insert(key.clone(), Value::String(value.clone()));
+            }
+        }
+    }
+}
+
 /// A list in a merge patch: replaced whole, `null` when empty (the field is removed).
 fn list<T: serde::Serialize>(items: Option<Vec<T>>) -> Value {
     match items.filter(|i| !i.is_empty()) {

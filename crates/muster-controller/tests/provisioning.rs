@@ -818,3 +818,60 @@ fn the_templates_of_a_jobs_current_request_are_kept_however_old() {
         pass.actions
     );
 }
+
+#[test]
+fn a_labelled_job_buys_its_block_and_its_template_consumes_the_request() {
+    let mut index = buying(Vec::new());
+    index.apply::<k8s_openapi::api::batch::v1::Job>(object(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "train", "namespace": "team-a", "uid": "uid-train",
+                     "resourceVersion": "1", "labels": {"muster.dev/queue-name": "research"}},
+        "spec": {
+            "suspend": true, "parallelism": 4, "completions": 4, "completionMode": "Indexed",
+            "template": {
+                "metadata": {"annotations": {"muster.dev/topology-required": "example.com/block"}},
+                "spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": "trainer:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}},
+    })));
+    // The entry is made, then admission finds no block of 4 nodes: it buys one.
+    let mut bought = None;
+    for t in 10..20 {
+        let pass = plan(&mut index, at(t));
+        if let Some(Action::Provision { requests, .. }) =
+            pass.actions.iter().find(|a| a.kind() == "provision")
+        {
+            bought = requests[0].metadata.name.clone();
+        }
+        land_all(&mut index, &pass.actions, t);
+        if bought.is_some() {
+            break;
+        }
+    }
+    assert_eq!(bought.as_deref(), Some("job-train-1"));
+    assert_eq!(
+        status_of(&index, "team-a/job-train").phase,
+        Some(GpuJobPhase::Provisioning)
+    );
+    autoscaler_says(
+        &mut index,
+        "job-train-1",
+        &[("Accepted", "True"), ("Provisioned", "True")],
+    );
+    capacity_arrives(&mut index);
+    let pass = plan(&mut index, at(40));
+    let gang = released(&pass.actions);
+    let Some(workload) = gang.workload.as_ref() else {
+        unreachable!("{gang:#?}")
+    };
+    let template = &workload.patch["spec"]["template"];
+    assert_eq!(
+        template["metadata"]["annotations"]["autoscaling.x-k8s.io/consume-provisioning-request"],
+        json!("job-train-1")
+    );
+    assert_eq!(
+        template["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"],
+        json!("dws-pool-1")
+    );
+    assert_eq!(workload.patch["spec"]["suspend"], json!(false));
+}

@@ -299,3 +299,45 @@ fn an_evicted_entry_waits_for_its_job_controller_to_reset_the_start_time_before_
     });
     assert!(released);
 }
+
+#[test]
+fn a_gpujob_holding_the_entry_name_keeps_the_job_held_and_says_so_once() {
+    // A GpuJob `job-train` of the team's own, no Job's entry.
+    let mut state = cluster(16, vec![support::job("job-train", 1, 0)]);
+    state.apply(labelled_job(2, false, &json!({})));
+    let pass = plan(&mut state, at(10));
+    let Some(Action::PatchWorkload { patch, event, .. }) =
+        pass.actions.iter().find(|a| a.kind() == "patch_workload")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    assert_eq!(patch["spec"]["suspend"], json!(true));
+    let said = patch["metadata"]["annotations"]["muster.dev/invalid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        said.starts_with("metadata.name: GpuJob team-a/job-train is not this Job's queue entry"),
+        "{said}"
+    );
+    assert_eq!(
+        event.as_ref().map(|e| e.reason.as_str()),
+        Some("InvalidWorkload")
+    );
+    assert!(
+        !kinds(&pass.actions).contains(&"create_entry"),
+        "the name is taken"
+    );
+    land_all(&mut state, &pass.actions, 10);
+    // Held and told: nothing more is written while it stands.
+    let mut held =
+        object::<Job>(serde_json::to_value(labelled_job(2, true, &json!({}))).unwrap_or_default());
+    held.metadata.annotations = Some([("muster.dev/invalid".to_owned(), said)].into());
+    state.apply(held);
+    let pass = plan(&mut state, at(11));
+    assert!(
+        !kinds(&pass.actions).contains(&"patch_workload"),
+        "{:#?}",
+        pass.actions
+    );
+}

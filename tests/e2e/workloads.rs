@@ -193,6 +193,56 @@ async fn an_indexed_job_waits_for_quota_then_runs_as_one_block_pod_i_on_node_i()
         &job(&env, "train").await.unwrap_or_default(),
         "Complete"
     ));
+    // Its entry was never written anew: the Job as the API server returns it reads as the
+    // entry recorded it, through release and completion.
+    let entry = entries.get("job-train").await.ok().unwrap_or_default();
+    assert_eq!(entry.metadata.generation, Some(1), "{:?}", entry.spec);
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_resized_while_it_waits_is_read_again_and_runs_at_its_new_size() {
+    let Some(env) = env_with_job_controller().await else {
+        return;
+    };
+    env.h100().await;
+    env.gpu_nodes("b1", &["n1", "n2", "n3", "n4"]).await;
+    env.queue("a", "team-a", 16, json!({})).await;
+    let controller = env.controller();
+    create(&env, &indexed_job("train", Some("a"), 4, 8, 1_000, true)).await;
+    env.until_status("team-a", "job-train", "waiting for quota", 60, |s| {
+        reason(s) == "QuotaShort"
+    })
+    .await;
+    // Its owner halves it (an Indexed Job's completions may follow its parallelism).
+    let jobs: Api<Job> = env.api("team-a");
+    let resize = json!({"spec": {"parallelism": 2, "completions": 2}});
+    if let Err(e) = jobs
+        .patch(
+            "train",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&resize),
+        )
+        .await
+    {
+        unreachable!("resizing the Job: {e}");
+    }
+    let admitted = env
+        .until_status("team-a", "job-train", "admitted at its new size", 60, |s| {
+            s.admission.is_some()
+        })
+        .await;
+    assert_eq!(
+        admitted.admission.unwrap_or_default().pod_sets[0]
+            .nodes
+            .len(),
+        2
+    );
+    env.until_status("team-a", "job-train", "Succeeded", 90, |s| {
+        phase(s) == "Succeeded"
+    })
+    .await;
+    assert_eq!(job_pods(&env, "train").await.len(), 2);
     controller.stop().await;
 }
 

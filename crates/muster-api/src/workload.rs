@@ -173,7 +173,7 @@ impl Origin {
 
 /// How many pods one Job runs at once: `min(parallelism, completions)`, parallelism 1 when
 /// unset, completions unset meaning as many as run in parallel.
-fn pods_per_job(spec: &JobSpec) -> i32 {
+pub fn pods_per_job(spec: &JobSpec) -> i32 {
     let parallelism = spec.parallelism.unwrap_or(1);
     spec.completions
         .map_or(parallelism, |completions| completions.min(parallelism))

@@ -95,6 +95,14 @@ pub enum Action {
         /// The GpuJob to create.
         entry: Box<GpuJob>,
     },
+    /// Write a waiting queue entry's spec anew from its Job, which its owner edited while it
+    /// waited (its parallelism, or what a suspended Job's template may take).
+    UpdateEntry {
+        /// The entry.
+        job: ObjectRef,
+        /// The spec the Job now reads as.
+        spec: Box<muster_api::gpujob::GpuJobSpec>,
+    },
     /// Patch the Job behind a queue entry that holds no admission: keep it suspended, put
     /// its template back as the entry recorded it, or say why it cannot be queued.
     PatchWorkload {
@@ -151,6 +159,7 @@ impl Action {
             | Action::Provision { job, .. }
             | Action::Unprovision { job, .. }
             | Action::CreateEntry { job, .. }
+            | Action::UpdateEntry { job, .. }
             | Action::PatchWorkload { job, .. }
             | Action::PinPods { job, .. } => Some(job),
             Action::ClusterQueueStatus { .. }
@@ -185,6 +194,7 @@ impl Action {
             Action::Provision { .. } => "provision",
             Action::Unprovision { .. } => "unprovision",
             Action::CreateEntry { .. } => "create_entry",
+            Action::UpdateEntry { .. } => "update_entry",
             Action::PatchWorkload { .. } => "patch_workload",
             Action::PinPods { .. } => "pin_pods",
             Action::ClusterQueueStatus { .. } => "cluster_queue_status",

@@ -1,16 +1,18 @@
 //! The pass step that keeps every labelled Job's queue entry (see [`crate::workload`]): the
-//! entry made when the Job arrives, and the Job held — suspended, its template as the entry
-//! recorded it — while the entry holds no admission. The entry's own step (in [`crate::job`])
-//! releases, evicts and finishes it.
+//! entry made when the Job arrives, and the Job held suspended while the entry holds no
+//! admission — what a release wrote into its template put back, what its owner edits read
+//! into the entry again. The entry's own step (in [`crate::job`]) releases, evicts and
+//! finishes it.
 
-use muster_api::ObjectRef;
+use k8s_openapi::api::batch::v1::Job;
+use muster_api::{GpuJob, ObjectRef};
 
 use crate::action::{Action, Note};
 use crate::index::Index;
 use crate::ledger::Ledger;
 use crate::workload::{
-    entry_for, entry_name, is_entry_of, is_suspended, may_have_pods, template_is, template_patch,
-    workload_of,
+    carries_release, edited_since, entry_for, entry_name, is_entry_of, is_suspended, may_have_pods,
+    template_is, template_patch, workload_of,
 };
 
 /// Annotation on a labelled Job that cannot be queued as it stands: every problem, each with
@@ -49,11 +51,7 @@ pub(crate) fn keep(index: &Index, ledger: &Ledger) -> Vec<Action> {
                     }
                 }
                 Err(errors) => {
-                    let message = errors
-                        .iter()
-                        .map(|e| format!("{}: {}", e.path, e.message))
-                        .collect::<Vec<_>>()
-                        .join("; ");
+                    let message = joined(&errors);
                     // Held until it is fixed; said once per problem.
                     if reported != Some(&message) || !is_suspended(run) {
                         actions.push(patch(
@@ -94,28 +92,92 @@ pub(crate) fn keep(index: &Index, ledger: &Ledger) -> Vec<Action> {
             }
             continue;
         }
-        if reported.is_some() {
+        if reported.is_some() && entry_for(run).is_ok() {
             actions.push(patch(
                 serde_json::json!({"metadata": {"annotations": {INVALID_ANNOTATION: null}}}),
                 None,
             ));
             continue;
         }
-        let holds = entry
-            .status
-            .as_ref()
-            .is_some_and(|s| s.admission.is_some() || s.provisioning_request.is_some());
-        let ended = crate::workload::finished(run).is_some();
-        if holds || ended {
-            continue;
-        }
-        if !is_suspended(run) {
-            // Arrived running, or released by a write the entry's status never showed: held
-            // at once. Its template can be put back only once its pods are gone.
-            actions.push(patch(serde_json::json!({"spec": {"suspend": true}}), None));
-        } else if !may_have_pods(run) && !template_is(entry, run, None) {
-            actions.push(patch(template_patch(entry, run, None, true), None));
-        }
+        actions.extend(waiting(entry, run, &entry_key, key, reported));
     }
     actions
+}
+
+/// The writes that hold the Job of `entry` while the entry holds no admission: suspended, what
+/// a release wrote put back once its controller has taken in the suspension, and its owner's
+/// edits read again (see [`keep`]).
+fn waiting(
+    entry: &GpuJob,
+    run: &Job,
+    entry_key: &ObjectRef,
+    key: &ObjectRef,
+    reported: Option<&String>,
+) -> Vec<Action> {
+    let patch = |patch: serde_json::Value, event: Option<Note>| Action::PatchWorkload {
+        job: entry_key.clone(),
+        workload: key.clone(),
+        patch: Box::new(patch),
+        event,
+    };
+    let mut out = Vec::new();
+    let holds = entry
+        .status
+        .as_ref()
+        .is_some_and(|s| s.admission.is_some() || s.provisioning_request.is_some());
+    let ended = crate::workload::finished(run).is_some();
+    if holds || ended {
+        return Vec::new();
+    }
+    if !is_suspended(run) {
+        // Arrived running, or released by a write the entry's status never showed: held
+        // at once. Its template can be put back only once its pods are gone.
+        out.push(patch(serde_json::json!({"spec": {"suspend": true}}), None));
+    } else if may_have_pods(run) {
+        // Neither put back nor read again until its controller has taken in the suspension.
+    } else if carries_release(run) {
+        // What a release wrote is Muster's to take back.
+        if !template_is(entry, run, None) {
+            out.push(patch(template_patch(entry, run, None, true), None));
+        }
+    } else if edited_since(entry, run) || entry.spec.suspend {
+        // Its owner changed it while it waited: the entry reads it again. An edit that
+        // cannot be queued holds the entry (`suspend`) and tells the Job why, until the
+        // Job is fixed.
+        match entry_for(run) {
+            Ok(fresh) => out.push(Action::UpdateEntry {
+                job: entry_key.clone(),
+                spec: Box::new(fresh.spec),
+            }),
+            Err(errors) => {
+                if !entry.spec.suspend {
+                    let mut held = entry.spec.clone();
+                    held.suspend = true;
+                    out.push(Action::UpdateEntry {
+                        job: entry_key.clone(),
+                        spec: Box::new(held),
+                    });
+                }
+                let message = joined(&errors);
+                if reported != Some(&message) {
+                    out.push(patch(
+                        serde_json::json!({
+                            "metadata": {"annotations": {INVALID_ANNOTATION: message}},
+                        }),
+                        Some(Note::warning("InvalidWorkload", message)),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every problem of a Job that cannot be queued, each with its field, in one line.
+fn joined(errors: &[muster_api::validation::FieldError]) -> String {
+    errors
+        .iter()
+        .map(|e| format!("{}: {}", e.path, e.message))
+        .collect::<Vec<_>>()
+        .join("; ")
 }

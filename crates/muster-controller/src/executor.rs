@@ -291,6 +291,9 @@ impl Executor {
                 written.extend(self.delete_pods(pods).await?);
             }
             Action::CreateEntry { entry, .. } => written.extend(self.create_entry(entry).await?),
+            Action::UpdateEntry { job, spec } => {
+                written.extend(self.update_entry(job, spec).await?);
+            }
             Action::PinPods { pins, .. } => written.extend(self.pin_pods(pins).await?),
             Action::PatchWorkload {
                 workload,

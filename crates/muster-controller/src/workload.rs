@@ -7,8 +7,10 @@
 //! finishes like any GpuJob — position, reason, ETA, Events, metrics and the `kubectl get
 //! gpujobs` columns are the same — but its pods are the Job's, made by the Job controller:
 //!
-//! - **Held.** While the entry holds no admission, the Job is kept suspended, its pod template
-//!   as the entry recorded it (a Job that arrives running is suspended at once).
+//! - **Held.** While the entry holds no admission, the Job is kept suspended (a Job that
+//!   arrives running is suspended at once); what a release wrote into its template is put back,
+//!   and what its owner edits (its parallelism, what a suspended Job's template may take) the
+//!   entry reads again.
 //! - **Released.** Admission writes what a suspended Job's template may take — the flavor's
 //!   node labels and tolerations, Muster's scheduling gate, the gang's labels and annotations —
 //!   and unsuspends the Job in one patch. The Job controller makes the pods behind the gate;
@@ -155,6 +157,33 @@ pub fn may_have_pods(job: &Job) -> bool {
         return false;
     };
     status.active.unwrap_or(0) > 0 || status.start_time.is_some()
+}
+
+/// Whether `job`'s template still carries what a release wrote (the gang's job label): it is
+/// Muster's to put back, not its owner's edit.
+pub fn carries_release(job: &Job) -> bool {
+    job.spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.labels.as_ref())
+        .is_some_and(|l| l.contains_key(JOB_LABEL))
+}
+
+/// Whether the Job's owner edited it since `entry` read it: how many pods it runs at once, or
+/// what a suspended Job's template may take (labels, annotations, node selector,
+/// tolerations, scheduling gates). Compared in place: it is asked of every waiting Job in
+/// every pass.
+pub fn edited_since(entry: &GpuJob, job: &Job) -> bool {
+    let count = job
+        .spec
+        .as_ref()
+        .map_or(1, muster_api::workload::pods_per_job);
+    let recorded = entry.spec.pod_sets.first();
+    recorded.is_none_or(|set| set.count != count)
+        || !same_scheduling(
+            job.spec.as_ref().map(|s| &s.template),
+            recorded.map(|s| &s.template),
+        )
 }
 
 /// What the gang's release writes into a Job's pod template: the flavor's node labels and

@@ -341,3 +341,114 @@ fn a_gpujob_holding_the_entry_name_keeps_the_job_held_and_says_so_once() {
         pass.actions
     );
 }
+
+/// `job` with `key: value` added to its pod template's annotations.
+fn annotated(mut job: Job, key: &str, value: &str) -> Job {
+    if let Some(spec) = job.spec.as_mut() {
+        spec.template
+            .metadata
+            .get_or_insert_with(Default::default)
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(key.to_owned(), value.to_owned());
+    }
+    job
+}
+
+#[test]
+fn a_job_edited_while_it_waits_is_read_again_and_an_invalid_edit_holds_its_entry() {
+    let mut state = cluster(16, Vec::new());
+    // 4 pods of 8 GPUs: more than the 16 GPUs of quota, so it waits.
+    state.apply(labelled_job(4, true, &json!({})));
+    for t in 10..13 {
+        let pass = plan(&mut state, at(t));
+        land_all(&mut state, &pass.actions, t);
+    }
+    assert_eq!(entry_status(&state).admission, None);
+    // Its owner halves it and adds an annotation: the entry reads it again, and the Job's
+    // template is not put back.
+    state.apply(annotated(
+        labelled_job(2, true, &json!({})),
+        "team.example/run",
+        "7",
+    ));
+    let pass = plan(&mut state, at(13));
+    assert!(!kinds(&pass.actions).contains(&"patch_workload"));
+    let Some(Action::UpdateEntry { spec, .. }) =
+        pass.actions.iter().find(|a| a.kind() == "update_entry")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    assert_eq!(spec.pod_sets[0].count, 2);
+    assert!(!spec.suspend);
+    land_all(&mut state, &pass.actions, 13);
+    // Read: nothing more to write, and now it fits.
+    let released = (14..20).any(|t| {
+        let pass = plan(&mut state, at(t));
+        assert!(!kinds(&pass.actions).contains(&"update_entry"), "at {t}");
+        land_all(&mut state, &pass.actions, t);
+        kinds(&pass.actions).contains(&"release")
+    });
+    assert!(released);
+}
+
+#[test]
+fn an_invalid_edit_holds_the_entry_and_says_why_once_until_it_is_fixed() {
+    let mut state = cluster(16, Vec::new());
+    state.apply(labelled_job(4, true, &json!({})));
+    for t in 10..13 {
+        let pass = plan(&mut state, at(t));
+        land_all(&mut state, &pass.actions, t);
+    }
+    let bad = annotated(
+        labelled_job(4, true, &json!({})),
+        "muster.dev/gpu-share",
+        "3",
+    );
+    state.apply(bad.clone());
+    let pass = plan(&mut state, at(13));
+    let Some(Action::UpdateEntry { spec, .. }) =
+        pass.actions.iter().find(|a| a.kind() == "update_entry")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    assert!(spec.suspend, "held while the Job cannot be queued");
+    let Some(Action::PatchWorkload { patch, event, .. }) =
+        pass.actions.iter().find(|a| a.kind() == "patch_workload")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    let said = patch["metadata"]["annotations"]["muster.dev/invalid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(said.contains("muster.dev/gpu-share"), "{said}");
+    assert!(event.is_some());
+    land_all(&mut state, &pass.actions, 13);
+    let mut reported = bad;
+    reported
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert("muster.dev/invalid".to_owned(), said);
+    state.apply(reported);
+    for t in 14..20 {
+        let pass = plan(&mut state, at(t));
+        let found = kinds(&pass.actions);
+        assert!(
+            !found.contains(&"patch_workload") && !found.contains(&"release"),
+            "at {t}: {found:?}"
+        );
+        land_all(&mut state, &pass.actions, t);
+    }
+    // Fixed (the annotation gone, parallelism halved): read again and no longer held.
+    state.apply(labelled_job(2, true, &json!({})));
+    let pass = plan(&mut state, at(20));
+    let Some(Action::UpdateEntry { spec, .. }) =
+        pass.actions.iter().find(|a| a.kind() == "update_entry")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    assert!(!spec.suspend);
+    assert_eq!(spec.pod_sets[0].count, 2);
+}

@@ -33,6 +33,32 @@ impl Executor {
         }
     }
 
+    /// Writes a waiting entry's spec anew (a merge patch whose pod sets replace the old ones
+    /// whole); an entry already gone is left so.
+    pub(super) async fn update_entry(
+        &self,
+        entry: &ObjectRef,
+        spec: &muster_api::gpujob::GpuJobSpec,
+    ) -> Result<Vec<Written>, ExecuteError> {
+        let api: Api<GpuJob> = Api::namespaced(self.client.clone(), entry.namespace());
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        let body = serde_json::json!({ "spec": spec });
+        let patch = Patch::Merge(&body);
+        match self
+            .call("updating queue entry", entry, || {
+                api.patch(entry.name(), &params, &patch)
+            })
+            .await
+        {
+            Ok(job) => Ok(vec![Written::Job(Box::new(job))]),
+            Err(ExecuteError::Api { source, .. }) if is_code(&source, 404) => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Merge-patches the Job behind a queue entry; a Job already gone is left so.
     pub(super) async fn patch_workload(
         &self,

@@ -345,6 +345,13 @@ fn carried_out(index: &mut State, action: &Action) -> (Vec<Written>, Vec<muster_
             made.metadata.generation = Some(1);
             written.push(Written::Job(Box::new(made)));
         }
+        Action::UpdateEntry { job, spec } => {
+            if let Some(mut entry) = index.index().job(job.as_str()).cloned() {
+                entry.spec = (**spec).clone();
+                entry.metadata.generation = entry.metadata.generation.map(|g| g + 1);
+                written.push(Written::Job(Box::new(entry)));
+            }
+        }
         // The Job and its pods are the test's to change, as its controller, the API server
         // and the kubelet would.
         Action::PatchWorkload { .. } | Action::PinPods { .. } => {}

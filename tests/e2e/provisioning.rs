@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::support::{Env, bound_node, eventually, gpu_job, phase};
 
 /// Sets condition `type_` (True) on request `name`, as the autoscaler would.
-async fn autoscaler_says(env: &Env, name: &str, type_: &str, message: &str) {
+pub(crate) async fn autoscaler_says(env: &Env, name: &str, type_: &str, message: &str) {
     let requests: Api<ProvisioningRequest> = env.api("team-a");
     let status = json!({"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
         "status": {"conditions": [{"type": type_, "status": "True", "reason": "E2E",
@@ -26,7 +26,7 @@ async fn autoscaler_says(env: &Env, name: &str, type_: &str, message: &str) {
 }
 
 /// Waits for request `name` to exist.
-async fn request(env: &Env, name: &str) {
+pub(crate) async fn request(env: &Env, name: &str) {
     let requests: Api<ProvisioningRequest> = env.api("team-a");
     eventually(&format!("ProvisioningRequest {name}"), 60, || async {
         requests.get_opt(name).await.ok().flatten().map(|_| ())

@@ -2,7 +2,8 @@
 //! manager's Job controller making their pods: a labelled Indexed Job waits suspended while
 //! quota is short, with its queue entry saying why; then it is released as one block, pod `i`
 //! on the `i`-th node of its admission, and finishes when the Job completes. A Job without the
-//! label runs untouched beside it; a labelled Job that arrives running is suspended at once.
+//! label runs untouched beside it; a labelled Job that arrives running is suspended at once; a
+//! Job resized while it waits runs at its new size; a Job with no block free buys one.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -423,5 +424,62 @@ async fn a_dead_node_under_a_running_indexed_job_restarts_its_gang_on_healthy_no
     })
     .await;
     assert!(!nodes.contains(&victim), "{nodes:?} avoid {victim}");
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_labelled_job_without_a_block_buys_one_and_its_pods_consume_the_request() {
+    let Some(env) = Env::start_with(ClusterOptions {
+        controller_manager: true,
+        provisioning_crd: true,
+        ..ClusterOptions::default()
+    })
+    .await
+    else {
+        return;
+    };
+    env.h100().await;
+    env.gpu_nodes("b1", &["n1", "n2"]).await;
+    env.queue(
+        "a",
+        "team-a",
+        64,
+        json!({"provisioning": {"className": "queued-provisioning.gke.io",
+            "retry": {"limit": 5, "baseSeconds": 1, "maxSeconds": 2}}}),
+    )
+    .await;
+    let controller = env.controller();
+    // Four 8-GPU pods in one block: the cluster's only block has two nodes.
+    create(&env, &indexed_job("train", Some("a"), 4, 8, 1_000, true)).await;
+    crate::provisioning::request(&env, "job-train-1").await;
+    assert!(suspended(&job(&env, "train").await.unwrap_or_default()));
+    // The test, as the autoscaler, provisions a block of four nodes.
+    env.gpu_nodes("b3", &["n5", "n6", "n7", "n8"]).await;
+    crate::provisioning::autoscaler_says(&env, "job-train-1", "Provisioned", "capacity is ready")
+        .await;
+    let pods = eventually("the Job's four pods bound, no gate left", 90, || async {
+        let pods = job_pods(&env, "train").await;
+        (pods.len() == 4 && pods.iter().all(|p| bound_node(p).is_some() && !gated(p)))
+            .then_some(pods)
+    })
+    .await;
+    for pod in &pods {
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(
+            annotations
+                .get("autoscaling.x-k8s.io/consume-provisioning-request")
+                .map(String::as_str),
+            Some("job-train-1")
+        );
+        let node = bound_node(pod).unwrap_or_default();
+        assert!(
+            ["n5", "n6", "n7", "n8"].contains(&node.as_str()),
+            "on {node}"
+        );
+    }
+    env.until_status("team-a", "job-train", "Succeeded", 90, |s| {
+        phase(s) == "Succeeded"
+    })
+    .await;
     controller.stop().await;
 }

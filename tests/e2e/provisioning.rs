@@ -25,6 +25,21 @@ pub(crate) async fn autoscaler_says(env: &Env, name: &str, type_: &str, message:
     }
 }
 
+/// One block of two 8-GPU nodes and queue `a` of team-a (64 GPUs), which buys capacity
+/// through ProvisioningRequests, retried after 1–2 s.
+pub(crate) async fn buying_cluster(env: &Env) {
+    env.h100().await;
+    env.gpu_nodes("b1", &["n1", "n2"]).await;
+    env.queue(
+        "a",
+        "team-a",
+        64,
+        json!({"provisioning": {"className": "queued-provisioning.gke.io",
+            "retry": {"limit": 5, "baseSeconds": 1, "maxSeconds": 2}}}),
+    )
+    .await;
+}
+
 /// Waits for request `name` to exist.
 pub(crate) async fn request(env: &Env, name: &str) {
     let requests: Api<ProvisioningRequest> = env.api("team-a");
@@ -39,16 +54,7 @@ async fn a_gang_without_a_block_buys_one_retries_a_failure_and_requeues_when_rev
     let Some(env) = Env::start(true).await else {
         return;
     };
-    env.h100().await;
-    env.gpu_nodes("b1", &["n1", "n2"]).await;
-    env.queue(
-        "a",
-        "team-a",
-        64,
-        json!({"provisioning": {"className": "queued-provisioning.gke.io",
-            "retry": {"limit": 5, "baseSeconds": 1, "maxSeconds": 2}}}),
-    )
-    .await;
+    buying_cluster(&env).await;
     let controller = env.controller();
     // Four 8-GPU pods in one block: the cluster's only block has two nodes.
     env.submit(&gpu_job("team-a", "buy", 4, 8, &json!({}), json!({})))

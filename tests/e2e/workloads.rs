@@ -438,16 +438,7 @@ async fn a_labelled_job_without_a_block_buys_one_and_its_pods_consume_the_reques
     else {
         return;
     };
-    env.h100().await;
-    env.gpu_nodes("b1", &["n1", "n2"]).await;
-    env.queue(
-        "a",
-        "team-a",
-        64,
-        json!({"provisioning": {"className": "queued-provisioning.gke.io",
-            "retry": {"limit": 5, "baseSeconds": 1, "maxSeconds": 2}}}),
-    )
-    .await;
+    crate::provisioning::buying_cluster(&env).await;
     let controller = env.controller();
     // Four 8-GPU pods in one block: the cluster's only block has two nodes.
     create(&env, &indexed_job("train", Some("a"), 4, 8, 1_000, true)).await;

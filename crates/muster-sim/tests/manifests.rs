@@ -2,22 +2,10 @@
 //! controller reads them, and every manifest the simulator cannot honour refused with its
 //! document and field.
 
-use std::path::{Path, PathBuf};
-
-use muster_sim::engine;
-use muster_sim::scenario::Loaded;
 use muster_sim::trace::{self, ManifestSpec, read_manifests};
+use support::{load, manifest, run};
 
-fn manifest() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn load(path: &Path) -> Loaded {
-    match Loaded::from_file(path, None) {
-        Ok(l) => l,
-        Err(e) => unreachable!("{}: {e}", path.display()),
-    }
-}
+mod support;
 
 fn spec() -> ManifestSpec {
     ManifestSpec {
@@ -69,19 +57,13 @@ value: 1000
 fn the_example_manifests_replay_as_the_controller_reads_them() {
     let loaded = load(&manifest().join("../../simulations/manifests.yaml"));
     assert_eq!(loaded.jobs.len(), 36);
-    let run = match engine::run(&loaded, "best-fit", &mut |_, _| {}) {
-        Ok(r) => r,
-        Err(e) => unreachable!("{e}"),
-    };
-    let again = match engine::run(&loaded, "best-fit", &mut |_, _| {}) {
-        Ok(r) => r,
-        Err(e) => unreachable!("{e}"),
-    };
+    let first = run(&loaded, "best-fit");
+    let again = run(&loaded, "best-fit");
     assert_eq!(
-        run.records, again.records,
+        first.records, again.records,
         "the same input decides the same"
     );
-    for record in &run.records {
+    for record in &first.records {
         assert!(record.end.is_some(), "{} never finished", record.id);
         let domains: Vec<&str> = record.domain.split(' ').collect();
         if record.id.starts_with("jax-multislice-") {

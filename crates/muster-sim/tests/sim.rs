@@ -2,30 +2,14 @@
 //! directly, and trace adapters that say where a row is wrong.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 
 use muster_admission::Decision;
 use muster_sim::scenario::Loaded;
 use muster_sim::{engine, report, trace};
 use muster_topology::NodeInfo;
+use support::{load, manifest, run};
 
-fn manifest() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn load(path: &Path) -> Loaded {
-    match Loaded::from_file(path, None) {
-        Ok(l) => l,
-        Err(e) => unreachable!("{}: {e}", path.display()),
-    }
-}
-
-fn run(loaded: &Loaded, policy: &str) -> engine::Run {
-    match engine::run(loaded, policy, &mut |_, _| {}) {
-        Ok(r) => r,
-        Err(e) => unreachable!("{e}"),
-    }
-}
+mod support;
 
 #[test]
 fn the_demo_scenario_gives_the_same_outputs_every_time() {

@@ -96,30 +96,17 @@ pub fn read_manifests(
         return Err(error(&bad.label, bad.message));
     }
     let classes = priority_classes(&documents).map_err(|(d, m)| error(&d, m))?;
-    let mut jobs = Vec::new();
+    let mut jobs: Vec<TraceJob> = Vec::new();
+    // Each job's name with the document it came from: a name given twice is an error.
+    let mut seen: BTreeMap<String, &str> = BTreeMap::new();
     for document in &documents {
         if kind(&document.value) == Some("PriorityClass") {
             continue;
         }
         let job = read_job(&document.value, namespace).map_err(|m| error(&document.label, m))?;
-        jobs.push(
-            trace_job(&job, spec, &classes)
-                .map_err(|m| error(&document.label, format!("{}: {m}", name_of(&job))))?,
-        );
-    }
-    if jobs.is_empty() {
-        return Err(error(
-            "-",
-            "holds no GpuJob, Job or JobSet to submit".to_owned(),
-        ));
-    }
-    let mut seen = BTreeMap::new();
-    for (document, job) in documents
-        .iter()
-        .filter(|d| kind(&d.value) != Some("PriorityClass"))
-        .zip(&jobs)
-    {
-        if let Some(first) = seen.insert(job.id.clone(), document.label.clone()) {
+        let job = trace_job(&job, spec, &classes)
+            .map_err(|m| error(&document.label, format!("{}: {m}", name_of(&job))))?;
+        if let Some(first) = seen.insert(job.id.clone(), &document.label) {
             return Err(error(
                 &document.label,
                 format!(
@@ -128,6 +115,13 @@ pub fn read_manifests(
                 ),
             ));
         }
+        jobs.push(job);
+    }
+    if jobs.is_empty() {
+        return Err(error(
+            "-",
+            "holds no GpuJob, Job or JobSet to submit".to_owned(),
+        ));
     }
     let mut out = Vec::with_capacity(jobs.len() * spec.copies as usize);
     for copy in 0..spec.copies {

@@ -12,6 +12,17 @@ use serde::{Deserialize, Serialize};
 /// child Job runs alone in one domain of that label.
 pub const EXCLUSIVE_TOPOLOGY_ANNOTATION: &str = "alpha.jobset.sigs.k8s.io/exclusive-topology";
 
+/// Label the JobSet controller puts on each child Job and its pods: the replicated Job it was
+/// made from.
+pub const REPLICATED_JOB_LABEL: &str = "jobset.sigs.k8s.io/replicatedjob-name";
+
+/// Label the JobSet controller puts on each child Job and its pods: which replica of its
+/// replicated Job it is (`0..replicas`).
+pub const JOB_INDEX_LABEL: &str = "jobset.sigs.k8s.io/job-index";
+
+/// Label the JobSet controller puts on each child Job and its pods: the JobSet's name.
+pub const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
+
 /// A group of Jobs that run as one workload, such as the slices of a multi-slice TPU run.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
@@ -64,4 +75,18 @@ pub struct JobSetStatus {
     /// `Completed` or `Failed` once the JobSet has ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminal_state: Option<String>,
+    /// How the child Jobs of each replicated Job are doing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicated_jobs_status: Vec<ReplicatedJobStatus>,
+}
+
+/// How the child Jobs of one replicated Job are doing.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicatedJobStatus {
+    /// The replicated Job.
+    pub name: String,
+    /// Child Jobs with at least one pod active (running or pending).
+    #[serde(default)]
+    pub active: i32,
 }

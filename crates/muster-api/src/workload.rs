@@ -38,6 +38,12 @@ pub fn entry_name(job: &str) -> String {
     format!("job-{job}")
 }
 
+/// The name of the GpuJob the controller makes as the queue entry of the JobSet named
+/// `jobset`.
+pub fn jobset_entry_name(jobset: &str) -> String {
+    format!("jobset-{jobset}")
+}
+
 /// Reads `value` as a workload Muster queues besides its own kinds — a `batch/v1` Job or a
 /// `jobset.x-k8s.io/v1alpha2` JobSet — as the GpuJob admission sees; `None` for any other
 /// kind. Fields Muster does not read are ignored, as they belong to other APIs.

@@ -32,9 +32,9 @@ pub enum Action {
         pods: Vec<ObjectRef>,
         /// The event to record.
         event: Note,
-        /// For the queue entry of a Job: the Job, suspended after the status write (its
-        /// controller deletes the pods; `pods` is then empty).
-        workload: Option<ObjectRef>,
+        /// For the queue entry of a Job or JobSet: the workload, suspended after the status
+        /// write (its controller deletes the pods; `pods` is then empty).
+        workload: Option<crate::workload::WorkloadRef>,
     },
     /// Delete pods that belong to no live admission (a rolled-back release, an old attempt).
     DeletePods {
@@ -103,15 +103,16 @@ pub enum Action {
         /// The spec the Job now reads as.
         spec: Box<muster_api::gpujob::GpuJobSpec>,
     },
-    /// Patch the Job behind a queue entry that holds no admission: keep it suspended, put
-    /// its template back as the entry recorded it, or say why it cannot be queued.
+    /// Patch the Job or JobSet behind a queue entry that holds no admission: keep it
+    /// suspended, put its templates back as the entry recorded them, or say why it cannot be
+    /// queued.
     PatchWorkload {
         /// The entry.
         job: ObjectRef,
-        /// The Job.
-        workload: ObjectRef,
-        /// The merge patch.
-        patch: Box<serde_json::Value>,
+        /// The workload.
+        workload: crate::workload::WorkloadRef,
+        /// The patch.
+        patch: Box<crate::workload::WorkloadPatch>,
         /// A warning Event for the Job, when the patch reports a problem.
         event: Option<Note>,
     },

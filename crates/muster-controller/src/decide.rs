@@ -383,6 +383,22 @@ fn start_provisioning(
     else {
         return;
     };
+    let jobset = crate::workload::workload_of(job)
+        .and_then(|w| state.index.workload(&w))
+        .and_then(|run| match run {
+            crate::workload::Run::JobSet(jobset) => Some(jobset),
+            crate::workload::Run::Job(_) => None,
+        });
+    if jobset.is_some_and(|js| !crate::workload::jobset::one_set_per_template(job, js)) {
+        // The consume annotation goes into a replicated Job's template, which its replicas
+        // share: replicas placed as pod sets of their own cannot each consume their own.
+        state.ledger.fail_release(
+            &key,
+            now.0.as_second(),
+            "a JobSet whose replicas are placed one by one (an exclusive topology) cannot buy capacity: each replicated Job's template can consume one ProvisioningRequest; use a ClusterQueue without provisioning, or one replica per replicated Job".to_owned(),
+        );
+        return;
+    }
     let specs: BTreeMap<String, muster_api::ResourceFlavorSpec> = state
         .index
         .flavors

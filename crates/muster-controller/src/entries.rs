@@ -1,19 +1,15 @@
-//! The pass step that keeps every labelled Job's queue entry (see [`crate::workload`]): the
-//! entry made when the Job arrives, and the Job held suspended while the entry holds no
-//! admission — what a release wrote into its template put back, what its owner edits read
-//! into the entry again. The entry's own step (in [`crate::job`]) releases, evicts and
-//! finishes it.
+//! The pass step that keeps every labelled Job's and JobSet's queue entry (see
+//! [`crate::workload`]): the entry made when the workload arrives, and the workload held
+//! suspended while the entry holds no admission — what a release wrote into its templates put
+//! back, what its owner edits read into the entry again. The entry's own step (in
+//! [`crate::job`]) releases, evicts and finishes it.
 
-use k8s_openapi::api::batch::v1::Job;
-use muster_api::{GpuJob, ObjectRef};
+use muster_api::GpuJob;
 
 use crate::action::{Action, Note};
 use crate::index::Index;
 use crate::ledger::Ledger;
-use crate::workload::{
-    carries_release, edited_since, entry_for, entry_name, is_entry_of, is_suspended, may_have_pods,
-    template_is, template_patch, workload_of,
-};
+use crate::workload::{Run, WorkloadPatch, WorkloadRef, workload_of};
 
 /// Annotation on a labelled Job that cannot be queued as it stands: every problem, each with
 /// the Job's field and the fix. Removed once the Job can be queued.
@@ -23,37 +19,37 @@ pub const INVALID_ANNOTATION: &str = "muster.dev/invalid";
 /// flight: each names the entry it is for.
 pub(crate) fn keep(index: &Index, ledger: &Ledger) -> Vec<Action> {
     let mut actions = Vec::new();
-    for (key, run) in &index.workloads {
-        let entry_key = ObjectRef::new(key.namespace(), &entry_name(key.name()));
+    for (key, run) in index.runs() {
+        let entry_key = key.entry();
         if ledger.has_any_write(&entry_key) {
             continue;
         }
         let patch = |patch: serde_json::Value, event: Option<Note>| Action::PatchWorkload {
             job: entry_key.clone(),
             workload: key.clone(),
-            patch: Box::new(patch),
+            patch: Box::new(WorkloadPatch::Merge(patch)),
             event,
         };
         let reported = run
-            .metadata
+            .meta()
             .annotations
             .as_ref()
             .and_then(|a| a.get(INVALID_ANNOTATION));
         let Some(entry) = index.jobs.get(&entry_key) else {
-            match entry_for(run) {
+            match run.entry() {
                 Ok(entry) => {
                     actions.push(Action::CreateEntry {
                         job: entry_key.clone(),
                         entry: Box::new(entry),
                     });
-                    if !is_suspended(run) {
+                    if !run.is_suspended() {
                         actions.push(patch(serde_json::json!({"spec": {"suspend": true}}), None));
                     }
                 }
                 Err(errors) => {
                     let message = joined(&errors);
                     // Held until it is fixed; said once per problem.
-                    if reported != Some(&message) || !is_suspended(run) {
+                    if reported != Some(&message) || !run.is_suspended() {
                         actions.push(patch(
                             serde_json::json!({
                                 "metadata": {"annotations": {INVALID_ANNOTATION: message}},
@@ -66,17 +62,19 @@ pub(crate) fn keep(index: &Index, ledger: &Ledger) -> Vec<Action> {
             }
             continue;
         };
-        if !is_entry_of(entry, run) {
-            // The entry of a Job of the same name deleted before this one is on its way out
-            // (the garbage collector deletes it): the Job is held meanwhile. A GpuJob of this
-            // name that is no Job's entry stays: the Job is held, and told why.
-            let taken = (workload_of(entry).as_ref() != Some(key)).then(|| {
+        if !run.is_entry(entry) {
+            // The entry of a workload of the same name deleted before this one is on its way
+            // out (the garbage collector deletes it): the workload is held meanwhile. A GpuJob
+            // of this name that is no workload's entry stays: the workload is held, and told
+            // why.
+            let kind = key.kind;
+            let taken = (workload_of(entry).as_ref() != Some(&key)).then(|| {
                 format!(
-                    "metadata.name: GpuJob {entry_key} is not this Job's queue entry, but has the name the entry takes; rename the Job or that GpuJob"
+                    "metadata.name: GpuJob {entry_key} is not this {kind}'s queue entry, but has the name the entry takes; rename the {kind} or that GpuJob"
                 )
             });
             match taken {
-                Some(message) if reported != Some(&message) || !is_suspended(run) => {
+                Some(message) if reported != Some(&message) || !run.is_suspended() => {
                     actions.push(patch(
                         serde_json::json!({
                             "metadata": {"annotations": {INVALID_ANNOTATION: message}},
@@ -85,36 +83,44 @@ pub(crate) fn keep(index: &Index, ledger: &Ledger) -> Vec<Action> {
                         Some(Note::warning("InvalidWorkload", message)),
                     ));
                 }
-                None if !is_suspended(run) => {
+                None if !run.is_suspended() => {
                     actions.push(patch(serde_json::json!({"spec": {"suspend": true}}), None));
                 }
                 _ => {}
             }
             continue;
         }
-        if reported.is_some() && entry_for(run).is_ok() {
+        if reported.is_some() && run.entry().is_ok() {
             actions.push(patch(
                 serde_json::json!({"metadata": {"annotations": {INVALID_ANNOTATION: null}}}),
                 None,
             ));
             continue;
         }
-        actions.extend(waiting(entry, run, &entry_key, key, reported));
+        let pods = index.pods_of(&entry_key).any(|(_, p)| {
+            matches!(
+                p.phase,
+                crate::index::PodPhase::Pending | crate::index::PodPhase::Running
+            )
+        });
+        actions.extend(waiting(entry, run, pods, &key, reported));
     }
     actions
 }
 
-/// The writes that hold the Job of `entry` while the entry holds no admission: suspended, what
-/// a release wrote put back once its controller has taken in the suspension, and its owner's
-/// edits read again (see [`keep`]).
+/// The writes that hold the workload of `entry` while the entry holds no admission:
+/// suspended, what a release wrote put back once its controller has taken in the suspension,
+/// and its owner's edits read again (see [`keep`]). `pods`: some pod of the entry's gang is
+/// not yet ended.
 fn waiting(
     entry: &GpuJob,
-    run: &Job,
-    entry_key: &ObjectRef,
-    key: &ObjectRef,
+    run: Run<'_>,
+    pods: bool,
+    key: &WorkloadRef,
     reported: Option<&String>,
 ) -> Vec<Action> {
-    let patch = |patch: serde_json::Value, event: Option<Note>| Action::PatchWorkload {
+    let entry_key = key.entry();
+    let patch = |patch: WorkloadPatch, event: Option<Note>| Action::PatchWorkload {
         job: entry_key.clone(),
         workload: key.clone(),
         patch: Box::new(patch),
@@ -125,26 +131,29 @@ fn waiting(
         .status
         .as_ref()
         .is_some_and(|s| s.admission.is_some() || s.provisioning_request.is_some());
-    let ended = crate::workload::finished(run).is_some();
+    let ended = run.finished().is_some();
     if holds || ended {
         return Vec::new();
     }
-    if !is_suspended(run) {
+    // A Job's own start time says whether its controller has taken in the suspension; a
+    // JobSet's child Jobs are its controller's, so its gang's pods are asked as well.
+    let settling = run.may_have_pods() || (matches!(run, Run::JobSet(_)) && pods);
+    if !run.is_suspended() {
         // Arrived running, or released by a write the entry's status never showed: held
         // at once. Its template can be put back only once its pods are gone.
-        out.push(patch(serde_json::json!({"spec": {"suspend": true}}), None));
-    } else if may_have_pods(run) {
+        out.push(patch(WorkloadPatch::suspend(), None));
+    } else if settling {
         // Neither put back nor read again until its controller has taken in the suspension.
-    } else if carries_release(run) {
+    } else if run.carries_release() {
         // What a release wrote is Muster's to take back.
-        if !template_is(entry, run, None) {
-            out.push(patch(template_patch(entry, run, None, true), None));
+        if !run.templates_as_recorded(entry) {
+            out.push(patch(run.put_back(entry), None));
         }
-    } else if edited_since(entry, run) || entry.spec.suspend {
+    } else if run.edited_since(entry) || entry.spec.suspend {
         // Its owner changed it while it waited: the entry reads it again. An edit that
-        // cannot be queued holds the entry (`suspend`) and tells the Job why, until the
-        // Job is fixed.
-        match entry_for(run) {
+        // cannot be queued holds the entry (`suspend`) and tells the workload why, until it
+        // is fixed.
+        match run.entry() {
             Ok(fresh) => out.push(Action::UpdateEntry {
                 job: entry_key.clone(),
                 spec: Box::new(fresh.spec),
@@ -161,9 +170,9 @@ fn waiting(
                 let message = joined(&errors);
                 if reported != Some(&message) {
                     out.push(patch(
-                        serde_json::json!({
+                        WorkloadPatch::Merge(serde_json::json!({
                             "metadata": {"annotations": {INVALID_ANNOTATION: message}},
-                        }),
+                        })),
                         Some(Note::warning("InvalidWorkload", message)),
                     ));
                 }

@@ -5,9 +5,10 @@
 //! whole gang at once; the job's status is written last. An eviction writes the status first
 //! (the admission gone, `requeueCount` moved on) and then deletes the pods, so a controller
 //! that dies in between finds only stale pods and deletes them. For the queue entry of a batch
-//! Job the release patches the Job (`workload`) — its template, then `suspend: false` — and,
-//! once its controller has made every pod, pins each and lifts its gate; the eviction
-//! suspends the Job after the status write, and its controller deletes the pods.
+//! Job or JobSet the release patches the workload (`workload`) — its templates and `suspend:
+//! false` in one write — and, once its controllers have made every pod, pins each and lifts
+//! its gate; the eviction suspends the workload after the status write, and its controller
+//! deletes the pods.
 //!
 //! Every step is idempotent: names are deterministic, an object that already exists (from an
 //! earlier, interrupted attempt) counts as created, and one already gone counts as deleted —
@@ -50,6 +51,10 @@ pub enum ExecuteError {
     /// A key is not `namespace/name`, or an object has no name.
     #[error("{0} has no namespace or name")]
     Unnamed(String),
+    /// A write Muster built cannot be sent as it stands (a JSON patch that does not read as
+    /// one): a defect, reported rather than sent.
+    #[error("{0}")]
+    Malformed(String),
     /// This controller no longer holds the lease.
     #[error("not the leader: stopped before {0}")]
     NotLeader(&'static str),
@@ -282,11 +287,8 @@ impl Executor {
                 self.record(&job, Some(event)).await;
                 written.push(Written::Job(Box::new(job)));
                 if let Some(workload) = workload {
-                    let suspend = serde_json::json!({"spec": {"suspend": true}});
-                    written.extend(
-                        self.patch_workload(workload, &suspend, "suspending Job")
-                            .await?,
-                    );
+                    let suspend = crate::workload::WorkloadPatch::suspend();
+                    written.extend(self.patch_workload(workload, &suspend, "suspending").await?);
                 }
                 written.extend(self.delete_pods(pods).await?);
             }
@@ -301,7 +303,7 @@ impl Executor {
                 event,
                 ..
             } => {
-                written.extend(self.patch_workload(workload, patch, "patching Job").await?);
+                written.extend(self.patch_workload(workload, patch, "patching").await?);
                 if let Some(note) = event {
                     self.record_on_workload(workload, note).await;
                 }

@@ -292,8 +292,8 @@ pub(crate) fn provisioned_job(mut job: Job, node_selector: &BTreeMap<String, Str
 }
 
 /// Makes a released gang consume the job's requests: annotations per pod set and the detail
-/// node selectors — on its pods, or for a queue entry in its Job's template (a Job is one pod
-/// set).
+/// node selectors — on its pods, or for a queue entry in its workload's templates (a Job is
+/// one pod set; a JobSet's replicated Job is the pod set named like it).
 pub(crate) fn consume(
     gang: &mut Gang,
     job: &GpuJob,
@@ -303,11 +303,17 @@ pub(crate) fn consume(
 ) {
     let name = job.metadata.name.clone().unwrap_or_default();
     let sets = job.spec.pod_sets.len();
-    if let (Some(workload), [set]) = (gang.workload.as_mut(), job.spec.pod_sets.as_slice()) {
-        let request = request_name(&policy.class_name, &name, attempt, &set.name, sets);
-        crate::workload::add_to_template(
-            &mut workload.patch,
-            &consume_annotations(&request, &policy.class_name),
+    if let Some(workload) = gang.workload.as_mut() {
+        let only = match job.spec.pod_sets.as_slice() {
+            [set] => Some(set.name.as_str()),
+            _ => None,
+        };
+        workload.patch.add_to_templates(
+            |set: Option<&str>| {
+                let set = set.or(only).unwrap_or_default();
+                let request = request_name(&policy.class_name, &name, attempt, set, sets);
+                consume_annotations(&request, &policy.class_name)
+            },
             node_selector,
         );
     }

@@ -56,20 +56,21 @@ pub struct Gang {
     pub service: Service,
     /// Every pod, pod sets in order, indices in order.
     pub pods: Vec<Pod>,
-    /// For the queue entry of a Job (see [`crate::workload`]): what releases the Job's own
-    /// pods instead; the Service and pods above are then empty and not made.
+    /// For the queue entry of a Job or JobSet (see [`crate::workload`]): what releases the
+    /// workload's own pods instead; the Service and pods above are then empty and not made.
     pub workload: Option<Box<WorkloadRelease>>,
 }
 
-/// The release of the Job behind a queue entry: its template patched and the Job unsuspended.
-/// The gang's pods, once its controller has made them all, are let go by the entry's step
-/// (`Action::PinPods`).
+/// The release of the Job or JobSet behind a queue entry: its templates patched and the
+/// workload unsuspended in one write. The gang's pods, once its controllers have made them
+/// all, are let go by the entry's step (`Action::PinPods`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkloadRelease {
-    /// The Job.
-    pub job: muster_api::ObjectRef,
-    /// The merge patch of the Job (see [`crate::workload::template_patch`]).
-    pub patch: serde_json::Value,
+    /// The workload.
+    pub workload: crate::workload::WorkloadRef,
+    /// The patch (see [`crate::workload::template_patch`] and
+    /// [`crate::workload::jobset::release_patch`]).
+    pub patch: crate::workload::WorkloadPatch,
 }
 
 /// The host name of pod `index` of `pod_set` in `job` (validation keeps it within 63

@@ -19,6 +19,7 @@ use kube::api::{Api, ListParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher::{self, Event};
+use muster_api::jobset::JobSet;
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, watch};
@@ -161,9 +162,47 @@ async fn start_watches(client: &Client, options: &Options, shared: &Arc<Shared>)
     // Only Jobs labelled with a queue are Muster's; no other Job is ever read.
     let labelled = watcher::Config::default().labels(muster_api::wire::QUEUE_NAME_LABEL);
     tokio::spawn(watch_selected(scoped::<Job>(client, ns), labelled, s()));
-    // The first probe is awaited, so that a served API is expected before the first pass.
+    // The first probes are awaited, so that a served API is expected before the first pass.
     let requests: Api<ProvisioningRequest> = scoped(client, ns);
-    let mut answer = served(&requests).await;
+    let start_requests = {
+        let client = client.clone();
+        let ns = ns.map(str::to_owned);
+        move |requests, shared| watch_provisioning(&client, ns.as_deref(), requests, shared)
+    };
+    when_served(
+        requests,
+        "ProvisioningRequests",
+        "is the autoscaling.x-k8s.io CRD installed?); no capacity is bought until they are",
+        start_requests,
+        s(),
+    )
+    .await;
+    let jobsets: Api<JobSet> = scoped(client, ns);
+    when_served(
+        jobsets,
+        "JobSets",
+        "is the jobset.x-k8s.io CRD installed?); no JobSet is queued until they are",
+        watch_jobsets,
+        s(),
+    )
+    .await;
+}
+
+/// Starts `start` (the watches of an optional API) once `api` answers: at once when the
+/// first probes find it served, else from a background probe (see [`watch_when_served`]).
+/// `what` names the objects and `hint` says, after "not served (", what to check and what
+/// waits meanwhile.
+async fn when_served<K, F>(
+    api: Api<K>,
+    what: &'static str,
+    hint: &'static str,
+    start: F,
+    shared: Arc<Shared>,
+) where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    F: FnOnce(Api<K>, Arc<Shared>) + Send + 'static,
+{
+    let mut answer = served(&api).await;
     // An API server that fails the probe (busy, restarting, a load balancer timing out) has
     // not said the API is missing: ask again before deciding.
     for _ in 0..PROBE_RETRIES {
@@ -171,33 +210,29 @@ async fn start_watches(client: &Client, options: &Options, shared: &Arc<Shared>)
             break;
         }
         tokio::time::sleep(PROBE_RETRY).await;
-        answer = served(&requests).await;
+        answer = served(&api).await;
     }
     match answer {
-        Served::Yes => watch_provisioning(client, ns, requests, s()),
+        Served::Yes => start(api, shared),
         Served::No => {
-            tracing::warn!(
-                "ProvisioningRequests are not served (is the autoscaling.x-k8s.io CRD installed?); no capacity is bought until they are"
-            );
-            tokio::spawn(watch_when_served(
-                client.clone(),
-                ns.map(str::to_owned),
-                requests,
-                s(),
-            ));
+            tracing::warn!("{what} are not served ({hint}");
+            tokio::spawn(watch_when_served(api, what, start, shared));
         }
         Served::Unknown => {
             tracing::warn!(
-                "the ProvisioningRequest API did not answer; it is probed again, and no capacity is bought until it answers"
+                "the {what} API did not answer; it is probed again, and waits on it until it answers"
             );
-            tokio::spawn(watch_when_served(
-                client.clone(),
-                ns.map(str::to_owned),
-                requests,
-                s(),
-            ));
+            tokio::spawn(watch_when_served(api, what, start, shared));
         }
     }
+}
+
+/// Starts the watch of JobSets labelled with a queue, and makes the index wait for it before
+/// the next pass.
+fn watch_jobsets(jobsets: Api<JobSet>, shared: Arc<Shared>) {
+    shared.state().expect_kind(Kind::JobSet);
+    let labelled = watcher::Config::default().labels(muster_api::wire::QUEUE_NAME_LABEL);
+    tokio::spawn(watch_selected(jobsets, labelled, shared));
 }
 
 /// Starts the watches of ProvisioningRequests and of the PodTemplates they name (Muster's,
@@ -219,7 +254,7 @@ fn watch_provisioning(
     tokio::spawn(watch_kind(requests, shared));
 }
 
-/// What a probe of the ProvisioningRequest API found.
+/// What a probe of an optional API found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Served {
     /// It answered a list.
@@ -230,19 +265,22 @@ enum Served {
     Unknown,
 }
 
-/// Whether the ProvisioningRequest API answers.
-async fn served(requests: &Api<ProvisioningRequest>) -> Served {
-    match requests.list(&ListParams::default().limit(1)).await {
+/// Whether an optional API answers.
+async fn served<K>(api: &Api<K>) -> Served
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.list(&ListParams::default().limit(1)).await {
         Ok(_) => Served::Yes,
         Err(kube::Error::Api(status)) if status.code == 404 => Served::No,
         Err(e) => {
-            tracing::debug!(error = %e, "probing the ProvisioningRequest API");
+            tracing::debug!(error = %e, "probing an optional API");
             Served::Unknown
         }
     }
 }
 
-/// How often the ProvisioningRequest API is probed again while it is not served.
+/// How often an optional API is probed again while it is not served.
 const PROBE_EVERY: Duration = Duration::from_secs(60);
 
 /// How often it is probed while probes fail without an answer.
@@ -251,22 +289,20 @@ const PROBE_RETRY: Duration = Duration::from_secs(2);
 /// Probes at start-up before a failing API is left to the background probe.
 const PROBE_RETRIES: u32 = 5;
 
-/// Watches ProvisioningRequests once their API answers, probing every [`PROBE_EVERY`] while it
-/// is not served (the autoscaler's CRD may be installed after Muster) and every
-/// [`PROBE_RETRY`] while probes fail. Until then no capacity is bought.
-async fn watch_when_served(
-    client: Client,
-    namespace: Option<String>,
-    requests: Api<ProvisioningRequest>,
-    shared: Arc<Shared>,
-) {
+/// Starts `start` once `api` answers, probing every [`PROBE_EVERY`] while it is not served
+/// (a CRD may be installed after Muster) and every [`PROBE_RETRY`] while probes fail.
+async fn watch_when_served<K, F>(api: Api<K>, what: &'static str, start: F, shared: Arc<Shared>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    F: FnOnce(Api<K>, Arc<Shared>),
+{
     let mut wait = PROBE_RETRY;
     loop {
         tokio::time::sleep(wait).await;
-        match served(&requests).await {
+        match served(&api).await {
             Served::Yes => {
-                tracing::info!("ProvisioningRequests are served now: watching them");
-                watch_provisioning(&client, namespace.as_deref(), requests, shared);
+                tracing::info!("{what} are served now: watching them");
+                start(api, shared);
                 return;
             }
             Served::No => wait = PROBE_EVERY,

@@ -1,9 +1,12 @@
 //! Jobs teams already run, queued through a GpuJob Muster makes for each: its *queue entry*.
 //!
-//! A `batch/v1` Job labelled `muster.dev/queue-name` is Muster's (nothing without the label is
-//! ever touched). Muster makes a GpuJob named `job-<name>` beside it, owned by the Job (the
-//! garbage collector deletes it with the Job), whose spec is the Job read as admission sees it
-//! ([`muster_api::workload`]). The entry queues, waits, is admitted, preempted, restarted and
+//! A `batch/v1` Job or a JobSet labelled `muster.dev/queue-name` is Muster's (nothing without
+//! the label is ever touched). Muster makes a GpuJob named `job-<name>` (`jobset-<name>` for
+//! a JobSet) beside it, owned by the workload (the garbage collector deletes it with the
+//! workload), whose spec is the workload read as admission sees it
+//! ([`muster_api::workload`]). What follows says "Job"; a JobSet is held, released and
+//! evicted the same way through its replicated Jobs' templates (see [`jobset`]), and its
+//! child Jobs are its own (a Job a JobSet controls is never queued by itself). The entry queues, waits, is admitted, preempted, restarted and
 //! finishes like any GpuJob — position, reason, ETA, Events, metrics and the `kubectl get
 //! gpujobs` columns are the same — but its pods are the Job's, made by the Job controller:
 //!
@@ -27,8 +30,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PodSchedulingGate, PodSpec, PodTemplateSpec, Toleration};
+use muster_api::gpujob::PodSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::Resource;
 use muster_admission::PodSetPlacement;
 use muster_api::resource_flavor::HOSTNAME_LABEL;
 use muster_api::validation::FieldError;
@@ -39,39 +42,48 @@ use muster_api::wire::{
 use muster_api::{GpuJob, ObjectRef, ResourceFlavorSpec};
 use serde_json::{Map, Value, json};
 
+pub mod jobset;
+mod kind;
+
+pub use kind::{Run, WorkloadKind, WorkloadPatch, WorkloadRef};
+pub use muster_api::workload::entry_name;
+
 /// The kind of workload a Job's queue entry stands for (the value of
 /// [`WORKLOAD_KIND_LABEL`]).
 pub const JOB_KIND: &str = "Job";
-
-pub use muster_api::workload::entry_name;
 
 /// The queue entry of `job` (see the module docs): the Job read as admission sees it, named
 /// [`entry_name`], labelled with the workload's kind and owned by the Job. Every problem,
 /// each on the Job's own field, when the Job cannot be queued as it stands.
 pub fn entry_for(job: &Job) -> Result<GpuJob, Vec<FieldError>> {
-    let mut entry = muster_api::workload::job_as_gpujob(job)?;
+    Run::Job(job).entry()
+}
+
+/// `read` (a workload read as a GpuJob) made the queue entry of the workload whose metadata
+/// is `meta` and whose owner reference is `owner`: named after it, labelled with its kind.
+fn made_entry(
+    read: Result<GpuJob, Vec<FieldError>>,
+    meta: &ObjectMeta,
+    owner: Option<OwnerReference>,
+    kind: WorkloadKind,
+) -> Result<GpuJob, Vec<FieldError>> {
+    let mut entry = read?;
     let missing = |what: &str| {
         vec![FieldError {
             path: format!("metadata.{what}"),
             message: format!(
-                "the Job has no {what}: only Jobs read from the API server are queued"
+                "the {kind} has no {what}: only {kind}s read from the API server are queued"
             ),
         }]
     };
-    let name = job
-        .metadata
-        .name
-        .as_deref()
-        .ok_or_else(|| missing("name"))?;
-    let owner = job
-        .controller_owner_ref(&())
-        .ok_or_else(|| missing("uid"))?;
+    let name = meta.name.as_deref().ok_or_else(|| missing("name"))?;
+    let owner = owner.ok_or_else(|| missing("uid"))?;
     entry.metadata = ObjectMeta {
-        name: Some(entry_name(name)),
-        namespace: job.metadata.namespace.clone(),
+        name: Some(kind.entry_name(name)),
+        namespace: meta.namespace.clone(),
         labels: Some(BTreeMap::from([(
             WORKLOAD_KIND_LABEL.to_owned(),
-            JOB_KIND.to_owned(),
+            kind.label().to_owned(),
         )])),
         owner_references: Some(vec![OwnerReference {
             block_owner_deletion: Some(true),
@@ -82,37 +94,39 @@ pub fn entry_for(job: &Job) -> Result<GpuJob, Vec<FieldError>> {
     Ok(entry)
 }
 
-/// The Job `entry` is the queue entry of: its controller owner reference, when that is a
-/// `batch/v1` Job and the entry carries the workload label. `None` for every other GpuJob.
-pub fn workload_of(entry: &GpuJob) -> Option<ObjectRef> {
+/// The workload `entry` is the queue entry of: its controller owner reference, when that is
+/// a Job or JobSet of the kind the entry's workload label names. `None` for every other
+/// GpuJob.
+pub fn workload_of(entry: &GpuJob) -> Option<WorkloadRef> {
     let meta = &entry.metadata;
-    let labelled = meta
+    let kind = meta
         .labels
         .as_ref()
         .and_then(|l| l.get(WORKLOAD_KIND_LABEL))
-        .is_some_and(|kind| kind == JOB_KIND);
-    if !labelled {
-        return None;
-    }
-    let owner =
-        meta.owner_references.iter().flatten().find(|o| {
-            o.controller == Some(true) && o.kind == "Job" && o.api_version == "batch/v1"
-        })?;
-    Some(ObjectRef::new(
-        meta.namespace.as_deref().unwrap_or_default(),
-        &owner.name,
-    ))
+        .and_then(|label| WorkloadKind::from_label(label))?;
+    let owner = meta.owner_references.iter().flatten().find(|o| {
+        o.controller == Some(true) && o.kind == kind.label() && o.api_version == kind.api_version()
+    })?;
+    Some(WorkloadRef {
+        kind,
+        key: ObjectRef::new(meta.namespace.as_deref().unwrap_or_default(), &owner.name),
+    })
 }
 
 /// Whether `job` still is the Job `entry` was made for (the same UID): a Job deleted and
 /// made again under its name gets a new entry, never the old one's admission.
 pub fn is_entry_of(entry: &GpuJob, job: &Job) -> bool {
+    owned_by(entry, job.metadata.uid.as_deref())
+}
+
+/// Whether `entry`'s controller owner has the UID `uid`.
+fn owned_by(entry: &GpuJob, uid: Option<&str>) -> bool {
     entry
         .metadata
         .owner_references
         .iter()
         .flatten()
-        .any(|o| o.controller == Some(true) && Some(&o.uid) == job.metadata.uid.as_ref())
+        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
 }
 
 /// How a Job's run ended, from its conditions: `Some(true)` once it met its success criteria
@@ -214,7 +228,8 @@ pub fn template_patch(
     suspend: bool,
 ) -> Value {
     let (recorded, current) = templates(entry, job);
-    let wanted = wanted_template(&recorded, placement);
+    let additions = placement.map(Placement::additions);
+    let wanted = wanted_template(&recorded, additions.as_ref());
     let (current_meta, wanted_meta) = (
         current.metadata.unwrap_or_default(),
         wanted.metadata.unwrap_or_default(),
@@ -255,8 +270,9 @@ pub fn template_is(entry: &GpuJob, job: &Job, placement: Option<&Placement<'_>>)
     // Read every pass for every waiting Job: compared in place, copied only with additions.
     match placement {
         None => same_scheduling(current, recorded),
-        Some(_) => {
-            let wanted = wanted_template(&recorded.cloned().unwrap_or_default(), placement);
+        Some(placement) => {
+            let additions = placement.additions();
+            let wanted = wanted_template(&recorded.cloned().unwrap_or_default(), Some(&additions));
             same_scheduling(current, Some(&wanted))
         }
     }
@@ -264,7 +280,7 @@ pub fn template_is(entry: &GpuJob, job: &Job, placement: Option<&Placement<'_>>)
 
 /// Whether two templates agree in what a release writes: labels, annotations, node
 /// selector, tolerations and scheduling gates (absent and empty alike).
-fn same_scheduling(a: Option<&PodTemplateSpec>, b: Option<&PodTemplateSpec>) -> bool {
+pub(crate) fn same_scheduling(a: Option<&PodTemplateSpec>, b: Option<&PodTemplateSpec>) -> bool {
     fn map(m: Option<&BTreeMap<String, String>>) -> Option<&BTreeMap<String, String>> {
         m.filter(|m| !m.is_empty())
     }
@@ -306,38 +322,68 @@ fn templates(entry: &GpuJob, job: &Job) -> (PodTemplateSpec, PodTemplateSpec) {
     (recorded, current)
 }
 
-/// The template `recorded` with `placement`'s additions.
-fn wanted_template(
+/// What a release adds to a workload's pod template: the gang's labels, the admission's
+/// annotations, the flavor's node labels and tolerations (and Muster's gate, always).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Additions {
+    /// Labels: the gang's job label, pod set and attempt.
+    pub labels: BTreeMap<String, String>,
+    /// Annotations: the ClusterQueue, flavor and domain of the admission.
+    pub annotations: BTreeMap<String, String>,
+    /// Node labels every pod's node has (the flavor's).
+    pub node_labels: BTreeMap<String, String>,
+    /// Tolerations the pods need on their nodes (the flavor's).
+    pub tolerations: Vec<Toleration>,
+}
+
+impl Placement<'_> {
+    /// What this placement adds to the Job's template.
+    pub fn additions(&self) -> Additions {
+        Additions {
+            labels: BTreeMap::from([
+                (JOB_LABEL.to_owned(), self.entry.to_owned()),
+                (POD_SET_LABEL.to_owned(), self.pod_set.name.clone()),
+                (ATTEMPT_LABEL.to_owned(), self.attempt.to_string()),
+            ]),
+            annotations: BTreeMap::from([
+                (
+                    CLUSTER_QUEUE_ANNOTATION.to_owned(),
+                    self.cluster_queue.to_owned(),
+                ),
+                (FLAVOR_ANNOTATION.to_owned(), self.pod_set.flavor.clone()),
+                (
+                    DOMAIN_ANNOTATION.to_owned(),
+                    crate::release::format_domain(&self.pod_set.domain),
+                ),
+            ]),
+            node_labels: self.flavor.node_labels.clone(),
+            tolerations: self.flavor.tolerations.clone(),
+        }
+    }
+}
+
+/// The template `recorded` with `additions`, when given.
+pub(crate) fn wanted_template(
     recorded: &PodTemplateSpec,
-    placement: Option<&Placement<'_>>,
+    additions: Option<&Additions>,
 ) -> PodTemplateSpec {
     let mut template = recorded.clone();
-    let Some(placement) = placement else {
+    let Some(additions) = additions else {
         return template;
     };
     let meta = template.metadata.get_or_insert_with(ObjectMeta::default);
-    let labels = meta.labels.get_or_insert_with(BTreeMap::new);
-    labels.insert(JOB_LABEL.to_owned(), placement.entry.to_owned());
-    labels.insert(POD_SET_LABEL.to_owned(), placement.pod_set.name.clone());
-    labels.insert(ATTEMPT_LABEL.to_owned(), placement.attempt.to_string());
-    let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
-    annotations.insert(
-        CLUSTER_QUEUE_ANNOTATION.to_owned(),
-        placement.cluster_queue.to_owned(),
-    );
-    annotations.insert(
-        FLAVOR_ANNOTATION.to_owned(),
-        placement.pod_set.flavor.clone(),
-    );
-    annotations.insert(
-        DOMAIN_ANNOTATION.to_owned(),
-        crate::release::format_domain(&placement.pod_set.domain),
-    );
+    meta.labels
+        .get_or_insert_with(BTreeMap::new)
+        .extend(additions.labels.clone());
+    meta.annotations
+        .get_or_insert_with(BTreeMap::new)
+        .extend(additions.annotations.clone());
     let spec: &mut PodSpec = template.spec.get_or_insert_with(PodSpec::default);
-    let selector = spec.node_selector.get_or_insert_with(BTreeMap::new);
-    selector.extend(placement.flavor.node_labels.clone());
+    spec.node_selector
+        .get_or_insert_with(BTreeMap::new)
+        .extend(additions.node_labels.clone());
     let tolerations: &mut Vec<Toleration> = spec.tolerations.get_or_insert_with(Vec::new);
-    for toleration in &placement.flavor.tolerations {
+    for toleration in &additions.tolerations {
         if !tolerations.contains(toleration) {
             tolerations.push(toleration.clone());
         }
@@ -353,7 +399,7 @@ fn wanted_template(
 
 /// A merge patch of a string map from `current` to `wanted`: every wanted entry, and `null`
 /// for each key only `current` has.
-fn map_patch(
+pub(crate) fn map_patch(
     current: Option<&BTreeMap<String, String>>,
     wanted: Option<&BTreeMap<String, String>>,
 ) -> Value {
@@ -393,35 +439,64 @@ pub fn add_to_template(
 }
 
 /// A list in a merge patch: replaced whole, `null` when empty (the field is removed).
-fn list<T: serde::Serialize>(items: Option<Vec<T>>) -> Value {
+pub(crate) fn list<T: serde::Serialize>(items: Option<Vec<T>>) -> Value {
     match items.filter(|i| !i.is_empty()) {
         Some(items) => serde_json::to_value(items).unwrap_or(Value::Null),
         None => Value::Null,
     }
 }
 
-/// The merge patch that lets one gated pod of `entry`'s released Job go: pinned to `node` (a
-/// node selector a gated pod may still take), numbered `index` in its pod set, without
-/// Muster's gate. The pod's other gates are those of the template the entry recorded, and
-/// stay.
-pub fn pin_patch(entry: &GpuJob, node: &str, index: usize) -> Value {
-    let gates: Vec<PodSchedulingGate> = entry
+/// The merge patch that lets one gated pod of a released workload go: pinned to `node` (a
+/// node selector a gated pod may still take), numbered `index` in its pod set `set`, without
+/// Muster's gate. The pod's other gates are those of the template the entry recorded for the
+/// set, and stay.
+pub fn pin_patch(set: &PodSet, node: &str, index: usize) -> Value {
+    let gates: Vec<PodSchedulingGate> = set
+        .template
         .spec
-        .pod_sets
-        .first()
-        .and_then(|s| s.template.spec.as_ref())
+        .as_ref()
         .and_then(|s| s.scheduling_gates.clone())
         .into_iter()
         .flatten()
         .filter(|g| g.name != ADMISSION_GATE)
         .collect();
     json!({
-        "metadata": {"labels": {POD_INDEX_LABEL: index.to_string()}},
+        "metadata": {"labels": {POD_INDEX_LABEL: index.to_string(), POD_SET_LABEL: set.name}},
         "spec": {
             "nodeSelector": {HOSTNAME_LABEL: node},
             "schedulingGates": list(Some(gates)),
         },
     })
+}
+
+/// Each pod of one placed pod set matched to its node's position: a pod that claims a
+/// position (its completion index, say) takes it, the rest take the positions left in name
+/// order. `claims` holds each pod with its claim (`usize::MAX` for none); `None` unless
+/// there are exactly `nodes` pods and no position is claimed twice.
+pub(crate) fn assign_positions<'a>(
+    mut claims: Vec<(usize, &'a ObjectRef)>,
+    nodes: usize,
+) -> Option<Vec<(usize, &'a ObjectRef)>> {
+    if claims.len() != nodes {
+        return None;
+    }
+    claims.sort();
+    let claimed: Vec<usize> = claims
+        .iter()
+        .map(|(i, _)| *i)
+        .filter(|i| *i < nodes)
+        .collect();
+    if claimed.windows(2).any(|w| w[0] == w[1]) {
+        return None;
+    }
+    let mut free = (0..nodes).filter(|i| !claimed.contains(i));
+    claims
+        .into_iter()
+        .map(|(claim, pod)| {
+            let i = (claim < nodes).then_some(claim).or_else(|| free.next())?;
+            Some((i, pod))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use muster_controller::action::JobRead;
 use muster_controller::executor::{Executor, Retry};
 use muster_controller::plan::{Action, plan};
 use muster_controller::state::State;
+use muster_controller::workload::{WorkloadPatch, WorkloadRef};
 use serde_json::{Value, json};
 use support::{at, cluster, job};
 use tokio::sync::watch;
@@ -144,6 +145,13 @@ fn plausible(method: &str, path: &str, name: &str, body: &Value) -> (u16, Value)
             200,
             json!({"apiVersion": "v1", "kind": "Service",
                    "metadata": {"name": name, "namespace": "team-a"}}),
+        )
+    } else if path.contains("/jobsets/") {
+        (
+            200,
+            json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                   "metadata": {"name": name, "namespace": "team-a"},
+                   "spec": {"replicatedJobs": []}}),
         )
     } else if path.contains("/jobs/") {
         (
@@ -382,7 +390,7 @@ async fn a_queue_entry_s_eviction_writes_the_status_then_suspends_its_job_and_de
         status: Box::default(),
         pods: Vec::new(),
         event: preempted(),
-        workload: Some(ObjectRef::new("team-a", "train")),
+        workload: Some(WorkloadRef::job(ObjectRef::new("team-a", "train"))),
     };
     let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
     assert!(result.is_ok(), "{result:?}");
@@ -409,8 +417,8 @@ async fn a_queue_entry_s_release_patches_its_job_then_writes_the_status_and_its_
     };
     gang.pods.clear();
     gang.workload = Some(Box::new(muster_controller::release::WorkloadRelease {
-        job: ObjectRef::new("team-a", "train"),
-        patch: json!({"spec": {"suspend": false}}),
+        workload: WorkloadRef::job(ObjectRef::new("team-a", "train")),
+        patch: WorkloadPatch::Merge(json!({"spec": {"suspend": false}})),
     }));
     let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
     assert!(result.is_ok(), "{result:?}");
@@ -445,6 +453,54 @@ async fn a_queue_entry_s_release_patches_its_job_then_writes_the_status_and_its_
             ("PATCH", "/api/v1/namespaces/team-a/pods/train-1-abcde"),
         ]
     );
+}
+
+#[tokio::test]
+async fn a_jobset_entry_s_release_is_one_json_patch_of_its_jobset_and_its_eviction_a_merge_patch()
+{
+    let (mut action, _) = release(2);
+    let Action::Release { gang, .. } = &mut action else {
+        unreachable!()
+    };
+    gang.pods.clear();
+    let ops = json!([
+        {"op": "test", "path": "/spec/replicatedJobs/0/name", "value": "slice"},
+        {"op": "add", "path": "/spec/suspend", "value": false},
+    ]);
+    gang.workload = Some(Box::new(muster_controller::release::WorkloadRelease {
+        workload: WorkloadRef::jobset(ObjectRef::new("team-a", "multislice")),
+        patch: WorkloadPatch::Json(ops.clone()),
+    }));
+    let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        calls(&seen)[0],
+        (
+            "PATCH",
+            "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/multislice"
+        )
+    );
+    assert_eq!(seen[0].content_type, "application/json-patch+json");
+    assert_eq!(seen[0].body, ops);
+
+    let evict = Action::Evict {
+        job: ObjectRef::new("team-a", "a"),
+        status: Box::default(),
+        pods: Vec::new(),
+        event: preempted(),
+        workload: Some(WorkloadRef::jobset(ObjectRef::new("team-a", "multislice"))),
+    };
+    let (result, seen) = run(&evict, BTreeMap::new(), Vec::new(), true).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        calls(&seen)[1],
+        (
+            "PATCH",
+            "/apis/jobset.x-k8s.io/v1alpha2/namespaces/team-a/jobsets/multislice"
+        )
+    );
+    assert_eq!(seen[1].body, json!({"spec": {"suspend": true}}));
+    assert_eq!(seen[1].content_type, "application/merge-patch+json");
 }
 
 /// Requests per admitted job, and the time from decision to all gates lifted for a 64-pod

@@ -864,7 +864,7 @@ fn a_labelled_job_buys_its_block_and_its_template_consumes_the_request() {
     let Some(workload) = gang.workload.as_ref() else {
         unreachable!("{gang:#?}")
     };
-    let template = &workload.patch["spec"]["template"];
+    let template = &workload.patch.body()["spec"]["template"];
     assert_eq!(
         template["metadata"]["annotations"]["autoscaling.x-k8s.io/consume-provisioning-request"],
         json!("job-train-1")
@@ -873,5 +873,5 @@ fn a_labelled_job_buys_its_block_and_its_template_consumes_the_request() {
         template["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"],
         json!("dws-pool-1")
     );
-    assert_eq!(workload.patch["spec"]["suspend"], json!(false));
+    assert_eq!(workload.patch.body()["spec"]["suspend"], json!(false));
 }

@@ -90,8 +90,8 @@ fn a_labelled_job_gets_an_entry_and_arriving_running_is_suspended_at_once() {
     else {
         unreachable!()
     };
-    assert_eq!(workload.as_str(), "team-a/train");
-    assert_eq!(**patch, json!({"spec": {"suspend": true}}));
+    assert_eq!(workload.key.as_str(), "team-a/train");
+    assert_eq!(*patch.body(), json!({"spec": {"suspend": true}}));
     let Some(Action::CreateEntry { entry, .. }) =
         pass.actions.iter().find(|a| a.kind() == "create_entry")
     else {
@@ -157,14 +157,14 @@ fn a_job_waits_suspended_then_is_released_whole_pod_i_on_node_i_and_ends_with_it
     };
     assert!(gang.pods.is_empty());
     let workload = gang.workload.clone().unwrap_or_else(|| unreachable!());
-    assert_eq!(workload.job.as_str(), "team-a/train");
-    assert_eq!(workload.patch["spec"]["suspend"], json!(false));
+    assert_eq!(workload.workload.key.as_str(), "team-a/train");
+    assert_eq!(workload.patch.body()["spec"]["suspend"], json!(false));
     assert_eq!(
-        workload.patch["spec"]["template"]["spec"]["schedulingGates"],
+        workload.patch.body()["spec"]["template"]["spec"]["schedulingGates"],
         json!([{"name": ADMISSION_GATE}])
     );
     assert_eq!(
-        workload.patch["spec"]["template"]["metadata"]["labels"][JOB_LABEL],
+        workload.patch.body()["spec"]["template"]["metadata"]["labels"][JOB_LABEL],
         json!("job-train")
     );
     let nodes = status.admission.clone().unwrap_or_default().pod_sets[0]
@@ -242,7 +242,7 @@ fn an_evicted_entry_suspends_its_job_instead_of_deleting_pods() {
     };
     assert!(pods.is_empty(), "the Job controller deletes its pods");
     assert_eq!(
-        workload.as_ref().map(muster_api::ObjectRef::as_str),
+        workload.as_ref().map(|w| w.key.as_str()),
         Some("team-a/train")
     );
 }
@@ -311,8 +311,8 @@ fn a_gpujob_holding_the_entry_name_keeps_the_job_held_and_says_so_once() {
     else {
         unreachable!("{:#?}", pass.actions)
     };
-    assert_eq!(patch["spec"]["suspend"], json!(true));
-    let said = patch["metadata"]["annotations"]["muster.dev/invalid"]
+    assert_eq!(patch.body()["spec"]["suspend"], json!(true));
+    let said = patch.body()["metadata"]["annotations"]["muster.dev/invalid"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
@@ -418,7 +418,7 @@ fn an_invalid_edit_holds_the_entry_and_says_why_once_until_it_is_fixed() {
     else {
         unreachable!("{:#?}", pass.actions)
     };
-    let said = patch["metadata"]["annotations"]["muster.dev/invalid"]
+    let said = patch.body()["metadata"]["annotations"]["muster.dev/invalid"]
         .as_str()
         .unwrap_or_default()
         .to_owned();

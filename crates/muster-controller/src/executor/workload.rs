@@ -1,4 +1,4 @@
-//! Writing to the Jobs behind queue entries (see [`crate::workload`]): the entry made, the Job
+//! Writing to the Jobs and JobSets behind queue entries (see [`crate::workload`]): the entry made, the Job
 //! patched (held, put back, released) and its gang's pods pinned and let go. Each write is a
 //! merge patch that says the whole of what it sets, so a retried or repeated one changes
 //! nothing more.
@@ -7,11 +7,13 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use muster_api::jobset::JobSet;
 use muster_api::{GpuJob, ObjectRef};
 
 use super::{ExecuteError, Executor, FIELD_MANAGER, Written, already_exists, is_code};
 use crate::action::Note;
 use crate::release::WorkloadRelease;
+use crate::workload::{WorkloadKind, WorkloadPatch, WorkloadRef};
 
 impl Executor {
     /// Creates a queue entry; one that exists already counts as made (the index shows it).
@@ -59,48 +61,65 @@ impl Executor {
         }
     }
 
-    /// Merge-patches the Job behind a queue entry; a Job already gone is left so.
+    /// Patches the Job or JobSet behind a queue entry; one already gone is left so. `what`
+    /// says what the write does (`suspending`, `patching`), for logs and errors.
     pub(super) async fn patch_workload(
         &self,
-        workload: &ObjectRef,
-        patch: &serde_json::Value,
+        workload: &WorkloadRef,
+        patch: &WorkloadPatch,
         what: &'static str,
     ) -> Result<Vec<Written>, ExecuteError> {
-        let api: Api<Job> = Api::namespaced(self.client.clone(), workload.namespace());
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PatchParams::default()
-        };
-        let patch = Patch::Merge(patch);
-        match self
-            .call(what, workload, || {
-                api.patch(workload.name(), &params, &patch)
-            })
-            .await
-        {
-            Ok(job) => Ok(vec![Written::Workload(Box::new(job))]),
+        match self.write_workload(workload, patch, what).await {
             Err(ExecuteError::Api { source, .. }) if is_code(&source, 404) => Ok(Vec::new()),
-            Err(e) => Err(e),
+            other => other,
         }
     }
 
-    /// Releases the Job of a queue entry: its template and `suspend` patched.
+    /// Releases the workload of a queue entry: its templates and `suspend` patched.
     pub(super) async fn release_workload(
         &self,
         release: &WorkloadRelease,
     ) -> Result<Vec<Written>, ExecuteError> {
-        let api: Api<Job> = Api::namespaced(self.client.clone(), release.job.namespace());
+        self.write_workload(&release.workload, &release.patch, "releasing")
+            .await
+    }
+
+    /// One write to a workload, as a merge patch or a JSON patch.
+    async fn write_workload(
+        &self,
+        workload: &WorkloadRef,
+        patch: &WorkloadPatch,
+        what: &'static str,
+    ) -> Result<Vec<Written>, ExecuteError> {
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PatchParams::default()
         };
-        let patch = Patch::Merge(&release.patch);
-        let job = self
-            .call("releasing Job", &release.job, || {
-                api.patch(release.job.name(), &params, &patch)
-            })
-            .await?;
-        Ok(vec![Written::Workload(Box::new(job))])
+        let body: Patch<serde_json::Value> = match patch {
+            WorkloadPatch::Merge(value) => Patch::Merge(value.clone()),
+            WorkloadPatch::Json(ops) => Patch::Json(
+                serde_json::from_value(ops.clone())
+                    .map_err(|e| ExecuteError::Malformed(format!("the JSON patch of {workload}: {e}")))?,
+            ),
+        };
+        let key = &workload.key;
+        let name = key.name();
+        match workload.kind {
+            WorkloadKind::Job => {
+                let api: Api<Job> = Api::namespaced(self.client.clone(), key.namespace());
+                let job = self
+                    .call(what, key, || api.patch(name, &params, &body))
+                    .await?;
+                Ok(vec![Written::Workload(Box::new(job))])
+            }
+            WorkloadKind::JobSet => {
+                let api: Api<JobSet> = Api::namespaced(self.client.clone(), key.namespace());
+                let jobset = self
+                    .call(what, key, || api.patch(name, &params, &body))
+                    .await?;
+                Ok(vec![Written::JobSet(Box::new(jobset))])
+            }
+        }
     }
 
     /// Pins every gated pod of a released Job's gang and lifts Muster's gate, in one burst.
@@ -139,13 +158,13 @@ impl Executor {
         Ok(Written::Pod(Box::new(pod)))
     }
 
-    /// Records an Event about the Job behind a queue entry (failures are logged).
-    pub(super) async fn record_on_workload(&self, workload: &ObjectRef, note: &Note) {
+    /// Records an Event about the workload behind a queue entry (failures are logged).
+    pub(super) async fn record_on_workload(&self, workload: &WorkloadRef, note: &Note) {
         let reference = ObjectReference {
-            api_version: Some("batch/v1".to_owned()),
-            kind: Some("Job".to_owned()),
-            namespace: Some(workload.namespace().to_owned()),
-            name: Some(workload.name().to_owned()),
+            api_version: Some(workload.kind.api_version().to_owned()),
+            kind: Some(workload.kind.label().to_owned()),
+            namespace: Some(workload.key.namespace().to_owned()),
+            name: Some(workload.key.name().to_owned()),
             ..ObjectReference::default()
         };
         self.publish(&reference, note).await;

@@ -19,6 +19,8 @@ use muster_api::{
 };
 use muster_topology::NodeInfo;
 
+use crate::workload::{Run, WorkloadKind, WorkloadRef};
+
 /// The kinds of object the index holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
@@ -45,6 +47,8 @@ pub enum Kind {
     PodTemplate,
     /// `batch/v1` Jobs labelled with a queue (see [`crate::workload`]).
     Job,
+    /// JobSets labelled with a queue (watched once the JobSet CRD is installed).
+    JobSet,
 }
 
 impl Kind {
@@ -99,6 +103,10 @@ pub struct GangMember {
     pub pinned: Option<String>,
     /// The GPU devices of that node it was counted on (empty where they are not tracked).
     pub devices: Vec<u32>,
+    /// For a pod of a JobSet's child Job: its replicated Job.
+    pub replicated_job: Option<String>,
+    /// For a pod of a JobSet's child Job: the replica (child Job) of its replicated Job.
+    pub replica: Option<usize>,
 }
 
 /// A node whose Ready condition is not True: what the condition says, and since when. Kept
@@ -191,6 +199,8 @@ pub enum Written {
     ResourceFlavor(Box<ResourceFlavor>),
     /// The Job behind a queue entry.
     Workload(Box<Job>),
+    /// The JobSet behind a queue entry.
+    JobSet(Box<muster_api::jobset::JobSet>),
 }
 
 /// What a controller knows about the cluster.
@@ -219,6 +229,8 @@ pub struct Index {
     pub(crate) pod_templates: BTreeMap<ObjectRef, TemplateRecord>,
     /// Jobs labelled with a queue: the workloads behind queue entries.
     pub(crate) workloads: BTreeMap<ObjectRef, Job>,
+    /// JobSets labelled with a queue: the other workloads behind queue entries.
+    pub(crate) jobsets: BTreeMap<ObjectRef, muster_api::jobset::JobSet>,
     /// Bumped when a node's placement facts (labels, taints, allocatable, schedulable) or a
     /// flavor change: the cached arrangement of nodes per flavor is rebuilt only then.
     pub(super) topology_version: u64,
@@ -352,6 +364,7 @@ impl Index {
             ),
             Kind::PodTemplate => Box::new(self.pod_templates.keys().map(|k| k.as_str().to_owned())),
             Kind::Job => Box::new(self.workloads.keys().map(|k| k.as_str().to_owned())),
+            Kind::JobSet => Box::new(self.jobsets.keys().map(|k| k.as_str().to_owned())),
         }
     }
 
@@ -380,6 +393,27 @@ impl Index {
     /// bought, or a request's progress be read.
     pub fn provisioning_api(&self) -> bool {
         self.is_synced(Kind::ProvisioningRequest)
+    }
+
+    /// The workload behind a queue entry, as last seen.
+    pub fn workload(&self, workload: &WorkloadRef) -> Option<Run<'_>> {
+        match workload.kind {
+            WorkloadKind::Job => self.workloads.get(&workload.key).map(Run::Job),
+            WorkloadKind::JobSet => self.jobsets.get(&workload.key).map(Run::JobSet),
+        }
+    }
+
+    /// Every workload labelled with a queue: Jobs, then JobSets, each by key.
+    pub fn runs(&self) -> impl Iterator<Item = (WorkloadRef, Run<'_>)> {
+        let jobs = self
+            .workloads
+            .iter()
+            .map(|(k, j)| (WorkloadRef::job(k.clone()), Run::Job(j)));
+        let jobsets = self
+            .jobsets
+            .iter()
+            .map(|(k, j)| (WorkloadRef::jobset(k.clone()), Run::JobSet(j)));
+        jobs.chain(jobsets)
     }
 
     /// A job by `namespace/name`.
@@ -472,6 +506,7 @@ impl Index {
                 Written::LocalQueue(queue) => self.apply_written(*queue),
                 Written::ResourceFlavor(flavor) => self.apply_written(*flavor),
                 Written::Workload(job) => self.apply_written(*job),
+                Written::JobSet(jobset) => self.apply_written(*jobset),
             }
         }
     }

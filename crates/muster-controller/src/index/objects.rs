@@ -12,6 +12,7 @@ use muster_api::wire::{
 use muster_api::{
     ClusterQueue, GpuJob, LocalQueue, ObjectRef, ProvisioningRequest, ResourceFlavor,
 };
+use muster_api::jobset::{JOB_INDEX_LABEL, JobSet, REPLICATED_JOB_LABEL};
 use muster_topology::{NodeInfo, pod_usage};
 
 use super::{GangMember, Index, Indexed, Kind, NotReady, PodPhase, PodRecord, TemplateRecord};
@@ -296,6 +297,11 @@ impl Indexed for Job {
     const KIND: Kind = Kind::Job;
     fn apply(self, index: &mut Index) {
         let key = ObjectRef::of(&self.metadata);
+        if controlled_by_jobset(&self) {
+            // A JobSet's child Job is its JobSet's: queued, if at all, as the JobSet.
+            Job::remove(index, key.as_str());
+            return;
+        }
         // The entry's step reads its Job (held suspended, finished, or released).
         index.changed_jobs.insert(ObjectRef::new(
             key.namespace(),
@@ -319,6 +325,43 @@ impl Indexed for Job {
             ));
         }
     }
+}
+
+impl Indexed for JobSet {
+    const KIND: Kind = Kind::JobSet;
+    fn apply(self, index: &mut Index) {
+        let key = ObjectRef::of(&self.metadata);
+        index.changed_jobs.insert(ObjectRef::new(
+            key.namespace(),
+            &muster_api::workload::jobset_entry_name(key.name()),
+        ));
+        index.jobsets.insert(key, self);
+    }
+    fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
+        index
+            .jobsets
+            .get(key)?
+            .metadata
+            .resource_version
+            .as_deref()
+    }
+    fn remove(index: &mut Index, key: &str) {
+        if let Some((key, _)) = index.jobsets.remove_entry(key) {
+            index.changed_jobs.insert(ObjectRef::new(
+                key.namespace(),
+                &muster_api::workload::jobset_entry_name(key.name()),
+            ));
+        }
+    }
+}
+
+/// Whether a JobSet controls `job` (its child Job).
+fn controlled_by_jobset(job: &Job) -> bool {
+    job.metadata.owner_references.iter().flatten().any(|o| {
+        o.controller == Some(true)
+            && o.kind == "JobSet"
+            && o.api_version.starts_with("jobset.x-k8s.io/")
+    })
 }
 
 /// A ProvisioningRequest changed: its job (named by Muster's label) settles again; without
@@ -411,5 +454,7 @@ fn member(pod: &Pod) -> Option<GangMember> {
         pinned: crate::release::pinned_node(pod).map(str::to_owned),
         devices: crate::hami::parse_devices(&annotation(GPU_DEVICES_ANNOTATION))
             .unwrap_or_default(),
+        replicated_job: labels.get(REPLICATED_JOB_LABEL).cloned(),
+        replica: labels.get(JOB_INDEX_LABEL).and_then(|i| i.parse().ok()),
     })
 }

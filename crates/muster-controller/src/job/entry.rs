@@ -1,10 +1,9 @@
 //! What differs in the step of a queue entry (see [`crate::workload`]): its pods are the Job
-//! controller's, so it finishes when its Job says so, and it is evicted by suspending the Job
-//! rather than by deleting pods that the Job controller would make again.
+//! controller's, so it finishes when its Job (or JobSet) says so, and it is evicted by
+//! suspending the workload rather than by deleting pods that its controller would make again.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Service;
 use muster_admission::{Admitted, Holding};
 use muster_api::gpujob::GpuJobStatus;
@@ -12,22 +11,22 @@ use muster_api::{GpuJob, ObjectRef, ResourceFlavorSpec};
 
 use super::{Phase, Reading, Step};
 use crate::action::{Action, Note};
-use crate::index::Index;
+use crate::index::{GangMember, Index};
 use crate::release::{Gang, WorkloadRelease};
 use crate::status;
-use crate::workload::{Placement, is_entry_of, pin_patch, template_patch, workload_of};
+use crate::workload::{Placement, Run, WorkloadPatch, pin_patch, template_patch, workload_of};
 
-/// The Job behind `job` when `job` is a queue entry and the index holds that very Job (the
-/// same UID: a Job made again under the name has an entry of its own).
-pub(crate) fn workload<'a>(index: &'a Index, job: &GpuJob) -> Option<&'a Job> {
+/// The workload behind `job` when `job` is a queue entry and the index holds that very
+/// workload (the same UID: one made again under the name has an entry of its own).
+pub(crate) fn workload<'a>(index: &'a Index, job: &GpuJob) -> Option<Run<'a>> {
     let key = workload_of(job)?;
-    index.workloads.get(&key).filter(|w| is_entry_of(job, w))
+    index.workload(&key).filter(|w| w.is_entry(job))
 }
 
-/// The step of an entry whose Job has ended: its status says how.
+/// The step of an entry whose workload has ended: its status says how.
 pub(super) fn finished(reading: &Reading<'_>) -> Option<Step> {
     let run = workload(reading.index, reading.job)?;
-    let (succeeded, message) = crate::workload::finished(run)?;
+    let (succeeded, message) = run.finished()?;
     let next = status::finished(
         reading.status,
         reading.job.metadata.generation,
@@ -47,15 +46,25 @@ pub(super) fn finished(reading: &Reading<'_>) -> Option<Step> {
     }))
 }
 
-/// Whether `job` is a queue entry whose Job has not yet settled from its last run (or from
-/// arriving running): the Job controller may still have its pods, or has not yet reset its
-/// start time, so its template cannot change and it must not be released again yet.
-pub(super) fn settling(index: &Index, job: &GpuJob) -> bool {
-    workload(index, job).is_some_and(crate::workload::may_have_pods)
+/// Whether `job` is a queue entry whose workload has not yet settled from its last run (or
+/// from arriving running): the Job controller may still have its pods, or has not yet reset
+/// its start time, so its template cannot change and it must not be released again yet. A
+/// JobSet settles once no child Job is counted active and none of its gang's pods is left.
+pub(super) fn settling(index: &Index, key: &ObjectRef, job: &GpuJob) -> bool {
+    workload(index, job).is_some_and(|run| {
+        run.may_have_pods()
+            || (matches!(run, Run::JobSet(_))
+                && index.pods_of(key).any(|(_, p)| {
+                    matches!(
+                        p.phase,
+                        crate::index::PodPhase::Pending | crate::index::PodPhase::Running
+                    )
+                }))
+    })
 }
 
 /// The eviction of `job`: its status written, then its pods deleted — or, for a queue entry,
-/// its Job suspended, whose controller deletes them.
+/// its workload suspended, whose controller deletes them.
 pub(crate) fn evict(
     job: &GpuJob,
     key: &ObjectRef,
@@ -73,9 +82,9 @@ pub(crate) fn evict(
     }
 }
 
-/// The release of the Job behind the entry `key`, as `admitted` places it: its template
-/// patch (its pods are let go by [`pins`] once the Job controller has made them all). An
-/// error says why the Job cannot be released.
+/// The release of the workload behind the entry `key`, as `admitted` places it: its template
+/// patch (its pods are let go by [`pins`] once its controllers have made them all). An error
+/// says why it cannot be released.
 pub(crate) fn release(
     index: &Index,
     key: &ObjectRef,
@@ -83,41 +92,60 @@ pub(crate) fn release(
     admitted: &Admitted,
     flavors: &BTreeMap<String, ResourceFlavorSpec>,
 ) -> Result<Gang, String> {
-    let run = workload(index, entry).ok_or_else(|| {
-        "the Job behind this queue entry is gone, or no longer labelled with a queue".to_owned()
-    })?;
     let target = workload_of(entry).ok_or_else(|| "not a queue entry".to_owned())?;
-    let [placed] = admitted.pod_sets.as_slice() else {
-        return Err(format!(
-            "a Job is one pod set; the admission places {}",
-            admitted.pod_sets.len()
-        ));
-    };
-    let flavor = flavors
-        .get(&placed.flavor)
-        .ok_or_else(|| format!("flavor {} is unknown", placed.flavor))?;
+    let run = workload(index, entry).ok_or_else(|| {
+        format!(
+            "the {} behind this queue entry is gone, or no longer labelled with a queue",
+            target.kind
+        )
+    })?;
     let attempt = entry.status.as_ref().map_or(0, |s| s.requeue_count);
-    let placement = Placement {
-        entry: key.name(),
-        cluster_queue: &admitted.cluster_queue,
-        pod_set: placed,
-        flavor,
-        attempt,
+    let patch = match run {
+        Run::Job(job) => {
+            let [placed] = admitted.pod_sets.as_slice() else {
+                return Err(format!(
+                    "a Job is one pod set; the admission places {}",
+                    admitted.pod_sets.len()
+                ));
+            };
+            let flavor = flavors
+                .get(&placed.flavor)
+                .ok_or_else(|| format!("flavor {} is unknown", placed.flavor))?;
+            let placement = Placement {
+                entry: key.name(),
+                cluster_queue: &admitted.cluster_queue,
+                pod_set: placed,
+                flavor,
+                attempt,
+            };
+            WorkloadPatch::Merge(template_patch(entry, job, Some(&placement), false))
+        }
+        Run::JobSet(jobset) => {
+            let placement = crate::workload::jobset::Placement {
+                entry: key.name(),
+                cluster_queue: &admitted.cluster_queue,
+                pod_sets: &admitted.pod_sets,
+                flavors,
+                attempt,
+            };
+            crate::workload::jobset::release_patch(entry, jobset, &placement)?
+        }
     };
     Ok(Gang {
         service: Service::default(),
         pods: Vec::new(),
         workload: Some(Box::new(WorkloadRelease {
-            job: target,
-            patch: template_patch(entry, run, Some(&placement), false),
+            workload: target,
+            patch,
         })),
     })
 }
 
-/// The pins that let an admitted entry's gang go (pod `i` of an Indexed Job on the `i`-th node
-/// the admission placed; others, by name, on the nodes left): every pod of its current attempt
-/// made by the Job controller and still behind Muster's gate, as many as the admission
-/// placed, no index claimed twice. `None` until then — and once the gang has been let go.
+/// The pins that let an admitted entry's gang go (for a Job: pod `i` of an Indexed Job on
+/// the `i`-th node the admission placed, others, by name, on the nodes left; for a JobSet see
+/// [`crate::workload::jobset::pins`]): every pod of its current attempt made by the
+/// workload's controllers and still behind Muster's gate, as many as the admission placed,
+/// no position claimed twice. `None` until then — and once the gang has been let go.
 pub(super) fn pins(
     index: &Index,
     key: &ObjectRef,
@@ -125,37 +153,31 @@ pub(super) fn pins(
     held: &Holding,
     attempt: i32,
 ) -> Option<Vec<(ObjectRef, serde_json::Value)>> {
-    let [placed] = held.pod_sets.as_slice() else {
-        return None;
-    };
-    let nodes = &placed.nodes;
-    let mut gated: Vec<(usize, &ObjectRef)> = index
+    let gated: Vec<(&ObjectRef, &GangMember)> = index
         .pods_of(key)
         .filter_map(|(pod, record)| {
             let member = record.member.as_ref()?;
             (member.attempt == attempt && record.gated && !record.deleting)
-                .then_some((member.index, pod))
+                .then_some((pod, member))
         })
         .collect();
-    if gated.len() != nodes.len() {
-        return None;
+    match workload(index, entry)? {
+        Run::Job(_) => {
+            let [placed] = held.pod_sets.as_slice() else {
+                return None;
+            };
+            let set = entry.spec.pod_sets.first()?;
+            let claims = gated.iter().map(|(pod, m)| (m.index, *pod)).collect();
+            let positions = crate::workload::assign_positions(claims, placed.nodes.len())?;
+            Some(
+                positions
+                    .into_iter()
+                    .map(|(i, pod)| (pod.clone(), pin_patch(set, &placed.nodes[i], i)))
+                    .collect(),
+            )
+        }
+        Run::JobSet(jobset) => {
+            crate::workload::jobset::pins(entry, jobset, &held.pod_sets, &gated)
+        }
     }
-    gated.sort();
-    let claimed: Vec<usize> = gated
-        .iter()
-        .map(|(i, _)| *i)
-        .filter(|i| *i < nodes.len())
-        .collect();
-    if claimed.windows(2).any(|w| w[0] == w[1]) {
-        return None;
-    }
-    let mut free = (0..nodes.len()).filter(|i| !claimed.contains(i));
-    let mut out = Vec::with_capacity(nodes.len());
-    for (claim, pod) in gated {
-        let i = (claim < nodes.len())
-            .then_some(claim)
-            .or_else(|| free.next())?;
-        out.push((pod.clone(), pin_patch(entry, &nodes[i], i)));
-    }
-    Some(out)
 }

@@ -400,7 +400,7 @@ fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
         let waiting: Pods<'_> = current.iter().copied().chain(draining).collect();
         return terminating::step(index, key, status, &waiting, now_s);
     }
-    if entry::settling(index, job) {
+    if entry::settling(index, key, job) {
         // Its pods are gone, but its Job has not yet taken in the suspension: held, as for
         // terminating pods, until the Job controller has.
         return Step::new(Phase::Evicting);

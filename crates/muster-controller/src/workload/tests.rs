@@ -95,7 +95,10 @@ fn a_job_s_entry_is_named_after_it_owned_by_it_and_reads_as_admission_sees_it() 
     assert_eq!(entry.spec.queue_name, "research");
     assert_eq!(entry.spec.pod_sets.len(), 1);
     assert_eq!(entry.spec.pod_sets[0].count, 4);
-    assert_eq!(workload_of(&entry), Some(ObjectRef::new("team-a", "train")));
+    assert_eq!(
+        workload_of(&entry),
+        Some(WorkloadRef::job(ObjectRef::new("team-a", "train")))
+    );
     assert!(is_entry_of(&entry, &stored_job(true)));
     let mut again = stored_job(true);
     again.metadata.uid = Some("uid-2".to_owned());
@@ -207,12 +210,12 @@ fn putting_the_template_back_removes_everything_the_release_added_and_only_that(
 }
 
 #[test]
-fn a_pin_keeps_the_user_s_gates_and_numbers_the_pod() {
-    let patch = pin_patch(&entry(), "node-3", 3);
+fn a_pin_keeps_the_user_s_gates_and_numbers_the_pod_in_its_pod_set() {
+    let patch = pin_patch(&entry().spec.pod_sets[0], "node-3", 3);
     assert_eq!(
         patch,
         json!({
-            "metadata": {"labels": {"muster.dev/pod-index": "3"}},
+            "metadata": {"labels": {"muster.dev/pod-index": "3", "muster.dev/pod-set": "main"}},
             "spec": {
                 "nodeSelector": {"kubernetes.io/hostname": "node-3"},
                 "schedulingGates": [{"name": "example.com/quota"}],

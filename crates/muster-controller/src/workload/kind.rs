@@ -1,0 +1,283 @@
+//! The kinds of workload a queue entry stands for — `batch/v1` Jobs and JobSets — and what
+//! the controller asks of each the same way: its entry, whether it is held or has ended, and
+//! the writes that hold or release it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::Resource;
+use muster_api::jobset::JobSet;
+use muster_api::validation::FieldError;
+use muster_api::{GpuJob, ObjectRef};
+use serde_json::{Map, Value};
+
+use super::{jobset, made_entry};
+
+/// The kind of a workload behind a queue entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WorkloadKind {
+    /// A `batch/v1` Job.
+    Job,
+    /// A `jobset.x-k8s.io/v1alpha2` JobSet.
+    JobSet,
+}
+
+impl WorkloadKind {
+    /// Its Kubernetes kind, also the value of the entry's workload label.
+    pub fn label(self) -> &'static str {
+        match self {
+            WorkloadKind::Job => "Job",
+            WorkloadKind::JobSet => "JobSet",
+        }
+    }
+
+    /// The kind a workload label names.
+    pub fn from_label(label: &str) -> Option<WorkloadKind> {
+        match label {
+            "Job" => Some(WorkloadKind::Job),
+            "JobSet" => Some(WorkloadKind::JobSet),
+            _ => None,
+        }
+    }
+
+    /// Its `apiVersion`.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            WorkloadKind::Job => muster_api::workload::JOB_API_VERSION,
+            WorkloadKind::JobSet => muster_api::workload::JOBSET_API_VERSION,
+        }
+    }
+
+    /// The name of the queue entry of the workload of this kind named `name`.
+    pub fn entry_name(self, name: &str) -> String {
+        match self {
+            WorkloadKind::Job => muster_api::workload::entry_name(name),
+            WorkloadKind::JobSet => muster_api::workload::jobset_entry_name(name),
+        }
+    }
+}
+
+impl fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// The workload behind a queue entry: its kind and `namespace/name`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WorkloadRef {
+    /// Job or JobSet.
+    pub kind: WorkloadKind,
+    /// Its `namespace/name`.
+    pub key: ObjectRef,
+}
+
+impl WorkloadRef {
+    /// A Job's reference.
+    pub fn job(key: ObjectRef) -> WorkloadRef {
+        WorkloadRef {
+            kind: WorkloadKind::Job,
+            key,
+        }
+    }
+
+    /// A JobSet's reference.
+    pub fn jobset(key: ObjectRef) -> WorkloadRef {
+        WorkloadRef {
+            kind: WorkloadKind::JobSet,
+            key,
+        }
+    }
+
+    /// The key of its queue entry.
+    pub fn entry(&self) -> ObjectRef {
+        ObjectRef::new(self.key.namespace(), &self.kind.entry_name(self.key.name()))
+    }
+}
+
+impl fmt::Display for WorkloadRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.kind, self.key)
+    }
+}
+
+/// A workload as the index holds it.
+#[derive(Clone, Copy, Debug)]
+pub enum Run<'a> {
+    /// A Job.
+    Job(&'a Job),
+    /// A JobSet.
+    JobSet(&'a JobSet),
+}
+
+impl<'a> Run<'a> {
+    /// Its kind.
+    pub fn kind(self) -> WorkloadKind {
+        match self {
+            Run::Job(_) => WorkloadKind::Job,
+            Run::JobSet(_) => WorkloadKind::JobSet,
+        }
+    }
+
+    /// Its metadata.
+    pub fn meta(self) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        match self {
+            Run::Job(job) => &job.metadata,
+            Run::JobSet(jobset) => &jobset.metadata,
+        }
+    }
+
+    /// Its queue entry (see [`super::entry_for`]): every problem, each on the workload's own
+    /// field, when it cannot be queued as it stands.
+    pub fn entry(self) -> Result<GpuJob, Vec<FieldError>> {
+        match self {
+            Run::Job(job) => made_entry(
+                muster_api::workload::job_as_gpujob(job),
+                &job.metadata,
+                job.controller_owner_ref(&()),
+                WorkloadKind::Job,
+            ),
+            Run::JobSet(jobset) => made_entry(
+                muster_api::workload::jobset_as_gpujob(jobset),
+                &jobset.metadata,
+                jobset.controller_owner_ref(&()),
+                WorkloadKind::JobSet,
+            ),
+        }
+    }
+
+    /// Whether it still is the workload `entry` was made for (the same UID).
+    pub fn is_entry(self, entry: &GpuJob) -> bool {
+        super::owned_by(entry, self.meta().uid.as_deref())
+    }
+
+    /// Whether it is suspended.
+    pub fn is_suspended(self) -> bool {
+        match self {
+            Run::Job(job) => super::is_suspended(job),
+            Run::JobSet(jobset) => jobset.spec.suspend.unwrap_or(false),
+        }
+    }
+
+    /// How its run ended, when it has (see [`super::finished`]).
+    pub fn finished(self) -> Option<(bool, String)> {
+        match self {
+            Run::Job(job) => super::finished(job),
+            Run::JobSet(jobset) => jobset::finished(jobset),
+        }
+    }
+
+    /// Whether its owner's controller may still have pods of it, as the workload itself
+    /// says (see [`super::may_have_pods`]; a JobSet's child Jobs counted active).
+    pub fn may_have_pods(self) -> bool {
+        match self {
+            Run::Job(job) => super::may_have_pods(job),
+            Run::JobSet(jobset) => jobset::may_have_pods(jobset),
+        }
+    }
+
+    /// Whether its templates still carry what a release wrote.
+    pub fn carries_release(self) -> bool {
+        match self {
+            Run::Job(job) => super::carries_release(job),
+            Run::JobSet(jobset) => jobset::carries_release(jobset),
+        }
+    }
+
+    /// Whether its owner edited it since `entry` read it.
+    pub fn edited_since(self, entry: &GpuJob) -> bool {
+        match self {
+            Run::Job(job) => super::edited_since(entry, job),
+            Run::JobSet(jobset) => jobset::edited_since(entry, jobset),
+        }
+    }
+
+    /// Whether its templates are as `entry` recorded them.
+    pub fn templates_as_recorded(self, entry: &GpuJob) -> bool {
+        match self {
+            Run::Job(job) => super::template_is(entry, job, None),
+            Run::JobSet(jobset) => jobset::templates_are(entry, jobset, None),
+        }
+    }
+
+    /// The write that puts its templates back as `entry` recorded them and keeps it
+    /// suspended.
+    pub fn put_back(self, entry: &GpuJob) -> WorkloadPatch {
+        match self {
+            Run::Job(job) => WorkloadPatch::Merge(super::template_patch(entry, job, None, true)),
+            Run::JobSet(jobset) => jobset::template_patch(entry, jobset, None, true),
+        }
+    }
+}
+
+/// A write to a workload behind a queue entry.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WorkloadPatch {
+    /// A JSON merge patch (a Job's template, or any workload's `suspend` and annotations).
+    Merge(Value),
+    /// A JSON patch (RFC 6902): a JobSet's replicated Jobs' templates, each field written at
+    /// its path after a test of the replicated Job's name, so nothing else of the JobSet is
+    /// written back.
+    Json(Value),
+}
+
+impl WorkloadPatch {
+    /// What is sent: the merge patch's object, or the JSON patch's list of operations.
+    pub fn body(&self) -> &Value {
+        match self {
+            WorkloadPatch::Merge(body) | WorkloadPatch::Json(body) => body,
+        }
+    }
+
+    /// The merge patch that suspends a workload.
+    pub fn suspend() -> WorkloadPatch {
+        WorkloadPatch::Merge(serde_json::json!({"spec": {"suspend": true}}))
+    }
+
+    /// Adds to a release's template writes what capacity bought for the gang asks of its
+    /// pods: `annotations` (the ProvisioningRequest to consume, asked with the replicated
+    /// Job's name for a JobSet's template and with `None` for a Job's) and `node_selector`
+    /// (the capacity's details). A restore drops them again, as every key the recorded
+    /// template lacks.
+    pub fn add_to_templates(
+        &mut self,
+        annotations: impl Fn(Option<&str>) -> BTreeMap<String, String>,
+        node_selector: &BTreeMap<String, String>,
+    ) {
+        match self {
+            WorkloadPatch::Merge(patch) => {
+                super::add_to_template(patch, &annotations(None), node_selector);
+            }
+            WorkloadPatch::Json(ops) => {
+                // Each replicated Job's writes follow the test of its name.
+                let mut replicated_job = String::new();
+                for op in ops.as_array_mut().into_iter().flatten() {
+                    let path = op["path"].as_str().unwrap_or_default().to_owned();
+                    if op["op"] == "test" && path.ends_with("/name") {
+                        replicated_job = op["value"].as_str().unwrap_or_default().to_owned();
+                        continue;
+                    }
+                    let (target, extra) = if path.ends_with("/template/spec/template/metadata") {
+                        (
+                            &mut op["value"]["annotations"],
+                            annotations(Some(&replicated_job)),
+                        )
+                    } else if path.ends_with("/template/spec/template/spec/nodeSelector") {
+                        (&mut op["value"], node_selector.clone())
+                    } else {
+                        continue;
+                    };
+                    if !target.is_object() {
+                        *target = Value::Object(Map::new());
+                    }
+                    if let Value::Object(fields) = target {
+                        for (key, value) in extra {
+                            fields.insert(key, Value::String(value));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -11,6 +11,7 @@ mod chaos;
 mod deploy;
 mod gang;
 mod ha;
+mod jobsets;
 mod leadership;
 mod lifecycle;
 mod partition;

@@ -12,7 +12,7 @@ use muster_api::{ClusterQueue, GpuJob, GpuJobStatus, LocalQueue, ResourceFlavor}
 use muster_controller::run::{Options, run};
 use muster_testkit::kubelet::{FakeKubelet, KubeletOptions};
 use muster_testkit::nodes::{NodeSpec, create_node};
-use muster_testkit::{ClusterOptions, TestCluster};
+use muster_testkit::{ClusterOptions, TestCluster, UpstreamCrd};
 use serde_json::{Value, json};
 
 /// The field manager of the tests' own writes.
@@ -37,7 +37,11 @@ impl Env {
     /// `None` when no control plane can be started here (the test then passes, having said so).
     pub async fn start(provisioning: bool) -> Option<Env> {
         let options = ClusterOptions {
-            provisioning_crd: provisioning,
+            upstream_crds: if provisioning {
+                &[UpstreamCrd::ProvisioningRequest]
+            } else {
+                &[]
+            },
             ..ClusterOptions::default()
         };
         Env::start_with(options).await

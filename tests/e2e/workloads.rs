@@ -9,7 +9,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use muster_api::GpuJob;
-use muster_testkit::ClusterOptions;
+use muster_testkit::{ClusterOptions, UpstreamCrd};
 use serde_json::{Value, json};
 
 use crate::support::{BLOCK, Env, bound_node, eventually, gated, phase, reason, runs_for};
@@ -431,7 +431,7 @@ async fn a_dead_node_under_a_running_indexed_job_restarts_its_gang_on_healthy_no
 async fn a_labelled_job_without_a_block_buys_one_and_its_pods_consume_the_request() {
     let Some(env) = Env::start_with(ClusterOptions {
         controller_manager: true,
-        provisioning_crd: true,
+        upstream_crds: &[UpstreamCrd::ProvisioningRequest],
         ..ClusterOptions::default()
     })
     .await

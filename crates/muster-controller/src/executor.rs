@@ -288,7 +288,10 @@ impl Executor {
                 written.push(Written::Job(Box::new(job)));
                 if let Some(workload) = workload {
                     let suspend = crate::workload::WorkloadPatch::suspend();
-                    written.extend(self.patch_workload(workload, &suspend, "suspending").await?);
+                    written.extend(
+                        self.patch_workload(workload, &suspend, "suspending")
+                            .await?,
+                    );
                 }
                 written.extend(self.delete_pods(pods).await?);
             }

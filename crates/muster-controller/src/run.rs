@@ -199,7 +199,13 @@ async fn when_served<K, F>(
     start: F,
     shared: Arc<Shared>,
 ) where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
     F: FnOnce(Api<K>, Arc<Shared>) + Send + 'static,
 {
     let mut answer = served(&api).await;

@@ -30,9 +30,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PodSchedulingGate, PodSpec, PodTemplateSpec, Toleration};
-use muster_api::gpujob::PodSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use muster_admission::PodSetPlacement;
+use muster_api::gpujob::PodSet;
 use muster_api::resource_flavor::HOSTNAME_LABEL;
 use muster_api::validation::FieldError;
 use muster_api::wire::{
@@ -473,10 +473,10 @@ pub fn pin_patch(set: &PodSet, node: &str, index: usize) -> Value {
 /// position (its completion index, say) takes it, the rest take the positions left in name
 /// order. `claims` holds each pod with its claim (`usize::MAX` for none); `None` unless
 /// there are exactly `nodes` pods and no position is claimed twice.
-pub(crate) fn assign_positions<'a>(
-    mut claims: Vec<(usize, &'a ObjectRef)>,
+pub(crate) fn assign_positions(
+    mut claims: Vec<(usize, &ObjectRef)>,
     nodes: usize,
-) -> Option<Vec<(usize, &'a ObjectRef)>> {
+) -> Option<Vec<(usize, &ObjectRef)>> {
     if claims.len() != nodes {
         return None;
     }

@@ -456,8 +456,7 @@ async fn a_queue_entry_s_release_patches_its_job_then_writes_the_status_and_its_
 }
 
 #[tokio::test]
-async fn a_jobset_entry_s_release_is_one_json_patch_of_its_jobset_and_its_eviction_a_merge_patch()
-{
+async fn a_jobset_entry_s_release_is_one_json_patch_of_its_jobset_and_its_eviction_a_merge_patch() {
     let (mut action, _) = release(2);
     let Action::Release { gang, .. } = &mut action else {
         unreachable!()

@@ -46,6 +46,17 @@ const POLL: Duration = Duration::from_millis(200);
 /// How many times a start is tried when a component lost a race for its port.
 const START_ATTEMPTS: u32 = 3;
 
+/// An upstream CustomResourceDefinition kept in `shared/crds/` beside the repository, for
+/// APIs whose controllers do not run in a test cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpstreamCrd {
+    /// The cluster autoscaler's ProvisioningRequest (`autoscaling.x-k8s.io`).
+    ProvisioningRequest,
+    /// JobSet (`jobset.x-k8s.io`). Its controller does not run: a test that needs child Jobs
+    /// makes them as it would.
+    JobSet,
+}
+
 /// The pieces of a cluster to run besides etcd and kube-apiserver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClusterOptions {
@@ -53,8 +64,8 @@ pub struct ClusterOptions {
     pub scheduler: bool,
     /// Run kube-controller-manager with every controller but node lifecycle (default off).
     pub controller_manager: bool,
-    /// Install the upstream ProvisioningRequest CRD from `shared/crds/` (default off).
-    pub provisioning_crd: bool,
+    /// The upstream CRDs to install from `shared/crds/` (default none).
+    pub upstream_crds: &'static [UpstreamCrd],
     /// kube-controller-manager's client rate limit in requests per second (its
     /// `--kube-api-qps`, with a burst of half as much again). `None` keeps Kubernetes' default,
     /// 20 per second with a burst of 30, which bounds how fast the Job controller makes and
@@ -67,7 +78,7 @@ impl Default for ClusterOptions {
         Self {
             scheduler: true,
             controller_manager: false,
-            provisioning_crd: false,
+            upstream_crds: &[],
             controller_manager_qps: None,
         }
     }
@@ -266,8 +277,13 @@ impl TestCluster {
             cluster.wait_ready(Component::ControllerManager).await?;
         }
         crds::install_muster_crds(&cluster.client).await?;
-        if options.provisioning_crd {
-            crds::install_provisioning_crd(&cluster.client).await?;
+        for crd in options.upstream_crds {
+            match crd {
+                UpstreamCrd::ProvisioningRequest => {
+                    crds::install_provisioning_crd(&cluster.client).await?;
+                }
+                UpstreamCrd::JobSet => crds::install_jobset_crd(&cluster.client).await?,
+            }
         }
         Ok(cluster)
     }

@@ -1,7 +1,7 @@
 //! Installing CustomResourceDefinitions: Muster's own, generated from `muster_api`, and the
-//! upstream ProvisioningRequest kept in the shared folder beside the repository.
+//! upstream ProvisioningRequest and JobSet kept in the shared folder beside the repository.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -33,13 +33,28 @@ pub async fn install_muster_crds(client: &Client) -> anyhow::Result<()> {
     install(client, crds).await
 }
 
+/// Where the upstream JobSet CRD is kept: `shared/crds/` beside the repository.
+pub fn jobset_crd_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/crds/jobset.x-k8s.io_jobsets.yaml")
+}
+
 /// Applies the upstream ProvisioningRequest CRD from [`provisioning_crd_path`] and waits until it
 /// is Established.
 pub async fn install_provisioning_crd(client: &Client) -> anyhow::Result<()> {
-    let path = provisioning_crd_path();
-    let text = std::fs::read_to_string(&path).with_context(|| {
+    install_upstream(client, "ProvisioningRequest", &provisioning_crd_path()).await
+}
+
+/// Applies the upstream JobSet CRD from [`jobset_crd_path`] and waits until it is Established.
+pub async fn install_jobset_crd(client: &Client) -> anyhow::Result<()> {
+    install_upstream(client, "JobSet", &jobset_crd_path()).await
+}
+
+/// Applies the upstream CRD of `kind` kept at `path`.
+async fn install_upstream(client: &Client, kind: &str, path: &Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| {
         format!(
-            "the ProvisioningRequest CRD is not at {} (expected in shared/crds/ beside the repository)",
+            "the {kind} CRD is not at {} (expected in shared/crds/ beside the repository)",
             path.display()
         )
     })?;

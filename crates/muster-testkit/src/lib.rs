@@ -33,7 +33,7 @@ mod process;
 pub mod proxy;
 pub mod wait;
 
-pub use cluster::{ClusterOptions, Component, TestCluster};
+pub use cluster::{ClusterOptions, Component, TestCluster, UpstreamCrd};
 pub use kubelet::{FakeKubelet, KubeletOptions, KubeletStats};
 pub use nodes::{FakeNodes, NodeSpec, create_node, create_nodes, kill_node, repair_node};
 pub use wait::eventually;

@@ -19,7 +19,7 @@ use muster_testkit::nodes::{
 };
 use muster_testkit::{
     ClusterOptions, Component, FakeKubelet, FakeNodes, KubeletOptions, NodeSpec, TestCluster,
-    cluster_or_skip, eventually,
+    UpstreamCrd, cluster_or_skip, eventually,
 };
 use serde_json::json;
 
@@ -354,7 +354,7 @@ async fn dropping_the_cluster_stops_every_process_and_removes_its_folder() -> an
         ClusterOptions {
             scheduler: true,
             controller_manager: true,
-            provisioning_crd: true,
+            upstream_crds: &[UpstreamCrd::ProvisioningRequest],
             controller_manager_qps: Some(50),
         },
         Ok(())

@@ -97,10 +97,11 @@ impl Executor {
         };
         let body: Patch<serde_json::Value> = match patch {
             WorkloadPatch::Merge(value) => Patch::Merge(value.clone()),
-            WorkloadPatch::Json(ops) => Patch::Json(
-                serde_json::from_value(ops.clone())
-                    .map_err(|e| ExecuteError::Malformed(format!("the JSON patch of {workload}: {e}")))?,
-            ),
+            WorkloadPatch::Json(ops) => {
+                Patch::Json(serde_json::from_value(ops.clone()).map_err(|e| {
+                    ExecuteError::Malformed(format!("the JSON patch of {workload}: {e}"))
+                })?)
+            }
         };
         let key = &workload.key;
         let name = key.name();

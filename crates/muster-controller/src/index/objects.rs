@@ -4,6 +4,7 @@
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodTemplate};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use muster_api::jobset::{JOB_INDEX_LABEL, JobSet, REPLICATED_JOB_LABEL};
 use muster_api::wire::{
     ADMISSION_GATE, ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, COMPLETION_INDEX_LABEL,
     DOMAIN_ANNOTATION, FLAVOR_ANNOTATION, GPU_DEVICES_ANNOTATION, JOB_LABEL, POD_INDEX_LABEL,
@@ -12,7 +13,6 @@ use muster_api::wire::{
 use muster_api::{
     ClusterQueue, GpuJob, LocalQueue, ObjectRef, ProvisioningRequest, ResourceFlavor,
 };
-use muster_api::jobset::{JOB_INDEX_LABEL, JobSet, REPLICATED_JOB_LABEL};
 use muster_topology::{NodeInfo, pod_usage};
 
 use super::{GangMember, Index, Indexed, Kind, NotReady, PodPhase, PodRecord, TemplateRecord};
@@ -338,12 +338,7 @@ impl Indexed for JobSet {
         index.jobsets.insert(key, self);
     }
     fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
-        index
-            .jobsets
-            .get(key)?
-            .metadata
-            .resource_version
-            .as_deref()
+        index.jobsets.get(key)?.metadata.resource_version.as_deref()
     }
     fn remove(index: &mut Index, key: &str) {
         if let Some((key, _)) = index.jobsets.remove_entry(key) {

@@ -157,8 +157,7 @@ pub(super) fn pins(
         .pods_of(key)
         .filter_map(|(pod, record)| {
             let member = record.member.as_ref()?;
-            (member.attempt == attempt && record.gated && !record.deleting)
-                .then_some((pod, member))
+            (member.attempt == attempt && record.gated && !record.deleting).then_some((pod, member))
         })
         .collect();
     match workload(index, entry)? {
@@ -176,8 +175,6 @@ pub(super) fn pins(
                     .collect(),
             )
         }
-        Run::JobSet(jobset) => {
-            crate::workload::jobset::pins(entry, jobset, &held.pod_sets, &gated)
-        }
+        Run::JobSet(jobset) => crate::workload::jobset::pins(entry, jobset, &held.pod_sets, &gated),
     }
 }

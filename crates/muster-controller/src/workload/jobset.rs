@@ -102,7 +102,9 @@ fn sets_of<'a, T>(sets: &'a [T], name: impl Fn(&T) -> &str, rj: &str) -> Vec<&'a
 /// The first of the entry's pod sets made of the replicated Job `rj`: the template it
 /// recorded of it.
 fn first_set<'a>(entry: &'a GpuJob, rj: &str) -> Option<&'a muster_api::gpujob::PodSet> {
-    sets_of(&entry.spec.pod_sets, |s| &s.name, rj).first().copied()
+    sets_of(&entry.spec.pod_sets, |s| &s.name, rj)
+        .first()
+        .copied()
 }
 
 /// Whether the JobSet's owner edited it since `entry` read it: its replicated Jobs, their
@@ -265,12 +267,18 @@ fn patch(
         ops.push(json!({"op": "test", "path": format!("/spec/replicatedJobs/{i}/name"), "value": rj.name}));
         ops.push(json!({"op": "add", "path": format!("{at}/metadata"),
             "value": serde_json::to_value(wanted.metadata.unwrap_or_default()).unwrap_or(Value::Null)}));
-        ops.push(json!({"op": "add", "path": format!("{at}/spec/nodeSelector"),
-            "value": spec.node_selector.unwrap_or_default()}));
-        ops.push(json!({"op": "add", "path": format!("{at}/spec/tolerations"),
-            "value": list(spec.tolerations).as_array().cloned().unwrap_or_default()}));
-        ops.push(json!({"op": "add", "path": format!("{at}/spec/schedulingGates"),
-            "value": list(spec.scheduling_gates).as_array().cloned().unwrap_or_default()}));
+        ops.push(
+            json!({"op": "add", "path": format!("{at}/spec/nodeSelector"),
+            "value": spec.node_selector.unwrap_or_default()}),
+        );
+        ops.push(
+            json!({"op": "add", "path": format!("{at}/spec/tolerations"),
+            "value": list(spec.tolerations).as_array().cloned().unwrap_or_default()}),
+        );
+        ops.push(
+            json!({"op": "add", "path": format!("{at}/spec/schedulingGates"),
+            "value": list(spec.scheduling_gates).as_array().cloned().unwrap_or_default()}),
+        );
     }
     ops.push(json!({"op": "add", "path": "/spec/suspend", "value": suspend}));
     Ok(WorkloadPatch::Json(Value::Array(ops)))
@@ -293,11 +301,11 @@ pub fn pins(
     }
     let mut out = Vec::with_capacity(expected);
     for set in placed {
-        let rj = jobset
-            .spec
-            .replicated_jobs
-            .iter()
-            .find(|rj| sets_of(placed, |p| &p.name, &rj.name).iter().any(|p| p.name == set.name))?;
+        let rj = jobset.spec.replicated_jobs.iter().find(|rj| {
+            sets_of(placed, |p| &p.name, &rj.name)
+                .iter()
+                .any(|p| p.name == set.name)
+        })?;
         let recorded = entry.spec.pod_sets.iter().find(|s| s.name == set.name)?;
         let per_job = usize::try_from(rj.template.spec.as_ref().map_or(1, pods_per_job)).ok()?;
         let replica = replica_of(&set.name, &rj.name);
@@ -333,3 +341,6 @@ pub fn one_set_per_template(entry: &GpuJob, jobset: &JobSet) -> bool {
             .all(|s| s.name == rj.name)
     })
 }
+
+#[cfg(test)]
+mod tests;

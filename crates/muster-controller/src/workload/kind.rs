@@ -255,7 +255,10 @@ impl WorkloadPatch {
                 for op in ops.as_array_mut().into_iter().flatten() {
                     let path = op["path"].as_str().unwrap_or_default().to_owned();
                     if op["op"] == "test" && path.ends_with("/name") {
-                        replicated_job = op["value"].as_str().unwrap_or_default().to_owned();
+                        op["value"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .clone_into(&mut replicated_job);
                         continue;
                     }
                     let (target, extra) = if path.ends_with("/template/spec/template/metadata") {

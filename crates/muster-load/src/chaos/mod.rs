@@ -43,7 +43,7 @@ use muster_testkit::checker::{Checker, ViolationKind};
 use muster_testkit::kubelet::{FakeKubelet, KubeletOptions};
 use muster_testkit::nodes::create_nodes;
 use muster_testkit::proxy::{FaultPlan, FaultProxy};
-use muster_testkit::{ClusterOptions, TestCluster};
+use muster_testkit::{ClusterOptions, TestCluster, UpstreamCrd};
 
 /// A broken promise found outside the checker's fold: its kind, object and detail.
 type Found = (ViolationKind, String, String);
@@ -153,7 +153,7 @@ impl Harness {
             // terminating on nodes tainted out-of-service); the taint eviction controller
             // deletes pods from nodes that stay unreachable past their tolerations.
             ClusterOptions {
-                provisioning_crd: true,
+                upstream_crds: &[UpstreamCrd::ProvisioningRequest],
                 controller_manager: true,
                 ..ClusterOptions::default()
             },

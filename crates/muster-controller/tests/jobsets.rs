@@ -1,0 +1,296 @@
+//! Labelled JobSets through the controller's passes: the queue entry made and the JobSet held
+//! suspended, its child Jobs never queued by themselves, the release written into its
+//! replicated Jobs' templates by one JSON patch, each pod pinned by its replica, and an
+//! eviction that suspends the JobSet and waits for its gang's pods to be gone before the
+//! JobSet is released again.
+
+mod support;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use muster_api::jobset::JobSet;
+use muster_api::wire::{ADMISSION_GATE, ATTEMPT_LABEL, JOB_LABEL, POD_SET_LABEL};
+use muster_controller::plan::{Action, plan};
+use muster_controller::state::State;
+use muster_controller::workload::WorkloadPatch;
+use serde_json::{Value, json};
+use support::{at, cluster, land_all, object};
+
+/// A JobSet of two child Jobs of two 8-GPU pods each, each child Job alone in one block
+/// (the exclusive-topology annotation), labelled for the queue.
+fn labelled_jobset(suspend: bool) -> JobSet {
+    object(json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "train", "namespace": "team-a", "uid": "uid-js",
+                     "resourceVersion": "1", "labels": {"muster.dev/queue-name": "research"},
+                     "annotations": {"alpha.jobset.sigs.k8s.io/exclusive-topology": "example.com/block"}},
+        "spec": {"suspend": suspend, "replicatedJobs": [{
+            "name": "workers", "replicas": 2,
+            "template": {"spec": {
+                "parallelism": 2, "completions": 2, "completionMode": "Indexed",
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": "trainer:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}}]},
+    }))
+}
+
+/// The JobSet with `patch` applied, as the API server would apply it (one version on).
+fn patched(jobset: &JobSet, patch: &WorkloadPatch) -> JobSet {
+    let mut doc = serde_json::to_value(bumped(jobset)).unwrap_or_default();
+    match patch {
+        WorkloadPatch::Json(ops) => {
+            let ops: json_patch::Patch =
+                serde_json::from_value(ops.clone()).unwrap_or_else(|e| unreachable!("{e}"));
+            json_patch::patch(&mut doc, &ops).unwrap_or_else(|e| unreachable!("{e}"));
+        }
+        WorkloadPatch::Merge(body) => json_patch::merge(&mut doc, body),
+    }
+    object(doc)
+}
+
+/// The JobSet one resource version on.
+fn bumped(jobset: &JobSet) -> JobSet {
+    let mut next = jobset.clone();
+    let version: u64 = next
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    next.metadata.resource_version = Some((version + 1).to_string());
+    next
+}
+
+/// A pod of replica `replica` of the JobSet's child Jobs, completion index `index`, made
+/// from the released template: gated, with the gang's labels.
+fn child_pod(replica: usize, index: usize, attempt: i32) -> Pod {
+    let child = format!("train-workers-{replica}");
+    object(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": format!("{child}-{index}-x{attempt}"), "namespace": "team-a",
+            "resourceVersion": "1",
+            "labels": {
+                "batch.kubernetes.io/job-name": child,
+                "batch.kubernetes.io/job-completion-index": index.to_string(),
+                "jobset.sigs.k8s.io/jobset-name": "train",
+                "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+                "jobset.sigs.k8s.io/job-index": replica.to_string(),
+                JOB_LABEL: "jobset-train", POD_SET_LABEL: "workers",
+                ATTEMPT_LABEL: attempt.to_string(),
+            },
+            "annotations": {"muster.dev/cluster-queue": "research", "muster.dev/flavor": "h100"},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": child,
+                                 "uid": format!("uid-{child}"), "controller": true}],
+        },
+        "spec": {
+            "schedulingGates": [{"name": ADMISSION_GATE}],
+            "nodeSelector": {"gpu": "h100"},
+            "containers": [{"name": "main", "image": "trainer:1",
+                            "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+        },
+        "status": {"phase": "Pending"},
+    }))
+}
+
+/// `pod` bound and running, being deleted (a newer version than any the test applied).
+fn terminating(pod: Pod) -> Pod {
+    let mut value = serde_json::to_value(pod).unwrap_or_default();
+    value["metadata"]["resourceVersion"] = json!("9");
+    value["metadata"]["deletionTimestamp"] = json!("2026-11-26T00:00:00Z");
+    value["spec"]["schedulingGates"] = Value::Null;
+    value["spec"]["nodeName"] = json!("n1");
+    value["status"]["phase"] = json!("Running");
+    object(value)
+}
+
+fn kinds(actions: &[Action]) -> Vec<&'static str> {
+    actions
+        .iter()
+        .filter(|a| a.job().is_some())
+        .map(Action::kind)
+        .collect()
+}
+
+fn entry_status(state: &State) -> muster_api::GpuJobStatus {
+    state
+        .index()
+        .job("team-a/jobset-train")
+        .and_then(|j| j.status.clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_labelled_jobset_gets_an_entry_is_suspended_and_its_child_jobs_are_never_queued_alone() {
+    let mut state = cluster(32, Vec::new());
+    state.apply(labelled_jobset(false));
+    // A child Job that carries the queue label from its template is the JobSet's.
+    let child: Job = object(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "train-workers-0", "namespace": "team-a", "uid": "uid-child",
+                     "labels": {"muster.dev/queue-name": "research"},
+                     "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2",
+                                          "kind": "JobSet", "name": "train", "uid": "uid-js",
+                                          "controller": true}]},
+        "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "trainer:1"}]}}},
+    }));
+    state.apply(child);
+    let pass = plan(&mut state, at(10));
+    assert_eq!(kinds(&pass.actions), ["create_entry", "patch_workload"]);
+    let Some(Action::CreateEntry { entry, .. }) = pass.actions.first() else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    assert_eq!(entry.metadata.name.as_deref(), Some("jobset-train"));
+    let sets: Vec<(&str, i32)> = entry
+        .spec
+        .pod_sets
+        .iter()
+        .map(|s| (s.name.as_str(), s.count))
+        .collect();
+    assert_eq!(sets, [("workers-0", 2), ("workers-1", 2)]);
+    let Some(Action::PatchWorkload {
+        workload, patch, ..
+    }) = pass.actions.get(1)
+    else {
+        unreachable!()
+    };
+    assert_eq!(workload.to_string(), "JobSet team-a/train");
+    assert_eq!(*patch.body(), json!({"spec": {"suspend": true}}));
+}
+
+#[test]
+fn a_jobset_is_released_by_one_json_patch_its_replicas_pinned_each_to_its_block_then_restarted_once_its_pods_are_gone()
+ {
+    let mut state = cluster(32, Vec::new());
+    let jobset = labelled_jobset(true);
+    state.apply(jobset.clone());
+    let mut release = None;
+    for t in 10..14 {
+        let pass = plan(&mut state, at(t));
+        if let Some(Action::Release { gang, .. }) =
+            pass.actions.iter().find(|a| a.kind() == "release")
+        {
+            release = gang.workload.clone();
+        }
+        land_all(&mut state, &pass.actions, t);
+    }
+    let release = release.unwrap_or_else(|| unreachable!("never released"));
+    assert!(matches!(release.patch, WorkloadPatch::Json(_)));
+    let released = patched(&jobset, &release.patch);
+    assert_eq!(released.spec.suspend, Some(false));
+    state.apply(released.clone());
+    let admission = entry_status(&state).admission.unwrap_or_default();
+    let blocks: Vec<Vec<String>> = admission.pod_sets.iter().map(|p| p.nodes.clone()).collect();
+    assert_eq!(blocks.len(), 2, "{blocks:?}");
+
+    // Every pod of both child Jobs exists: each replica pinned to the nodes of its own pod set.
+    for replica in 0..2 {
+        for index in 0..2 {
+            state.apply(child_pod(replica, index, 0));
+        }
+    }
+    let pass = plan(&mut state, at(14));
+    let Some(Action::PinPods { pins, .. }) = pass.actions.iter().find(|a| a.kind() == "pin_pods")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    assert_eq!(pins.len(), 4);
+    for (pod, patch) in pins {
+        let replica = usize::from(pod.name().starts_with("train-workers-1"));
+        let index = usize::from(pod.name().contains("-1-x"));
+        assert_eq!(
+            patch["spec"]["nodeSelector"]["kubernetes.io/hostname"],
+            json!(blocks[replica][index]),
+            "{pod}"
+        );
+        assert_eq!(
+            patch["metadata"]["labels"][POD_SET_LABEL],
+            json!(format!("workers-{replica}"))
+        );
+    }
+    land_all(&mut state, &pass.actions, 14);
+    for replica in 0..2 {
+        for index in 0..2 {
+            let mut pod = child_pod(replica, index, 0);
+            let patch = pins
+                .iter()
+                .find(|(p, _)| Some(p.name()) == pod.metadata.name.as_deref())
+                .map(|(_, patch)| patch.clone())
+                .unwrap_or(Value::Null);
+            let node = patch["spec"]["nodeSelector"]["kubernetes.io/hostname"].clone();
+            let mut value = serde_json::to_value(&pod).unwrap_or_default();
+            json_patch::merge(&mut value, &patch);
+            value["spec"]["nodeName"] = node;
+            value["status"]["phase"] = json!(if replica == 1 && index == 1 {
+                "Failed"
+            } else {
+                "Running"
+            });
+            pod = object(value);
+            state.apply(pod);
+        }
+    }
+
+    // A pod fails: the entry is evicted by suspending the JobSet, no pod deleted by Muster.
+    let pass = plan(&mut state, at(15));
+    let Some(Action::Evict { pods, workload, .. }) =
+        pass.actions.iter().find(|a| a.kind() == "evict")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    assert!(pods.is_empty());
+    assert_eq!(
+        workload.as_ref().map(ToString::to_string).as_deref(),
+        Some("JobSet team-a/train")
+    );
+    land_all(&mut state, &pass.actions, 15);
+    let mut suspended = bumped(&released);
+    suspended.spec.suspend = Some(true);
+    state.apply(suspended.clone());
+
+    // Its child Jobs' pods are still terminating (Muster's deletes of the old attempt, and
+    // the Job controller's, not yet done): neither put back nor released.
+    for t in 16..100 {
+        let pass = plan(&mut state, at(t));
+        let found = kinds(&pass.actions);
+        assert!(
+            !found.contains(&"release") && !found.contains(&"patch_workload"),
+            "at {t}: {:#?}",
+            pass.actions
+        );
+        land_all(&mut state, &pass.actions, t);
+        if found.contains(&"delete_pods") {
+            // The deletes are accepted; the pods terminate for a while.
+            for replica in 0..2 {
+                for index in 0..2 {
+                    state.apply(terminating(child_pod(replica, index, 0)));
+                }
+            }
+        }
+    }
+    // Once they are gone, the templates are put back and the JobSet is released again.
+    for replica in 0..2 {
+        for index in 0..2 {
+            state.delete(&terminating(child_pod(replica, index, 0)));
+        }
+    }
+    let mut put_back = false;
+    let mut current = suspended;
+    let released = (100..700).any(|t| {
+        let pass = plan(&mut state, at(t));
+        for action in &pass.actions {
+            if let Action::PatchWorkload { patch, .. } = action {
+                put_back = true;
+                current = patched(&current, patch);
+                state.apply(current.clone());
+            }
+        }
+        land_all(&mut state, &pass.actions, t);
+        kinds(&pass.actions).contains(&"release")
+    });
+    assert!(
+        put_back,
+        "the release's labels and gate were taken back first"
+    );
+    assert!(released, "released again");
+}

@@ -93,6 +93,48 @@ fn child_pod(replica: usize, index: usize, attempt: i32) -> Pod {
     }))
 }
 
+/// The workload release of the passes at `times`, each pass landed.
+fn released_by(
+    state: &mut State,
+    times: std::ops::Range<i64>,
+) -> muster_controller::release::WorkloadRelease {
+    let mut release = None;
+    for t in times {
+        let pass = plan(state, at(t));
+        if let Some(Action::Release { gang, .. }) =
+            pass.actions.iter().find(|a| a.kind() == "release")
+        {
+            release = gang.workload.as_deref().cloned();
+        }
+        land_all(state, &pass.actions, t);
+    }
+    release.unwrap_or_else(|| unreachable!("never released"))
+}
+
+/// The JobSet's four pods as the pins left them, bound and running — but for replica 1's
+/// pod 1, which failed.
+fn run_pinned(state: &mut State, pins: &[(muster_api::ObjectRef, Value)]) {
+    for replica in 0..2 {
+        for index in 0..2 {
+            let pod = child_pod(replica, index, 0);
+            let patch = pins
+                .iter()
+                .find(|(p, _)| Some(p.name()) == pod.metadata.name.as_deref())
+                .map_or(Value::Null, |(_, patch)| patch.clone());
+            let mut value = serde_json::to_value(&pod).unwrap_or_default();
+            json_patch::merge(&mut value, &patch);
+            value["spec"]["nodeName"] =
+                patch["spec"]["nodeSelector"]["kubernetes.io/hostname"].clone();
+            value["status"]["phase"] = json!(if replica == 1 && index == 1 {
+                "Failed"
+            } else {
+                "Running"
+            });
+            state.apply(object::<Pod>(value));
+        }
+    }
+}
+
 /// `pod` bound and running, being deleted (a newer version than any the test applied).
 fn terminating(pod: Pod) -> Pod {
     let mut value = serde_json::to_value(pod).unwrap_or_default();
@@ -164,17 +206,7 @@ fn a_jobset_is_released_by_one_json_patch_its_replicas_pinned_each_to_its_block_
     let mut state = cluster(32, Vec::new());
     let jobset = labelled_jobset(true);
     state.apply(jobset.clone());
-    let mut release = None;
-    for t in 10..14 {
-        let pass = plan(&mut state, at(t));
-        if let Some(Action::Release { gang, .. }) =
-            pass.actions.iter().find(|a| a.kind() == "release")
-        {
-            release = gang.workload.clone();
-        }
-        land_all(&mut state, &pass.actions, t);
-    }
-    let release = release.unwrap_or_else(|| unreachable!("never released"));
+    let release = released_by(&mut state, 10..14);
     assert!(matches!(release.patch, WorkloadPatch::Json(_)));
     let released = patched(&jobset, &release.patch);
     assert_eq!(released.spec.suspend, Some(false));
@@ -209,28 +241,7 @@ fn a_jobset_is_released_by_one_json_patch_its_replicas_pinned_each_to_its_block_
         );
     }
     land_all(&mut state, &pass.actions, 14);
-    for replica in 0..2 {
-        for index in 0..2 {
-            let mut pod = child_pod(replica, index, 0);
-            let patch = pins
-                .iter()
-                .find(|(p, _)| Some(p.name()) == pod.metadata.name.as_deref())
-                .map(|(_, patch)| patch.clone())
-                .unwrap_or(Value::Null);
-            let node = patch["spec"]["nodeSelector"]["kubernetes.io/hostname"].clone();
-            let mut value = serde_json::to_value(&pod).unwrap_or_default();
-            json_patch::merge(&mut value, &patch);
-            value["spec"]["nodeName"] = node;
-            value["status"]["phase"] = json!(if replica == 1 && index == 1 {
-                "Failed"
-            } else {
-                "Running"
-            });
-            pod = object(value);
-            state.apply(pod);
-        }
-    }
-
+    run_pinned(&mut state, pins);
     // A pod fails: the entry is evicted by suspending the JobSet, no pod deleted by Muster.
     let pass = plan(&mut state, at(15));
     let Some(Action::Evict { pods, workload, .. }) =

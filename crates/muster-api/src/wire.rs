@@ -90,6 +90,14 @@ pub const WORKLOAD_KIND_LABEL: &str = "muster.dev/workload-kind";
 /// index Muster places it by (pod `i` on the `i`-th node of its pod set).
 pub const COMPLETION_INDEX_LABEL: &str = "batch.kubernetes.io/job-completion-index";
 
+/// Label on pods that run as one gang: the group's name (in the pods' namespace). Pods that
+/// also carry [`QUEUE_NAME_LABEL`] are queued as one workload once the group is whole.
+pub const POD_GROUP_LABEL: &str = "muster.dev/pod-group";
+
+/// Label (or annotation) on the pods of a group: how many pods the group has, all admitted
+/// together.
+pub const POD_GROUP_SIZE_LABEL: &str = "muster.dev/pod-group-size";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +128,8 @@ mod tests {
             GPU_SHARE_ANNOTATION,
             WORKLOAD_KIND_LABEL,
             COMPLETION_INDEX_LABEL,
+            POD_GROUP_LABEL,
+            POD_GROUP_SIZE_LABEL,
         ];
         assert_eq!(
             names,
@@ -144,6 +154,8 @@ mod tests {
                 "muster.dev/gpu-share",
                 "muster.dev/workload-kind",
                 "batch.kubernetes.io/job-completion-index",
+                "muster.dev/pod-group",
+                "muster.dev/pod-group-size",
             ]
         );
     }

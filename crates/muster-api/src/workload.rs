@@ -9,6 +9,9 @@
 //!   the JobSet's exclusive-topology annotation is one pod set per replica (`<name>-<i>`), each
 //!   required in one domain of that level, so no two child Jobs share a domain.
 //!
+//! - A pod group (pods labelled `muster.dev/pod-group`) is one pod set, `main`, of the size
+//!   its pods give (`muster.dev/pod-group-size`); see [`pod_group_as_gpujob`].
+//!
 //! Pure: no I/O.
 
 use std::collections::BTreeMap;
@@ -27,6 +30,10 @@ use crate::wire::{
     GPU_SHARE_ANNOTATION, QUEUE_NAME_LABEL, TOPOLOGY_PREFERRED_ANNOTATION,
     TOPOLOGY_REQUIRED_ANNOTATION, TPU_ACCELERATOR_ANNOTATION, TPU_TOPOLOGY_ANNOTATION,
 };
+
+mod pod_group;
+
+pub use pod_group::{pod_group_as_gpujob, pod_group_entry_name, pod_group_of, pod_group_size};
 
 /// The `apiVersion` of the Jobs Muster queues.
 pub const JOB_API_VERSION: &str = "batch/v1";

@@ -15,6 +15,7 @@ mod jobsets;
 mod leadership;
 mod lifecycle;
 mod partition;
+mod pod_groups;
 mod provisioning;
 mod shares;
 mod support;

@@ -383,20 +383,10 @@ fn start_provisioning(
     else {
         return;
     };
-    let jobset = crate::workload::workload_of(job)
-        .and_then(|w| state.index.workload(&w))
-        .and_then(|run| match run {
-            crate::workload::Run::JobSet(jobset) => Some(jobset),
-            crate::workload::Run::Job(_) => None,
-        });
-    if jobset.is_some_and(|js| !crate::workload::jobset::one_set_per_template(job, js)) {
-        // The consume annotation goes into a replicated Job's template, which its replicas
-        // share: replicas placed as pod sets of their own cannot each consume their own.
-        state.ledger.fail_release(
-            &key,
-            now.0.as_second(),
-            "a JobSet whose replicas are placed one by one (an exclusive topology) cannot buy capacity: each replicated Job's template can consume one ProvisioningRequest; use a ClusterQueue without provisioning, or one replica per replicated Job".to_owned(),
-        );
+    if let Some(why) = cannot_buy(&state.index, job) {
+        state
+            .ledger
+            .fail_release(&key, now.0.as_second(), why.to_owned());
         return;
     }
     let specs: BTreeMap<String, muster_api::ResourceFlavorSpec> = state
@@ -440,6 +430,21 @@ fn start_provisioning(
             }
         }
         Err(e) => state.ledger.fail_release(&key, now.0.as_second(), e),
+    }
+}
+
+/// Why the queue entry `job` cannot buy capacity, when it cannot: what would consume the
+/// request goes into its workload's templates, and some workloads have none to take it.
+fn cannot_buy(index: &Index, job: &muster_api::GpuJob) -> Option<&'static str> {
+    use crate::workload::Run;
+    match index.workload(&crate::workload::workload_of(job)?)? {
+        Run::JobSet(jobset) if !crate::workload::jobset::one_set_per_template(job, jobset) => Some(
+            "a JobSet whose replicas are placed one by one (an exclusive topology) cannot buy capacity: each replicated Job's template can consume one ProvisioningRequest; use a ClusterQueue without provisioning, or one replica per replicated Job",
+        ),
+        Run::PodGroup(..) => Some(
+            "a pod group cannot buy capacity: its pods exist before the request, so none would consume it; use a ClusterQueue without provisioning",
+        ),
+        Run::Job(_) | Run::JobSet(_) => None,
     }
 }
 

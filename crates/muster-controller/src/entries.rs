@@ -1,5 +1,5 @@
-//! The pass step that keeps every labelled Job's and JobSet's queue entry (see
-//! [`crate::workload`]): the entry made when the workload arrives, and the workload held
+//! The pass step that keeps every labelled Job's, JobSet's and pod group's queue entry (see
+//! [`crate::workload`]): the entry made when the workload arrives (a pod group once whole), and the workload held
 //! suspended while the entry holds no admission — what a release wrote into its templates put
 //! back, what its owner edits read into the entry again. The entry's own step (in
 //! [`crate::job`]) releases, evicts and finishes it.
@@ -30,12 +30,12 @@ pub(crate) fn keep(index: &Index, ledger: &Ledger) -> Vec<Action> {
             patch: Box::new(WorkloadPatch::Merge(patch)),
             event,
         };
-        let reported = run
-            .meta()
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(INVALID_ANNOTATION));
+        let reported = run.reported();
         let Some(entry) = index.jobs.get(&entry_key) else {
+            if !run.is_whole() {
+                // A pod group waits, gated, for the rest of its pods.
+                continue;
+            }
             match run.entry() {
                 Ok(entry) => {
                     actions.push(Action::CreateEntry {

@@ -44,6 +44,7 @@ use serde_json::{Map, Value, json};
 
 pub mod jobset;
 mod kind;
+pub mod pod_group;
 
 pub use kind::{Run, WorkloadKind, WorkloadPatch, WorkloadRef};
 pub use muster_api::workload::entry_name;
@@ -99,17 +100,22 @@ fn made_entry(
 /// GpuJob.
 pub fn workload_of(entry: &GpuJob) -> Option<WorkloadRef> {
     let meta = &entry.metadata;
-    let kind = meta
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(WORKLOAD_KIND_LABEL))
+    let labels = meta.labels.as_ref()?;
+    let kind = labels
+        .get(WORKLOAD_KIND_LABEL)
         .and_then(|label| WorkloadKind::from_label(label))?;
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
+    if kind == WorkloadKind::PodGroup {
+        // Owned by its pods, which come and go: the group is named by its label.
+        let group = labels.get(muster_api::wire::POD_GROUP_LABEL)?;
+        return Some(WorkloadRef::pod_group(ObjectRef::new(namespace, group)));
+    }
     let owner = meta.owner_references.iter().flatten().find(|o| {
         o.controller == Some(true) && o.kind == kind.label() && o.api_version == kind.api_version()
     })?;
     Some(WorkloadRef {
         kind,
-        key: ObjectRef::new(meta.namespace.as_deref().unwrap_or_default(), &owner.name),
+        key: ObjectRef::new(namespace, &owner.name),
     })
 }
 

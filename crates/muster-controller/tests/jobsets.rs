@@ -44,6 +44,7 @@ fn patched(jobset: &JobSet, patch: &WorkloadPatch) -> JobSet {
             json_patch::patch(&mut doc, &ops).unwrap_or_else(|e| unreachable!("{e}"));
         }
         WorkloadPatch::Merge(body) => json_patch::merge(&mut doc, body),
+        WorkloadPatch::Nothing => {}
     }
     object(doc)
 }

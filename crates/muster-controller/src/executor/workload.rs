@@ -95,6 +95,9 @@ impl Executor {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PatchParams::default()
         };
+        if workload.kind == WorkloadKind::PodGroup {
+            return self.write_pod_group(workload, patch, what).await;
+        }
         let body: Patch<serde_json::Value> = match patch {
             WorkloadPatch::Merge(value) => Patch::Merge(value.clone()),
             WorkloadPatch::Json(ops) => {
@@ -102,6 +105,7 @@ impl Executor {
                     ExecuteError::Malformed(format!("the JSON patch of {workload}: {e}"))
                 })?)
             }
+            WorkloadPatch::Nothing => return Ok(Vec::new()),
         };
         let key = &workload.key;
         let name = key.name();
@@ -120,7 +124,65 @@ impl Executor {
                     .await?;
                 Ok(vec![Written::JobSet(Box::new(jobset))])
             }
+            WorkloadKind::PodGroup => unreachable!("written by write_pod_group"),
         }
+    }
+
+    /// A write to a pod group: a merge patch of each of its pods (found by their group label;
+    /// one gone meanwhile is left so). Nothing else is written to a pod group: its release
+    /// writes nothing, and its pods are let go by their pins.
+    async fn write_pod_group(
+        &self,
+        workload: &WorkloadRef,
+        patch: &WorkloadPatch,
+        what: &'static str,
+    ) -> Result<Vec<Written>, ExecuteError> {
+        let body = match patch {
+            WorkloadPatch::Nothing => return Ok(Vec::new()),
+            WorkloadPatch::Merge(body) => body,
+            WorkloadPatch::Json(_) => {
+                return Err(ExecuteError::Malformed(format!(
+                    "a JSON patch of {workload}: a pod group takes merge patches only"
+                )));
+            }
+        };
+        let mut written = Vec::new();
+        for pod in self.group_pods(workload).await? {
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            };
+            let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.namespace());
+            let patch = Patch::Merge(body);
+            match self
+                .call(what, &pod, || api.patch(pod.name(), &params, &patch))
+                .await
+            {
+                Ok(pod) => written.push(Written::Pod(Box::new(pod))),
+                Err(ExecuteError::Api { source, .. }) if is_code(&source, 404) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(written)
+    }
+
+    /// The pods of a pod group, by its label, as the API server lists them now.
+    async fn group_pods(&self, workload: &WorkloadRef) -> Result<Vec<ObjectRef>, ExecuteError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), workload.key.namespace());
+        let selector = format!(
+            "{}={}",
+            muster_api::wire::POD_GROUP_LABEL,
+            workload.key.name()
+        );
+        let params = kube::api::ListParams::default().labels(&selector);
+        let pods = self
+            .call("listing the pod group", &workload.key, || api.list(&params))
+            .await?;
+        Ok(pods
+            .items
+            .iter()
+            .map(|p| ObjectRef::of(&p.metadata))
+            .collect())
     }
 
     /// Pins every gated pod of a released Job's gang and lifts Muster's gate, in one burst.
@@ -159,8 +221,22 @@ impl Executor {
         Ok(Written::Pod(Box::new(pod)))
     }
 
-    /// Records an Event about the workload behind a queue entry (failures are logged).
+    /// Records an Event about the workload behind a queue entry (failures are logged); for a
+    /// pod group, on each of its pods.
     pub(super) async fn record_on_workload(&self, workload: &WorkloadRef, note: &Note) {
+        if workload.kind == WorkloadKind::PodGroup {
+            for pod in self.group_pods(workload).await.unwrap_or_default() {
+                let reference = ObjectReference {
+                    api_version: Some("v1".to_owned()),
+                    kind: Some("Pod".to_owned()),
+                    namespace: Some(pod.namespace().to_owned()),
+                    name: Some(pod.name().to_owned()),
+                    ..ObjectReference::default()
+                };
+                self.publish(&reference, note).await;
+            }
+            return;
+        }
         let reference = ObjectReference {
             api_version: Some(workload.kind.api_version().to_owned()),
             kind: Some(workload.kind.label().to_owned()),

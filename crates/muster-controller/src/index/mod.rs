@@ -19,6 +19,7 @@ use muster_api::{
 };
 use muster_topology::NodeInfo;
 
+use crate::workload::pod_group::PodGroup;
 use crate::workload::{Run, WorkloadKind, WorkloadRef};
 
 /// The kinds of object the index holds.
@@ -139,6 +140,8 @@ pub struct PodRecord {
     pub deleting: bool,
     /// Set for pods Muster released.
     pub member: Option<GangMember>,
+    /// For a pod labelled with a queue and a pod group: the group (`namespace/group`).
+    pub group: Option<ObjectRef>,
     /// The version it was read at, so that an older copy never replaces it.
     pub resource_version: Option<String>,
 }
@@ -231,6 +234,8 @@ pub struct Index {
     pub(crate) workloads: BTreeMap<ObjectRef, Job>,
     /// JobSets labelled with a queue: the other workloads behind queue entries.
     pub(crate) jobsets: BTreeMap<ObjectRef, muster_api::jobset::JobSet>,
+    /// Pods labelled with a queue and a pod group, whole, by group (`namespace/group`).
+    pub(crate) pod_groups: BTreeMap<ObjectRef, PodGroup>,
     /// Bumped when a node's placement facts (labels, taints, allocatable, schedulable) or a
     /// flavor change: the cached arrangement of nodes per flavor is rebuilt only then.
     pub(super) topology_version: u64,
@@ -400,10 +405,14 @@ impl Index {
         match workload.kind {
             WorkloadKind::Job => self.workloads.get(&workload.key).map(Run::Job),
             WorkloadKind::JobSet => self.jobsets.get(&workload.key).map(Run::JobSet),
+            WorkloadKind::PodGroup => self
+                .pod_groups
+                .get_key_value(&workload.key)
+                .map(|(k, g)| Run::PodGroup(k.name(), g)),
         }
     }
 
-    /// Every workload labelled with a queue: Jobs, then JobSets, each by key.
+    /// Every workload labelled with a queue: Jobs, JobSets, then pod groups, each by key.
     pub fn runs(&self) -> impl Iterator<Item = (WorkloadRef, Run<'_>)> {
         let jobs = self
             .workloads
@@ -413,7 +422,13 @@ impl Index {
             .jobsets
             .iter()
             .map(|(k, j)| (WorkloadRef::jobset(k.clone()), Run::JobSet(j)));
-        jobs.chain(jobsets)
+        let groups = self.pod_groups.iter().map(|(k, g)| {
+            (
+                WorkloadRef::pod_group(k.clone()),
+                Run::PodGroup(k.name(), g),
+            )
+        });
+        jobs.chain(jobsets).chain(groups)
     }
 
     /// A job by `namespace/name`.
@@ -556,6 +571,15 @@ impl Index {
         let Some(old) = self.pods.remove(key) else {
             return;
         };
+        if let Some(group) = &old.group
+            && let Some(pods) = self.pod_groups.get_mut(group)
+        {
+            pods.pods.remove(key);
+            if pods.pods.is_empty() {
+                self.pod_groups.remove(group);
+            }
+            self.changed_jobs.insert(group_entry(group));
+        }
         match old.member {
             Some(member) => {
                 self.changed_jobs.insert(member.job.clone());
@@ -579,6 +603,16 @@ impl Index {
         }
     }
 
+    /// Keeps `pod` (labelled with a queue and a pod group) in its group.
+    pub(crate) fn insert_group_pod(&mut self, group: &ObjectRef, key: ObjectRef, pod: Pod) {
+        self.changed_jobs.insert(group_entry(group));
+        self.pod_groups
+            .entry(group.clone())
+            .or_default()
+            .pods
+            .insert(key, pod);
+    }
+
     fn insert_pod(&mut self, key: ObjectRef, record: PodRecord) {
         match &record.member {
             Some(member) => {
@@ -599,6 +633,14 @@ impl Index {
         }
         self.pods.insert(key, record);
     }
+}
+
+/// The key of the queue entry of pod group `group`.
+fn group_entry(group: &ObjectRef) -> ObjectRef {
+    ObjectRef::new(
+        group.namespace(),
+        &muster_api::workload::pod_group_entry_name(group.name()),
+    )
 }
 
 /// How many deletions the index remembers (about 100 bytes each). A write's response lands

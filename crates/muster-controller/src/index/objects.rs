@@ -7,8 +7,8 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use muster_api::jobset::{JOB_INDEX_LABEL, JobSet, REPLICATED_JOB_LABEL};
 use muster_api::wire::{
     ADMISSION_GATE, ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, COMPLETION_INDEX_LABEL,
-    DOMAIN_ANNOTATION, FLAVOR_ANNOTATION, GPU_DEVICES_ANNOTATION, JOB_LABEL, POD_INDEX_LABEL,
-    POD_SET_LABEL,
+    DOMAIN_ANNOTATION, FLAVOR_ANNOTATION, GPU_DEVICES_ANNOTATION, JOB_LABEL, POD_GROUP_LABEL,
+    POD_INDEX_LABEL, POD_SET_LABEL, QUEUE_NAME_LABEL,
 };
 use muster_api::{
     ClusterQueue, GpuJob, LocalQueue, ObjectRef, ProvisioningRequest, ResourceFlavor,
@@ -204,6 +204,9 @@ impl Indexed for Pod {
             }
         };
         index.remove_pod(&key);
+        if let Some(group) = record.group.clone() {
+            index.insert_group_pod(&group, key.clone(), self);
+        }
         index.insert_pod(key, record);
     }
     fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
@@ -409,8 +412,21 @@ fn pod_record_lenient(pod: &Pod) -> PodRecord {
         gated,
         deleting: pod.metadata.deletion_timestamp.is_some(),
         member: member(pod),
+        group: queued_group(pod),
         resource_version: pod.metadata.resource_version.clone(),
     }
+}
+
+/// The pod group `pod` is queued with: `namespace/group`, when it carries both the queue
+/// and the group label.
+fn queued_group(pod: &Pod) -> Option<ObjectRef> {
+    let labels = pod.metadata.labels.as_ref()?;
+    labels.get(QUEUE_NAME_LABEL)?;
+    let group = labels.get(POD_GROUP_LABEL)?;
+    Some(ObjectRef::new(
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        group,
+    ))
 }
 
 /// The gang a pod belongs to: Muster's labels and an owner reference to a GpuJob.
@@ -418,11 +434,12 @@ fn member(pod: &Pod) -> Option<GangMember> {
     let meta = &pod.metadata;
     let labels = meta.labels.as_ref()?;
     // Made by Muster for a GpuJob, or by the Job controller for the Job behind a queue
-    // entry (its template carries the gang's labels from the release on).
+    // entry (its template carries the gang's labels from the release on), or a pod of a
+    // queued pod group (labelled with the gang when it is let go).
     let owned = meta.owner_references.iter().flatten().any(|o| {
         (o.kind == "GpuJob" && o.api_version == muster_api::API_VERSION)
             || (o.kind == "Job" && o.api_version == "batch/v1" && o.controller == Some(true))
-    });
+    }) || queued_group(pod).is_some();
     if !owned {
         return None;
     }

@@ -59,7 +59,23 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
     // An admission time that is unknown starts no pods-ready timeout: a gang that never
     // became Ready is still restarted when a pod fails or loses its node.
     let since = held.since.unwrap_or(now_s);
-    let gang_health = if is_entry && current.len() < expected {
+    // A pod group's failed pod is not made again by anyone: it does not break the gang, whose
+    // run ends once every pod has (`entry::finished`).
+    let group = crate::workload::workload_of(job)
+        .is_some_and(|w| w.kind == crate::workload::WorkloadKind::PodGroup);
+    let survivors: Pods<'_>;
+    let (judged, expected) = if group {
+        survivors = current
+            .iter()
+            .copied()
+            .filter(|(_, p)| p.phase != crate::index::PodPhase::Failed)
+            .collect();
+        let failed = current.len() - survivors.len();
+        (&survivors, expected.saturating_sub(failed))
+    } else {
+        (current, expected)
+    };
+    let gang_health = if is_entry && judged.len() < expected {
         // The Job controller is still making the entry's pods: missing ones are not lost.
         let deadline = since.saturating_add(timeout);
         if now_s >= deadline {
@@ -71,7 +87,7 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
         health(
             expected,
             &placed,
-            current,
+            judged,
             |n| index.nodes.get(n),
             since,
             timeout,

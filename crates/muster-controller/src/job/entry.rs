@@ -14,7 +14,9 @@ use crate::action::{Action, Note};
 use crate::index::{GangMember, Index};
 use crate::release::{Gang, WorkloadRelease};
 use crate::status;
-use crate::workload::{Placement, Run, WorkloadPatch, pin_patch, template_patch, workload_of};
+use crate::workload::{
+    Placement, Run, WorkloadKind, WorkloadPatch, pin_patch, template_patch, workload_of,
+};
 
 /// The workload behind `job` when `job` is a queue entry and the index holds that very
 /// workload (the same UID: one made again under the name has an entry of its own).
@@ -26,7 +28,10 @@ pub(crate) fn workload<'a>(index: &'a Index, job: &GpuJob) -> Option<Run<'a>> {
 /// The step of an entry whose workload has ended: its status says how.
 pub(super) fn finished(reading: &Reading<'_>) -> Option<Step> {
     let run = workload(reading.index, reading.job)?;
-    let (succeeded, message) = run.finished()?;
+    let (succeeded, message) = match run {
+        Run::PodGroup(..) => group_finished(reading)?,
+        Run::Job(_) | Run::JobSet(_) => run.finished()?,
+    };
     let next = status::finished(
         reading.status,
         reading.job.metadata.generation,
@@ -44,6 +49,47 @@ pub(super) fn finished(reading: &Reading<'_>) -> Option<Step> {
         status: Box::new(next),
         event: Some(event),
     }))
+}
+
+/// How an admitted pod group's run ended, once every pod of its gang (of the current attempt)
+/// has: Succeeded when each did, else Failed, naming a failed pod. Nobody makes a plain
+/// pod again, so a failed pod ends the group rather than restarting it.
+fn group_finished(reading: &Reading<'_>) -> Option<(bool, String)> {
+    let expected: usize = reading
+        .status
+        .admission
+        .as_ref()?
+        .pod_sets
+        .iter()
+        .map(|p| p.nodes.len())
+        .sum();
+    let pods: Vec<(&ObjectRef, &crate::index::PodRecord)> = reading
+        .index
+        .pods_of(reading.key)
+        .filter(|(_, p)| {
+            p.member
+                .as_ref()
+                .is_some_and(|m| m.attempt == reading.status.requeue_count)
+        })
+        .collect();
+    let ended = |p: &crate::index::PodRecord| {
+        matches!(
+            p.phase,
+            crate::index::PodPhase::Succeeded | crate::index::PodPhase::Failed
+        )
+    };
+    if expected == 0 || pods.len() < expected || !pods.iter().all(|(_, p)| ended(p)) {
+        return None;
+    }
+    Some(
+        match pods
+            .iter()
+            .find(|(_, p)| p.phase == crate::index::PodPhase::Failed)
+        {
+            Some((pod, _)) => (false, format!("pod {pod} of the group failed")),
+            None => (true, "every pod of the group succeeded".to_owned()),
+        },
+    )
 }
 
 /// Whether `job` is a queue entry whose workload has not yet settled from its last run (or
@@ -72,7 +118,8 @@ pub(crate) fn evict(
     pods: Vec<ObjectRef>,
     event: Note,
 ) -> Action {
-    let workload = workload_of(job);
+    // A pod group's pods cannot be suspended: they are deleted, as a GpuJob's are.
+    let workload = workload_of(job).filter(|w| w.kind != WorkloadKind::PodGroup);
     Action::Evict {
         job: key.clone(),
         status: Box::new(status),
@@ -130,6 +177,8 @@ pub(crate) fn release(
             };
             crate::workload::jobset::release_patch(entry, jobset, &placement)?
         }
+        // Its pods exist already: the admitted step pins them.
+        Run::PodGroup(..) => WorkloadPatch::Nothing,
     };
     Ok(Gang {
         service: Service::default(),
@@ -176,5 +225,25 @@ pub(super) fn pins(
             )
         }
         Run::JobSet(jobset) => crate::workload::jobset::pins(entry, jobset, &held.pod_sets, &gated),
+        Run::PodGroup(_, group) => {
+            let [placed] = held.pod_sets.as_slice() else {
+                return None;
+            };
+            let flavor = index.flavors.get(&placed.flavor)?;
+            let placement = Placement {
+                entry: key.name(),
+                cluster_queue: &held.cluster_queue,
+                pod_set: placed,
+                flavor: &flavor.spec,
+                attempt,
+            };
+            crate::workload::pod_group::pins(
+                group,
+                key.name(),
+                attempt,
+                &placed.nodes,
+                &placement.additions(),
+            )
+        }
     }
 }

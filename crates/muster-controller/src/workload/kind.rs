@@ -1,4 +1,5 @@
-//! The kinds of workload a queue entry stands for — `batch/v1` Jobs and JobSets — and what
+//! The kinds of workload a queue entry stands for — `batch/v1` Jobs, JobSets and pod
+//! groups — and what
 //! the controller asks of each the same way: its entry, whether it is held or has ended, and
 //! the writes that hold or release it.
 
@@ -12,6 +13,7 @@ use muster_api::validation::FieldError;
 use muster_api::{GpuJob, ObjectRef};
 use serde_json::{Map, Value};
 
+use super::pod_group::PodGroup;
 use super::{jobset, made_entry};
 
 /// The kind of a workload behind a queue entry.
@@ -21,6 +23,8 @@ pub enum WorkloadKind {
     Job,
     /// A `jobset.x-k8s.io/v1alpha2` JobSet.
     JobSet,
+    /// Pods labelled with one `muster.dev/pod-group`.
+    PodGroup,
 }
 
 impl WorkloadKind {
@@ -29,6 +33,7 @@ impl WorkloadKind {
         match self {
             WorkloadKind::Job => "Job",
             WorkloadKind::JobSet => "JobSet",
+            WorkloadKind::PodGroup => "PodGroup",
         }
     }
 
@@ -37,6 +42,7 @@ impl WorkloadKind {
         match label {
             "Job" => Some(WorkloadKind::Job),
             "JobSet" => Some(WorkloadKind::JobSet),
+            "PodGroup" => Some(WorkloadKind::PodGroup),
             _ => None,
         }
     }
@@ -46,6 +52,7 @@ impl WorkloadKind {
         match self {
             WorkloadKind::Job => muster_api::workload::JOB_API_VERSION,
             WorkloadKind::JobSet => muster_api::workload::JOBSET_API_VERSION,
+            WorkloadKind::PodGroup => "v1",
         }
     }
 
@@ -54,6 +61,7 @@ impl WorkloadKind {
         match self {
             WorkloadKind::Job => muster_api::workload::entry_name(name),
             WorkloadKind::JobSet => muster_api::workload::jobset_entry_name(name),
+            WorkloadKind::PodGroup => muster_api::workload::pod_group_entry_name(name),
         }
     }
 }
@@ -90,6 +98,14 @@ impl WorkloadRef {
         }
     }
 
+    /// A pod group's reference (`namespace/group`).
+    pub fn pod_group(key: ObjectRef) -> WorkloadRef {
+        WorkloadRef {
+            kind: WorkloadKind::PodGroup,
+            key,
+        }
+    }
+
     /// The key of its queue entry.
     pub fn entry(&self) -> ObjectRef {
         ObjectRef::new(self.key.namespace(), &self.kind.entry_name(self.key.name()))
@@ -109,6 +125,8 @@ pub enum Run<'a> {
     Job(&'a Job),
     /// A JobSet.
     JobSet(&'a JobSet),
+    /// A pod group, named.
+    PodGroup(&'a str, &'a PodGroup),
 }
 
 impl<'a> Run<'a> {
@@ -117,14 +135,27 @@ impl<'a> Run<'a> {
         match self {
             Run::Job(_) => WorkloadKind::Job,
             Run::JobSet(_) => WorkloadKind::JobSet,
+            Run::PodGroup(..) => WorkloadKind::PodGroup,
         }
     }
 
-    /// Its metadata.
-    pub fn meta(self) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+    /// The problem last reported on it (its [`crate::entries::INVALID_ANNOTATION`]; a pod
+    /// group's on its pods).
+    pub fn reported(self) -> Option<&'a String> {
+        let annotations = match self {
+            Run::Job(job) => job.metadata.annotations.as_ref(),
+            Run::JobSet(jobset) => jobset.metadata.annotations.as_ref(),
+            Run::PodGroup(_, group) => return group.reported(),
+        };
+        annotations.and_then(|a| a.get(crate::entries::INVALID_ANNOTATION))
+    }
+
+    /// Whether it can be queued yet: a pod group once its size of pods waits behind the gate;
+    /// a Job or JobSet at once.
+    pub fn is_whole(self) -> bool {
         match self {
-            Run::Job(job) => &job.metadata,
-            Run::JobSet(jobset) => &jobset.metadata,
+            Run::PodGroup(_, group) => group.is_whole(),
+            Run::Job(_) | Run::JobSet(_) => true,
         }
     }
 
@@ -144,27 +175,37 @@ impl<'a> Run<'a> {
                 jobset.controller_owner_ref(&()),
                 WorkloadKind::JobSet,
             ),
+            Run::PodGroup(name, group) => group.entry(name),
         }
     }
 
-    /// Whether it still is the workload `entry` was made for (the same UID).
+    /// Whether it still is the workload `entry` was made for: the same UID (a pod group has
+    /// none: its entry is the group's, whichever pods it has).
     pub fn is_entry(self, entry: &GpuJob) -> bool {
-        super::owned_by(entry, self.meta().uid.as_deref())
+        match self {
+            Run::Job(job) => super::owned_by(entry, job.metadata.uid.as_deref()),
+            Run::JobSet(jobset) => super::owned_by(entry, jobset.metadata.uid.as_deref()),
+            Run::PodGroup(..) => true,
+        }
     }
 
-    /// Whether it is suspended.
+    /// Whether it is held: suspended (a pod group is held by its pods' gates, and a pod that
+    /// lacks the gate is not the group's).
     pub fn is_suspended(self) -> bool {
         match self {
             Run::Job(job) => super::is_suspended(job),
             Run::JobSet(jobset) => jobset.spec.suspend.unwrap_or(false),
+            Run::PodGroup(..) => true,
         }
     }
 
-    /// How its run ended, when it has (see [`super::finished`]).
+    /// How its run ended, when it has and says so itself (see [`super::finished`]). A pod
+    /// group says nothing: its entry's step reads its gang's pods.
     pub fn finished(self) -> Option<(bool, String)> {
         match self {
             Run::Job(job) => super::finished(job),
             Run::JobSet(jobset) => jobset::finished(jobset),
+            Run::PodGroup(..) => None,
         }
     }
 
@@ -174,6 +215,7 @@ impl<'a> Run<'a> {
         match self {
             Run::Job(job) => super::may_have_pods(job),
             Run::JobSet(jobset) => jobset::may_have_pods(jobset),
+            Run::PodGroup(..) => false,
         }
     }
 
@@ -182,6 +224,7 @@ impl<'a> Run<'a> {
         match self {
             Run::Job(job) => super::carries_release(job),
             Run::JobSet(jobset) => jobset::carries_release(jobset),
+            Run::PodGroup(..) => false,
         }
     }
 
@@ -190,6 +233,7 @@ impl<'a> Run<'a> {
         match self {
             Run::Job(job) => super::edited_since(entry, job),
             Run::JobSet(jobset) => jobset::edited_since(entry, jobset),
+            Run::PodGroup(name, group) => group.edited_since(name, entry),
         }
     }
 
@@ -198,6 +242,7 @@ impl<'a> Run<'a> {
         match self {
             Run::Job(job) => super::template_is(entry, job, None),
             Run::JobSet(jobset) => jobset::templates_are(entry, jobset, None),
+            Run::PodGroup(..) => true,
         }
     }
 
@@ -207,6 +252,7 @@ impl<'a> Run<'a> {
         match self {
             Run::Job(job) => WorkloadPatch::Merge(super::template_patch(entry, job, None, true)),
             Run::JobSet(jobset) => jobset::template_patch(entry, jobset, None, true),
+            Run::PodGroup(..) => WorkloadPatch::Nothing,
         }
     }
 }
@@ -220,6 +266,9 @@ pub enum WorkloadPatch {
     /// its path after a test of the replicated Job's name, so nothing else of the JobSet is
     /// written back.
     Json(Value),
+    /// Nothing to write: a pod group's release (its pods exist already and are let go by
+    /// their pins).
+    Nothing,
 }
 
 impl WorkloadPatch {
@@ -227,6 +276,7 @@ impl WorkloadPatch {
     pub fn body(&self) -> &Value {
         match self {
             WorkloadPatch::Merge(body) | WorkloadPatch::Json(body) => body,
+            WorkloadPatch::Nothing => &Value::Null,
         }
     }
 
@@ -249,6 +299,7 @@ impl WorkloadPatch {
             WorkloadPatch::Merge(patch) => {
                 super::add_to_template(patch, &annotations(None), node_selector);
             }
+            WorkloadPatch::Nothing => {}
             WorkloadPatch::Json(ops) => {
                 // Each replicated Job's writes follow the test of its name.
                 let mut replicated_job = String::new();

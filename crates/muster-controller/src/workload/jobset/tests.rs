@@ -72,6 +72,7 @@ fn apply(jobset: &JobSet, patch: &WorkloadPatch) -> Result<JobSet, String> {
             json_patch::patch(&mut doc, &ops).map_err(|e| e.to_string())?;
         }
         WorkloadPatch::Merge(body) => json_patch::merge(&mut doc, body),
+        WorkloadPatch::Nothing => {}
     }
     serde_json::from_value(doc).map_err(|e| e.to_string())
 }

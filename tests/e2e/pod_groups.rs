@@ -58,16 +58,20 @@ async fn a_pod_group_of_four_waits_for_its_last_pod_then_is_released_together_in
 
     // Three of four: no entry, every pod still gated.
     let entries: Api<GpuJob> = env.api("team-a");
-    always("three of four pods wait, gated, without an entry", 5, || async {
-        if entries.get_opt("pods-ray").await.ok().flatten().is_some() {
-            return Err("an entry was made".to_owned());
-        }
-        let pods = group_pods(&env, "ray").await;
-        match pods.iter().find(|p| !gated(p)) {
-            Some(pod) => Err(format!("pod {:?} lost its gate", pod.metadata.name)),
-            None => Ok(()),
-        }
-    })
+    always(
+        "three of four pods wait, gated, without an entry",
+        5,
+        || async {
+            if entries.get_opt("pods-ray").await.ok().flatten().is_some() {
+                return Err("an entry was made".to_owned());
+            }
+            let pods = group_pods(&env, "ray").await;
+            match pods.iter().find(|p| !gated(p)) {
+                Some(pod) => Err(format!("pod {:?} lost its gate", pod.metadata.name)),
+                None => Ok(()),
+            }
+        },
+    )
     .await;
 
     // The fourth: admitted as one gang of four, all let go together in one block.
@@ -97,7 +101,9 @@ async fn a_pod_group_of_four_waits_for_its_last_pod_then_is_released_together_in
         "on the admission's nodes"
     );
     assert!(
-        bound.iter().all(|n| ["n4", "n5", "n6", "n7"].contains(&n.as_str())),
+        bound
+            .iter()
+            .all(|n| ["n4", "n5", "n6", "n7"].contains(&n.as_str())),
         "the one block with room for four: {bound:?}"
     );
 

@@ -87,11 +87,12 @@ fn shipped_examples_are_valid() {
         "deploy/examples/hami-share-job.yaml",
         "deploy/examples/indexed-job.yaml",
         "deploy/examples/tpu-jobset.yaml",
+        "deploy/examples/pod-group.yaml",
     ]);
     assert!(out.status.success(), "{}", stdout(&out));
     let summary = String::from_utf8_lossy(&out.stderr);
     assert!(
-        summary.contains("18 Muster object(s) in 7 file(s): all valid, 4 other object(s) skipped"),
+        summary.contains("22 Muster object(s) in 8 file(s): all valid, 4 other object(s) skipped"),
         "{summary}"
     );
 }
@@ -125,6 +126,13 @@ const INVALID: &[(&str, &[&str])] = &[
         &[
             "job-annotations.yaml:1: spec.template.metadata.annotations[muster.dev/gpu-share]: 1.5 is one GPU or more; ask for whole GPUs with nvidia.com/gpu in the template and remove muster.dev/gpu-share",
             "job-annotations.yaml:1: spec.template.metadata.annotations: sets required and preferred; give at most one of muster.dev/topology-required, muster.dev/topology-preferred or a TPU slice",
+        ],
+    ),
+    (
+        "pod-group.yaml",
+        &[
+            "pod-group.yaml:1: metadata.labels[muster.dev/pod-group-size]: pod ray-worker-1 says \"3\" while pod ray-worker-0 says \"2\"",
+            "pod-group.yaml:1: spec: pod ray-worker-1 asks for other resources or placement than pod ray-worker-0",
         ],
     ),
     (

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{ApiResource, Discovery, Scope};
 use muster_api::ProvisioningRequest;
+use muster_testkit::{ClusterOptions, UpstreamCrd};
 use serde_json::{Value, json};
 
 use crate::support::{Env, MANAGER, MusterProcess, eventually, gpu_job, phase, reason, runs_for};
@@ -203,7 +204,12 @@ async fn the_shipped_rbac_is_enough_for_every_flow() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crds_install_and_examples_apply_with_kubectl() {
-    let Some(env) = Env::start(false).await else {
+    let Some(env) = Env::start_with(ClusterOptions {
+        upstream_crds: &[UpstreamCrd::JobSet],
+        ..ClusterOptions::default()
+    })
+    .await
+    else {
         return;
     };
     let run = |args: &[&str]| {
@@ -230,11 +236,14 @@ async fn crds_install_and_examples_apply_with_kubectl() {
     ] {
         run(&["apply", "--server-side", "-f", pool]);
     }
-    // A labelled batch Job is an object of the Job API: the API server takes it as shipped.
+    // A labelled batch Job, JobSet or pod group is an object of another API: its API server
+    // takes it as shipped (the JobSet's with the upstream CRD).
     for job in [
         "deploy/examples/gpu-block-job.yaml",
         "deploy/examples/tpu-v5p-job.yaml",
         "deploy/examples/indexed-job.yaml",
+        "deploy/examples/tpu-jobset.yaml",
+        "deploy/examples/pod-group.yaml",
     ] {
         run(&["apply", "--server-side", "--dry-run=server", "-f", job]);
     }

@@ -60,6 +60,7 @@ pub fn pod_group_as_gpujob(group: &str, pods: &[&Pod]) -> Result<GpuJob, Vec<Fie
     let first_name = first.metadata.name.as_deref().unwrap_or_default();
     let mut errors = Vec::new();
     let size_text = pod_group_size(first);
+    let said = |size: Option<&str>| size.map_or_else(|| "no size".to_owned(), |s| format!("{s:?}"));
     let size = size_text
         .and_then(|s| s.parse::<i32>().ok())
         .filter(|n| *n > 0);
@@ -67,7 +68,8 @@ pub fn pod_group_as_gpujob(group: &str, pods: &[&Pod]) -> Result<GpuJob, Vec<Fie
         errors.push(FieldError {
             path: size_path.clone(),
             message: format!(
-                "pod {first_name} gives {size_text:?}; every pod of group {group} says how many pods the group has, a whole number of at least 1"
+                "pod {first_name} gives {}; every pod of group {group} says how many pods the group has, a whole number of at least 1",
+                said(size_text)
             ),
         });
     }
@@ -84,8 +86,9 @@ pub fn pod_group_as_gpujob(group: &str, pods: &[&Pod]) -> Result<GpuJob, Vec<Fie
             errors.push(FieldError {
                 path: size_path.clone(),
                 message: format!(
-                    "pod {name} says {:?} while pod {first_name} says {size_text:?}; give every pod of the group the same size",
-                    pod_group_size(pod)
+                    "pod {name} says {} while pod {first_name} says {}; give every pod of the group the same size",
+                    said(pod_group_size(pod)),
+                    said(size_text)
                 ),
             });
         }
@@ -93,9 +96,9 @@ pub fn pod_group_as_gpujob(group: &str, pods: &[&Pod]) -> Result<GpuJob, Vec<Fie
             errors.push(FieldError {
                 path: format!("metadata.labels[{QUEUE_NAME_LABEL}]"),
                 message: format!(
-                    "pod {name} is in queue {:?} while pod {first_name} is in {:?}; one group is one queue's",
-                    queue(pod),
-                    queue(first)
+                    "pod {name} is in queue {} while pod {first_name} is in {}; one group is one queue's",
+                    queue(pod).unwrap_or_default(),
+                    queue(first).unwrap_or_default()
                 ),
             });
         }

@@ -9,6 +9,7 @@ use muster_api::Validate;
 use muster_api::document::MusterObject;
 use muster_api::workload;
 
+use k8s_openapi::api::core::v1::Pod;
 use muster_api::manifest as yaml;
 use serde_json::Value;
 
@@ -45,6 +46,9 @@ struct Survey {
     objects: usize,
     skipped: usize,
     findings: Vec<Finding>,
+    /// Pods labelled with a queue and a pod group, by `namespace/group`: each with its file
+    /// and document. A group is read once every file is in, as the controller reads it.
+    groups: std::collections::BTreeMap<String, Vec<(String, String, Pod)>>,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
@@ -59,6 +63,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         tally.files += 1;
         check_file(&file.display().to_string(), &text, &mut tally);
     }
+    check_groups(&mut tally);
     for finding in &tally.findings {
         println!("{finding}");
     }
@@ -122,7 +127,8 @@ fn check_file(file: &str, text: &str, tally: &mut Survey) {
 }
 
 /// Checks one object: Muster's kinds, and the Jobs and JobSets labelled for a Muster queue
-/// (read as the GpuJob admission sees); objects of other APIs are counted and skipped.
+/// (read as the GpuJob admission sees; a pod group's pods are gathered and read together
+/// afterwards); objects of other APIs are counted and skipped.
 fn check_value(file: &str, doc: &str, value: Value, tally: &mut Survey) {
     let api_version = value
         .get("apiVersion")
@@ -132,6 +138,28 @@ fn check_value(file: &str, doc: &str, value: Value, tally: &mut Survey) {
     let queued = !ours && workload::is_queued(&value);
     if !ours && !api_version.is_empty() && !queued {
         tally.skipped += 1;
+        return;
+    }
+    if queued && let Some(group) = group_of(&value) {
+        match muster_api::document::read_lenient::<Pod>(value) {
+            Ok(pod) => {
+                tally.objects += 1;
+                tally
+                    .groups
+                    .entry(group)
+                    .or_default()
+                    .push((file.to_owned(), doc.to_owned(), pod));
+            }
+            Err(e) => {
+                tally.objects += 1;
+                tally.findings.push(Finding {
+                    file: file.to_owned(),
+                    doc: doc.to_owned(),
+                    field: e.path,
+                    message: e.message,
+                });
+            }
+        }
         return;
     }
     let errors = if queued {
@@ -156,4 +184,45 @@ fn check_value(file: &str, doc: &str, value: Value, tally: &mut Survey) {
         field: e.path,
         message: e.message,
     }));
+}
+
+/// `namespace/group` of a labelled pod of a pod group, when `value` is one.
+fn group_of(value: &Value) -> Option<String> {
+    if value.get("apiVersion").and_then(Value::as_str) != Some("v1")
+        || value.get("kind").and_then(Value::as_str) != Some("Pod")
+    {
+        return None;
+    }
+    let group = value
+        .pointer("/metadata/labels")?
+        .get(muster_api::wire::POD_GROUP_LABEL)?
+        .as_str()?;
+    let namespace = value
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    Some(format!("{namespace}/{group}"))
+}
+
+/// Reads every pod group found, in pod name order, as the controller does; each problem is
+/// reported at the document of the group's first pod. A group need not be whole in the files
+/// given: its pods may come from elsewhere.
+fn check_groups(tally: &mut Survey) {
+    for (key, mut members) in std::mem::take(&mut tally.groups) {
+        members.sort_by(|a, b| a.2.metadata.name.cmp(&b.2.metadata.name));
+        let pods: Vec<&Pod> = members.iter().map(|(_, _, p)| p).collect();
+        let group = key.split_once('/').map_or(key.as_str(), |(_, g)| g);
+        let errors = workload::pod_group_as_gpujob(group, &pods)
+            .err()
+            .unwrap_or_default();
+        let Some((file, doc, _)) = members.first() else {
+            continue;
+        };
+        tally.findings.extend(errors.into_iter().map(|e| Finding {
+            file: file.clone(),
+            doc: doc.clone(),
+            field: e.path,
+            message: e.message,
+        }));
+    }
 }

@@ -33,6 +33,23 @@ pub const FLAVOR_ANNOTATION: &str = "muster.dev/flavor";
 /// Annotation with the pod set's domain as `level=value` pairs, widest first, joined by `,`.
 pub const DOMAIN_ANNOTATION: &str = "muster.dev/domain";
 
+/// A domain as [`DOMAIN_ANNOTATION`] spells it: `level=value` pairs joined by `,`.
+pub fn format_domain(domain: &[(String, String)]) -> String {
+    domain
+        .iter()
+        .map(|(level, value)| format!("{level}={value}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Reads a [`DOMAIN_ANNOTATION`] back (pairs without `=` are skipped).
+pub fn parse_domain(text: &str) -> Vec<(String, String)> {
+    text.split(',')
+        .filter_map(|pair| pair.split_once('='))
+        .map(|(level, value)| (level.to_owned(), value.to_owned()))
+        .collect()
+}
+
 /// Annotation with the GPU devices of its node a pod was counted on, joined by `,` (set on
 /// nodes whose GPUs are handed out in parts): the device Muster booked its share on, or the
 /// untouched devices it booked whole.

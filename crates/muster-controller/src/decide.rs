@@ -437,7 +437,7 @@ fn start_provisioning(
 /// request goes into its workload's templates, and some workloads have none to take it.
 fn cannot_buy(index: &Index, job: &muster_api::GpuJob) -> Option<&'static str> {
     use crate::workload::Run;
-    match index.workload(&crate::workload::workload_of(job)?)? {
+    match crate::workload::run(index, &crate::workload::workload_of(job)?)? {
         Run::JobSet(jobset) if !crate::workload::jobset::one_set_per_template(job, jobset) => Some(
             "a JobSet whose replicas are placed one by one (an exclusive topology) cannot buy capacity: each replicated Job's template can consume one ProvisioningRequest; use a ClusterQueue without provisioning, or one replica per replicated Job",
         ),

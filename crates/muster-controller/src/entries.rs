@@ -11,15 +11,13 @@ use crate::index::Index;
 use crate::ledger::Ledger;
 use crate::workload::{Run, WorkloadPatch, WorkloadRef, workload_of};
 
-/// Annotation on a labelled Job that cannot be queued as it stands: every problem, each with
-/// the Job's field and the fix. Removed once the Job can be queued.
-pub const INVALID_ANNOTATION: &str = "muster.dev/invalid";
+pub use crate::workload::INVALID_ANNOTATION;
 
 /// The writes that keep every labelled Job's entry and hold its Job, for jobs with no write in
 /// flight: each names the entry it is for.
 pub(crate) fn keep(index: &Index, ledger: &Ledger) -> Vec<Action> {
     let mut actions = Vec::new();
-    for (key, run) in index.runs() {
+    for (key, run) in crate::workload::runs(index) {
         let entry_key = key.entry();
         if ledger.has_any_write(&entry_key) {
             continue;

@@ -187,14 +187,7 @@ pub fn is_gated(pod: &Pod) -> bool {
         .is_some_and(|gates| gates.iter().any(|g| g.name == ADMISSION_GATE))
 }
 
-/// The node a gang's pod is pinned to (its `kubernetes.io/hostname` node selector), if any.
-pub fn pinned_node(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_selector.as_ref())
-        .and_then(|s| s.get(HOSTNAME_LABEL))
-        .map(String::as_str)
-}
+pub use crate::index::pinned_node;
 
 /// Pod `index` of `set`, placed by `placement`, pinned to `node`.
 fn pod(
@@ -341,19 +334,4 @@ fn add_env(container: &mut Container, env: &[EnvVar]) {
     container.env = Some(vars);
 }
 
-/// A domain as the pod annotation spells it: `level=value` pairs joined by `,`.
-pub fn format_domain(domain: &[(String, String)]) -> String {
-    domain
-        .iter()
-        .map(|(level, value)| format!("{level}={value}"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// Reads a domain annotation back (pairs without `=` are skipped).
-pub fn parse_domain(text: &str) -> Vec<(String, String)> {
-    text.split(',')
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(level, value)| (level.to_owned(), value.to_owned()))
-        .collect()
-}
+pub use muster_api::wire::{format_domain, parse_domain};

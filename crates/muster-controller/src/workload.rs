@@ -42,12 +42,18 @@ use muster_api::wire::{
 use muster_api::{GpuJob, ObjectRef, ResourceFlavorSpec};
 use serde_json::{Map, Value, json};
 
+use crate::index::Index;
+
 pub mod jobset;
 mod kind;
 pub mod pod_group;
 
 pub use kind::{Run, WorkloadKind, WorkloadPatch, WorkloadRef};
 pub use muster_api::workload::entry_name;
+
+/// Annotation on a labelled Job that cannot be queued as it stands: every problem, each with
+/// the Job's field and the fix. Removed once the Job can be queued.
+pub const INVALID_ANNOTATION: &str = "muster.dev/invalid";
 
 /// The kind of workload a Job's queue entry stands for (the value of
 /// [`WORKLOAD_KIND_LABEL`]).
@@ -58,6 +64,38 @@ pub const JOB_KIND: &str = "Job";
 /// each on the Job's own field, when the Job cannot be queued as it stands.
 pub fn entry_for(job: &Job) -> Result<GpuJob, Vec<FieldError>> {
     Run::Job(job).entry()
+}
+
+/// The workload `workload` as `index` last saw it.
+pub fn run<'a>(index: &'a Index, workload: &WorkloadRef) -> Option<Run<'a>> {
+    match workload.kind {
+        WorkloadKind::Job => index.workloads.get(&workload.key).map(Run::Job),
+        WorkloadKind::JobSet => index.jobsets.get(&workload.key).map(Run::JobSet),
+        WorkloadKind::PodGroup => index
+            .pod_groups
+            .get_key_value(&workload.key)
+            .map(|(k, g)| Run::PodGroup(k.name(), g)),
+    }
+}
+
+/// Every workload labelled with a queue that `index` holds: Jobs, JobSets, then pod groups,
+/// each by key.
+pub fn runs(index: &Index) -> impl Iterator<Item = (WorkloadRef, Run<'_>)> {
+    let jobs = index
+        .workloads
+        .iter()
+        .map(|(k, j)| (WorkloadRef::job(k.clone()), Run::Job(j)));
+    let jobsets = index
+        .jobsets
+        .iter()
+        .map(|(k, j)| (WorkloadRef::jobset(k.clone()), Run::JobSet(j)));
+    let groups = index.pod_groups.iter().map(|(k, g)| {
+        (
+            WorkloadRef::pod_group(k.clone()),
+            Run::PodGroup(k.name(), g),
+        )
+    });
+    jobs.chain(jobsets).chain(groups)
 }
 
 /// `read` (a workload read as a GpuJob) made the queue entry of the workload whose metadata
@@ -359,7 +397,7 @@ impl Placement<'_> {
                 (FLAVOR_ANNOTATION.to_owned(), self.pod_set.flavor.clone()),
                 (
                     DOMAIN_ANNOTATION.to_owned(),
-                    crate::release::format_domain(&self.pod_set.domain),
+                    muster_api::wire::format_domain(&self.pod_set.domain),
                 ),
             ]),
             node_labels: self.flavor.node_labels.clone(),

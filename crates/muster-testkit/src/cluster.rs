@@ -71,6 +71,12 @@ pub struct ClusterOptions {
     /// 20 per second with a burst of 30, which bounds how fast the Job controller makes and
     /// finishes Jobs' pods.
     pub controller_manager_qps: Option<u32>,
+    /// `--feature-gates` of kube-apiserver, kube-scheduler and kube-controller-manager, e.g.
+    /// `GenericWorkload=true,GangScheduling=true` (default none).
+    pub feature_gates: &'static str,
+    /// kube-apiserver's `--runtime-config`, e.g. `scheduling.k8s.io/v1alpha2=true` to serve an
+    /// alpha API (default none).
+    pub runtime_config: &'static str,
 }
 
 impl Default for ClusterOptions {
@@ -80,6 +86,8 @@ impl Default for ClusterOptions {
             controller_manager: false,
             upstream_crds: &[],
             controller_manager_qps: None,
+            feature_gates: "",
+            runtime_config: "",
         }
     }
 }
@@ -171,6 +179,10 @@ pub struct TestCluster {
     client: Client,
     /// kube-controller-manager's `--kube-api-qps`, kept for its restarts.
     controller_manager_qps: Option<u32>,
+    /// The components' `--feature-gates` (see [`ClusterOptions::feature_gates`]).
+    feature_gates: &'static str,
+    /// kube-apiserver's `--runtime-config`.
+    runtime_config: &'static str,
 }
 
 impl TestCluster {
@@ -262,6 +274,8 @@ impl TestCluster {
             kubeconfig_path,
             client,
             controller_manager_qps: options.controller_manager_qps,
+            feature_gates: options.feature_gates,
+            runtime_config: options.runtime_config,
         };
 
         cluster.spawn(Component::Etcd)?;
@@ -378,7 +392,7 @@ impl TestCluster {
         let etcd_url = format!("http://127.0.0.1:{}", self.ports.etcd);
         let peer_url = format!("http://127.0.0.1:{}", self.ports.etcd_peer);
         let kubeconfig = format!("--kubeconfig={}", self.kubeconfig_path.display());
-        let args: Vec<String> = match component {
+        let mut args: Vec<String> = match component {
             Component::Etcd => vec![
                 "--name=muster-testkit".into(),
                 format!("--data-dir={root}/etcd"),
@@ -436,6 +450,12 @@ impl TestCluster {
                 args
             }
         };
+        if component != Component::Etcd && !self.feature_gates.is_empty() {
+            args.push(format!("--feature-gates={}", self.feature_gates));
+        }
+        if component == Component::ApiServer && !self.runtime_config.is_empty() {
+            args.push(format!("--runtime-config={}", self.runtime_config));
+        }
         args.into_iter().map(OsString::from).collect()
     }
 

@@ -356,6 +356,8 @@ async fn dropping_the_cluster_stops_every_process_and_removes_its_folder() -> an
             controller_manager: true,
             upstream_crds: &[UpstreamCrd::ProvisioningRequest],
             controller_manager_qps: Some(50),
+            feature_gates: "GenericWorkload=true",
+            runtime_config: "scheduling.k8s.io/v1alpha2=true",
         },
         Ok(())
     );
@@ -364,9 +366,24 @@ async fn dropping_the_cluster_stops_every_process_and_removes_its_folder() -> an
         .await?;
     // kube-controller-manager logs the flags it runs with.
     let log = std::fs::read_to_string(cluster.log_dir().join("kube-controller-manager.log"))?;
-    for flag in [r#"--kube-api-qps="50""#, r#"--kube-api-burst="75""#] {
+    for flag in [
+        r#"--kube-api-qps="50""#,
+        r#"--kube-api-burst="75""#,
+        "--feature-gates=",
+    ] {
         assert!(log.contains(flag), "{flag} not in its flags");
     }
+    assert!(log.contains("GenericWorkload=true"), "its feature gates");
+    // The alpha API asked for is served.
+    let served = cluster
+        .client()
+        .list_api_group_resources("scheduling.k8s.io/v1alpha2")
+        .await?;
+    assert!(
+        served.resources.iter().any(|r| r.name == "podgroups"),
+        "{:?}",
+        served.resources
+    );
     let pids: Vec<u32> = [
         Component::Etcd,
         Component::ApiServer,

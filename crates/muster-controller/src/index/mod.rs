@@ -9,6 +9,8 @@
 
 mod objects;
 
+pub use objects::pinned_node;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::batch::v1::Job;
@@ -18,9 +20,6 @@ use muster_api::{
     ClusterQueue, GpuJob, LocalQueue, ObjectRef, ProvisioningRequest, ResourceFlavor, Resources,
 };
 use muster_topology::NodeInfo;
-
-use crate::workload::pod_group::PodGroup;
-use crate::workload::{Run, WorkloadKind, WorkloadRef};
 
 /// The kinds of object the index holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -170,6 +169,14 @@ pub trait Indexed:
             None => meta.name.clone().unwrap_or_default(),
         }
     }
+}
+
+/// The pods of one pod group (labelled with a queue and `muster.dev/pod-group`), whole, by
+/// key: what its queue entry is read from (see `crate::workload::pod_group`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodGroup {
+    /// Every pod of the group.
+    pub pods: BTreeMap<ObjectRef, Pod>,
 }
 
 /// What the index keeps of one of Muster's PodTemplates: enough to tell whether anything
@@ -398,37 +405,6 @@ impl Index {
     /// bought, or a request's progress be read.
     pub fn provisioning_api(&self) -> bool {
         self.is_synced(Kind::ProvisioningRequest)
-    }
-
-    /// The workload behind a queue entry, as last seen.
-    pub fn workload(&self, workload: &WorkloadRef) -> Option<Run<'_>> {
-        match workload.kind {
-            WorkloadKind::Job => self.workloads.get(&workload.key).map(Run::Job),
-            WorkloadKind::JobSet => self.jobsets.get(&workload.key).map(Run::JobSet),
-            WorkloadKind::PodGroup => self
-                .pod_groups
-                .get_key_value(&workload.key)
-                .map(|(k, g)| Run::PodGroup(k.name(), g)),
-        }
-    }
-
-    /// Every workload labelled with a queue: Jobs, JobSets, then pod groups, each by key.
-    pub fn runs(&self) -> impl Iterator<Item = (WorkloadRef, Run<'_>)> {
-        let jobs = self
-            .workloads
-            .iter()
-            .map(|(k, j)| (WorkloadRef::job(k.clone()), Run::Job(j)));
-        let jobsets = self
-            .jobsets
-            .iter()
-            .map(|(k, j)| (WorkloadRef::jobset(k.clone()), Run::JobSet(j)));
-        let groups = self.pod_groups.iter().map(|(k, g)| {
-            (
-                WorkloadRef::pod_group(k.clone()),
-                Run::PodGroup(k.name(), g),
-            )
-        });
-        jobs.chain(jobsets).chain(groups)
     }
 
     /// A job by `namespace/name`.

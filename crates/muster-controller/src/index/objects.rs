@@ -16,7 +16,7 @@ use muster_api::{
 use muster_topology::{NodeInfo, pod_usage};
 
 use super::{GangMember, Index, Indexed, Kind, NotReady, PodPhase, PodRecord, TemplateRecord};
-use crate::release::parse_domain;
+use muster_api::wire::parse_domain;
 
 impl Indexed for GpuJob {
     const KIND: Kind = Kind::GpuJob;
@@ -463,10 +463,19 @@ fn member(pod: &Pod) -> Option<GangMember> {
         cluster_queue: annotation(CLUSTER_QUEUE_ANNOTATION),
         flavor: annotation(FLAVOR_ANNOTATION),
         domain: parse_domain(&annotation(DOMAIN_ANNOTATION)),
-        pinned: crate::release::pinned_node(pod).map(str::to_owned),
+        pinned: pinned_node(pod).map(str::to_owned),
         devices: crate::hami::parse_devices(&annotation(GPU_DEVICES_ANNOTATION))
             .unwrap_or_default(),
         replicated_job: labels.get(REPLICATED_JOB_LABEL).cloned(),
         replica: labels.get(JOB_INDEX_LABEL).and_then(|i| i.parse().ok()),
     })
+}
+
+/// The node a gang's pod is pinned to (its `kubernetes.io/hostname` node selector), if any.
+pub fn pinned_node(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_selector.as_ref())
+        .and_then(|s| s.get(muster_api::resource_flavor::HOSTNAME_LABEL))
+        .map(String::as_str)
 }

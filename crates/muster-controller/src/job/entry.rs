@@ -22,7 +22,7 @@ use crate::workload::{
 /// workload (the same UID: one made again under the name has an entry of its own).
 pub(crate) fn workload<'a>(index: &'a Index, job: &GpuJob) -> Option<Run<'a>> {
     let key = workload_of(job)?;
-    index.workload(&key).filter(|w| w.is_entry(job))
+    crate::workload::run(index, &key).filter(|w| w.is_entry(job))
 }
 
 /// The step of an entry whose workload has ended: its status says how.

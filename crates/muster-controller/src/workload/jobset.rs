@@ -203,7 +203,7 @@ impl Placement<'_> {
         if one_set {
             annotations.insert(
                 DOMAIN_ANNOTATION.to_owned(),
-                crate::release::format_domain(&first.domain),
+                muster_api::wire::format_domain(&first.domain),
             );
         }
         Ok(Additions {

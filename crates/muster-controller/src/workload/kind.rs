@@ -139,7 +139,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// The problem last reported on it (its [`crate::entries::INVALID_ANNOTATION`]; a pod
+    /// The problem last reported on it (its [`super::INVALID_ANNOTATION`]; a pod
     /// group's on its pods).
     pub fn reported(self) -> Option<&'a String> {
         let annotations = match self {
@@ -147,7 +147,7 @@ impl<'a> Run<'a> {
             Run::JobSet(jobset) => jobset.metadata.annotations.as_ref(),
             Run::PodGroup(_, group) => return group.reported(),
         };
-        annotations.and_then(|a| a.get(crate::entries::INVALID_ANNOTATION))
+        annotations.and_then(|a| a.get(super::INVALID_ANNOTATION))
     }
 
     /// Whether it can be queued yet: a pod group once its size of pods waits behind the gate;

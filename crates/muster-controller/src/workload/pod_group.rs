@@ -27,12 +27,7 @@ use serde_json::{Value, json};
 
 use super::{Additions, WorkloadKind};
 
-/// The pods of one group, as the index holds them, by key.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct PodGroup {
-    /// Every pod labelled with the group and a queue.
-    pub pods: BTreeMap<ObjectRef, Pod>,
-}
+pub use crate::index::PodGroup;
 
 impl PodGroup {
     /// The pods waiting to be queued: behind Muster's gate, not yet released (no gang label),
@@ -116,7 +111,7 @@ impl PodGroup {
             p.metadata
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get(crate::entries::INVALID_ANNOTATION))
+                .and_then(|a| a.get(super::INVALID_ANNOTATION))
         })
     }
 }

@@ -232,11 +232,9 @@ impl Indexed for Namespace {
 impl Indexed for PriorityClass {
     const KIND: Kind = Kind::PriorityClass;
     fn apply(self, index: &mut Index) {
-        if index
-            .priority_classes
-            .insert(Indexed::key(&self), self.value)
-            != Some(self.value)
-        {
+        // The API server defaults the value to 0 when a class leaves it out.
+        let value = self.value.unwrap_or(0);
+        if index.priority_classes.insert(Indexed::key(&self), value) != Some(value) {
             index.shared_version += 1;
         }
     }

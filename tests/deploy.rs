@@ -143,6 +143,8 @@ fn rbac_grants_exactly_the_verbs_the_controller_uses() {
         "/nodes:watch",
         "/namespaces:list",
         "/namespaces:watch",
+        "scheduling.k8s.io/podgroups:list",
+        "scheduling.k8s.io/podgroups:watch",
         "scheduling.k8s.io/priorityclasses:list",
         "scheduling.k8s.io/priorityclasses:watch",
         "autoscaling.x-k8s.io/provisioningrequests:list",

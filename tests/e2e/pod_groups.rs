@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::scheduling::v1alpha2::PodGroup as SchedulingPodGroup;
 use kube::api::{Api, ListParams, PostParams};
 use muster_api::GpuJob;
 use serde_json::json;
@@ -114,5 +115,81 @@ async fn a_pod_group_of_four_waits_for_its_last_pod_then_is_released_together_in
         })
         .await;
     assert!(done.admission.is_none(), "{done:?}");
+    controller.stop().await;
+}
+
+/// Pod `name` naming the `scheduling.k8s.io` PodGroup `group` (KEP-4671), with the queue
+/// label and Muster's gate, 8 GPUs, in one block.
+fn scheduled_pod(name: &str, group: &str) -> Pod {
+    let mut value = serde_json::to_value(group_pod(name, group, 0, 60_000)).unwrap_or_default();
+    if let Some(labels) = value["metadata"]["labels"].as_object_mut() {
+        labels.remove("muster.dev/pod-group");
+        labels.remove("muster.dev/pod-group-size");
+    }
+    value["spec"]["schedulingGroup"] = json!({"podGroupName": group});
+    serde_json::from_value(value).unwrap_or_else(|e| unreachable!("fixture {name}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_gang_gates_on_a_labelled_pod_group_of_four_is_admitted_and_bound_all_or_nothing()
+{
+    let Some(env) = Env::start_with(muster_testkit::ClusterOptions {
+        feature_gates: "GenericWorkload=true,GangScheduling=true",
+        runtime_config: "scheduling.k8s.io/v1alpha2=true",
+        ..muster_testkit::ClusterOptions::default()
+    })
+    .await
+    else {
+        return;
+    };
+    env.h100().await;
+    env.gpu_nodes("b1", &["n1", "n2", "n3", "n4"]).await;
+    env.queue("a", "team-a", 64, json!({})).await;
+    let controller = env.controller();
+    let groups: Api<SchedulingPodGroup> = env.api("team-a");
+    let group: SchedulingPodGroup = serde_json::from_value(json!({
+        "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "team-a",
+                     "labels": {"muster.dev/queue-name": "a"}},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}}}))
+    .unwrap_or_else(|e| unreachable!("fixture: {e}"));
+    if let Err(e) = groups.create(&PostParams::default(), &group).await {
+        unreachable!("creating the PodGroup: {e}");
+    }
+    let pods: Api<Pod> = env.api("team-a");
+    for i in 0..4 {
+        let pod = scheduled_pod(&format!("train-{i}"), "train");
+        if let Err(e) = pods.create(&PostParams::default(), &pod).await {
+            unreachable!("creating pod {i}: {e}");
+        }
+    }
+    let admitted = env
+        .until_status("team-a", "pods-train", "admitted", 60, |s| {
+            s.admission.is_some()
+        })
+        .await;
+    let nodes: BTreeSet<String> = admitted.admission.unwrap_or_default().pod_sets[0]
+        .nodes
+        .iter()
+        .cloned()
+        .collect();
+    let bound = eventually("the four pods bound together", 90, || async {
+        let all = pods.list(&ListParams::default()).await.ok()?.items;
+        let bound: BTreeSet<String> = all.iter().filter_map(bound_node).collect();
+        (all.len() == 4 && bound.len() == 4 && all.iter().all(|p| !gated(p))).then_some(bound)
+    })
+    .await;
+    assert_eq!(bound, nodes, "on the admission's nodes");
+    // kube-scheduler scheduled them as one gang.
+    let scheduled = eventually("the PodGroup says it was scheduled", 30, || async {
+        let group = groups.get("train").await.ok()?;
+        group
+            .status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "PodGroupScheduled" && c.status == "True")
+    })
+    .await;
+    eprintln!("PodGroupScheduled: {:?}", scheduled.reason);
     controller.stop().await;
 }

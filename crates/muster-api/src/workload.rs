@@ -33,7 +33,10 @@ use crate::wire::{
 
 mod pod_group;
 
-pub use pod_group::{pod_group_as_gpujob, pod_group_entry_name, pod_group_of, pod_group_size};
+pub use pod_group::{
+    pod_group_as_gpujob, pod_group_entry_name, pod_group_of, pod_group_size,
+    scheduling_group_as_gpujob, scheduling_group_of,
+};
 
 /// The `apiVersion` of the Jobs Muster queues.
 pub const JOB_API_VERSION: &str = "batch/v1";

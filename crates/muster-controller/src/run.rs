@@ -14,6 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodTemplate};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::scheduling::v1alpha2::PodGroup as SchedulingPodGroup;
 use kube::Client;
 use kube::api::{Api, ListParams};
 use kube::runtime::WatchStreamExt;
@@ -186,6 +187,23 @@ async fn start_watches(client: &Client, options: &Options, shared: &Arc<Shared>)
         s(),
     )
     .await;
+    let groups: Api<SchedulingPodGroup> = scoped(client, ns);
+    when_served(
+        groups,
+        "scheduling.k8s.io/v1alpha2 PodGroups",
+        "Kubernetes 1.36 serves them with the GenericWorkload feature gate and --runtime-config=scheduling.k8s.io/v1alpha2=true); pods that name one are not queued until they are",
+        watch_scheduling_groups,
+        s(),
+    )
+    .await;
+}
+
+/// Starts the watch of `scheduling.k8s.io` PodGroups labelled with a queue (KEP-4671), and
+/// makes the index wait for it before the next pass.
+fn watch_scheduling_groups(groups: Api<SchedulingPodGroup>, shared: Arc<Shared>) {
+    shared.state().expect_kind(Kind::SchedulingPodGroup);
+    let labelled = watcher::Config::default().labels(muster_api::wire::QUEUE_NAME_LABEL);
+    tokio::spawn(watch_selected(groups, labelled, shared));
 }
 
 /// Starts `start` (the watches of an optional API) once `api` answers: at once when the

@@ -73,13 +73,6 @@ pub fn pod_group_as_gpujob(group: &str, pods: &[&Pod]) -> Result<GpuJob, Vec<Fie
             ),
         });
     }
-    let queue = |pod: &Pod| {
-        pod.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(QUEUE_NAME_LABEL))
-            .cloned()
-    };
     for pod in &pods[1..] {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         if pod_group_size(pod) != size_text {
@@ -92,6 +85,71 @@ pub fn pod_group_as_gpujob(group: &str, pods: &[&Pod]) -> Result<GpuJob, Vec<Fie
                 ),
             });
         }
+    }
+    read_group(group, pods, size, &size_path, errors)
+}
+
+/// The group `pod` belongs to as Kubernetes' own gang API names it (KEP-4671): its
+/// `spec.schedulingGroup.podGroupName`, the `scheduling.k8s.io` PodGroup it is scheduled with.
+pub fn scheduling_group_of(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()?
+        .scheduling_group
+        .as_ref()?
+        .pod_group_name
+        .as_deref()
+}
+
+/// Pods that name the `scheduling.k8s.io` PodGroup `group` (KEP-4671) read as the GpuJob
+/// admission sees: one pod set of `min_count` pods, the PodGroup's gang size, otherwise read as
+/// [`pod_group_as_gpujob`] reads a group.
+pub fn scheduling_group_as_gpujob(
+    group: &str,
+    min_count: i32,
+    pods: &[&Pod],
+) -> Result<GpuJob, Vec<FieldError>> {
+    let path = "spec.schedulingPolicy.gang.minCount".to_owned();
+    let mut errors = Vec::new();
+    if min_count < 1 {
+        errors.push(FieldError {
+            path: path.clone(),
+            message: format!("PodGroup {group} asks for {min_count} pods; a gang needs at least 1"),
+        });
+    }
+    read_group(
+        group,
+        pods,
+        Some(min_count).filter(|n| *n > 0),
+        &path,
+        errors,
+    )
+}
+
+/// The pod set of `size` pods read from `pods` (in name order, the first the template), after
+/// checking they share a queue and a shape; `size_path` is where the size was read.
+fn read_group(
+    group: &str,
+    pods: &[&Pod],
+    size: Option<i32>,
+    size_path: &str,
+    mut errors: Vec<FieldError>,
+) -> Result<GpuJob, Vec<FieldError>> {
+    let Some(first) = pods.first() else {
+        return Err(vec![FieldError {
+            path: format!("metadata.labels[{POD_GROUP_LABEL}]"),
+            message: format!("pod group {group} has no pods"),
+        }]);
+    };
+    let first_name = first.metadata.name.as_deref().unwrap_or_default();
+    let queue = |pod: &Pod| {
+        pod.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(QUEUE_NAME_LABEL))
+            .cloned()
+    };
+    for pod in &pods[1..] {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
         if queue(pod) != queue(first) {
             errors.push(FieldError {
                 path: format!("metadata.labels[{QUEUE_NAME_LABEL}]"),
@@ -112,7 +170,7 @@ pub fn pod_group_as_gpujob(group: &str, pods: &[&Pod]) -> Result<GpuJob, Vec<Fie
         }
     }
     let template = template_of(first);
-    let origin = Origin::new("", &size_path, None, &template);
+    let origin = Origin::new("", size_path, None, &template);
     let set = pod_set(
         "main",
         &template,

@@ -49,6 +49,9 @@ pub enum Kind {
     Job,
     /// JobSets labelled with a queue (watched once the JobSet CRD is installed).
     JobSet,
+    /// `scheduling.k8s.io/v1alpha2` PodGroups labelled with a queue (watched where the API
+    /// server serves them: Kubernetes 1.36 behind the `GenericWorkload` feature gate).
+    SchedulingPodGroup,
 }
 
 impl Kind {
@@ -177,6 +180,10 @@ pub trait Indexed:
 pub struct PodGroup {
     /// Every pod of the group.
     pub pods: BTreeMap<ObjectRef, Pod>,
+    /// The gang size of the `scheduling.k8s.io` PodGroup of this name (KEP-4671), when one
+    /// labelled with a queue exists: the pods that name it in `spec.schedulingGroup` are
+    /// queued as that many.
+    pub declared: Option<i32>,
 }
 
 /// What the index keeps of one of Muster's PodTemplates: enough to tell whether anything
@@ -377,6 +384,12 @@ impl Index {
             Kind::PodTemplate => Box::new(self.pod_templates.keys().map(|k| k.as_str().to_owned())),
             Kind::Job => Box::new(self.workloads.keys().map(|k| k.as_str().to_owned())),
             Kind::JobSet => Box::new(self.jobsets.keys().map(|k| k.as_str().to_owned())),
+            Kind::SchedulingPodGroup => Box::new(
+                self.pod_groups
+                    .iter()
+                    .filter(|(_, g)| g.declared.is_some())
+                    .map(|(k, _)| k.as_str().to_owned()),
+            ),
         }
     }
 
@@ -551,7 +564,7 @@ impl Index {
             && let Some(pods) = self.pod_groups.get_mut(group)
         {
             pods.pods.remove(key);
-            if pods.pods.is_empty() {
+            if pods.pods.is_empty() && pods.declared.is_none() {
                 self.pod_groups.remove(group);
             }
             self.changed_jobs.insert(group_entry(group));
@@ -576,6 +589,30 @@ impl Index {
                     }
                 }
             }
+        }
+    }
+
+    /// Sets the gang size the `scheduling.k8s.io` PodGroup `group` declares (`None` once it is
+    /// gone, or asks for no gang).
+    pub(crate) fn declare_group(&mut self, group: &ObjectRef, declared: Option<i32>) {
+        self.changed_jobs.insert(group_entry(group));
+        match self.pod_groups.get_mut(group) {
+            Some(existing) => {
+                existing.declared = declared;
+                if existing.pods.is_empty() && declared.is_none() {
+                    self.pod_groups.remove(group);
+                }
+            }
+            None if declared.is_some() => {
+                self.pod_groups.insert(
+                    group.clone(),
+                    PodGroup {
+                        pods: BTreeMap::new(),
+                        declared,
+                    },
+                );
+            }
+            None => {}
         }
     }
 

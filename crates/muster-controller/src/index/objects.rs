@@ -4,6 +4,7 @@
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodTemplate};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::api::scheduling::v1alpha2::PodGroup as SchedulingPodGroup;
 use muster_api::jobset::{JOB_INDEX_LABEL, JobSet, REPLICATED_JOB_LABEL};
 use muster_api::wire::{
     ADMISSION_GATE, ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, COMPLETION_INDEX_LABEL,
@@ -415,16 +416,40 @@ fn pod_record_lenient(pod: &Pod) -> PodRecord {
     }
 }
 
-/// The pod group `pod` is queued with: `namespace/group`, when it carries both the queue
-/// and the group label.
+/// The pod group `pod` is queued with: `namespace/group`, when it carries the queue label and
+/// names a group — by Muster's group label, or by `spec.schedulingGroup` (the
+/// `scheduling.k8s.io` PodGroup of KEP-4671).
 fn queued_group(pod: &Pod) -> Option<ObjectRef> {
     let labels = pod.metadata.labels.as_ref()?;
     labels.get(QUEUE_NAME_LABEL)?;
-    let group = labels.get(POD_GROUP_LABEL)?;
+    let group = labels
+        .get(POD_GROUP_LABEL)
+        .map(String::as_str)
+        .or_else(|| muster_api::workload::scheduling_group_of(pod))?;
     Some(ObjectRef::new(
         pod.metadata.namespace.as_deref().unwrap_or_default(),
         group,
     ))
+}
+
+impl Indexed for SchedulingPodGroup {
+    const KIND: Kind = Kind::SchedulingPodGroup;
+    fn apply(self, index: &mut Index) {
+        let key = ObjectRef::of(&self.metadata);
+        // Only a gang has a size to queue; a basic PodGroup asks for none.
+        let declared = self
+            .spec
+            .scheduling_policy
+            .gang
+            .as_ref()
+            .map(|g| g.min_count);
+        index.declare_group(&key, declared);
+    }
+    fn remove(index: &mut Index, key: &str) {
+        if let Ok(key) = ObjectRef::parse(key) {
+            index.declare_group(&key, None);
+        }
+    }
 }
 
 /// The gang a pod belongs to: Muster's labels and an owner reference to a GpuJob.

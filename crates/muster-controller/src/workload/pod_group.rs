@@ -11,6 +11,12 @@
 //! that fails does not restart the gang — the group ends once every pod has ended, Failed
 //! if any did. A labelled pod created without the gate is not the group's: it cannot be held
 //! any more.
+//!
+//! Kubernetes' own gang API (KEP-4671, `scheduling.k8s.io/v1alpha2` in 1.36 behind the
+//! `GenericWorkload` gate) names a group the same way: pods with the queue label whose
+//! `spec.schedulingGroup.podGroupName` names a PodGroup labelled with the queue are that
+//! group, of the PodGroup's gang `minCount`. Muster admits and pins them like any group;
+//! kube-scheduler, with `GangScheduling` on, then binds them all or none.
 
 use std::collections::BTreeMap;
 
@@ -21,7 +27,9 @@ use muster_api::validation::FieldError;
 use muster_api::wire::{
     ADMISSION_GATE, ATTEMPT_LABEL, JOB_LABEL, POD_GROUP_LABEL, POD_INDEX_LABEL, WORKLOAD_KIND_LABEL,
 };
-use muster_api::workload::{pod_group_as_gpujob, pod_group_size};
+use muster_api::workload::{
+    pod_group_as_gpujob, pod_group_size, scheduling_group_as_gpujob, scheduling_group_of,
+};
 use muster_api::{GpuJob, ObjectRef};
 use serde_json::{Value, json};
 
@@ -44,13 +52,21 @@ impl PodGroup {
         })
     }
 
-    /// Whether as many pods wait as the group's size says (an unreadable size counts as
-    /// whole, so that the entry says what is wrong with it).
+    /// Whether as many pods wait as the group's size says: its `scheduling.k8s.io`
+    /// PodGroup's gang size, else the pods' own size label (an unreadable label counts as
+    /// whole, so that the entry says what is wrong with it). Pods that name a PodGroup not
+    /// (yet) seen wait for it.
     pub fn is_whole(&self) -> bool {
         let waiting: Vec<&Pod> = self.waiting().map(|(_, p)| p).collect();
+        if let Some(declared) = self.declared {
+            return usize::try_from(declared).is_ok_and(|n| n > 0 && waiting.len() >= n);
+        }
         let Some(first) = waiting.first() else {
             return false;
         };
+        if scheduling_group_of(first).is_some() && pod_group_size(first).is_none() {
+            return false;
+        }
         match pod_group_size(first).and_then(|s| s.parse::<usize>().ok()) {
             Some(size) => waiting.len() >= size,
             None => true,
@@ -61,7 +77,10 @@ impl PodGroup {
     /// `size` of them by name), owned by each of them. Every problem with the pod's field.
     pub fn entry(&self, name: &str) -> Result<GpuJob, Vec<FieldError>> {
         let waiting: Vec<&Pod> = self.waiting().map(|(_, p)| p).collect();
-        let mut entry = pod_group_as_gpujob(name, &waiting)?;
+        let mut entry = match self.declared {
+            Some(min_count) => scheduling_group_as_gpujob(name, min_count, &waiting)?,
+            None => pod_group_as_gpujob(name, &waiting)?,
+        };
         let count = entry
             .spec
             .pod_sets

@@ -29,7 +29,34 @@ fn group(pods: Vec<Pod>) -> PodGroup {
             .into_iter()
             .map(|p| (ObjectRef::of(&p.metadata), p))
             .collect(),
+        declared: None,
     }
+}
+
+/// Pod `name` that names the `scheduling.k8s.io` PodGroup `ray` (KEP-4671) and carries no
+/// size label of its own.
+fn scheduled_pod(name: &str) -> Pod {
+    let mut pod = pod(name, 0, true);
+    if let Some(labels) = pod.metadata.labels.as_mut() {
+        labels.remove(POD_GROUP_LABEL);
+        labels.remove(POD_GROUP_SIZE_LABEL);
+    }
+    let mut value = serde_json::to_value(pod).unwrap_or_default();
+    value["spec"]["schedulingGroup"] = json!({"podGroupName": "ray"});
+    serde_json::from_value(value).unwrap_or_else(|e| unreachable!("{e}"))
+}
+
+#[test]
+fn pods_naming_a_scheduling_pod_group_are_whole_at_its_gang_size_and_wait_for_it_before() {
+    let mut g = group((0..2).map(|i| scheduled_pod(&format!("ray-{i}"))).collect());
+    assert!(!g.is_whole(), "no PodGroup seen: they wait for it");
+    g.declared = Some(3);
+    assert!(!g.is_whole(), "two of three");
+    g.declared = Some(2);
+    assert!(g.is_whole());
+    let entry = g.entry("ray").unwrap_or_else(|e| unreachable!("{e:?}"));
+    assert_eq!(entry.spec.pod_sets[0].count, 2);
+    assert_eq!(entry.metadata.name.as_deref(), Some("pods-ray"));
 }
 
 fn additions() -> Additions {

@@ -143,6 +143,7 @@ fn rbac_grants_exactly_the_verbs_the_controller_uses() {
         "/nodes:watch",
         "/namespaces:list",
         "/namespaces:watch",
+        "scheduling.k8s.io/podgroups:create",
         "scheduling.k8s.io/podgroups:list",
         "scheduling.k8s.io/podgroups:watch",
         "scheduling.k8s.io/priorityclasses:list",

@@ -11,7 +11,7 @@ use kube::api::{Api, ListParams, PostParams};
 use muster_api::GpuJob;
 use serde_json::json;
 
-use crate::support::{BLOCK, Env, always, bound_node, eventually, gated, phase, runs_for};
+use crate::support::{BLOCK, Env, always, bound_node, eventually, gated, gpu_job, phase, runs_for};
 
 /// Pod `name` of group `group` of `size`, 8 GPUs, created behind Muster's gate (as the
 /// admission policy makes it), required in one block, running `ms` milliseconds.
@@ -144,6 +144,7 @@ async fn with_the_gang_gates_on_a_labelled_pod_group_of_four_is_admitted_and_bou
     };
     env.h100().await;
     env.gpu_nodes("b1", &["n1", "n2", "n3", "n4"]).await;
+    env.gpu_nodes("b2", &["n5", "n6"]).await;
     env.queue("a", "team-a", 64, json!({})).await;
     let controller = env.controller();
     let groups: Api<SchedulingPodGroup> = env.api("team-a");
@@ -174,7 +175,7 @@ async fn with_the_gang_gates_on_a_labelled_pod_group_of_four_is_admitted_and_bou
         .cloned()
         .collect();
     let bound = eventually("the four pods bound together", 90, || async {
-        let all = pods.list(&ListParams::default()).await.ok()?.items;
+        let all = group_pods_of(&pods, "train").await;
         let bound: BTreeSet<String> = all.iter().filter_map(bound_node).collect();
         (all.len() == 4 && bound.len() == 4 && all.iter().all(|p| !gated(p))).then_some(bound)
     })
@@ -191,5 +192,64 @@ async fn with_the_gang_gates_on_a_labelled_pod_group_of_four_is_admitted_and_bou
     })
     .await;
     eprintln!("PodGroupScheduled: {:?}", scheduled.reason);
+
+    // Muster's own gang, a GpuJob of two pods, is released through a gang PodGroup of its own:
+    // made before its pods, owned by the job, named by each pod, and scheduled as one.
+    env.submit(&gpu_job(
+        "team-a",
+        "solo",
+        2,
+        8,
+        &runs_for(60_000),
+        json!({}),
+    ))
+    .await;
+    let made = eventually("the GpuJob's PodGroup, scheduled", 90, || async {
+        let group = groups.get("solo-0").await.ok()?;
+        let scheduled = group
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .any(|c| c.type_ == "PodGroupScheduled" && c.status == "True");
+        scheduled.then_some(group)
+    })
+    .await;
+    let gang = made.spec.scheduling_policy.gang.map(|g| g.min_count);
+    assert_eq!(gang, Some(2));
+    let owner = made.metadata.owner_references.unwrap_or_default();
+    assert!(
+        owner.iter().any(|o| o.kind == "GpuJob" && o.name == "solo"),
+        "{owner:?}"
+    );
+    let solo = env.pods_of("team-a", "solo").await;
+    assert_eq!(solo.len(), 2);
+    for pod in &solo {
+        let named = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_group.as_ref())
+            .and_then(|g| g.pod_group_name.clone());
+        assert_eq!(named.as_deref(), Some("solo-0"));
+        assert!(bound_node(pod).is_some());
+    }
     controller.stop().await;
+}
+
+/// The pods that name the `scheduling.k8s.io` PodGroup `group`.
+async fn group_pods_of(pods: &Api<Pod>, group: &str) -> Vec<Pod> {
+    pods.list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.scheduling_group.as_ref())
+                .and_then(|g| g.pod_group_name.as_deref())
+                == Some(group)
+        })
+        .collect()
 }

@@ -46,6 +46,10 @@ pub(crate) fn release_action(
         crate::hami::pin_devices(&mut gang.pods, |node| {
             index.gpu_uuids.get(node).map(Vec::as_slice)
         });
+        if index.is_synced(crate::index::Kind::SchedulingPodGroup) {
+            // Kubernetes' own gang API is served: kube-scheduler binds the gang all or none.
+            crate::release::join_scheduling_group(&mut gang);
+        }
         gang
     };
     let current = job.status.clone().unwrap_or_default();

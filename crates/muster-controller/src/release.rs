@@ -6,7 +6,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, Pod, PodSchedulingGate, PodSpec, Service, ServicePort, ServiceSpec,
+    Container, EnvVar, Pod, PodSchedulingGate, PodSchedulingGroup, PodSpec, Service, ServicePort,
+    ServiceSpec,
+};
+use k8s_openapi::api::scheduling::v1alpha2::{
+    GangSchedulingPolicy, PodGroup as SchedulingPodGroup, PodGroupSchedulingPolicy, PodGroupSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use muster_admission::{Admitted, PodSetPlacement};
@@ -59,6 +63,55 @@ pub struct Gang {
     /// For the queue entry of a Job or JobSet (see [`crate::workload`]): what releases the
     /// workload's own pods instead; the Service and pods above are then empty and not made.
     pub workload: Option<Box<WorkloadRelease>>,
+    /// Where the API server serves Kubernetes' own gang API (KEP-4671): the gang PodGroup
+    /// its pods name, made before them (see [`join_scheduling_group`]).
+    pub scheduling_group: Option<Box<SchedulingPodGroup>>,
+}
+
+/// Makes `gang` one of Kubernetes' own gangs as well (KEP-4671, `scheduling.k8s.io/v1alpha2`):
+/// a gang PodGroup of every pod, named like the job and attempt (`<job>-<attempt>`) and owned
+/// by the job, and each pod naming it in `spec.schedulingGroup`. kube-scheduler, where its
+/// `GangScheduling` gate is on, then binds the pods Muster placed all or none. A gang of
+/// no pods (a queue entry's, whose pods its workload's controllers make) is left as it is.
+pub fn join_scheduling_group(gang: &mut Gang) {
+    let Some(first) = gang.pods.first() else {
+        return;
+    };
+    let labels = first.metadata.labels.clone().unwrap_or_default();
+    let (Some(job), Some(attempt)) = (labels.get(JOB_LABEL), labels.get(ATTEMPT_LABEL)) else {
+        return;
+    };
+    let name = format!("{job}-{attempt}");
+    let group = SchedulingPodGroup {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: first.metadata.namespace.clone(),
+            labels: Some(BTreeMap::from([
+                (JOB_LABEL.to_owned(), job.clone()),
+                (ATTEMPT_LABEL.to_owned(), attempt.clone()),
+            ])),
+            owner_references: first.metadata.owner_references.clone(),
+            ..ObjectMeta::default()
+        },
+        spec: PodGroupSpec {
+            scheduling_policy: PodGroupSchedulingPolicy {
+                gang: Some(GangSchedulingPolicy {
+                    min_count: i32::try_from(gang.pods.len()).unwrap_or(i32::MAX),
+                }),
+                ..PodGroupSchedulingPolicy::default()
+            },
+            ..PodGroupSpec::default()
+        },
+        status: None,
+    };
+    for pod in &mut gang.pods {
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.scheduling_group = Some(PodSchedulingGroup {
+                pod_group_name: Some(name.clone()),
+            });
+        }
+    }
+    gang.scheduling_group = Some(Box::new(group));
 }
 
 /// The release of the Job or JobSet behind a queue entry: its templates patched and the
@@ -175,6 +228,7 @@ pub fn gang(
         service: service(&ctx),
         pods,
         workload: None,
+        scheduling_group: None,
     })
 }
 

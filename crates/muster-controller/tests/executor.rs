@@ -456,6 +456,34 @@ async fn a_queue_entry_s_release_patches_its_job_then_writes_the_status_and_its_
 }
 
 #[tokio::test]
+async fn a_gang_of_kubernetes_own_gang_api_makes_its_pod_group_before_anything_else() {
+    let (mut action, _) = release(2);
+    let Action::Release { gang, .. } = &mut action else {
+        unreachable!()
+    };
+    muster_controller::release::join_scheduling_group(gang);
+    let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
+    assert!(result.is_ok(), "{result:?}");
+    let calls = calls(&seen);
+    assert_eq!(
+        calls[0],
+        (
+            "POST",
+            "/apis/scheduling.k8s.io/v1alpha2/namespaces/team-a/podgroups"
+        )
+    );
+    assert_eq!(calls[1], ("POST", "/api/v1/namespaces/team-a/services"));
+    assert_eq!(
+        seen[0].body["spec"]["schedulingPolicy"]["gang"]["minCount"],
+        2
+    );
+    assert_eq!(
+        seen[2].body["spec"]["schedulingGroup"]["podGroupName"],
+        seen[0].body["metadata"]["name"]
+    );
+}
+
+#[tokio::test]
 async fn a_jobset_entry_s_release_is_one_json_patch_of_its_jobset_and_its_eviction_a_merge_patch() {
     let (mut action, _) = release(2);
     let Action::Release { gang, .. } = &mut action else {

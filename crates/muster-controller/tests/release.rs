@@ -324,3 +324,46 @@ fn share_pods_are_pinned_to_the_uuid_of_their_device() {
     // Device 7 is not among n1's two; n2's devices are unknown.
     assert_eq!(pins, [Some("GPU-bbb".to_owned()), None, None]);
 }
+
+#[test]
+fn a_gang_joins_one_scheduling_pod_group_of_all_its_pods_owned_by_the_job() {
+    let job = job(&serde_json::json!([set(
+        "workers",
+        2,
+        &serde_json::json!({})
+    )]));
+    let admitted = Admitted {
+        job: "team-a/train".to_owned(),
+        cluster_queue: "research".to_owned(),
+        pod_sets: vec![placement("workers", "h100", &["n1", "n2"])],
+        borrowing: false,
+    };
+    let mut g = gang(&job, &admitted, &flavors()).unwrap_or_else(|e| unreachable!("{e}"));
+    muster_controller::release::join_scheduling_group(&mut g);
+    let group = g.scheduling_group.clone().unwrap_or_else(|| unreachable!());
+    assert_eq!(group.metadata.name.as_deref(), Some("train-0"));
+    assert_eq!(
+        group.spec.scheduling_policy.gang.map(|g| g.min_count),
+        Some(2)
+    );
+    let owners = group.metadata.owner_references.unwrap_or_default();
+    assert!(
+        owners
+            .iter()
+            .any(|o| o.kind == "GpuJob" && o.name == "train")
+    );
+    for pod in &g.pods {
+        let named = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_group.as_ref())
+            .and_then(|s| s.pod_group_name.as_deref());
+        assert_eq!(named, Some("train-0"));
+    }
+    // A queue entry's gang has no pods of its own: nothing to join.
+    let mut empty = g.clone();
+    empty.pods.clear();
+    empty.scheduling_group = None;
+    muster_controller::release::join_scheduling_group(&mut empty);
+    assert!(empty.scheduling_group.is_none());
+}

@@ -18,6 +18,9 @@ impl Executor {
         if let Some(release) = &gang.workload {
             return self.release_workload(release).await;
         }
+        if let Some(group) = &gang.scheduling_group {
+            self.create_scheduling_group(group).await?;
+        }
         let (namespace, service_name) = named(&gang.service)?;
         let services: Api<Service> = Api::namespaced(self.client.clone(), &namespace);
         let pp = PostParams {
@@ -71,6 +74,31 @@ impl Executor {
             .try_collect()
             .await?;
         Ok(created.into_iter().flatten().chain(ungated).collect())
+    }
+
+    /// Creates the gang's `scheduling.k8s.io` PodGroup, before any of its pods (one that
+    /// exists, from an earlier try of this release, counts as made).
+    async fn create_scheduling_group(
+        &self,
+        group: &k8s_openapi::api::scheduling::v1alpha2::PodGroup,
+    ) -> Result<(), ExecuteError> {
+        let (namespace, name) = named(group)?;
+        let api: Api<k8s_openapi::api::scheduling::v1alpha2::PodGroup> =
+            Api::namespaced(self.client.clone(), &namespace);
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        match self
+            .call("creating the gang's PodGroup", &name, || {
+                api.create(&pp, group)
+            })
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(ExecuteError::Api { source, .. }) if already_exists(&source) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     pub(super) async fn create_pod(

@@ -183,6 +183,7 @@ pub(crate) fn release(
     Ok(Gang {
         service: Service::default(),
         pods: Vec::new(),
+        scheduling_group: None,
         workload: Some(Box::new(WorkloadRelease {
             workload: target,
             patch,

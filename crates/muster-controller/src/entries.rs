@@ -95,25 +95,20 @@ pub(crate) fn keep(index: &Index, ledger: &Ledger) -> Vec<Action> {
             ));
             continue;
         }
-        let pods = index.pods_of(&entry_key).any(|(_, p)| {
-            matches!(
-                p.phase,
-                crate::index::PodPhase::Pending | crate::index::PodPhase::Running
-            )
-        });
-        actions.extend(waiting(entry, run, pods, &key, reported));
+        let settling = crate::workload::settling(index, run, &entry_key);
+        actions.extend(waiting(entry, run, settling, &key, reported));
     }
     actions
 }
 
 /// The writes that hold the workload of `entry` while the entry holds no admission:
 /// suspended, what a release wrote put back once its controller has taken in the suspension,
-/// and its owner's edits read again (see [`keep`]). `pods`: some pod of the entry's gang is
-/// not yet ended.
+/// and its owner's edits read again (see [`keep`]). `settling`: the workload may still have
+/// pods of its last run (see [`crate::workload::settling`]).
 fn waiting(
     entry: &GpuJob,
     run: Run<'_>,
-    pods: bool,
+    settling: bool,
     key: &WorkloadRef,
     reported: Option<&String>,
 ) -> Vec<Action> {
@@ -133,9 +128,6 @@ fn waiting(
     if holds || ended {
         return Vec::new();
     }
-    // A Job's own start time says whether its controller has taken in the suspension; a
-    // JobSet's child Jobs are its controller's, so its gang's pods are asked as well.
-    let settling = run.may_have_pods() || (matches!(run, Run::JobSet(_)) && pods);
     if !run.is_suspended() {
         // Arrived running, or released by a write the entry's status never showed: held
         // at once. Its template can be put back only once its pods are gone.

@@ -98,6 +98,22 @@ pub fn runs(index: &Index) -> impl Iterator<Item = (WorkloadRef, Run<'_>)> {
     jobs.chain(jobsets).chain(groups)
 }
 
+/// Whether the workload `run` behind the entry `entry` may still have pods from its last run
+/// (or from arriving running), so that it has not settled: its own word
+/// ([`Run::may_have_pods`]) — and for a JobSet, whose child Jobs are its controller's, any
+/// pod of the entry's gang not yet ended. Until it settles its templates are neither put
+/// back nor released again.
+pub fn settling(index: &Index, run: Run<'_>, entry: &ObjectRef) -> bool {
+    run.may_have_pods()
+        || (matches!(run, Run::JobSet(_))
+            && index.pods_of(entry).any(|(_, p)| {
+                matches!(
+                    p.phase,
+                    crate::index::PodPhase::Pending | crate::index::PodPhase::Running
+                )
+            }))
+}
+
 /// `read` (a workload read as a GpuJob) made the queue entry of the workload whose metadata
 /// is `meta` and whose owner reference is `owner`: named after it, labelled with its kind.
 fn made_entry(

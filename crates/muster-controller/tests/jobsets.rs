@@ -14,7 +14,7 @@ use muster_controller::plan::{Action, plan};
 use muster_controller::state::State;
 use muster_controller::workload::WorkloadPatch;
 use serde_json::{Value, json};
-use support::{at, cluster, land_all, object};
+use support::{at, cluster, kinds, land_all, object, status_of};
 
 /// A JobSet of two child Jobs of two 8-GPU pods each, each child Job alone in one block
 /// (the exclusive-topology annotation), labelled for the queue.
@@ -147,20 +147,9 @@ fn terminating(pod: Pod) -> Pod {
     object(value)
 }
 
-fn kinds(actions: &[Action]) -> Vec<&'static str> {
-    actions
-        .iter()
-        .filter(|a| a.job().is_some())
-        .map(Action::kind)
-        .collect()
-}
-
+/// The status of the queue entry the tests follow.
 fn entry_status(state: &State) -> muster_api::GpuJobStatus {
-    state
-        .index()
-        .job("team-a/jobset-train")
-        .and_then(|j| j.status.clone())
-        .unwrap_or_default()
+    status_of(state, "team-a/jobset-train")
 }
 
 #[test]

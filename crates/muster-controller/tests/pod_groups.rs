@@ -12,7 +12,7 @@ use muster_controller::plan::{Action, plan};
 use muster_controller::state::State;
 use muster_controller::workload::WorkloadPatch;
 use serde_json::{Value, json};
-use support::{at, cluster, land_all, object};
+use support::{at, cluster, kinds, land_all, object, status_of};
 
 /// Pod `i` of group `ray` of `size` pods of 8 GPUs each, in one block, behind the gate.
 fn group_pod(i: usize, size: usize) -> Pod {
@@ -30,20 +30,9 @@ fn group_pod(i: usize, size: usize) -> Pod {
     }))
 }
 
-fn kinds(actions: &[Action]) -> Vec<&'static str> {
-    actions
-        .iter()
-        .filter(|a| a.job().is_some())
-        .map(Action::kind)
-        .collect()
-}
-
+/// The status of the queue entry the tests follow.
 fn entry_status(state: &State) -> muster_api::GpuJobStatus {
-    state
-        .index()
-        .job("team-a/pods-ray")
-        .and_then(|j| j.status.clone())
-        .unwrap_or_default()
+    status_of(state, "team-a/pods-ray")
 }
 
 /// The passes at `times`, each landed, with every pin applied to its pod (one version on,

@@ -11,7 +11,7 @@ use muster_api::wire::{ADMISSION_GATE, ATTEMPT_LABEL, JOB_LABEL, POD_SET_LABEL};
 use muster_controller::plan::{Action, plan};
 use muster_controller::state::State;
 use serde_json::{Value, json};
-use support::{at, cluster, land_all, object};
+use support::{at, cluster, kinds, land_all, object, status_of};
 
 /// An Indexed Job of `pods` pods with 8 GPUs each in one block, labelled for the queue.
 fn labelled_job(pods: u32, suspend: bool, status: &Value) -> Job {
@@ -61,21 +61,9 @@ fn job_pod(index: usize, attempt: i32) -> Pod {
     }))
 }
 
+/// The status of the queue entry the tests follow.
 fn entry_status(state: &State) -> muster_api::GpuJobStatus {
-    state
-        .index()
-        .job("team-a/job-train")
-        .and_then(|j| j.status.clone())
-        .unwrap_or_default()
-}
-
-/// The kinds of the job actions (queue statuses aside).
-fn kinds(actions: &[Action]) -> Vec<&'static str> {
-    actions
-        .iter()
-        .filter(|a| a.job().is_some())
-        .map(Action::kind)
-        .collect()
+    status_of(state, "team-a/job-train")
 }
 
 #[test]

@@ -97,16 +97,7 @@ fn group_finished(reading: &Reading<'_>) -> Option<(bool, String)> {
 /// its start time, so its template cannot change and it must not be released again yet. A
 /// JobSet settles once no child Job is counted active and none of its gang's pods is left.
 pub(super) fn settling(index: &Index, key: &ObjectRef, job: &GpuJob) -> bool {
-    workload(index, job).is_some_and(|run| {
-        run.may_have_pods()
-            || (matches!(run, Run::JobSet(_))
-                && index.pods_of(key).any(|(_, p)| {
-                    matches!(
-                        p.phase,
-                        crate::index::PodPhase::Pending | crate::index::PodPhase::Running
-                    )
-                }))
-    })
+    workload(index, job).is_some_and(|run| crate::workload::settling(index, run, key))
 }
 
 /// The eviction of `job`: its status written, then its pods deleted — or, for a queue entry,

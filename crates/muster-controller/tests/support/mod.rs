@@ -364,3 +364,23 @@ pub fn land_all(index: &mut State, actions: &[Action], now: i64) {
         land(index, action, now);
     }
 }
+
+/// The kinds of the job actions of a pass (queue statuses aside).
+#[allow(dead_code, reason = "not every test file reads kinds")]
+pub fn kinds(actions: &[Action]) -> Vec<&'static str> {
+    actions
+        .iter()
+        .filter(|a| a.job().is_some())
+        .map(Action::kind)
+        .collect()
+}
+
+/// The status of job `key` (`namespace/name`) as the state holds it (default when none).
+#[allow(dead_code, reason = "not every test file reads entries")]
+pub fn status_of(state: &State, key: &str) -> muster_api::GpuJobStatus {
+    state
+        .index()
+        .job(key)
+        .and_then(|j| j.status.clone())
+        .unwrap_or_default()
+}

@@ -87,6 +87,21 @@ fn placed(name: &str, nodes: std::ops::Range<usize>) -> PodSetPlacement {
     }
 }
 
+/// Where the release placed `pod_sets` of the entry `jobset-multislice`, on attempt `attempt`.
+fn slices_placement<'a>(
+    pod_sets: &'a [PodSetPlacement],
+    flavors: &'a BTreeMap<String, ResourceFlavorSpec>,
+    attempt: i32,
+) -> Placement<'a> {
+    Placement {
+        entry: "jobset-multislice",
+        cluster_queue: "tpu",
+        pod_sets,
+        flavors,
+        attempt,
+    }
+}
+
 fn member(replica: usize, completion: usize) -> GangMember {
     GangMember {
         job: ObjectRef::new("team-a", "jobset-multislice"),
@@ -132,13 +147,7 @@ fn the_release_writes_each_template_and_unsuspends_and_the_restore_gives_the_use
     let entry = entry_of(&jobset);
     let flavors = BTreeMap::from([("v5p".to_owned(), v5p())]);
     let pod_sets = [placed("slice", 0..8)];
-    let placement = Placement {
-        entry: "jobset-multislice",
-        cluster_queue: "tpu",
-        pod_sets: &pod_sets,
-        flavors: &flavors,
-        attempt: 2,
-    };
+    let placement = slices_placement(&pod_sets, &flavors, 2);
     let patch = release_patch(&entry, &jobset, &placement).unwrap_or_else(|e| unreachable!("{e}"));
     let ops = patch.body().as_array().cloned().unwrap_or_default();
     assert_eq!(
@@ -213,13 +222,7 @@ fn a_release_onto_a_jobset_whose_replicated_jobs_moved_is_refused_by_the_server(
     let entry = entry_of(&jobset);
     let flavors = BTreeMap::from([("v5p".to_owned(), v5p())]);
     let pod_sets = [placed("slice", 0..8)];
-    let placement = Placement {
-        entry: "jobset-multislice",
-        cluster_queue: "tpu",
-        pod_sets: &pod_sets,
-        flavors: &flavors,
-        attempt: 0,
-    };
+    let placement = slices_placement(&pod_sets, &flavors, 0);
     let patch = release_patch(&entry, &jobset, &placement).unwrap_or_else(|e| unreachable!("{e}"));
     let mut renamed = jobset.clone();
     renamed.spec.replicated_jobs[0].name = "other".to_owned();

@@ -183,6 +183,28 @@ impl Action {
         )
     }
 
+    /// The phase the job status this action writes shows, lower case, for metrics: `None`
+    /// when it writes no job status.
+    pub fn status_phase(&self) -> Option<&'static str> {
+        use muster_api::gpujob::GpuJobPhase;
+        let (Action::Release { status, .. }
+        | Action::Evict { status, .. }
+        | Action::JobStatus { status, .. }
+        | Action::Provision { status, .. }) = self
+        else {
+            return None;
+        };
+        Some(match status.phase.unwrap_or_default() {
+            GpuJobPhase::Pending => "pending",
+            GpuJobPhase::Queued => "queued",
+            GpuJobPhase::Provisioning => "provisioning",
+            GpuJobPhase::Admitted => "admitted",
+            GpuJobPhase::Running => "running",
+            GpuJobPhase::Succeeded => "succeeded",
+            GpuJobPhase::Failed => "failed",
+        })
+    }
+
     /// A short name, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -245,6 +245,21 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
     // interval; further back a job keeps the message of its last new reason. A write still
     // queued is always brought up to date: replacing it costs no request.
     let queued = state.ledger.is_queued(&key);
+    let invalid = reason.kind() == PendingReasonKind::InvalidJob;
+    let after = state.first_status_after.0;
+    if after > 0 && job.status.is_none() && !invalid && !queued {
+        // A new job is told why it waits only once it has waited a while (see
+        // [`status::FIRST_STATUS_AFTER_SECONDS`]); the ledger brings it back then.
+        let created = job
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_second());
+        if let Some(due) = created.map(|c| c + after).filter(|due| *due > now_s) {
+            state.ledger.write_first_status_at(&key, due);
+            return;
+        }
+    }
     if before == Some(reason.kind()) && !queued {
         let shown = position > 0 && position <= status::SHOWN_POSITIONS;
         let refreshed_lately = state.ledger.refreshed_lately(&key, now_s);
@@ -269,7 +284,6 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
     }
     // An Event when the reason changes, and for an invalid job at once; a job's first reason
     // is in its status (an Event for it too would be one more write per job).
-    let invalid = reason.kind() == PendingReasonKind::InvalidJob;
     let event = (before != Some(reason.kind()) && (before.is_some() || invalid)).then(|| {
         let note = reason.message();
         if invalid {

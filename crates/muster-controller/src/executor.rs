@@ -1,6 +1,6 @@
 //! Carrying out a pass's [`Action`]s on the API server.
 //!
-//! A release creates the gang's Service and every pod (all still gated), and only then lifts
+//! A release creates the gang's Service (a gang of two or more) and every pod (all still gated), and only then lifts
 //! the `muster.dev/admission` gate from every pod in one burst, so the kube-scheduler sees the
 //! whole gang at once; the job's status is written last. An eviction writes the status first
 //! (the admission gone, `requeueCount` moved on) and then deletes the pods, so a controller
@@ -35,9 +35,11 @@ use muster_api::wire::FINALIZER;
 use muster_api::{
     API_VERSION, ClusterQueue, GpuJob, GpuJobStatus, LocalQueue, ObjectRef, ResourceFlavor,
 };
+use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use crate::action::{Action, JobRead, Note};
+use crate::event_budget::{EventBudget, Verdict};
 pub use crate::index::Written;
 
 /// The field manager of every write.
@@ -118,6 +120,10 @@ pub struct Executor {
     client: Client,
     leader: watch::Receiver<bool>,
     recorder: Option<Recorder>,
+    /// How many Normal Events of each kind are recorded (shared by every clone).
+    events: Arc<Mutex<EventBudget>>,
+    /// The executor's clock for the Event budget.
+    started: std::time::Instant,
     /// Requests in flight at once within one gang.
     pub gang_concurrency: usize,
     /// Retries per request.
@@ -171,6 +177,8 @@ impl Executor {
             client,
             leader,
             recorder,
+            events: Arc::default(),
+            started: std::time::Instant::now(),
             gang_concurrency: 16,
             retry: Retry::default(),
             // About 16 s in all: long enough to ride out a burst of faults; the job is held
@@ -589,6 +597,28 @@ impl Executor {
         let Some(recorder) = &self.recorder else {
             return;
         };
+        let mut message: String = note.message.chars().take(900).collect();
+        if !note.warning {
+            let namespace = reference.namespace.as_deref().unwrap_or_default();
+            let now = self.started.elapsed().as_secs_f64();
+            let verdict = match self.events.lock() {
+                Ok(mut budget) => budget.admit(namespace, &note.reason, now),
+                Err(poisoned) => poisoned.into_inner().admit(namespace, &note.reason, now),
+            };
+            match verdict {
+                Verdict::LeaveOut => return,
+                Verdict::Record { left_out, since } if left_out > 0 => {
+                    use std::fmt::Write as _;
+                    let _ = write!(
+                        message,
+                        " ({left_out} more {} Events in this namespace in the last {:.0} s were not recorded one by one; each job's conditions record its own)",
+                        note.reason,
+                        (now - since).max(0.0)
+                    );
+                }
+                Verdict::Record { .. } => {}
+            }
+        }
         let event = Event {
             type_: if note.warning {
                 EventType::Warning
@@ -596,7 +626,7 @@ impl Executor {
                 EventType::Normal
             },
             reason: note.reason.clone(),
-            note: Some(note.message.chars().take(1000).collect()),
+            note: Some(message),
             action: note.reason.clone(),
             secondary: None,
         };

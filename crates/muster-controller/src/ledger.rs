@@ -29,6 +29,8 @@ pub struct Ledger {
     finalizing: BTreeSet<ObjectRef>,
     /// Queue statuses being written.
     queues: BTreeSet<QueueWrite>,
+    /// When this term last wrote each queue's status (seconds).
+    queues_written: BTreeMap<QueueWrite, i64>,
     /// Jobs whose releases failed, and when each tries again.
     failed: BTreeMap<ObjectRef, Failure>,
     /// Waiting jobs whose status this term wrote within the last
@@ -181,9 +183,18 @@ impl Ledger {
 
     // --- Queue statuses.
 
-    /// Records that a queue status is being written.
-    pub(crate) fn write_queue(&mut self, queue: QueueWrite) {
+    /// Records that a queue status is being written at `now`.
+    pub(crate) fn write_queue(&mut self, queue: QueueWrite, now: i64) {
+        self.queues_written.insert(queue.clone(), now);
         self.queues.insert(queue);
+    }
+
+    /// Whether `queue`'s figures may be written again at `now`: this term has not written
+    /// its status within [`crate::queues::FIGURES_EVERY_SECONDS`].
+    pub(crate) fn queue_figures_due(&self, queue: &QueueWrite, now: i64) -> bool {
+        self.queues_written
+            .get(queue)
+            .is_none_or(|at| now - at >= crate::queues::FIGURES_EVERY_SECONDS)
     }
 
     /// Whether `queue`'s status is being written.
@@ -205,6 +216,15 @@ impl Ledger {
         self.refreshed
             .retain(|_, at| now - *at < crate::status::PENDING_REFRESH_SECONDS);
         self.refreshed.len() != before
+    }
+
+    /// Holds back a new job's first status until `due` (seconds): the job counts as
+    /// refreshed until then, and its expiry makes the pass that comes at or after `due`
+    /// explain the waiting jobs again (see [`Ledger::expire_refreshes`]).
+    pub(crate) fn write_first_status_at(&mut self, job: &ObjectRef, due: i64) {
+        self.refreshed
+            .entry(job.clone())
+            .or_insert(due - crate::status::PENDING_REFRESH_SECONDS);
     }
 
     /// Whether this term wrote `job`'s status within a refresh interval of `now`.

@@ -34,6 +34,7 @@ pub mod action;
 mod decide;
 pub mod deferred;
 pub mod entries;
+pub mod event_budget;
 pub mod executor;
 pub mod hami;
 mod holding;

@@ -50,6 +50,9 @@ pub struct Metrics {
     pub api_errors: Family<Labels, Counter>,
     /// Actions carried out, by kind and result.
     pub actions: Family<Labels, Counter>,
+    /// Job status writes carried out, by the phase they write (`pending`, `queued`,
+    /// `admitted`, `running`, `succeeded`, `failed`; a release's status counts as `admitted`).
+    pub status_writes: Family<Labels, Counter>,
     /// API requests sent, by HTTP method (counted by the client, see [`ApiRequests`]).
     pub api_requests: ApiRequests,
     /// Waiting jobs' status writes queued and not yet sent (see [`crate::deferred`]).
@@ -63,16 +66,23 @@ pub struct Metrics {
     pub job_evictions: Histogram,
 }
 
-/// API requests the controller's client sent, by HTTP method: the work per job that the API
-/// server (and its write rate) pays for. Cheap to clone; clones count together.
+/// API requests the controller's client sent, by HTTP method, and by method and resource:
+/// the work per job that the API server (and its write rate) pays for. Cheap to clone; clones
+/// count together.
 #[derive(Clone, Debug, Default)]
-pub struct ApiRequests(Family<Labels, Counter>);
+pub struct ApiRequests(Family<Labels, Counter>, Family<Labels, Counter>);
 
 impl ApiRequests {
-    /// Counts one request with `method`.
-    pub fn count(&self, method: &http::Method) {
+    /// Counts one request with `method` to `path`.
+    pub fn count(&self, method: &http::Method, path: &str) {
         self.0
             .get_or_create(&labels(&[("method", method.as_str())]))
+            .inc();
+        self.1
+            .get_or_create(&labels(&[
+                ("method", method.as_str()),
+                ("resource", &resource_of(path)),
+            ]))
             .inc();
     }
 
@@ -90,12 +100,32 @@ impl ApiRequests {
         let requests = self.clone();
         let counting =
             tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
-                requests.count(request.method());
+                requests.count(request.method(), request.uri().path());
                 request
             });
         Ok(kube::client::ClientBuilder::try_from(config)?
             .with_layer(&counting)
             .build())
+    }
+}
+
+/// The resource a request's `path` addresses, with its subresource: `pods`,
+/// `gpujobs/status`, `events`; `other` for a path that names none.
+pub fn resource_of(path: &str) -> String {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // /api/v1/... or /apis/<group>/<version>/...; then namespaces/<ns>/ when namespaced.
+    let mut rest = match parts.first() {
+        Some(&"api") => parts.get(2..).unwrap_or_default(),
+        Some(&"apis") => parts.get(3..).unwrap_or_default(),
+        _ => return "other".to_owned(),
+    };
+    if rest.first() == Some(&"namespaces") && rest.len() > 2 {
+        rest = &rest[2..];
+    }
+    match rest {
+        [] => "other".to_owned(),
+        [resource] | [resource, _] => (*resource).to_owned(),
+        [resource, _, sub, ..] => format!("{resource}/{sub}"),
     }
 }
 
@@ -128,6 +158,7 @@ impl Metrics {
             jobs_settled: Counter::default(),
             api_errors: Family::default(),
             actions: Family::default(),
+            status_writes: Family::default(),
             api_requests,
             deferred_status_writes: Gauge::default(),
             gpu_seconds_lost: Counter::default(),
@@ -182,9 +213,19 @@ impl Metrics {
             metrics.actions.clone(),
         );
         registry.register(
+            "status_writes",
+            "Job status writes carried out, by the phase they write",
+            metrics.status_writes.clone(),
+        );
+        registry.register(
             "api_requests",
             "API requests sent, by HTTP method",
             metrics.api_requests.0.clone(),
+        );
+        registry.register(
+            "api_requests_by_resource",
+            "API requests sent, by HTTP method and resource (`pods`, `gpujobs/status`, ...)",
+            metrics.api_requests.1.clone(),
         );
         Metrics {
             registry,
@@ -283,6 +324,14 @@ impl Metrics {
     }
 
     /// Records an action's outcome.
+    /// Counts a job status write carried out that writes `phase`.
+    pub fn status_write(&self, phase: &str) {
+        self.status_writes
+            .get_or_create(&labels(&[("phase", phase)]))
+            .inc();
+    }
+
+    /// Counts an action carried out.
     pub fn action(&self, kind: &str, ok: bool) {
         let result = if ok { "ok" } else { "error" };
         self.actions
@@ -302,5 +351,34 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resource_of;
+
+    #[test]
+    fn a_request_path_names_its_resource_and_subresource() {
+        let cases = [
+            ("/api/v1/namespaces/team-a/pods", "pods"),
+            ("/api/v1/namespaces/team-a/pods/p-0", "pods"),
+            (
+                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status",
+                "gpujobs/status",
+            ),
+            ("/apis/events.k8s.io/v1/namespaces/team-a/events", "events"),
+            (
+                "/apis/muster.dev/v1alpha1/clusterqueues/cq/status",
+                "clusterqueues/status",
+            ),
+            ("/api/v1/nodes", "nodes"),
+            ("/api/v1/namespaces", "namespaces"),
+            ("/api/v1/namespaces/team-a", "namespaces"),
+            ("/healthz", "other"),
+        ];
+        for (path, resource) in cases {
+            assert_eq!(resource_of(path), resource, "{path}");
+        }
     }
 }

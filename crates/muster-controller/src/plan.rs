@@ -158,11 +158,12 @@ fn queue_statuses(
     let unchanged =
         !explain && state.ledger.queues_idle() && state.last.queues_settled == Some(queues);
     if !unchanged {
-        crate::queues::queue_statuses(state, scheduler, now, actions);
-        // Settled only when no queue's write is in flight, this pass's or an earlier one's:
-        // a queue with a write in flight is not compared, and a write that fails changes
-        // nothing the index shows, so later passes would skip a status left stale.
-        state.last.queues_settled = state.ledger.queues_idle().then_some(queues);
+        let held_back = crate::queues::queue_statuses(state, scheduler, now, actions);
+        // Settled only when no queue's write is in flight, this pass's or an earlier one's,
+        // and none waits its turn: a queue with a write in flight is not compared, and a
+        // write that fails changes nothing the index shows, so later passes would skip a
+        // status left stale.
+        state.last.queues_settled = (state.ledger.queues_idle() && !held_back).then_some(queues);
     }
 }
 

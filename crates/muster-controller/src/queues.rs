@@ -1,6 +1,8 @@
 //! Step 4 of a pass: ClusterQueue and LocalQueue statuses from the cycle's scheduler, and
 //! ResourceFlavors' `Valid` condition, written where they changed and no write of them is in
-//! flight.
+//! flight. A queue whose conditions changed is written at once; one whose figures alone moved
+//! (pending and admitted counts, usage — which every admission and finish moves) at most once
+//! every [`FIGURES_EVERY_SECONDS`], so a busy queue costs a write per interval, not per pass.
 
 use std::collections::BTreeMap;
 
@@ -13,15 +15,28 @@ use crate::ledger::QueueWrite;
 use crate::state::State;
 use crate::status;
 
-/// ClusterQueue and LocalQueue statuses, where changed and not already being written.
+/// How often, at most, a queue's status is written when only its figures moved.
+pub const FIGURES_EVERY_SECONDS: i64 = 5;
+
+/// ClusterQueue and LocalQueue statuses, where changed and not already being written; whether
+/// any was held back because only its figures moved and it was written less than
+/// [`FIGURES_EVERY_SECONDS`] ago (a later pass writes it).
 pub(crate) fn queue_statuses(
     state: &mut State,
     scheduler: &Scheduler,
     now: &Time,
     actions: &mut Vec<Action>,
-) {
+) -> bool {
     let State { index, ledger, .. } = state;
     let start = actions.len();
+    let now_s = now.0.as_second();
+    let mut held_back = false;
+    // Whether a status that differs from `current` in its figures alone waits its turn.
+    let mut waits = |queue: &QueueWrite, same_conditions: bool| {
+        let wait = same_conditions && !ledger.queue_figures_due(queue, now_s);
+        held_back |= wait;
+        wait
+    };
     for (name, queue) in &index.cluster_queues {
         if ledger.is_writing_queue(&QueueWrite::Cluster(name.clone())) {
             continue;
@@ -29,6 +44,12 @@ pub(crate) fn queue_statuses(
         let current = queue.status.clone().unwrap_or_default();
         let generation = queue.metadata.generation;
         if let Some(status) = status::cluster_queue(&current, name, generation, scheduler, now) {
+            if waits(
+                &QueueWrite::Cluster(name.clone()),
+                status.conditions == current.conditions,
+            ) {
+                continue;
+            }
             actions.push(Action::ClusterQueueStatus {
                 name: name.clone(),
                 status,
@@ -69,6 +90,12 @@ pub(crate) fn queue_statuses(
             Err((reason, message)) => Err((*reason, message.as_str())),
         };
         if let Some(status) = status::local_queue(&current, counted, active, generation, now) {
+            if waits(
+                &QueueWrite::Local(key.clone()),
+                status.conditions == current.conditions,
+            ) {
+                continue;
+            }
             actions.push(Action::LocalQueueStatus {
                 key: key.clone(),
                 status,
@@ -90,8 +117,9 @@ pub(crate) fn queue_statuses(
         }
     }
     for queue in actions[start..].iter().filter_map(QueueWrite::of) {
-        ledger.write_queue(queue);
+        ledger.write_queue(queue, now_s);
     }
+    held_back
 }
 
 /// Whether a LocalQueue can take jobs: its spec is valid, and its ClusterQueue exists and is

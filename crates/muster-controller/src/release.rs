@@ -56,8 +56,10 @@ pub enum ReleaseError {
 /// Every object of one released gang.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gang {
-    /// The headless Service (named like the job) that gives each pod a DNS name.
-    pub service: Service,
+    /// The headless Service (named like the job) that gives each pod a DNS name, for a gang
+    /// of two or more pods. A gang of one has none: its one pod needs no peer's name, and is
+    /// told its own host name, which its `/etc/hosts` resolves (one create fewer per job).
+    pub service: Option<Service>,
     /// Every pod, pod sets in order, indices in order.
     pub pods: Vec<Pod>,
     /// For the queue entry of a Job or JobSet (see [`crate::workload`]): what releases the
@@ -190,12 +192,17 @@ pub fn gang(
             .to_string(),
         hosts: Vec::new(),
     };
-    ctx.hosts = admitted
+    let members: Vec<(String, usize)> = admitted
         .pod_sets
         .iter()
         .flat_map(|p| (0..p.nodes.len()).map(move |i| (p.name.clone(), i)))
-        .map(|(set, i)| ctx.host(&set, i))
         .collect();
+    ctx.hosts = match members.as_slice() {
+        // A gang of one has no Service: it is told its own host name, which the kubelet's
+        // `/etc/hosts` resolves.
+        [(set, i)] => vec![pod_name(&ctx.name, set, *i)],
+        _ => members.iter().map(|(set, i)| ctx.host(set, *i)).collect(),
+    };
     let mut pods = Vec::with_capacity(ctx.hosts.len());
     for placement in &admitted.pod_sets {
         let set = job
@@ -225,7 +232,7 @@ pub fn gang(
         }
     }
     Ok(Gang {
-        service: service(&ctx),
+        service: (ctx.hosts.len() > 1).then(|| service(&ctx)),
         pods,
         workload: None,
         scheduling_group: None,
@@ -301,7 +308,8 @@ fn pod(
     }
     spec.scheduling_gates = (!gates.is_empty()).then_some(gates);
     spec.hostname = Some(name.clone());
-    spec.subdomain = Some(ctx.name.clone());
+    // The Service's name, which a gang of one does not have.
+    spec.subdomain = (ctx.hosts.len() > 1).then(|| ctx.name.clone());
     let template_meta = set.template.metadata.clone().unwrap_or_default();
     let mut labels = template_meta.labels.unwrap_or_default();
     labels.insert(JOB_LABEL.to_owned(), ctx.name.clone());

@@ -29,6 +29,19 @@ pub struct State {
     pub(crate) last: LastPass,
     /// The placement policy's name (see [`muster_topology::POLICY_NAMES`]); empty: best fit.
     pub(crate) placement_policy: String,
+    /// How long a new job waits before its first status is written.
+    pub(crate) first_status_after: FirstStatusAfter,
+}
+
+/// Seconds from a job's creation before its first status is written, when it still waits
+/// then ([`crate::status::FIRST_STATUS_AFTER_SECONDS`] unless set).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FirstStatusAfter(pub(crate) i64);
+
+impl Default for FirstStatusAfter {
+    fn default() -> FirstStatusAfter {
+        FirstStatusAfter(crate::status::FIRST_STATUS_AFTER_SECONDS)
+    }
 }
 
 impl State {
@@ -50,6 +63,12 @@ impl State {
             placement_policy: name.to_owned(),
             ..State::default()
         })
+    }
+
+    /// Writes a new job's first status once it has waited `seconds` since its creation
+    /// (0: in the first pass that sees it wait).
+    pub fn set_first_status_after(&mut self, seconds: i64) {
+        self.first_status_after = FirstStatusAfter(seconds.max(0));
     }
 
     /// Folds in an added or modified object, as a watch reports it.

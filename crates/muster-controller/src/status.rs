@@ -57,6 +57,13 @@ pub const SHOWN_POSITIONS: u32 = 10;
 /// most this old.
 pub const PENDING_REFRESH_SECONDS: i64 = 30;
 
+/// How long a new job (one without a status) may wait before its first status is written,
+/// seconds from its creation. Most jobs of a busy queue are admitted within seconds: a status
+/// saying they wait, written just before the one saying they are admitted, would cost a write
+/// per job that no one could read in time. A job that waits longer is told why then; an
+/// invalid job at once.
+pub const FIRST_STATUS_AFTER_SECONDS: i64 = 10;
+
 /// The status of a job that waits: phase Pending when it cannot be admitted as written (or
 /// has no queue), Queued otherwise; its position (among the first [`SHOWN_POSITIONS`]),
 /// reason and ETA (seconds since the epoch).

@@ -147,6 +147,9 @@ async fn land(
         }
     }
     shared.metrics.action(action.kind(), result.is_ok());
+    if let (Ok(_), Some(phase)) = (&result, action.status_phase()) {
+        shared.metrics.status_write(phase);
+    }
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
     let mut state = shared.state();
     state.read_back(read);

@@ -759,10 +759,10 @@ async fn a_template_left_by_a_cut_off_attempt_is_replaced() {
     );
 }
 
-/// A gang of one pod has no gate: its release is the Service, the pod and the status (an
-/// Event aside), with no request to lift a gate.
+/// A gang of one pod has no gate and no Service: its release is the pod and the status (an
+/// Event aside), with no request to lift a gate; the pod is told its own host name.
 #[tokio::test]
-async fn a_gang_of_one_is_released_without_a_gate_to_lift() {
+async fn a_gang_of_one_is_released_without_a_gate_to_lift_or_a_service() {
     let (action, _) = release(1);
     let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
     assert!(result.is_ok(), "{result:?}");
@@ -773,13 +773,25 @@ async fn a_gang_of_one_is_released_without_a_gate_to_lift() {
     assert_eq!(
         writes,
         [
-            ("POST", "/api/v1/namespaces/team-a/services"),
             ("POST", "/api/v1/namespaces/team-a/pods"),
             (
                 "PATCH",
                 "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status"
             ),
         ]
+    );
+    let gang = match &action {
+        Action::Release { gang, .. } => gang,
+        other => unreachable!("release(1) is a release: {other:?}"),
+    };
+    assert!(gang.service.is_none());
+    let spec = gang.pods[0].spec.clone().unwrap_or_default();
+    assert_eq!(spec.subdomain, None);
+    let env = spec.containers[0].env.clone().unwrap_or_default();
+    let peers = env.iter().find(|e| e.name == "MUSTER_PEER_HOSTS");
+    assert_eq!(
+        peers.and_then(|e| e.value.as_deref()),
+        spec.hostname.as_deref()
     );
 }
 

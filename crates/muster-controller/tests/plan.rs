@@ -982,3 +982,32 @@ fn the_placement_policy_is_one_the_fitter_knows() {
         "{unknown}"
     );
 }
+
+/// A new job is told why it waits only once it has waited
+/// [`muster_controller::status::FIRST_STATUS_AFTER_SECONDS`]: one admitted sooner gets one
+/// status write (its admission), not two. The pass that comes when the wait is up writes it,
+/// though nothing else moved.
+#[test]
+fn a_new_job_s_first_pending_status_waits_until_it_has_waited_a_while() {
+    let after = muster_controller::status::FIRST_STATUS_AFTER_SECONDS;
+    // Quota for one 2-pod gang: a runs, b waits.
+    let mut index = cluster(16, vec![job("a", 2, 0), job("b", 2, 1)]);
+    index.set_first_status_after(after);
+    let first = plan(&mut index, at(2));
+    land_all(&mut index, &first.actions, 2);
+    assert_eq!(releases(&first.actions).len(), 1);
+    assert!(statuses_written(&first.actions).is_empty(), "{first:#?}");
+    let mut written_at = None;
+    for t in 3..=1 + after {
+        let pass = plan(&mut index, at(t));
+        land_all(&mut index, &pass.actions, t);
+        if statuses_written(&pass.actions).contains(&"team-a/b") {
+            written_at = Some(t);
+            break;
+        }
+    }
+    assert_eq!(written_at, Some(1 + after));
+    let b = status_of(&index, "team-a/b");
+    assert_eq!(b.phase, Some(GpuJobPhase::Queued), "{b:#?}");
+    assert!(b.pending_reason.is_some(), "{b:#?}");
+}

@@ -140,7 +140,7 @@ fn every_pod_is_gated_pinned_named_and_told_its_peers() {
             .collect::<Vec<_>>(),
         [("GpuJob", "u-1", Some(true))]
     );
-    let svc = g.service.spec.clone().unwrap_or_default();
+    let svc = g.service.clone().and_then(|s| s.spec).unwrap_or_default();
     assert_eq!(svc.cluster_ip.as_deref(), Some("None"));
     assert_eq!(svc.publish_not_ready_addresses, Some(true));
     // Same input, same objects.

@@ -115,6 +115,12 @@ pub struct Summary {
     pub api_requests_per_job: f64,
     /// The controller's actions carried out, by kind (its `muster_actions_total`).
     pub actions: BTreeMap<String, u64>,
+    /// The controller's API requests by method and resource (`POST pods`), from its
+    /// `muster_api_requests_by_resource_total`.
+    pub api_requests_by_resource: BTreeMap<String, u64>,
+    /// The controller's job status writes by the phase they write (its
+    /// `muster_status_writes_total`).
+    pub status_writes: BTreeMap<String, u64>,
     /// Pod status writes of the fake kubelet.
     pub kubelet_writes: u64,
     /// CPU-seconds of work the jobs ask for, divided by the nominal quota: the shortest
@@ -226,6 +232,8 @@ fn summarize(
         api_requests,
         api_requests_per_job: per_job,
         actions,
+        api_requests_by_resource: series(metrics, "muster_api_requests_by_resource_total"),
+        status_writes: counter(metrics, "muster_status_writes_total", "phase"),
         kubelet_writes,
         work_seconds_at_nominal: baseline.work_cpu_seconds()
             / f64::from(baseline.nominal_cpus * baseline.cohorts * baseline.queues_per_cohort),
@@ -583,6 +591,25 @@ impl Drop for Controller {
 
 /// The values of counter `name` in OpenMetrics `text`, summed by the value of `label` (the
 /// first label of each line).
+/// Every series of counter `name` in `text`, keyed by its label values in order, joined by a
+/// space (`POST pods`).
+fn series(text: &str, name: &str) -> BTreeMap<String, u64> {
+    let prefix = format!("{name}{{");
+    let mut values = BTreeMap::new();
+    for line in text.lines() {
+        let Some((labels, tail)) = line.strip_prefix(&prefix).and_then(|r| r.split_once('}'))
+        else {
+            continue;
+        };
+        let Some(count) = tail.trim().parse::<u64>().ok() else {
+            continue;
+        };
+        let key: Vec<&str> = labels.split('"').skip(1).step_by(2).collect();
+        *values.entry(key.join(" ")).or_default() += count;
+    }
+    values
+}
+
 fn counter(text: &str, name: &str, label: &str) -> BTreeMap<String, u64> {
     let prefix = format!("{name}{{{label}=\"");
     let mut values = BTreeMap::new();
@@ -615,7 +642,7 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::counter;
+    use super::{counter, series};
 
     #[test]
     fn counters_are_summed_by_their_first_label() {
@@ -625,6 +652,13 @@ mod tests {
             muster_actions_total{kind=\"job_status\",result=\"ok\"} 5\n\
             muster_api_requests_total{method=\"POST\"} 11\n# EOF\n";
         let actions = counter(text, "muster_actions_total", "kind");
+        let by_resource = series(
+            "muster_api_requests_by_resource_total{method=\"POST\",resource=\"pods\"} 3\n\
+             muster_api_requests_by_resource_total{method=\"PATCH\",resource=\"gpujobs/status\"} 4\n",
+            "muster_api_requests_by_resource_total",
+        );
+        assert_eq!(by_resource.get("POST pods"), Some(&3));
+        assert_eq!(by_resource.get("PATCH gpujobs/status"), Some(&4));
         assert_eq!(actions.get("release"), Some(&9));
         assert_eq!(actions.get("job_status"), Some(&5));
         let requests = counter(text, "muster_api_requests_total", "method");

@@ -21,35 +21,15 @@ impl Executor {
         if let Some(group) = &gang.scheduling_group {
             self.create_scheduling_group(group).await?;
         }
-        let (namespace, service_name) = named(&gang.service)?;
-        let services: Api<Service> = Api::namespaced(self.client.clone(), &namespace);
+        let Some(namespace) = gang.pods.first().and_then(|p| p.metadata.namespace.clone()) else {
+            return Ok(Vec::new());
+        };
         let pp = PostParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PostParams::default()
         };
-        match self
-            .call("creating Service", &service_name, || {
-                services.create(&pp, &gang.service)
-            })
-            .await
-        {
-            Ok(_) => {}
-            Err(ExecuteError::Api { source, .. }) if already_exists(&source) => {
-                // An earlier attempt's Service: point it at this attempt's pods.
-                let selector = gang.service.spec.as_ref().map(|s| &s.selector);
-                let patch = Patch::Merge(serde_json::json!({"spec": {"selector": selector}}));
-                let params = PatchParams {
-                    field_manager: Some(FIELD_MANAGER.to_owned()),
-                    ..PatchParams::default()
-                };
-                self.call(
-                    "pointing the Service at the new attempt",
-                    &service_name,
-                    || services.patch(&service_name, &params, &patch),
-                )
-                .await?;
-            }
-            Err(e) => return Err(e),
+        if let Some(service) = &gang.service {
+            self.create_service(service, &pp).await?;
         }
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
         let limit = self.gang_concurrency.max(1);
@@ -74,6 +54,38 @@ impl Executor {
             .try_collect()
             .await?;
         Ok(created.into_iter().flatten().chain(ungated).collect())
+    }
+
+    /// Creates the gang's headless Service; one of an earlier attempt is pointed at this
+    /// attempt's pods.
+    async fn create_service(&self, service: &Service, pp: &PostParams) -> Result<(), ExecuteError> {
+        let (namespace, service_name) = named(service)?;
+        let services: Api<Service> = Api::namespaced(self.client.clone(), &namespace);
+        match self
+            .call("creating Service", &service_name, || {
+                services.create(pp, service)
+            })
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(ExecuteError::Api { source, .. }) if already_exists(&source) => {
+                // An earlier attempt's Service: point it at this attempt's pods.
+                let selector = service.spec.as_ref().map(|s| &s.selector);
+                let patch = Patch::Merge(serde_json::json!({"spec": {"selector": selector}}));
+                let params = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.to_owned()),
+                    ..PatchParams::default()
+                };
+                self.call(
+                    "pointing the Service at the new attempt",
+                    &service_name,
+                    || services.patch(&service_name, &params, &patch),
+                )
+                .await?;
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Creates the gang's `scheduling.k8s.io` PodGroup, before any of its pods (one that

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Service;
 use muster_admission::{Admitted, Holding};
 use muster_api::gpujob::GpuJobStatus;
 use muster_api::{GpuJob, ObjectRef, ResourceFlavorSpec};
@@ -172,7 +171,7 @@ pub(crate) fn release(
         Run::PodGroup(..) => WorkloadPatch::Nothing,
     };
     Ok(Gang {
-        service: Service::default(),
+        service: None,
         pods: Vec::new(),
         scheduling_group: None,
         workload: Some(Box::new(WorkloadRelease {

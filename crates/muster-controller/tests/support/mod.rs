@@ -89,6 +89,8 @@ pub fn job(name: &str, count: u32, created: i64) -> GpuJob {
 /// A cluster of two blocks of two 8-GPU nodes, one queue with `gpus` of quota, and `jobs`.
 pub fn cluster(gpus: u32, jobs: Vec<GpuJob>) -> State {
     let mut index = State::new();
+    // These tests read a waiting job's status from the first pass on.
+    index.set_first_status_after(0);
     index.relist_begin::<GpuJob>();
     for j in jobs {
         index.apply(j);

@@ -260,7 +260,12 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
             return;
         }
     }
-    if before == Some(reason.kind()) && !queued {
+    // Deep in a queue, one way of waiting one's turn (quota short, behind the queue's head,
+    // not looked at yet) turning into another says nothing new: such a change is written
+    // like new figures, not at once.
+    let same = before == Some(reason.kind())
+        || (before.is_some_and(waits_its_turn) && waits_its_turn(reason.kind()));
+    if same && !queued {
         let shown = position > 0 && position <= status::SHOWN_POSITIONS;
         let refreshed_lately = state.ledger.refreshed_lately(&key, now_s);
         if refreshed_lately || !(shown || current.queue_position.is_some()) {
@@ -273,7 +278,7 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
         state.ledger.drop_deferred(&key);
         return;
     };
-    if queued && before == Some(reason.kind()) {
+    if queued && same {
         // Back to the reason the status shows, only the figures differ: a job whose position
         // is not shown keeps its status as it is.
         let shown = position > 0 && position <= status::SHOWN_POSITIONS;
@@ -284,7 +289,7 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
     }
     // An Event when the reason changes, and for an invalid job at once; a job's first reason
     // is in its status (an Event for it too would be one more write per job).
-    let event = (before != Some(reason.kind()) && (before.is_some() || invalid)).then(|| {
+    let event = (!same && (before.is_some() || invalid)).then(|| {
         let note = reason.message();
         if invalid {
             Note::warning("InvalidJob", note)
@@ -302,6 +307,17 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
     if let Some(action) = state.ledger.status_written(key, action, now_s) {
         plan.actions.push(action);
     }
+}
+
+/// Whether a job waiting for `kind` is only waiting its turn in its queue: quota short,
+/// behind the queue's head, or not looked at yet.
+fn waits_its_turn(kind: PendingReasonKind) -> bool {
+    matches!(
+        kind,
+        PendingReasonKind::QuotaShort
+            | PendingReasonKind::BlockedByQueueHead
+            | PendingReasonKind::NotYetScheduled
+    )
 }
 
 /// Adds Muster's finalizer beside a job's first write that creates something (a release, a

@@ -14,9 +14,9 @@
 use std::collections::BTreeMap;
 
 /// Normal Events of one kind recorded at once, before the budget limits them.
-pub const BURST: f64 = 10.0;
+pub const BURST: f64 = 5.0;
 /// Seconds for the budget of one kind to regain one Event.
-pub const REFILL_SECONDS: f64 = 10.0;
+pub const REFILL_SECONDS: f64 = 30.0;
 
 /// One kind's bucket.
 #[derive(Clone, Debug)]
@@ -92,7 +92,7 @@ mod tests {
         let recorded = (0..25)
             .filter(|_| budget.admit("team-a", "Admitted", 100.0) != Verdict::LeaveOut)
             .count();
-        assert_eq!(recorded, 10);
+        assert_eq!(recorded, 5);
         // Another namespace and another reason have budgets of their own.
         assert_ne!(budget.admit("team-b", "Admitted", 100.0), Verdict::LeaveOut);
         assert_ne!(
@@ -100,11 +100,11 @@ mod tests {
             Verdict::LeaveOut
         );
         // One refill later, the next one says how many were left out, and since when.
-        assert_eq!(budget.admit("team-a", "Admitted", 105.0), Verdict::LeaveOut);
+        assert_eq!(budget.admit("team-a", "Admitted", 110.0), Verdict::LeaveOut);
         assert_eq!(
             budget.admit("team-a", "Admitted", 100.0 + REFILL_SECONDS),
             Verdict::Record {
-                left_out: 16,
+                left_out: 21,
                 since: 100.0
             }
         );
@@ -121,7 +121,7 @@ mod tests {
     #[test]
     fn a_clock_that_steps_back_takes_no_budget_away() {
         let mut budget = EventBudget::default();
-        for _ in 0..10 {
+        for _ in 0..5 {
             budget.admit("ns", "Admitted", 50.0);
         }
         assert_eq!(budget.admit("ns", "Admitted", 40.0), Verdict::LeaveOut);

@@ -57,6 +57,12 @@ pub const SHOWN_POSITIONS: u32 = 10;
 /// most this old.
 pub const PENDING_REFRESH_SECONDS: i64 = 30;
 
+/// How long a gang must have been Ready before its Running status is written, seconds from
+/// when its last pod turned Ready. A gang that ends sooner (a short job) goes from Admitted
+/// straight to its end, one write instead of two; one that runs on shows Running this much
+/// later, its PodsReady condition dated when the gang was Ready.
+pub const RUNNING_STATUS_AFTER_SECONDS: i64 = 5;
+
 /// How long a new job (one without a status) may wait before its first status is written,
 /// seconds from its creation. Most jobs of a busy queue are admitted within seconds: a status
 /// saying they wait, written just before the one saying they are admitted, would cost a write

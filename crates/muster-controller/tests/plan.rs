@@ -1011,3 +1011,73 @@ fn a_new_job_s_first_pending_status_waits_until_it_has_waited_a_while() {
     assert_eq!(b.phase, Some(GpuJobPhase::Queued), "{b:#?}");
     assert!(b.pending_reason.is_some(), "{b:#?}");
 }
+
+/// Sets every pod of `released` Running and Ready since `at(ready_at)`, as a kubelet reports.
+fn report_ready_since(index: &mut State, released: &Action, ready_at: i64) {
+    let Action::Release { gang, .. } = released else {
+        unreachable!("not a release")
+    };
+    for pod in &gang.pods {
+        let mut pod = support::with_phase(pod.clone(), "Running", true);
+        if let Some(status) = pod.status.as_mut() {
+            status.conditions = Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                type_: "Ready".to_owned(),
+                status: "True".to_owned(),
+                last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    at(ready_at),
+                )),
+                ..Default::default()
+            }]);
+        }
+        index.apply(pod);
+    }
+}
+
+/// A gang's Running status is written once it has been Ready for
+/// [`muster_controller::status::RUNNING_STATUS_AFTER_SECONDS`], dated when it was Ready; a
+/// gang that ends sooner goes from Admitted straight to Succeeded, one write.
+#[test]
+fn a_gang_s_running_status_waits_until_it_has_run_a_while_and_a_short_one_never_gets_one() {
+    let after = muster_controller::status::RUNNING_STATUS_AFTER_SECONDS;
+    let mut index = cluster(32, vec![job("long", 2, 0), job("short", 2, 1)]);
+    let pass = plan(&mut index, at(10));
+    land_all(&mut index, &pass.actions, 10);
+    let released = releases(&pass.actions);
+    assert_eq!(released.len(), 2, "{:#?}", pass.actions);
+    let (long, short) = (released[0].clone(), released[1].clone());
+    report_ready_since(&mut index, &long, 11);
+    report_ready_since(&mut index, &short, 11);
+    let mut running_written = None;
+    for t in 12..=11 + after {
+        if t == 13 {
+            report(&mut index, &short, "Succeeded", false);
+        }
+        let pass = plan(&mut index, at(t));
+        land_all(&mut index, &pass.actions, t);
+        for key in statuses_written(&pass.actions) {
+            let status = status_of(&index, key);
+            match key {
+                "team-a/long" => {
+                    assert_eq!(status.phase, Some(GpuJobPhase::Running), "{status:#?}");
+                    running_written = Some(t);
+                }
+                "team-a/short" => {
+                    assert_eq!(status.phase, Some(GpuJobPhase::Succeeded), "{status:#?}");
+                }
+                other => unreachable!("{other}"),
+            }
+        }
+    }
+    assert_eq!(running_written, Some(11 + after));
+    let long = status_of(&index, "team-a/long");
+    let ready = long
+        .conditions
+        .iter()
+        .find(|c| c.type_ == muster_api::gpujob::conditions::PODS_READY)
+        .map(|c| c.last_transition_time.0);
+    assert_eq!(ready, Some(at(11)), "dated when the gang was Ready");
+    assert_eq!(
+        status_of(&index, "team-a/short").phase,
+        Some(GpuJobPhase::Succeeded)
+    );
+}

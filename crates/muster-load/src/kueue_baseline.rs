@@ -81,6 +81,14 @@ impl Workload {
             other => anyhow::bail!("--workload {other:?}: expected gpujob or job"),
         }
     }
+
+    /// The name `parse` reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::GpuJob => "gpujob",
+            Workload::Job => "job",
+        }
+    }
 }
 
 /// What a run measured (`summary.json`).
@@ -113,6 +121,14 @@ pub struct Summary {
     pub api_requests: BTreeMap<String, u64>,
     /// The controller's API requests per job created.
     pub api_requests_per_job: f64,
+    /// Every request the API server served from the first job's creation to the end, all
+    /// clients (the controller, the load generator, kube-scheduler, the kubelet, ...): the
+    /// figure Kueue's benchmark kit reports (`apiserver_request_total`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_server_requests: Option<u64>,
+    /// [`Summary::api_server_requests`] per job created.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_server_requests_per_job: Option<f64>,
     /// The controller's actions carried out, by kind (its `muster_actions_total`).
     pub actions: BTreeMap<String, u64>,
     /// The controller's API requests by method and resource (`POST pods`), from its
@@ -152,6 +168,7 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
     let mut controller = Controller::start(&options.muster, &cluster, &options.out)?;
     controller.wait_ready(Duration::from_secs(120)).await?;
 
+    let served_before = api_server_requests(&client).await;
     let start = Instant::now();
     let recorder = Arc::new(Mutex::new(Recorder::default()));
     let watches = [
@@ -181,6 +198,7 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let cost = controller.stats()?;
     let metrics = controller.metrics().await.unwrap_or_default();
+    let served_after = api_server_requests(&client).await;
     for watch in watches {
         watch.abort();
     }
@@ -194,6 +212,13 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
         .clone();
     let mut summary = summarize(&recorder, &options.baseline, cost, &metrics, kubelet_writes);
     summary.workload = options.workload;
+    if let (Some(before), Some(after)) = (served_before, served_after) {
+        let served = after.saturating_sub(before);
+        summary.api_server_requests = Some(served);
+        #[expect(clippy::cast_precision_loss, reason = "a ratio for a report")]
+        let per_job = served as f64 / summary.jobs.max(1) as f64;
+        summary.api_server_requests_per_job = Some(per_job);
+    }
     summary.controller_manager_qps = options
         .controller_manager_qps
         .filter(|_| options.workload == Workload::Job);
@@ -231,6 +256,8 @@ fn summarize(
         controller_peak_rss_bytes: cost.peak_rss_bytes,
         api_requests,
         api_requests_per_job: per_job,
+        api_server_requests: None,
+        api_server_requests_per_job: None,
         actions,
         api_requests_by_resource: series(metrics, "muster_api_requests_by_resource_total"),
         status_writes: counter(metrics, "muster_status_writes_total", "phase"),
@@ -290,6 +317,7 @@ async fn setup(
         })
         .collect();
     create_nodes(client, &specs).await?;
+    crate::admission_policy::install_finalizer_policy(client, Duration::from_secs(60)).await?;
     apply(
         &Api::<ResourceFlavor>::all(client.clone()),
         "rf",
@@ -591,6 +619,24 @@ impl Drop for Controller {
 
 /// The values of counter `name` in OpenMetrics `text`, summed by the value of `label` (the
 /// first label of each line).
+/// Every request the API server has served so far (the sum of its
+/// `apiserver_request_total`), or `None` when its metrics cannot be read.
+async fn api_server_requests(client: &Client) -> Option<u64> {
+    let request = http::Request::get("/metrics").body(Vec::new()).ok()?;
+    let text = client.request_text(request).await.ok()?;
+    let total: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a count, exported as a float"
+    )]
+    Some(total.round() as u64)
+}
+
 /// Every series of counter `name` in `text`, keyed by its label values in order, joined by a
 /// space (`POST pods`).
 fn series(text: &str, name: &str) -> BTreeMap<String, u64> {

@@ -1,6 +1,8 @@
 //! Load runs through the whole system: a real control plane, fake nodes and kubelet, and
 //! `muster controller` as a separate process, measured from the API server's side.
 
+pub mod admission_policy;
+pub mod against_kueue;
 pub mod api_floor;
 pub mod baseline;
 pub mod chaos;

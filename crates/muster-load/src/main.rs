@@ -4,7 +4,9 @@
 //! scheduler-performance baseline (15,000 single-pod jobs on 30 ClusterQueues in 5 cohorts)
 //! through a release build of `muster controller` and writes `summary.json` and `jobs.csv`;
 //! `--workload job` submits each job as a labelled batch Job (created suspended, its pod made
-//! by kube-controller-manager's Job controller) and measures it on its queue entry.
+//! by kube-controller-manager's Job controller) and measures it on its queue entry;
+//! `--against-kueue KIT` first runs Kueue's own benchmark (built by the kueue-bench kit) and
+//! writes both runs side by side with their ratios.
 //!
 //! `muster-load api-floor --kube-bin DIR` measures how fast a fresh API server on this
 //! machine takes pod creates and patches, with nothing else running: the floor under the
@@ -168,6 +170,11 @@ struct BaselineArgs {
     /// Jobs' pods are made and finished through it.
     #[arg(long)]
     controller_manager_qps: Option<u32>,
+    /// Kueue's own benchmark, built by the kueue-bench kit into this directory (its
+    /// `run.sh`): run it first (into OUT/kueue), then Muster (into OUT/muster), one after the
+    /// other, and write both side by side with their ratios (OUT/comparison.md).
+    #[arg(long)]
+    against_kueue: Option<PathBuf>,
 }
 
 fn main_inner() -> anyhow::Result<()> {
@@ -259,11 +266,29 @@ fn kueue_baseline(args: BaselineArgs) -> anyhow::Result<()> {
         timeout,
         workload,
         controller_manager_qps,
+        against_kueue,
     } = args;
     let workload = Workload::parse(&workload)?;
     let muster = match muster {
         Some(path) => path,
         None => release_build()?,
+    };
+    let kueue = match &against_kueue {
+        Some(kit) => {
+            anyhow::ensure!(
+                (scale - 1.0).abs() < f64::EPSILON,
+                "--against-kueue runs Kueue's baseline as it is: leave --scale at 1"
+            );
+            let dir = out.join("kueue");
+            eprintln!("running Kueue's benchmark into {}", dir.display());
+            Some(muster_load::against_kueue::run_kueue(kit, &dir)?)
+        }
+        None => None,
+    };
+    let out = if kueue.is_some() {
+        out.join("muster")
+    } else {
+        out
     };
     let options = RunOptions {
         kube_bin,
@@ -281,6 +306,13 @@ fn kueue_baseline(args: BaselineArgs) -> anyhow::Result<()> {
         serde_json::to_string_pretty(&summary).context("encoding the summary")?
     );
     eprintln!("wrote {}", options.out.join("summary.json").display());
+    if let Some(kueue) = &kueue {
+        let table = muster_load::against_kueue::table(kueue, &summary);
+        let path = options.out.join("../comparison.md");
+        std::fs::write(&path, &table).with_context(|| format!("writing {}", path.display()))?;
+        println!("{table}");
+        eprintln!("wrote {}", path.display());
+    }
     anyhow::ensure!(
         summary.finished == summary.jobs,
         "only {} of {} jobs finished",

@@ -136,6 +136,8 @@ pub struct PodRecord {
     pub phase: PodPhase,
     /// Its Ready condition is True.
     pub ready: bool,
+    /// When its Ready condition last turned True (seconds), while it is True and says so.
+    pub ready_since: Option<i64>,
     /// It still carries Muster's scheduling gate.
     pub gated: bool,
     /// It has a deletion timestamp.

@@ -396,10 +396,14 @@ fn pod_record_lenient(pod: &Pod) -> PodRecord {
         Some("Unknown") => PodPhase::Unknown,
         _ => PodPhase::Pending,
     };
-    let ready = status
+    let ready_condition = status
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True");
+        .filter(|c| c.status == "True");
+    let ready = ready_condition.is_some();
+    let ready_since = ready_condition
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0.as_second());
     let gated = spec
         .and_then(|s| s.scheduling_gates.as_ref())
         .is_some_and(|g| g.iter().any(|g| g.name == ADMISSION_GATE));
@@ -408,6 +412,7 @@ fn pod_record_lenient(pod: &Pod) -> PodRecord {
         usage: None,
         phase,
         ready,
+        ready_since,
         gated,
         deleting: pod.metadata.deletion_timestamp.is_some(),
         member: member(pod),

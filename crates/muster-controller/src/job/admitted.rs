@@ -2,6 +2,7 @@
 //! Running, Succeeded, Starting, timed out, broken — or a revocation of its bought capacity,
 //! or its suspension decides the next step.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use muster_admission::Holding;
 use muster_api::gpujob::GpuJobStatus;
 use muster_api::{GpuJob, ObjectRef};
@@ -109,9 +110,15 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
             note,
         )
     };
-    let deadline = match gang_health {
+    let mut deadline = match gang_health {
         Health::Starting { deadline } => Some(deadline),
         _ => None,
+    };
+    // When every pod of the gang was Ready, as their Ready conditions say.
+    let ready_at = if live.iter().all(|(_, p)| p.ready_since.is_some()) {
+        live.iter().filter_map(|(_, p)| p.ready_since).max()
+    } else {
+        None
     };
     let phase = match gang_health {
         Health::Running => Phase::Running,
@@ -192,11 +199,24 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
                 }
             }
             Health::Running => {
-                status::running(status, generation, now).map(|s| Action::JobStatus {
-                    job: key.to_owned(),
-                    status: Box::new(s),
-                    event: Some(Note::normal("PodsReady", "every pod of the gang is Ready")),
-                })
+                // A gang's Running status is written once it has run a while (see
+                // [`status::RUNNING_STATUS_AFTER_SECONDS`]): one that ends sooner goes
+                // straight to its end. The PodsReady condition says when the gang was Ready.
+                let due = ready_at.map(|t| t.saturating_add(status::RUNNING_STATUS_AFTER_SECONDS));
+                let since = ready_at.map_or_else(
+                    || now.clone(),
+                    |t| Time(k8s_openapi::jiff::Timestamp::from_second(t).unwrap_or(now.0)),
+                );
+                if let Some(due) = due.filter(|d| *d > now_s && status.start_time.is_none()) {
+                    deadline = Some(due);
+                    None
+                } else {
+                    status::running(status, generation, &since).map(|s| Action::JobStatus {
+                        job: key.to_owned(),
+                        status: Box::new(s),
+                        event: Some(Note::normal("PodsReady", "every pod of the gang is Ready")),
+                    })
+                }
             }
             Health::Starting { .. } => None,
         };
@@ -219,7 +239,7 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
             .creation_timestamp
             .as_ref()
             .map_or(now_s, seconds);
-        step.to_running = Some(now_s - created);
+        step.to_running = Some(ready_at.unwrap_or(now_s).min(now_s) - created);
     }
     let step = step.act(action);
     if keeps {

@@ -16,7 +16,7 @@ use crate::state::State;
 use crate::status;
 
 /// How often, at most, a queue's status is written when only its figures moved.
-pub const FIGURES_EVERY_SECONDS: i64 = 5;
+pub const FIGURES_EVERY_SECONDS: i64 = 10;
 
 /// ClusterQueue and LocalQueue statuses, where changed and not already being written; whether
 /// any was held back because only its figures moved and it was written less than

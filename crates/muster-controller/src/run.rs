@@ -117,7 +117,11 @@ async fn watch_selected<K>(api: Api<K>, config: watcher::Config, shared: Arc<Sha
 where
     K: Indexed + DeserializeOwned,
 {
-    let stream = watcher::watcher(api, config).default_backoff();
+    // Nothing Muster reads is in an object's managed fields, often its largest part: dropped
+    // as it arrives, the index never holds them.
+    let stream = watcher::watcher(api, config)
+        .default_backoff()
+        .modify(|object| object.meta_mut().managed_fields = None);
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
         match event {
@@ -425,6 +429,13 @@ async fn scheduling_loop(
         (options.write_concurrency / 4).max(1),
         stop.clone(),
     ));
+    let (planned, planned_rx) = tokio::sync::mpsc::unbounded_channel();
+    let dispatcher = tokio::spawn(crate::writes::send_planned(
+        Arc::clone(shared),
+        executor.clone(),
+        Arc::clone(&permits),
+        planned_rx,
+    ));
     let mut tick = tokio::time::interval(options.tick);
     let mut leading = false;
     // How long the last pass planned, and when it ended.
@@ -497,17 +508,20 @@ async fn scheduling_loop(
             (state.term(), now_actions)
         };
         last_pass = started.elapsed();
+        // The writes go to the sender; the loop never waits for them (see
+        // [`crate::writes::send_planned`]).
         for writes in crate::writes::in_order(actions) {
             for (action, _) in &writes {
                 crate::writes::log_quota_change(action, term);
             }
-            let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
+            if planned.send((term, writes)).is_err() {
                 break;
-            };
-            crate::writes::spawn_writes(shared, &executor, term, writes, permit, true);
+            }
         }
         last_end = Instant::now();
     }
+    drop(planned);
+    let _ = tokio::time::timeout(Duration::from_secs(10), dispatcher).await;
     let _ = sender.await;
     // Let writes in flight finish (each is idempotent, so a cut one is finished later).
     let all = u32::try_from(options.write_concurrency.max(1)).unwrap_or(u32::MAX);

@@ -1,13 +1,15 @@
 //! `deploy/admission-policy.yaml` on a real API server: a Job labelled for a Muster queue is
 //! created suspended and a labelled pod behind Muster's scheduling gate — by the API server's
-//! own MutatingAdmissionPolicies, no webhook — while unlabelled ones are left as written.
+//! own MutatingAdmissionPolicies, no webhook — while unlabelled ones are left as written; every
+//! GpuJob is created with Muster's finalizer, so the controller need not add it.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::PostParams;
-use muster_api::wire::{ADMISSION_GATE, QUEUE_NAME_LABEL};
+use muster_api::GpuJob;
+use muster_api::wire::{ADMISSION_GATE, FINALIZER, QUEUE_NAME_LABEL};
 use serde_json::{Value, json};
 
 use crate::support::{Env, eventually};
@@ -126,4 +128,63 @@ async fn labelled_jobs_are_created_suspended_and_labelled_pods_gated() {
         .await
         .unwrap_or_else(|e| unreachable!("creating an unlabelled pod: {e}"));
     assert!(gates(&plain).is_empty(), "{:?}", gates(&plain));
+}
+
+fn gpujob(name: &str, finalizers: &[&str]) -> GpuJob {
+    read(json!({
+        "apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
+        "metadata": {"name": name, "finalizers": finalizers},
+        "spec": {"queueName": "training", "podSets": [{"name": "main", "count": 1,
+            "template": {"spec": {"containers": [{"name": "main", "image": "trainer:1"}]}}}]}
+    }))
+}
+
+fn finalizers(job: &GpuJob) -> Vec<String> {
+    job.metadata.finalizers.clone().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_gpujob_is_created_with_muster_s_finalizer() {
+    let Some(env) = Env::start(false).await else {
+        return;
+    };
+    let out = env.kubectl(&[
+        "apply",
+        "--server-side",
+        "-f",
+        "deploy/admission-policy.yaml",
+    ]);
+    assert!(
+        out.status.success(),
+        "the shipped policies apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    env.apply_all::<Namespace>(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": NAMESPACE}}))
+        .await;
+    let jobs = env.api::<GpuJob>(NAMESPACE);
+    let post = PostParams::default();
+    // GpuJobs are made until the API server has loaded the policy; none made before counts.
+    let tries = AtomicU32::new(0);
+    let finalized = eventually("a GpuJob created with the finalizer", 60, || async {
+        let name = format!("train-{}", tries.fetch_add(1, Ordering::Relaxed));
+        let made = jobs.create(&post, &gpujob(&name, &[])).await.ok()?;
+        finalizers(&made)
+            .iter()
+            .any(|f| f == FINALIZER)
+            .then_some(made)
+    })
+    .await;
+    assert_eq!(finalizers(&finalized), [FINALIZER]);
+    // A job's own finalizers stay, beside Muster's; one that has Muster's gets no second.
+    let own = jobs
+        .create(&post, &gpujob("own", &["example.com/keep"]))
+        .await
+        .unwrap_or_else(|e| unreachable!("creating a GpuJob: {e}"));
+    assert_eq!(finalizers(&own), ["example.com/keep", FINALIZER]);
+    let once = jobs
+        .create(&post, &gpujob("once", &[FINALIZER]))
+        .await
+        .unwrap_or_else(|e| unreachable!("creating a GpuJob: {e}"));
+    assert_eq!(finalizers(&once), [FINALIZER]);
 }

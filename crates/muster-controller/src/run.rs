@@ -412,6 +412,9 @@ pub async fn run(
     Ok(())
 }
 
+/// While writes are in flight, passes start at most this often.
+const PASS_GAP: Duration = Duration::from_secs(1);
+
 async fn scheduling_loop(
     shared: &Arc<Shared>,
     client: &Client,
@@ -440,6 +443,7 @@ async fn scheduling_loop(
     let mut leading = false;
     // How long the last pass planned, and when it ended.
     let (mut last_pass, mut last_end) = (Duration::ZERO, Instant::now());
+    let mut last_start = last_end;
     loop {
         tokio::select! {
             () = shared.wake.notified() => tokio::time::sleep(options.debounce).await,
@@ -450,7 +454,11 @@ async fn scheduling_loop(
         // Passes take at most half of the loop's time: under a steady stream of events (a
         // deep queue's status writes landing, pods starting) the next pass waits at least as
         // long as the last one took, so the events it folds in are many per pass.
-        tokio::time::sleep_until((last_end + last_pass).into()).await;
+        // And while earlier passes' writes are still in flight, passes start at most once per
+        // `PASS_GAP`: each pass then folds in many landings, rather than one pass per landing.
+        let writing = permits.available_permits() < options.write_concurrency.max(1);
+        let gap = if writing { PASS_GAP } else { Duration::ZERO };
+        tokio::time::sleep_until((last_end + last_pass).max(last_start + gap).into()).await;
         if !*leader.borrow() {
             if leading {
                 tracing::warn!("lost the lease: no more writes");
@@ -459,6 +467,7 @@ async fn scheduling_loop(
             continue;
         }
         let started = Instant::now();
+        last_start = started;
         if !leading && !catch_up(shared, client, options.namespace_scope.as_deref()).await {
             continue;
         }

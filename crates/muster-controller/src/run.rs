@@ -415,6 +415,22 @@ pub async fn run(
 /// While writes are in flight, passes start at most this often.
 const PASS_GAP: Duration = Duration::from_secs(1);
 
+/// When the next pass may start, after one that started at `last_start`, ended at `last_end`
+/// and planned for `last_pass`. Passes take at most half of the loop's time: under a steady
+/// stream of events (a deep queue's status writes landing, pods starting) the next pass waits
+/// at least as long as the last one took, so the events it folds in are many per pass. And
+/// while earlier passes' writes are still in flight (`writing`), passes start at most once
+/// per [`PASS_GAP`]: each then folds in many landings, rather than one pass per landing.
+fn next_pass_at(
+    last_start: Instant,
+    last_end: Instant,
+    last_pass: Duration,
+    writing: bool,
+) -> Instant {
+    let gap = if writing { PASS_GAP } else { Duration::ZERO };
+    (last_end + last_pass).max(last_start + gap)
+}
+
 async fn scheduling_loop(
     shared: &Arc<Shared>,
     client: &Client,
@@ -451,14 +467,9 @@ async fn scheduling_loop(
             _ = leader.changed() => {}
             _ = stop.changed() => break,
         }
-        // Passes take at most half of the loop's time: under a steady stream of events (a
-        // deep queue's status writes landing, pods starting) the next pass waits at least as
-        // long as the last one took, so the events it folds in are many per pass.
-        // And while earlier passes' writes are still in flight, passes start at most once per
-        // `PASS_GAP`: each pass then folds in many landings, rather than one pass per landing.
         let writing = permits.available_permits() < options.write_concurrency.max(1);
-        let gap = if writing { PASS_GAP } else { Duration::ZERO };
-        tokio::time::sleep_until((last_end + last_pass).max(last_start + gap).into()).await;
+        tokio::time::sleep_until(next_pass_at(last_start, last_end, last_pass, writing).into())
+            .await;
         if !*leader.borrow() {
             if leading {
                 tracing::warn!("lost the lease: no more writes");
@@ -497,24 +508,7 @@ async fn scheduling_loop(
                     "pass"
                 );
             }
-            // Waiting jobs' statuses go to the sender; everything else goes now, each status
-            // write with the version of its job it was decided on.
-            let mut now_actions = Vec::with_capacity(pass.actions.len());
-            for action in pass.actions {
-                if let Some(action) = state.defer(action) {
-                    let read = state.decided_on(&action);
-                    now_actions.push((action, read));
-                }
-            }
-            let queued = state.deferred_len();
-            shared
-                .metrics
-                .deferred_status_writes
-                .set(i64::try_from(queued).unwrap_or(i64::MAX));
-            if queued > 0 {
-                shared.deferred_wake.notify_one();
-            }
-            (state.term(), now_actions)
+            (state.term(), route(shared, &mut state, pass.actions))
         };
         last_pass = started.elapsed();
         // The writes go to the sender; the loop never waits for them (see
@@ -535,6 +529,32 @@ async fn scheduling_loop(
     // Let writes in flight finish (each is idempotent, so a cut one is finished later).
     let all = u32::try_from(options.write_concurrency.max(1)).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(all)).await;
+}
+
+/// A pass's actions: waiting jobs' statuses queued for the deferred sender (woken when any
+/// is queued); the rest returned to go now, each status write with the version of its job it
+/// was decided on.
+fn route(
+    shared: &Shared,
+    state: &mut State,
+    actions: Vec<crate::action::Action>,
+) -> Vec<(crate::action::Action, Option<crate::action::JobRead>)> {
+    let mut now_actions = Vec::with_capacity(actions.len());
+    for action in actions {
+        if let Some(action) = state.defer(action) {
+            let read = state.decided_on(&action);
+            now_actions.push((action, read));
+        }
+    }
+    let queued = state.deferred_len();
+    shared
+        .metrics
+        .deferred_status_writes
+        .set(i64::try_from(queued).unwrap_or(i64::MAX));
+    if queued > 0 {
+        shared.deferred_wake.notify_one();
+    }
+    now_actions
 }
 
 /// Before a replica's first pass as leader: a standby's caches may lag the API server (a

@@ -412,25 +412,6 @@ pub async fn run(
     Ok(())
 }
 
-/// While writes are in flight, passes start at most this often.
-const PASS_GAP: Duration = Duration::from_secs(1);
-
-/// When the next pass may start, after one that started at `last_start`, ended at `last_end`
-/// and planned for `last_pass`. Passes take at most half of the loop's time: under a steady
-/// stream of events (a deep queue's status writes landing, pods starting) the next pass waits
-/// at least as long as the last one took, so the events it folds in are many per pass. And
-/// while earlier passes' writes are still in flight (`writing`), passes start at most once
-/// per [`PASS_GAP`]: each then folds in many landings, rather than one pass per landing.
-fn next_pass_at(
-    last_start: Instant,
-    last_end: Instant,
-    last_pass: Duration,
-    writing: bool,
-) -> Instant {
-    let gap = if writing { PASS_GAP } else { Duration::ZERO };
-    (last_end + last_pass).max(last_start + gap)
-}
-
 async fn scheduling_loop(
     shared: &Arc<Shared>,
     client: &Client,
@@ -448,18 +429,10 @@ async fn scheduling_loop(
         (options.write_concurrency / 4).max(1),
         stop.clone(),
     ));
-    let (planned, planned_rx) = tokio::sync::mpsc::unbounded_channel();
-    let dispatcher = tokio::spawn(crate::writes::send_planned(
-        Arc::clone(shared),
-        executor.clone(),
-        Arc::clone(&permits),
-        planned_rx,
-    ));
     let mut tick = tokio::time::interval(options.tick);
     let mut leading = false;
     // How long the last pass planned, and when it ended.
     let (mut last_pass, mut last_end) = (Duration::ZERO, Instant::now());
-    let mut last_start = last_end;
     loop {
         tokio::select! {
             () = shared.wake.notified() => tokio::time::sleep(options.debounce).await,
@@ -467,9 +440,10 @@ async fn scheduling_loop(
             _ = leader.changed() => {}
             _ = stop.changed() => break,
         }
-        let writing = permits.available_permits() < options.write_concurrency.max(1);
-        tokio::time::sleep_until(next_pass_at(last_start, last_end, last_pass, writing).into())
-            .await;
+        // Passes take at most half of the loop's time: under a steady stream of events (a
+        // deep queue's status writes landing, pods starting) the next pass waits at least as
+        // long as the last one took, so the events it folds in are many per pass.
+        tokio::time::sleep_until((last_end + last_pass).into()).await;
         if !*leader.borrow() {
             if leading {
                 tracing::warn!("lost the lease: no more writes");
@@ -478,7 +452,6 @@ async fn scheduling_loop(
             continue;
         }
         let started = Instant::now();
-        last_start = started;
         if !leading && !catch_up(shared, client, options.namespace_scope.as_deref()).await {
             continue;
         }
@@ -511,20 +484,21 @@ async fn scheduling_loop(
             (state.term(), route(shared, &mut state, pass.actions))
         };
         last_pass = started.elapsed();
-        // The writes go to the sender; the loop never waits for them (see
-        // [`crate::writes::send_planned`]).
+        // Each unit of writes holds a permit until it has landed: the next pass comes once
+        // this one's writes are under way, so it folds in their landings rather than
+        // running beside them (see docs/performance.md: passes that did not wait cost more
+        // CPU and time at 15,000 jobs).
         for writes in crate::writes::in_order(actions) {
             for (action, _) in &writes {
                 crate::writes::log_quota_change(action, term);
             }
-            if planned.send((term, writes)).is_err() {
+            let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
                 break;
-            }
+            };
+            crate::writes::spawn_writes(shared, &executor, term, writes, permit, true);
         }
         last_end = Instant::now();
     }
-    drop(planned);
-    let _ = tokio::time::timeout(Duration::from_secs(10), dispatcher).await;
     let _ = sender.await;
     // Let writes in flight finish (each is idempotent, so a cut one is finished later).
     let all = u32::try_from(options.write_concurrency.max(1)).unwrap_or(u32::MAX);

@@ -1,7 +1,7 @@
 //! Sending a pass's writes: each action to the executor in a task of its own (a job's
 //! finalizer and the status write after it in one, in that order), each status write with the
-//! version of its job the pass read (see [`JobRead`]), handed over by the loop to a sender
-//! so that passes never wait on writes, waiting jobs' queued statuses by a sender of their own, and every outcome landed in the [`State`](crate::state::State) —
+//! version of its job the pass read (see [`JobRead`]), waiting jobs' queued statuses by a
+//! sender of their own, and every outcome landed in the [`State`](crate::state::State) —
 //! after a failed write of a job's status, with what a read of the job shows now.
 
 use std::sync::Arc;
@@ -154,33 +154,6 @@ async fn land(
     let mut state = shared.state();
     state.read_back(read);
     state.landed_in(term, action, result, now);
-}
-
-/// A pass's writes as handed to [`send_planned`]: its leadership term and one unit of writes
-/// (see [`in_order`]).
-pub(crate) type Planned = (u64, Vec<(Action, Option<JobRead>)>);
-
-/// Sends the writes passes planned, in the order they were planned, each unit in a task of
-/// its own holding one of `permits` until it has landed. The loop hands a pass's writes over
-/// and goes on: the ledger counts them in flight from the pass that planned them, so the next
-/// pass neither repeats nor contradicts them while they wait for a permit. A unit of an
-/// earlier leadership term is dropped unsent (the new term planned from what the API server
-/// showed, with a ledger of its own). Ends when every sender is gone.
-pub(crate) async fn send_planned(
-    shared: Arc<Shared>,
-    executor: Executor,
-    permits: Arc<Semaphore>,
-    mut planned: tokio::sync::mpsc::UnboundedReceiver<Planned>,
-) {
-    while let Some((term, writes)) = planned.recv().await {
-        let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-            return;
-        };
-        if shared.state().term() != term {
-            continue;
-        }
-        spawn_writes(&shared, &executor, term, writes, permit, true);
-    }
 }
 
 /// Sends the waiting jobs' status writes that passes queued (see [`crate::deferred`]),

@@ -55,8 +55,8 @@ pub struct Ledger {
 pub(crate) enum Busy {
     /// A release of this admission: the job holds it meanwhile.
     Release(Admitted),
-    /// A status write for a waiting job: it still queues, but is not admitted until the
-    /// write lands (two status writes in flight could land out of order). While the write is
+    /// A status write for a waiting job: it sits out the cycle until the write lands (were it
+    /// admitted, its release's status and this write could land out of order). While the write is
     /// queued for the sender and not sent (see [`crate::deferred`]) it holds nothing back:
     /// the job queues and may be admitted, which drops the write.
     Status,

@@ -100,6 +100,7 @@ fn a_deferred_preemptor_says_whom_it_would_evict_and_until_when() {
     // Nothing changes while it waits: the same reason, no eviction.
     let pass = plan(&mut state, at(1_200));
     assert!(evicts(&pass.actions).is_empty(), "{:#?}", pass.actions);
+    land_all(&mut state, &pass.actions, 1_200);
     // Past their announced end the low gangs are no longer about to leave: one is evicted.
     let pass = plan(&mut state, at(1_501));
     assert_eq!(evicts(&pass.actions).len(), 1, "{:#?}", pass.actions);

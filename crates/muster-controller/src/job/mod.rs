@@ -300,7 +300,11 @@ fn step_by_status(index: &Index, ledger: &Ledger, key: &ObjectRef, now: &Time) -
             let provisioning = provision::is_provisioning(status);
             return Some(Step::new(shown_phase(job, status)).holds_maybe(held, provisioning));
         }
-        Some(Busy::Status) => return Some(Step::new(Phase::Waiting).with(InCycle::Queued)),
+        // A waiting job whose status write is on its way sits out the cycle until it lands:
+        // admitted meanwhile, it could not be released (two status writes in flight could
+        // land out of order), and the quota the cycle booked for it would hold back the
+        // jobs behind it for a pass.
+        Some(Busy::Status) => return Some(Step::new(Phase::Waiting)),
         // A queued status write holds nothing back (it is not promised): the pass decides
         // afresh and replaces or drops it.
         None => {}

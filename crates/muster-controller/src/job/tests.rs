@@ -458,9 +458,9 @@ fn every_situation_gives_its_step() {
             "Releasing · holds",
         ),
         (
-            "a status write in flight: it queues, not yet admitted",
+            "a status write in flight: it sits out the cycle until the write lands",
             World::new().busy(Busy::Status),
-            "Waiting · queued",
+            "Waiting · out",
         ),
         (
             "a queued status write holds nothing back",

@@ -31,12 +31,14 @@ async fn a_block_gang_runs_together_then_hands_its_quota_to_the_next_job() {
     env.queue("a", "team-a", 16, json!({})).await;
     let controller = env.controller();
 
+    // Long enough for its Running status (written once the gang has been Ready 5 s) and for
+    // the next job's first status (written once it has waited 10 s) to show.
     env.submit(&gpu_job(
         "team-a",
         "first",
         2,
         8,
-        &runs_for(6_000),
+        &runs_for(20_000),
         json!({}),
     ))
     .await;

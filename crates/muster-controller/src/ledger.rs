@@ -190,11 +190,11 @@ impl Ledger {
     }
 
     /// Whether `queue`'s figures may be written again at `now`: this term has not written
-    /// its status within [`crate::queues::FIGURES_EVERY_SECONDS`].
+    /// its status within [`crate::status::QUEUE_FIGURES_EVERY_SECONDS`].
     pub(crate) fn queue_figures_due(&self, queue: &QueueWrite, now: i64) -> bool {
         self.queues_written
             .get(queue)
-            .is_none_or(|at| now - at >= crate::queues::FIGURES_EVERY_SECONDS)
+            .is_none_or(|at| now - at >= crate::status::QUEUE_FIGURES_EVERY_SECONDS)
     }
 
     /// Whether `queue`'s status is being written.

@@ -2,7 +2,7 @@
 //! ResourceFlavors' `Valid` condition, written where they changed and no write of them is in
 //! flight. A queue whose conditions changed is written at once; one whose figures alone moved
 //! (pending and admitted counts, usage — which every admission and finish moves) at most once
-//! every [`FIGURES_EVERY_SECONDS`], so a busy queue costs a write per interval, not per pass.
+//! every [`status::QUEUE_FIGURES_EVERY_SECONDS`], so a busy queue costs a write per interval, not per pass.
 
 use std::collections::BTreeMap;
 
@@ -15,12 +15,9 @@ use crate::ledger::QueueWrite;
 use crate::state::State;
 use crate::status;
 
-/// How often, at most, a queue's status is written when only its figures moved.
-pub const FIGURES_EVERY_SECONDS: i64 = 10;
-
 /// ClusterQueue and LocalQueue statuses, where changed and not already being written; whether
 /// any was held back because only its figures moved and it was written less than
-/// [`FIGURES_EVERY_SECONDS`] ago (a later pass writes it).
+/// [`status::QUEUE_FIGURES_EVERY_SECONDS`] ago (a later pass writes it).
 pub(crate) fn queue_statuses(
     state: &mut State,
     scheduler: &Scheduler,

@@ -57,6 +57,10 @@ pub const SHOWN_POSITIONS: u32 = 10;
 /// most this old.
 pub const PENDING_REFRESH_SECONDS: i64 = 30;
 
+/// How often, at most, a queue's status is written when only its figures moved (pending and
+/// admitted counts, usage), seconds; a change of its conditions is written at once.
+pub const QUEUE_FIGURES_EVERY_SECONDS: i64 = 10;
+
 /// How long a gang must have been Ready before its Running status is written, seconds from
 /// when its last pod turned Ready. A gang that ends sooner (a short job) goes from Admitted
 /// straight to its end, one write instead of two; one that runs on shows Running this much

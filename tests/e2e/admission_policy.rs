@@ -59,11 +59,10 @@ fn gates(pod: &Pod) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn labelled_jobs_are_created_suspended_and_labelled_pods_gated() {
-    let Some(env) = Env::start(false).await else {
-        return;
-    };
+/// A control plane with `deploy/admission-policy.yaml` applied as shipped, and the test
+/// namespace; `None` (the test skips) without one.
+async fn with_policies() -> Option<Env> {
+    let env = Env::start(false).await?;
     let out = env.kubectl(&[
         "apply",
         "--server-side",
@@ -78,6 +77,14 @@ async fn labelled_jobs_are_created_suspended_and_labelled_pods_gated() {
     env.apply_all::<Namespace>(json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": NAMESPACE}}))
         .await;
+    Some(env)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labelled_jobs_are_created_suspended_and_labelled_pods_gated() {
+    let Some(env) = with_policies().await else {
+        return;
+    };
     let jobs = env.api::<Job>(NAMESPACE);
     let pods = env.api::<Pod>(NAMESPACE);
     let post = PostParams::default();
@@ -145,23 +152,9 @@ fn finalizers(job: &GpuJob) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_gpujob_is_created_with_muster_s_finalizer() {
-    let Some(env) = Env::start(false).await else {
+    let Some(env) = with_policies().await else {
         return;
     };
-    let out = env.kubectl(&[
-        "apply",
-        "--server-side",
-        "-f",
-        "deploy/admission-policy.yaml",
-    ]);
-    assert!(
-        out.status.success(),
-        "the shipped policies apply: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    env.apply_all::<Namespace>(json!({"apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": NAMESPACE}}))
-        .await;
     let jobs = env.api::<GpuJob>(NAMESPACE);
     let post = PostParams::default();
     // GpuJobs are made until the API server has loaded the policy; none made before counts.

@@ -1081,3 +1081,36 @@ fn a_gang_s_running_status_waits_until_it_has_run_a_while_and_a_short_one_never_
         Some(GpuJobPhase::Succeeded)
     );
 }
+
+/// A queue whose figures alone moved (a job more waiting) is rewritten at most every
+/// [`muster_controller::status::QUEUE_FIGURES_EVERY_SECONDS`], by a later pass even when
+/// nothing else happens by then.
+#[test]
+fn a_queue_s_new_figures_wait_for_their_interval() {
+    let every = muster_controller::status::QUEUE_FIGURES_EVERY_SECONDS;
+    let queue_writes = |actions: &[Action]| {
+        actions
+            .iter()
+            .filter(|a| a.kind() == "cluster_queue_status")
+            .count()
+    };
+    let mut index = cluster(16, vec![job("a", 2, 0)]);
+    let pass = plan(&mut index, at(10));
+    assert_eq!(queue_writes(&pass.actions), 1, "{:#?}", pass.actions);
+    land_all(&mut index, &pass.actions, 10);
+    index.apply(job("b", 2, 11));
+    let mut written = None;
+    for t in 11..=10 + every {
+        let pass = plan(&mut index, at(t));
+        land_all(&mut index, &pass.actions, t);
+        if queue_writes(&pass.actions) > 0 {
+            let pending = pass.actions.iter().find_map(|a| match a {
+                Action::ClusterQueueStatus { status, .. } => Some(status.pending_jobs),
+                _ => None,
+            });
+            written = Some((t, pending));
+            break;
+        }
+    }
+    assert_eq!(written, Some((10 + every, Some(1))));
+}

@@ -210,13 +210,9 @@ fn main() {
     let mut index = settled_fleet(JOBS, now);
     let steady = plan(&mut index, now);
     println!(
-        "steady pass: {} actions, scheduler {}, {} jobs settled, waiting jobs {}",
+        "steady pass: {} actions, scheduler {} (kept, or why rebuilt), {} jobs settled, waiting jobs {}",
         steady.actions.len(),
-        if steady.summary.scheduler_rebuilt {
-            "rebuilt"
-        } else {
-            "kept"
-        },
+        steady.summary.scheduler_rebuilt.unwrap_or("kept"),
         steady.summary.settled,
         if steady.summary.explained {
             "explained again"

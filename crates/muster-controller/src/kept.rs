@@ -4,14 +4,16 @@
 //! and a full cycle over all of them, even when one pod finished or nothing changed at all.
 //! A pass instead brings the kept scheduler up to what the index shows, when the difference
 //! is one a scheduler takes in as it happens: jobs that arrived, changed while waiting or
-//! are gone, and usage of pods outside any admission that moved. The scheduler's own caches
+//! are gone, jobs that held and wait again (an eviction that landed, a release undone), and
+//! usage of pods outside any admission that moved. The scheduler's own caches
 //! (its queues kept in order, the memo, the quiet cycle after one that changed nothing) then
 //! carry over, so a pass costs what changed.
 //!
 //! Anything else — a queue, flavor, node or namespace that changed; a held job whose holding
-//! is not the one the scheduler gave it (a release that failed, an eviction that landed); a
-//! preemption in progress; a job whose definition changed while it held capacity — and the
-//! pass builds the scheduler afresh, as every pass once did. Either way the scheduler holds
+//! is not the one the scheduler gave it (an admission from an earlier term, a gang the
+//! scheduler is evicting that still runs); a preemption in progress; a job whose definition
+//! changed while it held capacity — and the pass builds the scheduler afresh, as every pass
+//! once did. `muster_scheduler_rebuilds_total` counts those passes by cause. Either way the scheduler holds
 //! the same jobs, quota and node usage, so it decides the same.
 //!
 //! An admitted job is held from the same second either way: from its admission, also while
@@ -126,6 +128,8 @@ pub(crate) struct Basis {
     /// Unchanged inputs of a kept scheduler (`None`: read them from the index).
     inputs: Option<Inputs>,
     usage: OutsideUsage,
+    /// Why the scheduler was built afresh (`None`: the kept one was brought up to date).
+    rebuilt: Option<&'static str>,
 }
 
 /// The scheduler for a pass: the kept one brought up to `index` and `seats`, or one built
@@ -140,22 +144,27 @@ pub(crate) fn scheduler_for(
     build: impl FnOnce(&mut Index, &BTreeMap<String, Resources>) -> Scheduler,
 ) -> (Scheduler, Basis) {
     let members = OutsideUsage::members_of(index, seats.held());
-    if let Some(mut kept) = slot.take()
-        && kept.inputs.hold_in(index)
-        && kept.catch_up(seats, changes, preemptors)
-    {
-        kept.book(index, members);
-        let Kept {
-            scheduler,
-            inputs,
-            usage,
-        } = kept;
-        let basis = Basis {
-            inputs: Some(inputs),
-            usage,
-        };
-        return (scheduler, basis);
-    }
+    let cause = match slot.take() {
+        None => "first",
+        Some(kept) if !kept.inputs.hold_in(index) => "inputs",
+        Some(mut kept) => match kept.catch_up(seats, changes, preemptors) {
+            Err(cause) => cause,
+            Ok(()) => {
+                kept.book(index, members);
+                let Kept {
+                    scheduler,
+                    inputs,
+                    usage,
+                } = kept;
+                let basis = Basis {
+                    inputs: Some(inputs),
+                    usage,
+                    rebuilt: None,
+                };
+                return (scheduler, basis);
+            }
+        },
+    };
     let usage = OutsideUsage {
         base: index.base_usage.clone(),
         members,
@@ -179,14 +188,20 @@ pub(crate) fn scheduler_for(
     let basis = Basis {
         inputs: None,
         usage,
+        rebuilt: Some(cause),
     };
     (scheduler, basis)
 }
 
 impl Basis {
-    /// Whether the scheduler was built afresh.
-    pub(crate) fn rebuilt(&self) -> bool {
-        self.inputs.is_none()
+    /// Why the scheduler was built afresh, `None` when the kept one was brought up to date:
+    /// `first` (no scheduler kept), `inputs` (a queue, flavor, node or namespace changed),
+    /// `preemption` (one in progress the kept scheduler does not hold), or a job's seat the
+    /// kept scheduler cannot take in — `held` (the seat holds what the scheduler does not),
+    /// `holding` (both hold, but not the same), `changed` (its definition changed while
+    /// held), `evicting` (the scheduler evicts it and the seat still holds).
+    pub(crate) fn rebuilt(&self) -> Option<&'static str> {
+        self.rebuilt
     }
 }
 
@@ -201,13 +216,19 @@ pub(crate) fn keep(slot: &mut Slot, index: &Index, scheduler: Scheduler, basis: 
 }
 
 impl Kept {
-    /// Brings the kept scheduler's jobs up to the seats of `changes`; `false` (the kept
-    /// scheduler is then dropped) when a difference is not one it can take in. Jobs whose
+    /// Brings the kept scheduler's jobs up to the seats of `changes`; the cause (see
+    /// [`Basis::rebuilt`]; the kept scheduler is then dropped) when a difference is not one
+    /// it can take in. Jobs whose
     /// seats did not change are as the scheduler holds them: the last pass left them so, and
     /// anything the cycle changed about a job has it settled again.
-    fn catch_up(&mut self, seats: &Seats, changes: &[ObjectRef], preemptors: &Preemptors) -> bool {
+    fn catch_up(
+        &mut self,
+        seats: &Seats,
+        changes: &[ObjectRef],
+        preemptors: &Preemptors,
+    ) -> Result<(), &'static str> {
         if !preemptors.held_by(&self.scheduler) {
-            return false;
+            return Err("preemption");
         }
         let s = &self.scheduler;
         let mut gone: Vec<&str> = Vec::new();
@@ -233,7 +254,16 @@ impl Kept {
                     if known == Some(job)
                         && k.cluster_queue == h.cluster_queue
                         && k.pod_sets == h.pod_sets => {}
-                _ => return false,
+                // It held and waits again (its eviction landed, its release was undone or
+                // never carried out), as a scheduler built afresh has it.
+                (Some((job, None)), Some(_)) => {
+                    gone.push(id);
+                    arrived.push(job);
+                }
+                (_, Some(JobState::Evicting(_))) => return Err("evicting"),
+                (Some((_, Some(_))), None | Some(JobState::Pending)) => return Err("held"),
+                (Some((job, Some(_))), Some(_)) if known != Some(job) => return Err("changed"),
+                (Some((_, Some(_))), Some(_)) => return Err("holding"),
             }
         }
         for id in gone {
@@ -242,7 +272,7 @@ impl Kept {
         for job in arrived {
             self.scheduler.submit(job.clone());
         }
-        true
+        Ok(())
     }
 
     /// Books the usage outside admissions that moved since the last pass: the index's sums

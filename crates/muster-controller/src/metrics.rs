@@ -43,7 +43,7 @@ pub struct Metrics {
     /// Passes that built admission's scheduler afresh instead of bringing the kept one up to
     /// date (see `kept`): a change of queues, flavors, nodes or namespaces, or a job whose
     /// state moved other than by arriving, waiting or leaving.
-    pub scheduler_rebuilds: Counter,
+    pub scheduler_rebuilds: Family<Labels, Counter>,
     /// Jobs passes settled against the cluster (those whose inputs changed).
     pub jobs_settled: Counter,
     /// Failed API requests (after retries), by action.
@@ -154,7 +154,7 @@ impl Metrics {
             time_to_running: waits(),
             evictions: Family::default(),
             preemptions: Counter::default(),
-            scheduler_rebuilds: Counter::default(),
+            scheduler_rebuilds: Family::default(),
             jobs_settled: Counter::default(),
             api_errors: Family::default(),
             actions: Family::default(),
@@ -258,7 +258,7 @@ impl Metrics {
         registry.register("preemptions", "Jobs preempted", self.preemptions.clone());
         registry.register(
             "scheduler_rebuilds",
-            "Passes that built the admission scheduler afresh",
+            "Passes that built the admission scheduler afresh, by cause",
             self.scheduler_rebuilds.clone(),
         );
         registry.register(
@@ -271,8 +271,10 @@ impl Metrics {
     /// Records what one pass found.
     pub fn observe(&self, summary: &Summary, seconds: f64) {
         self.cycle_seconds.observe(seconds);
-        if summary.scheduler_rebuilt {
-            self.scheduler_rebuilds.inc();
+        if let Some(cause) = summary.scheduler_rebuilt {
+            self.scheduler_rebuilds
+                .get_or_create(&labels(&[("cause", cause)]))
+                .inc();
         }
         self.jobs_settled
             .inc_by(u64::try_from(summary.settled).unwrap_or(u64::MAX));

@@ -86,7 +86,7 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     // Every waiting job is explained again when anything it could read moved: a cycle ran,
     // a job was settled, a status may be refreshed. Otherwise each would be told what it was
     // told last pass, and the last pass's counts stand.
-    let explain = basis.rebuilt()
+    let explain = basis.rebuilt().is_some()
         || scheduler.cycles_run() != cycles
         || settled > 0
         || refresh_due

@@ -477,7 +477,7 @@ async fn scheduling_loop(
                     evicted = ?pass.summary.evicted,
                     preempted = pass.summary.preempted,
                     actions = pass.actions.len(),
-                    scheduler_rebuilt = pass.summary.scheduler_rebuilt,
+                    scheduler_rebuilt = pass.summary.scheduler_rebuilt.unwrap_or("no"),
                     "pass"
                 );
             }

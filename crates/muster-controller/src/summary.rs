@@ -13,9 +13,9 @@ pub struct Summary {
     /// Whether every waiting job's position and reason was read again (else nothing they
     /// depend on moved, and the last pass's stand).
     pub explained: bool,
-    /// Whether the pass built admission's scheduler afresh (else it brought the one the
-    /// last pass left up to the index).
-    pub scheduler_rebuilt: bool,
+    /// Why the pass built admission's scheduler afresh (`None`: it brought the one the last
+    /// pass left up to the index); the causes are those of the `scheduler_rebuilds` metric.
+    pub scheduler_rebuilt: Option<&'static str>,
     /// Admissions.
     pub admitted: usize,
     /// Gangs evicted, by reason.

@@ -139,6 +139,11 @@ pub struct Summary {
     pub status_writes: BTreeMap<String, u64>,
     /// Pod status writes of the fake kubelet.
     pub kubelet_writes: u64,
+    /// The controller's scheduling passes (its `muster_cycle_duration_seconds_count`).
+    pub passes: u64,
+    /// Passes that built the admission scheduler afresh, by cause (its
+    /// `muster_scheduler_rebuilds_total`).
+    pub scheduler_rebuilds: BTreeMap<String, u64>,
     /// CPU-seconds of work the jobs ask for, divided by the nominal quota: the shortest
     /// possible wall time if every queue ran at its nominal quota.
     pub work_seconds_at_nominal: f64,
@@ -262,6 +267,8 @@ fn summarize(
         api_requests_by_resource: series(metrics, "muster_api_requests_by_resource_total"),
         status_writes: counter(metrics, "muster_status_writes_total", "phase"),
         kubelet_writes,
+        passes: gauge(metrics, "muster_cycle_duration_seconds_count"),
+        scheduler_rebuilds: counter(metrics, "muster_scheduler_rebuilds_total", "cause"),
         work_seconds_at_nominal: baseline.work_cpu_seconds()
             / f64::from(baseline.nominal_cpus * baseline.cohorts * baseline.queues_per_cohort),
     }
@@ -656,6 +663,14 @@ fn series(text: &str, name: &str) -> BTreeMap<String, u64> {
     values
 }
 
+/// The value of the unlabelled series `name` in `text` (0 when absent).
+fn gauge(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .find_map(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
 fn counter(text: &str, name: &str, label: &str) -> BTreeMap<String, u64> {
     let prefix = format!("{name}{{{label}=\"");
     let mut values = BTreeMap::new();
@@ -688,7 +703,7 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{counter, series};
+    use super::{counter, gauge, series};
 
     #[test]
     fn counters_are_summed_by_their_first_label() {
@@ -712,5 +727,14 @@ mod tests {
             requests.into_iter().collect::<Vec<_>>(),
             [("POST".to_owned(), 11)]
         );
+    }
+
+    #[test]
+    fn an_unlabelled_series_is_read_by_its_exact_name() {
+        let text = "muster_cycle_duration_seconds_sum 3.5\n\
+            muster_cycle_duration_seconds_count 42\n\
+            muster_cycle_duration_seconds_count_other 7\n";
+        assert_eq!(gauge(text, "muster_cycle_duration_seconds_count"), 42);
+        assert_eq!(gauge(text, "muster_absent"), 0);
     }
 }

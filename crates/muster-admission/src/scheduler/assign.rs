@@ -234,8 +234,11 @@ impl Scheduler {
                     .as_ref()
                     .map(|p| p.domain.clone())
                     .unwrap_or_default(),
+                // Empty unless some pod takes devices one by one, as a holding read back
+                // from pods says it: the two must compare equal for a kept scheduler.
                 devices: placed
                     .as_ref()
+                    .filter(|p| p.devices.iter().any(|d| !d.is_empty()))
                     .map(|p| p.devices.clone())
                     .unwrap_or_default(),
                 nodes: placed.map(|p| p.nodes).unwrap_or_default(),

@@ -4,10 +4,8 @@
 //! (pending and admitted counts, usage — which every admission and finish moves) at most once
 //! every [`status::QUEUE_FIGURES_EVERY_SECONDS`], so a busy queue costs a write per interval, not per pass.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use muster_admission::{JobState, Scheduler};
+use muster_admission::Scheduler;
 use muster_api::{LocalQueue, Validate as _};
 
 use crate::action::Action;
@@ -34,13 +32,17 @@ pub(crate) fn queue_statuses(
         held_back |= wait;
         wait
     };
+    let counts = status::queue_counts(scheduler);
     for (name, queue) in &index.cluster_queues {
         if ledger.is_writing_queue(&QueueWrite::Cluster(name.clone())) {
             continue;
         }
         let current = queue.status.clone().unwrap_or_default();
         let generation = queue.metadata.generation;
-        if let Some(status) = status::cluster_queue(&current, name, generation, scheduler, now) {
+        let counted = counts.cluster.get(name).copied().unwrap_or_default();
+        if let Some(status) =
+            status::cluster_queue(&current, name, counted, generation, scheduler, now)
+        {
             if waits(
                 &QueueWrite::Cluster(name.clone()),
                 status.conditions == current.conditions,
@@ -53,33 +55,13 @@ pub(crate) fn queue_statuses(
             });
         }
     }
-    let mut counts: BTreeMap<String, status::LocalQueueCounts> = BTreeMap::new();
-    for (id, job_state) in scheduler.jobs() {
-        let Some(job) = scheduler.job(id) else {
-            continue;
-        };
-        let entry = counts.entry(job.local_queue.clone()).or_default();
-        match job_state {
-            JobState::Pending => entry.pending += 1,
-            JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) => {
-                entry.admitted += 1;
-                for (set, placement) in job.pod_sets.iter().zip(&h.pod_sets) {
-                    entry
-                        .usage
-                        .entry(placement.flavor.clone())
-                        .or_default()
-                        .add_all(&muster_admission::quota_usage(set));
-                }
-            }
-        }
-    }
     for (key, queue) in &index.local_queues {
         if ledger.is_writing_queue(&QueueWrite::Local(key.clone())) {
             continue;
         }
         let current = queue.status.clone().unwrap_or_default();
         let empty = status::LocalQueueCounts::default();
-        let counted = counts.get(key.as_str()).unwrap_or(&empty);
+        let counted = counts.local.get(key.as_str()).unwrap_or(&empty);
         let active = local_queue_active(queue, scheduler);
         let generation = queue.metadata.generation;
         let active = match &active {

@@ -213,36 +213,19 @@ pub fn flavor(
     (next != *current).then_some(next)
 }
 
-/// A ClusterQueue's status from the scheduler: jobs waiting and holding quota, usage per
-/// flavor and resource (with the borrowed part), and `Active` (False, reason `InvalidSpec`,
-/// naming the field, when the spec fails validation). `None` when it would not change.
+/// A ClusterQueue's status from the scheduler: jobs waiting and holding quota (`counts`,
+/// see [`queue_counts`]), usage per flavor and resource (with the borrowed part), and
+/// `Active` (False, reason `InvalidSpec`, naming the field, when the spec fails validation).
+/// `None` when it would not change.
 pub fn cluster_queue(
     current: &muster_api::ClusterQueueStatus,
     name: &str,
+    counts: ClusterQueueCounts,
     generation: Option<i64>,
     scheduler: &muster_admission::Scheduler,
     now: &Time,
 ) -> Option<muster_api::ClusterQueueStatus> {
-    use muster_admission::JobState;
-    let (mut pending, mut admitted) = (0i32, 0i32);
-    for (id, state) in scheduler.jobs() {
-        match state {
-            JobState::Pending => {
-                let in_queue = scheduler
-                    .job(id)
-                    .and_then(|j| scheduler.cluster_queue_of_job(j))
-                    .is_some_and(|q| q == name);
-                if in_queue {
-                    pending = pending.saturating_add(1);
-                }
-            }
-            JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) => {
-                if h.cluster_queue == name {
-                    admitted = admitted.saturating_add(1);
-                }
-            }
-        }
-    }
+    let ClusterQueueCounts { pending, admitted } = counts;
     let mut conditions = current.conditions.clone();
     match scheduler.queue_problem(name) {
         Some(problem) => set_condition(
@@ -529,6 +512,65 @@ fn flavors_usage(
         }
     }
     flavors
+}
+
+/// What a ClusterQueue's jobs add up to in one pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterQueueCounts {
+    /// Jobs waiting in it (their LocalQueue leads to it and it admits their namespace).
+    pub pending: i32,
+    /// Jobs holding its quota.
+    pub admitted: i32,
+}
+
+/// Every queue's jobs, counted in one pass over the scheduler's jobs: per ClusterQueue
+/// (waiting jobs under the ClusterQueue their LocalQueue leads to, held jobs under the one
+/// whose quota they hold) and per LocalQueue (`namespace/name`).
+#[derive(Clone, Debug, Default)]
+pub struct QueueCounts {
+    /// Per ClusterQueue.
+    pub cluster: std::collections::BTreeMap<String, ClusterQueueCounts>,
+    /// Per LocalQueue.
+    pub local: std::collections::BTreeMap<String, LocalQueueCounts>,
+}
+
+/// Counts every queue's jobs in one scan: each job is looked at once, and each LocalQueue's
+/// ClusterQueue is resolved once (it is the same for all its jobs), so the cost is one
+/// step per job whatever the number of queues.
+pub fn queue_counts(scheduler: &muster_admission::Scheduler) -> QueueCounts {
+    use muster_admission::JobState;
+    let mut counts = QueueCounts::default();
+    for (job, state) in scheduler.jobs_with_states() {
+        let local = match counts.local.get_mut(&job.local_queue) {
+            Some(local) => local,
+            None => counts.local.entry(job.local_queue.clone()).or_default(),
+        };
+        match state {
+            JobState::Pending => local.pending = local.pending.saturating_add(1),
+            JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) => {
+                local.admitted = local.admitted.saturating_add(1);
+                for (set, placement) in job.pod_sets.iter().zip(&h.pod_sets) {
+                    local
+                        .usage
+                        .entry(placement.flavor.clone())
+                        .or_default()
+                        .add_all(&muster_admission::quota_usage(set));
+                }
+                let cluster = counts.cluster.entry(h.cluster_queue.clone()).or_default();
+                cluster.admitted = cluster.admitted.saturating_add(1);
+            }
+        }
+    }
+    for (local_queue, local) in &counts.local {
+        if local.pending == 0 {
+            continue;
+        }
+        if let Some(cq) = scheduler.cluster_queue_of_local_queue(local_queue) {
+            let cluster = counts.cluster.entry(cq).or_default();
+            cluster.pending = cluster.pending.saturating_add(local.pending);
+        }
+    }
+    counts
 }
 
 /// What a LocalQueue's jobs add up to in one pass.

@@ -116,10 +116,69 @@ fn an_admission_records_queue_flavor_and_domain() {
     assert_eq!(status::admitted(&s, Some(1), &admitted, &at(10)), None);
 }
 
+/// A job `ns/{id}` of one pod asking for 6 GPUs, through LocalQueue `local_queue`.
+fn six_gpu_job(id: &str, local_queue: &str, created: i64) -> muster_admission::Job {
+    use muster_api::{Amount, Resources};
+    use muster_topology::{Constraint, PodSetRequest};
+    let requests: Resources = [
+        ("nvidia.com/gpu".to_owned(), Amount::from_units(6)),
+        ("pods".to_owned(), Amount::from_units(1)),
+    ]
+    .into_iter()
+    .collect();
+    muster_admission::Job {
+        id: format!("ns/{id}"),
+        uid: id.into(),
+        local_queue: local_queue.into(),
+        priority: 0,
+        created,
+        expected_runtime: None,
+        pod_sets: vec![PodSetRequest {
+            name: "w".into(),
+            count: 1,
+            requests,
+            node_selector: std::collections::BTreeMap::new(),
+            affinity: Vec::new(),
+            tolerations: Vec::new(),
+            constraint: Constraint::None,
+            whole_gpus: false,
+        }],
+        invalid: None,
+        suspended: false,
+        provisioned: false,
+    }
+}
+
+/// The jobs of `a_cluster_queue_reports_its_jobs_and_usage`, per LocalQueue: every job counts
+/// under its own, and under no ClusterQueue when its LocalQueue leads to none that admits.
+fn assert_counted_per_local_queue(all: &status::QueueCounts) {
+    let local: Vec<(&str, i32, i32)> = all
+        .local
+        .iter()
+        .map(|(q, c)| (q.as_str(), c.pending, c.admitted))
+        .collect();
+    assert_eq!(
+        local,
+        [
+            ("ns/lq", 1, 1),
+            ("ns/lq2", 1, 0),
+            ("ns/nowhere", 1, 0),
+            ("ns/to-broken", 1, 0)
+        ]
+    );
+    assert_eq!(all.cluster.get("broken"), None);
+}
+
 /// A queue whose quota cannot be read admits nothing and says why, naming the field.
 fn assert_invalid(s: &muster_admission::Scheduler) {
     let current = muster_api::ClusterQueueStatus::default();
-    let st = status::cluster_queue(&current, "broken", Some(1), s, &at(5)).unwrap_or_default();
+    let counts = status::queue_counts(s)
+        .cluster
+        .get("broken")
+        .copied()
+        .unwrap_or_default();
+    let st =
+        status::cluster_queue(&current, "broken", counts, Some(1), s, &at(5)).unwrap_or_default();
     let active = &st.conditions[0];
     assert_eq!(
         (active.status.as_str(), active.reason.as_str()),
@@ -140,10 +199,10 @@ fn a_cluster_queue_reports_its_jobs_and_usage() {
 
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-    use muster_admission::{Cluster, Job, Scheduler};
+    use muster_admission::{Cluster, Scheduler};
     use muster_api::cluster_queue::{FlavorQuotas, ResourceGroup, ResourceQuota};
     use muster_api::{Amount, ClusterQueueSpec, ClusterQueueStatus, ResourceFlavorSpec, Resources};
-    use muster_topology::{Constraint, NodeInfo, PodSetRequest};
+    use muster_topology::NodeInfo;
 
     let gpus = |n: u64| -> Resources {
         [
@@ -186,35 +245,32 @@ fn a_cluster_queue_reports_its_jobs_and_usage() {
     let mut s = Scheduler::new(
         cluster,
         [("q".to_owned(), spec), ("broken".to_owned(), broken)],
-        [("ns/lq".to_owned(), "q".to_owned())],
+        [
+            ("ns/lq".to_owned(), "q".to_owned()),
+            ("ns/lq2".to_owned(), "q".to_owned()),
+            ("ns/to-broken".to_owned(), "broken".to_owned()),
+        ],
     );
-    for (i, id) in ["a", "b"].iter().enumerate() {
-        s.submit(Job {
-            id: format!("ns/{id}"),
-            uid: (*id).into(),
-            local_queue: "ns/lq".into(),
-            priority: 0,
-            created: i64::try_from(i).unwrap_or(0),
-            expected_runtime: None,
-            pod_sets: vec![PodSetRequest {
-                name: "w".into(),
-                count: 1,
-                requests: gpus(6),
-                node_selector: BTreeMap::new(),
-                affinity: Vec::new(),
-                tolerations: Vec::new(),
-                constraint: Constraint::None,
-                whole_gpus: false,
-            }],
-            invalid: None,
-            suspended: false,
-            provisioned: false,
-        });
+    // a and b through ns/lq, c through ns/lq2 (both lead to q); d names a LocalQueue that
+    // does not exist, e one whose ClusterQueue admits nothing: neither waits in any.
+    let queues = ["ns/lq", "ns/lq", "ns/lq2", "ns/nowhere", "ns/to-broken"];
+    for (i, (id, local_queue)) in ["a", "b", "c", "d", "e"].iter().zip(queues).enumerate() {
+        s.submit(six_gpu_job(id, local_queue, i64::try_from(i).unwrap_or(0)));
     }
     s.cycle(0);
-    let st = status::cluster_queue(&ClusterQueueStatus::default(), "q", Some(1), &s, &at(5))
-        .unwrap_or_default();
-    assert_eq!((st.pending_jobs, st.admitted_jobs), (1, 1));
+    let all = status::queue_counts(&s);
+    assert_counted_per_local_queue(&all);
+    let counts = all.cluster.get("q").copied().unwrap_or_default();
+    let st = status::cluster_queue(
+        &ClusterQueueStatus::default(),
+        "q",
+        counts,
+        Some(1),
+        &s,
+        &at(5),
+    )
+    .unwrap_or_default();
+    assert_eq!((st.pending_jobs, st.admitted_jobs), (2, 1));
     assert_eq!(st.flavors_usage[0].name, "h100");
     assert_eq!(st.flavors_usage[0].resources[0].total, Quantity("6".into()));
     let active = &st.conditions[0];
@@ -226,7 +282,10 @@ fn a_cluster_queue_reports_its_jobs_and_usage() {
         ),
         ("Active", "True", "Ready")
     );
-    assert_eq!(status::cluster_queue(&st, "q", Some(1), &s, &at(6)), None);
+    assert_eq!(
+        status::cluster_queue(&st, "q", counts, Some(1), &s, &at(6)),
+        None
+    );
     assert_invalid(&s);
 }
 

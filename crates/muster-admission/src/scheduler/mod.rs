@@ -479,10 +479,23 @@ impl Scheduler {
         self.jobs.iter().map(|(id, e)| (id.as_str(), &e.state))
     }
 
+    /// Every job with its state, by id: what [`Scheduler::jobs`] and [`Scheduler::job`] give
+    /// together, without a lookup per job.
+    pub fn jobs_with_states(&self) -> impl Iterator<Item = (&Job, &JobState)> {
+        self.jobs.values().map(|e| (e.job.as_ref(), &e.state))
+    }
+
     /// The ClusterQueue a job is queued in, if its LocalQueue leads to a valid one that admits
     /// its namespace.
     pub fn cluster_queue_of_job(&self, job: &Job) -> Option<String> {
         self.cluster_queue_of(job).ok()
+    }
+
+    /// The ClusterQueue the jobs of LocalQueue `local_queue` (`namespace/name`) are queued
+    /// in, if it leads to a valid one that admits its namespace: the same for every job of
+    /// that LocalQueue (see [`Scheduler::cluster_queue_of_job`]).
+    pub fn cluster_queue_of_local_queue(&self, local_queue: &str) -> Option<String> {
+        self.cluster_queue_for(local_queue).ok()
     }
 
     /// Why ClusterQueue `name` cannot admit anything (its first validation error), if it
@@ -498,21 +511,25 @@ impl Scheduler {
 
     /// The ClusterQueue a job's LocalQueue submits to, or why there is none.
     fn cluster_queue_of(&self, job: &Job) -> Result<String, String> {
-        let Some(cq) = self.local_queues.get(&job.local_queue) else {
+        self.cluster_queue_for(&job.local_queue)
+    }
+
+    /// The ClusterQueue LocalQueue `local_queue` (`namespace/name`) submits to, or why
+    /// there is none.
+    fn cluster_queue_for(&self, local_queue: &str) -> Result<String, String> {
+        let Some(cq) = self.local_queues.get(local_queue) else {
             return Err(format!(
-                "LocalQueue {} does not exist; create it or set spec.queueName to an existing one",
-                job.local_queue
+                "LocalQueue {local_queue} does not exist; create it or set spec.queueName to an existing one"
             ));
         };
         match self.queues.get(cq) {
             None => Err(format!(
-                "LocalQueue {} points at ClusterQueue {cq}, which does not exist",
-                job.local_queue
+                "LocalQueue {local_queue} points at ClusterQueue {cq}, which does not exist"
             )),
             Some(q) => match &q.invalid {
                 Some(why) => Err(why.clone()),
                 None => {
-                    let namespace = job.local_queue.split('/').next().unwrap_or_default();
+                    let namespace = local_queue.split('/').next().unwrap_or_default();
                     let empty = BTreeMap::new();
                     let labels = self.namespaces.get(namespace).unwrap_or(&empty);
                     if selects(q.spec.namespace_selector.as_ref(), labels) {

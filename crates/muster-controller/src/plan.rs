@@ -247,6 +247,7 @@ fn settle_changed(state: &mut State, now_t: &Time, summary: &mut Summary) -> Set
                         provisioning: false,
                     },
                     job: Some(job),
+                    read_at: None,
                     attempt,
                 };
                 seats.put(&key, Some(seat), None);

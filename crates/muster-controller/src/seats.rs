@@ -23,12 +23,27 @@ pub(crate) struct Seat {
     pub(crate) in_cycle: InCycle,
     /// The job as admission reads it, when the cycle sees it at all (queued or holding).
     pub(crate) job: Option<Job>,
+    /// The GpuJob's `metadata.generation` that `job` was read from, when `job` is read from
+    /// it alone (queued or holding, not narrowed to bought capacity): a job settled again at
+    /// the same generation reads the same (its spec is unchanged, and a change of priority
+    /// classes drops every seat), so `job` is reused instead of validated and read again.
+    pub(crate) read_at: Option<i64>,
     /// The job's attempt (its status's `requeueCount`) while it holds capacity: its pods of
     /// that attempt are booked through its holding.
     pub(crate) attempt: i32,
 }
 
 impl Seat {
+    /// The job as admission read it from `gpujob` when this seat was settled, if `gpujob`
+    /// is still that object at that generation.
+    pub(crate) fn read_of(&self, gpujob: &muster_api::GpuJob) -> Option<&Job> {
+        let job = self.job.as_ref()?;
+        let same = self.read_at.is_some()
+            && self.read_at == gpujob.metadata.generation
+            && gpujob.metadata.uid.as_deref() == Some(job.uid.as_str());
+        same.then_some(job)
+    }
+
     /// What the scheduler is to hold for this job: waiting (no holding) or holding; `None`
     /// when it is not in the cycle at all.
     pub(crate) fn wanted(&self) -> Option<(&Job, Option<(&Holding, bool)>)> {

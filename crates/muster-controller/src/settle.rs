@@ -62,7 +62,17 @@ pub(crate) fn settle(
             }
             continue;
         };
-        let admission_job = || Job::from_gpujob(gpujob, |c| index.priority_classes.get(c).copied());
+        // Validating and reading a GpuJob is most of what settling it costs; a job settled
+        // again at the same generation (its status moved) reads as it did.
+        let read_before = seats
+            .get(key)
+            .and_then(|seat| seat.read_of(gpujob))
+            .cloned();
+        let admission_job = || {
+            read_before.clone().unwrap_or_else(|| {
+                Job::from_gpujob(gpujob, |c| index.priority_classes.get(c).copied())
+            })
+        };
         if step.add_finalizer {
             out.actions.push(Action::AddFinalizer { job: key.clone() });
             out.finalizing.push(key.clone());
@@ -118,9 +128,14 @@ pub(crate) fn settle(
             other => other,
         };
         let attempt = gpujob.status.as_ref().map_or(0, |s| s.requeue_count);
+        let read_at = match in_cycle {
+            InCycle::Queued | InCycle::Holds { .. } => gpujob.metadata.generation,
+            _ => None,
+        };
         let seat = Seat {
             in_cycle,
             job,
+            read_at,
             attempt,
         };
         if seats.put(key, Some(seat), step.until) || recheck.contains(key) {

@@ -1114,3 +1114,31 @@ fn a_queue_s_new_figures_wait_for_their_interval() {
     }
     assert_eq!(written, Some((10 + every, Some(1))));
 }
+
+/// A waiting job is read from its GpuJob once per generation: its status moving does not
+/// have it validated again, but an edit of its spec (a new generation) is read, and what the
+/// job now asks for is what it is told.
+#[test]
+fn an_edited_waiting_job_is_read_again_at_its_new_generation() {
+    let mut index = cluster(8, vec![job("a", 1, 0), job("b", 1, 1)]);
+    let first = plan(&mut index, at(10));
+    land_all(&mut index, &first.actions, 10);
+    let settled = plan(&mut index, at(11));
+    land_all(&mut index, &settled.actions, 11);
+    let kind = |index: &State| status_of(index, "team-a/b").pending_reason.map(|r| r.kind);
+    assert_eq!(kind(&index), Some(PendingReasonKind::QuotaShort));
+    // b now asks for a LocalQueue that does not exist.
+    let mut edited = index.index().job("team-a/b").cloned().unwrap_or_default();
+    edited.spec.queue_name = "nowhere".into();
+    edited.metadata.generation = Some(2);
+    edited.metadata.resource_version = Some("9".into());
+    index.apply(edited);
+    let pass = plan(&mut index, at(12));
+    land_all(&mut index, &pass.actions, 12);
+    assert_eq!(
+        kind(&index),
+        Some(PendingReasonKind::UnknownQueue),
+        "{:#?}",
+        pass.actions
+    );
+}

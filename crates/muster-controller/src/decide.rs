@@ -271,6 +271,11 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
         if refreshed_lately || !(shown || current.queue_position.is_some()) {
             return;
         }
+        // A job that just came among the shown positions is shown its position once it has
+        // stayed there a while (see [`status::POSITION_SHOWN_AFTER_SECONDS`]).
+        if current.queue_position.is_none() && !state.ledger.position_due(&key, now_s) {
+            return;
+        }
     }
     let Some(next) = status::pending(current, job.metadata.generation, position, reason, eta, now)
     else {

@@ -36,6 +36,9 @@ pub struct Ledger {
     /// Waiting jobs whose status this term wrote within the last
     /// [`crate::status::PENDING_REFRESH_SECONDS`], and when.
     refreshed: BTreeMap<ObjectRef, i64>,
+    /// Waiting jobs first seen among the shown positions of their ClusterQueue with no
+    /// position in their status, and when (see [`crate::status::POSITION_SHOWN_AFTER_SECONDS`]).
+    ranked: BTreeMap<ObjectRef, i64>,
     /// The leadership term these writes belong to.
     term: u64,
     /// Status writes of waiting jobs queued for the sender, not yet sent: each such job is
@@ -99,6 +102,12 @@ pub(crate) struct Failure {
     /// The last error, shown in the job's status.
     pub(crate) error: String,
 }
+
+/// How long a job's first sight among the shown positions is remembered, seconds: past
+/// [`crate::status::POSITION_SHOWN_AFTER_SECONDS`] and a refresh interval, so a job whose
+/// position write was queued behind others is not held back again.
+const RANKED_KEPT_SECONDS: i64 =
+    crate::status::POSITION_SHOWN_AFTER_SECONDS + 4 * crate::status::PENDING_REFRESH_SECONDS;
 
 impl Ledger {
     /// A ledger for leadership term `term`, with nothing in flight.
@@ -215,7 +224,25 @@ impl Ledger {
         let before = self.refreshed.len();
         self.refreshed
             .retain(|_, at| now - *at < crate::status::PENDING_REFRESH_SECONDS);
+        // A job ranked this long ago has been shown its position, or left the head (admitted,
+        // deleted, passed by): its entry only matters for its first seconds there.
+        self.ranked.retain(|_, at| now - *at < RANKED_KEPT_SECONDS);
         self.refreshed.len() != before
+    }
+
+    /// Whether `job`, among the shown positions of its queue with no position in its status,
+    /// has been there long enough to be shown it (see
+    /// [`crate::status::POSITION_SHOWN_AFTER_SECONDS`]). The first time it is asked, the job
+    /// starts its wait and is held back until then like a new job's first status, so that
+    /// a pass comes when it falls due.
+    pub(crate) fn position_due(&mut self, job: &ObjectRef, now: i64) -> bool {
+        let since = *self.ranked.entry(job.clone()).or_insert(now);
+        let due = since + crate::status::POSITION_SHOWN_AFTER_SECONDS;
+        if now >= due {
+            return true;
+        }
+        self.write_first_status_at(job, due);
+        false
     }
 
     /// Holds back a new job's first status until `due` (seconds): the job counts as

@@ -53,6 +53,10 @@ pub struct Metrics {
     /// Job status writes carried out, by the phase they write (`pending`, `queued`,
     /// `admitted`, `running`, `succeeded`, `failed`; a release's status counts as `admitted`).
     pub status_writes: Family<Labels, Counter>,
+    /// Waiting jobs' status writes carried out (phase `pending` or `queued`), by what changed:
+    /// `first` (the job had no status), `reason` (a new kind of reason), `figures` (the same
+    /// reason, its position, message or ETA moved).
+    pub waiting_status_writes: Family<Labels, Counter>,
     /// API requests sent, by HTTP method (counted by the client, see [`ApiRequests`]).
     pub api_requests: ApiRequests,
     /// Waiting jobs' status writes queued and not yet sent (see [`crate::deferred`]).
@@ -159,6 +163,7 @@ impl Metrics {
             api_errors: Family::default(),
             actions: Family::default(),
             status_writes: Family::default(),
+            waiting_status_writes: Family::default(),
             api_requests,
             deferred_status_writes: Gauge::default(),
             gpu_seconds_lost: Counter::default(),
@@ -216,6 +221,11 @@ impl Metrics {
             "status_writes",
             "Job status writes carried out, by the phase they write",
             metrics.status_writes.clone(),
+        );
+        registry.register(
+            "waiting_status_writes",
+            "Waiting jobs' status writes carried out, by what changed (first, reason, figures)",
+            metrics.waiting_status_writes.clone(),
         );
         registry.register(
             "api_requests",
@@ -330,6 +340,14 @@ impl Metrics {
     pub fn status_write(&self, phase: &str) {
         self.status_writes
             .get_or_create(&labels(&[("phase", phase)]))
+            .inc();
+    }
+
+    /// Counts a waiting job's status write carried out, by what it changed (see
+    /// [`Metrics::waiting_status_writes`]).
+    pub fn waiting_status_write(&self, change: &str) {
+        self.waiting_status_writes
+            .get_or_create(&labels(&[("change", change)]))
             .inc();
     }
 

@@ -74,6 +74,14 @@ pub const RUNNING_STATUS_AFTER_SECONDS: i64 = 5;
 /// invalid job at once.
 pub const FIRST_STATUS_AFTER_SECONDS: i64 = 10;
 
+/// How long a waiting job must have been among the first [`SHOWN_POSITIONS`] of its
+/// ClusterQueue before its position is first written, seconds. In a busy queue the head moves
+/// by several jobs a second, and most jobs pass through the shown positions within seconds
+/// of being admitted: a position written just before the admission that ends it would cost a
+/// write per job that no one could read in time (the reasoning of
+/// [`FIRST_STATUS_AFTER_SECONDS`]). A job that stays near the head is shown its position then.
+pub const POSITION_SHOWN_AFTER_SECONDS: i64 = 10;
+
 /// The status of a job that waits: phase Pending when it cannot be admitted as written (or
 /// has no queue), Queued otherwise; its position (among the first [`SHOWN_POSITIONS`]),
 /// reason and ETA (seconds since the epoch).

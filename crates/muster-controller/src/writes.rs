@@ -152,8 +152,31 @@ async fn land(
     }
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
     let mut state = shared.state();
+    if result.is_ok()
+        && let Some(change) = waiting_change(state.index(), action)
+    {
+        shared.metrics.waiting_status_write(change);
+    }
     state.read_back(read);
     state.landed_in(term, action, result, now);
+}
+
+/// What a waiting job's status write changes against the status the index still holds
+/// (its own write not yet folded in): `first` when the job had none, `reason` when the kind
+/// of reason is new, `figures` otherwise. `None` for every other write.
+fn waiting_change(index: &crate::index::Index, action: &Action) -> Option<&'static str> {
+    let Action::JobStatus { job, status, .. } = action else {
+        return None;
+    };
+    status.pending_reason.as_ref()?;
+    let before = index.jobs.get(job).and_then(|j| j.status.as_ref());
+    Some(
+        match before.map(|s| s.pending_reason.as_ref().map(|r| r.kind)) {
+            None => "first",
+            Some(kind) if kind == status.pending_reason.as_ref().map(|r| r.kind) => "figures",
+            Some(_) => "reason",
+        },
+    )
 }
 
 /// Sends the waiting jobs' status writes that passes queued (see [`crate::deferred`]),
@@ -211,8 +234,9 @@ pub(crate) async fn send_deferred(
 #[cfg(test)]
 mod tests {
     use muster_api::ObjectRef;
+    use muster_api::gpujob::GpuJobStatus;
 
-    use super::in_order;
+    use super::{in_order, waiting_change};
     use crate::action::Action;
 
     fn status(job: &str) -> Action {
@@ -227,6 +251,46 @@ mod tests {
         Action::AddFinalizer {
             job: ObjectRef::new("team-a", job),
         }
+    }
+
+    fn waiting(kind: muster_api::gpujob::PendingReasonKind, message: &str) -> Box<GpuJobStatus> {
+        Box::new(GpuJobStatus {
+            phase: Some(muster_api::GpuJobPhase::Queued),
+            pending_reason: Some(muster_api::gpujob::PendingReason {
+                kind,
+                message: message.to_owned(),
+                eta: None,
+                since: None,
+            }),
+            ..GpuJobStatus::default()
+        })
+    }
+
+    #[test]
+    fn a_waiting_status_write_is_told_apart_as_first_new_reason_or_new_figures() {
+        use muster_api::gpujob::PendingReasonKind::{QuotaShort, UnknownQueue};
+        let mut index = crate::index::Index::default();
+        let write = |status: Box<GpuJobStatus>| Action::JobStatus {
+            job: ObjectRef::new("team-a", "a"),
+            status,
+            event: None,
+        };
+        let mut job: muster_api::GpuJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
+            "metadata": {"name": "a", "namespace": "team-a"},
+            "spec": {"queueName": "q", "podSets": []}}))
+        .unwrap_or_else(|e| unreachable!("a valid job: {e}"));
+        index.apply(job.clone());
+        let short = write(waiting(QuotaShort, "3 of 8 GPUs free"));
+        assert_eq!(waiting_change(&index, &short), Some("first"));
+        job.status = Some(*waiting(QuotaShort, "2 of 8 GPUs free"));
+        index.apply(job.clone());
+        assert_eq!(waiting_change(&index, &short), Some("figures"));
+        let unknown = write(waiting(UnknownQueue, "no LocalQueue q"));
+        assert_eq!(waiting_change(&index, &unknown), Some("reason"));
+        // Not a waiting status: not counted.
+        assert_eq!(waiting_change(&index, &write(Box::default())), None);
+        assert_eq!(waiting_change(&index, &finalizer("a")), None);
     }
 
     #[test]

@@ -731,12 +731,13 @@ fn an_admission_at_the_head_of_a_long_queue_rewrites_the_positions_shown_once_pe
     land_all(&mut index, &pass.actions, t0 + 2);
     assert_eq!(position(&index, 4), Some(2), "shown a little late");
     // Once the interval is over, the shown positions move, and only those: the jobs that
-    // stay shown and the one that moves into them.
+    // stay shown. The one that moves into them is shown its position once it has stayed
+    // there a while.
     let later = 1 + refresh;
     let pass = plan(&mut index, at(later));
     assert_eq!(
         statuses_written(&pass.actions).len(),
-        shown as usize,
+        shown as usize - 1,
         "{} waiting jobs",
         waiting - 1
     );
@@ -746,6 +747,18 @@ fn an_admission_at_the_head_of_a_long_queue_rewrites_the_positions_shown_once_pe
         "settled"
     );
     assert_eq!(position(&index, 4), Some(1));
+    assert_eq!(position(&index, 3 + shown), None, "new among the shown");
+    let due = later + muster_controller::status::POSITION_SHOWN_AFTER_SECONDS;
+    assert!(
+        statuses_written(&plan(&mut index, at(due - 1)).actions).is_empty(),
+        "not yet"
+    );
+    let pass = plan(&mut index, at(due));
+    assert_eq!(
+        statuses_written(&pass.actions),
+        [format!("team-a/j{:03}", 3 + shown).as_str()]
+    );
+    land_all(&mut index, &pass.actions, due);
     assert_eq!(position(&index, 3 + shown), Some(shown.cast_signed()));
     assert_eq!(position(&index, 4 + shown), None);
     assert_eq!(

@@ -34,6 +34,9 @@ pub struct Baseline {
     pub borrowing_limit_cpus: u32,
     /// The job classes every queue receives, their sets submitted concurrently.
     pub sets: Vec<JobSet>,
+    /// Pods per job: 1 in Kueue's baseline; more makes each job a gang of that many pods
+    /// sharing its CPUs evenly, so the quota and the work stay the same.
+    pub pods_per_job: u32,
 }
 
 impl Baseline {
@@ -71,7 +74,15 @@ impl Baseline {
                     cpus: 20,
                 },
             ],
+            pods_per_job: 1,
         }
+    }
+
+    /// The same workload with every job a gang of `pods` pods (at least 1) sharing its CPUs.
+    #[must_use]
+    pub fn in_gangs_of(mut self, pods: u32) -> Baseline {
+        self.pods_per_job = pods.max(1);
+        self
     }
 
     /// The same shape with every set's count scaled by `factor` (at least one job per set):
@@ -130,6 +141,14 @@ mod tests {
         // 350 × 1 × 0.2 + 100 × 5 × 0.5 + 50 × 20 × 1 = 1,320 CPU-s per queue; 600 CPUs of
         // quota do it in 66 s.
         assert!((b.work_cpu_seconds() / 600.0 - 66.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn gangs_keep_the_jobs_and_the_work_and_have_at_least_one_pod() {
+        let b = Baseline::kueue().in_gangs_of(4);
+        assert_eq!((b.jobs(), b.pods_per_job), (15_000, 4));
+        assert!((b.work_cpu_seconds() - Baseline::kueue().work_cpu_seconds()).abs() < 1e-9);
+        assert_eq!(Baseline::kueue().in_gangs_of(0).pods_per_job, 1);
     }
 
     #[test]

@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use futures::StreamExt as _;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use muster_api::quantity::Amount;
-use muster_api::wire::QUEUE_NAME_LABEL;
+use muster_api::wire::{JOB_LABEL, QUEUE_NAME_LABEL};
 use muster_api::workload::entry_name;
 use muster_api::{ClusterQueue, GpuJob, LocalQueue, ObjectRef, ResourceFlavor};
 use serde::Serialize;
@@ -25,10 +25,10 @@ use serde_json::json;
 
 use super::baseline::{Baseline, JobSet};
 use super::process_stats::{self, ProcessStats};
-use super::recorder::Recorder;
+use super::recorder::{FinishSteps, Recorder};
 use muster_testkit::kubelet::{FakeKubelet, KubeletOptions, RUN_ANNOTATION};
 use muster_testkit::nodes::{NodeSpec, create_nodes};
-use muster_testkit::{ClusterOptions, TestCluster};
+use muster_testkit::{ClusterOptions, Component, TestCluster};
 
 /// The label carrying a job's class.
 pub const CLASS_LABEL: &str = "load.muster.dev/class";
@@ -57,6 +57,12 @@ pub struct RunOptions {
     /// kube-controller-manager's client rate limit (`--kube-api-qps`); `None` is Kubernetes'
     /// default of 20. Batch Jobs' pods are made and finished through it.
     pub controller_manager_qps: Option<u32>,
+    /// kube-scheduler's client rate limit (`--kube-api-qps`); `None` is Kubernetes' default
+    /// of 50. Every released pod is bound through it.
+    pub scheduler_qps: Option<u32>,
+    /// Take a 30-second CPU profile of kube-apiserver this long after the first job is
+    /// created, into `apiserver.pprof` (read with `go tool pprof`).
+    pub profile_api_server: Option<Duration>,
 }
 
 /// What the run submits each of the baseline's jobs as.
@@ -101,6 +107,18 @@ pub struct Summary {
     /// absent); only batch Jobs go through it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub controller_manager_qps: Option<u32>,
+    /// kube-scheduler's `--kube-api-qps` when set (Kubernetes' default, 50, when absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduler_qps: Option<u32>,
+    /// CPU seconds of the control plane's programs over the run, by program (`etcd`,
+    /// `kube-apiserver`, `kube-scheduler`, `kube-controller-manager`): what the API requests
+    /// cost the machine.
+    pub control_plane_cpu_seconds: BTreeMap<String, f64>,
+    /// kube-apiserver's CPU milliseconds per request it served over the run (all clients).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_server_cpu_ms_per_request: Option<f64>,
+    /// Pods per job (each job's CPUs split evenly among them).
+    pub pods_per_job: u32,
     /// Jobs created.
     pub jobs: usize,
     /// Jobs that finished within the time-out.
@@ -109,6 +127,9 @@ pub struct Summary {
     pub wall_seconds: f64,
     /// Mean seconds from creation to admission, per class.
     pub time_to_admission_seconds: BTreeMap<String, f64>,
+    /// Mean seconds per class from admission to pods bound, to pods ended, to the job's
+    /// finish: where the time a job holds its quota goes.
+    pub steps_to_finish_seconds: BTreeMap<String, FinishSteps>,
     /// ∫ usage dt over the monitoring window ÷ (window × nominal quota), as Kueue records it.
     pub cluster_queue_usage: f64,
     /// Evictions seen, in all.
@@ -137,6 +158,9 @@ pub struct Summary {
     /// The controller's job status writes by the phase they write (its
     /// `muster_status_writes_total`).
     pub status_writes: BTreeMap<String, u64>,
+    /// The controller's waiting jobs' status writes by what they changed (`first`, `reason`,
+    /// `figures`; its `muster_waiting_status_writes_total`).
+    pub waiting_status_writes: BTreeMap<String, u64>,
     /// Pod status writes of the fake kubelet.
     pub kubelet_writes: u64,
     /// The controller's scheduling passes (its `muster_cycle_duration_seconds_count`).
@@ -157,6 +181,8 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
     let cluster_options = ClusterOptions {
         controller_manager: options.workload == Workload::Job,
         controller_manager_qps: options.controller_manager_qps,
+        scheduler_qps: options.scheduler_qps,
+        api_server_profiling: options.profile_api_server.is_some(),
         ..ClusterOptions::default()
     };
     let cluster = TestCluster::start_in(&options.kube_bin, cluster_options).await?;
@@ -174,11 +200,22 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
     controller.wait_ready(Duration::from_secs(120)).await?;
 
     let served_before = api_server_requests(&client).await;
+    let control_plane_before = control_plane_cpu(&cluster);
     let start = Instant::now();
+    let profile = options.profile_api_server.map(|after| {
+        let (client, out) = (client.clone(), options.out.join("apiserver.pprof"));
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            if let Err(e) = profile_api_server(&client, &out).await {
+                eprintln!("no kube-apiserver profile: {e:#}");
+            }
+        })
+    });
     let recorder = Arc::new(Mutex::new(Recorder::default()));
     let watches = [
         tokio::spawn(watch_jobs(client.clone(), Arc::clone(&recorder), start)),
         tokio::spawn(watch_queues(client.clone(), Arc::clone(&recorder), start)),
+        tokio::spawn(watch_pods(client.clone(), Arc::clone(&recorder), start)),
     ];
     let generated = generate(
         &client,
@@ -204,6 +241,10 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
     let cost = controller.stats()?;
     let metrics = controller.metrics().await.unwrap_or_default();
     let served_after = api_server_requests(&client).await;
+    let control_plane_after = control_plane_cpu(&cluster);
+    if let Some(profile) = profile {
+        profile.abort();
+    }
     for watch in watches {
         watch.abort();
     }
@@ -217,18 +258,84 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
         .clone();
     let mut summary = summarize(&recorder, &options.baseline, cost, &metrics, kubelet_writes);
     summary.workload = options.workload;
-    if let (Some(before), Some(after)) = (served_before, served_after) {
-        let served = after.saturating_sub(before);
-        summary.api_server_requests = Some(served);
-        #[expect(clippy::cast_precision_loss, reason = "a ratio for a report")]
-        let per_job = served as f64 / summary.jobs.max(1) as f64;
-        summary.api_server_requests_per_job = Some(per_job);
-    }
+    add_server_costs(
+        &mut summary,
+        served_before.zip(served_after),
+        &control_plane_before,
+        &control_plane_after,
+    );
     summary.controller_manager_qps = options
         .controller_manager_qps
         .filter(|_| options.workload == Workload::Job);
+    summary.scheduler_qps = options.scheduler_qps;
     write_reports(&options.out, &summary, &recorder)?;
     Ok(summary)
+}
+
+/// What the API server served over the run (`served`: its request count before and after)
+/// and what the control plane's programs spent (CPU seconds before and after, by program).
+fn add_server_costs(
+    summary: &mut Summary,
+    served: Option<(u64, u64)>,
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+) {
+    summary.control_plane_cpu_seconds = after
+        .iter()
+        .filter_map(|(name, after)| Some((name.clone(), after - before.get(name)?)))
+        .collect();
+    let Some((first, last)) = served else {
+        return;
+    };
+    let served = last.saturating_sub(first);
+    summary.api_server_requests = Some(served);
+    #[expect(clippy::cast_precision_loss, reason = "ratios for a report")]
+    {
+        summary.api_server_requests_per_job = Some(served as f64 / summary.jobs.max(1) as f64);
+        summary.api_server_cpu_ms_per_request = summary
+            .control_plane_cpu_seconds
+            .get(Component::ApiServer.name())
+            .filter(|_| served > 0)
+            .map(|cpu| cpu * 1000.0 / served as f64);
+    }
+}
+
+/// CPU seconds so far of each control-plane program running, by its name.
+fn control_plane_cpu(cluster: &TestCluster) -> BTreeMap<String, f64> {
+    [
+        Component::Etcd,
+        Component::ApiServer,
+        Component::Scheduler,
+        Component::ControllerManager,
+    ]
+    .into_iter()
+    .filter_map(|component| {
+        let stats = process_stats::read(cluster.pid(component)?).ok()?;
+        Some((component.name().to_owned(), stats.cpu_seconds))
+    })
+    .collect()
+}
+
+/// Fetches a 30-second CPU profile from kube-apiserver's `/debug/pprof/profile` into `out`.
+async fn profile_api_server(client: &Client, out: &Path) -> anyhow::Result<()> {
+    let request = http::Request::get("/debug/pprof/profile?seconds=30")
+        .body(kube::client::Body::empty())
+        .context("building the profile request")?;
+    let response = client
+        .send(request)
+        .await
+        .context("asking for the profile")?;
+    anyhow::ensure!(
+        response.status().is_success(),
+        "kube-apiserver answered {}",
+        response.status()
+    );
+    let bytes = response
+        .into_body()
+        .collect_bytes()
+        .await
+        .context("reading the profile")?;
+    std::fs::write(out, &bytes).with_context(|| format!("writing {}", out.display()))
 }
 
 fn summarize(
@@ -247,6 +354,10 @@ fn summarize(
     Summary {
         workload: Workload::default(),
         controller_manager_qps: None,
+        scheduler_qps: None,
+        control_plane_cpu_seconds: BTreeMap::new(),
+        api_server_cpu_ms_per_request: None,
+        pods_per_job: baseline.pods_per_job,
         jobs,
         finished: recorder
             .jobs
@@ -255,6 +366,7 @@ fn summarize(
             .count(),
         wall_seconds: recorder.wall().map_or(0.0, |d| d.as_secs_f64()),
         time_to_admission_seconds: recorder.mean_time_to_admission(),
+        steps_to_finish_seconds: recorder.mean_steps_to_finish(),
         cluster_queue_usage: recorder.usage_share().unwrap_or(0.0),
         evictions: recorder.jobs.values().map(|j| j.evictions).sum(),
         controller_cpu_seconds: cost.cpu_seconds,
@@ -266,6 +378,7 @@ fn summarize(
         actions,
         api_requests_by_resource: series(metrics, "muster_api_requests_by_resource_total"),
         status_writes: counter(metrics, "muster_status_writes_total", "phase"),
+        waiting_status_writes: counter(metrics, "muster_waiting_status_writes_total", "change"),
         kubelet_writes,
         passes: gauge(metrics, "muster_cycle_duration_seconds_count"),
         scheduler_rebuilds: counter(metrics, "muster_scheduler_rebuilds_total", "cause"),
@@ -278,14 +391,18 @@ fn write_reports(out: &Path, summary: &Summary, recorder: &Recorder) -> anyhow::
     let json = serde_json::to_string_pretty(summary).context("encoding the summary")?;
     std::fs::write(out.join("summary.json"), json + "\n").context("writing summary.json")?;
     let ms = |d: Option<Duration>| d.map_or(String::new(), |d| d.as_millis().to_string());
-    let mut csv = String::from("job,class,created_ms,admitted_ms,finished_ms,evictions\n");
+    let mut csv = String::from(
+        "job,class,created_ms,admitted_ms,pods_bound_ms,pods_ended_ms,finished_ms,evictions\n",
+    );
     for (key, job) in &recorder.jobs {
         let _ = writeln!(
             csv,
-            "{key},{},{},{},{},{}",
+            "{key},{},{},{},{},{},{},{}",
             job.class,
             ms(job.created),
             ms(job.admitted),
+            ms(job.pods_bound),
+            ms(job.pods_ended),
             ms(job.finished),
             job.evictions
         );
@@ -386,6 +503,7 @@ async fn generate(
     start: Instant,
 ) -> anyhow::Result<()> {
     let mut tasks = Vec::new();
+    let pods_per_job = baseline.pods_per_job;
     for (queue, _) in baseline.queues() {
         for (index, set) in baseline.sets.iter().enumerate() {
             let (client, recorder) = (client.clone(), Arc::clone(recorder));
@@ -395,6 +513,7 @@ async fn generate(
                     queue: &queue,
                     index,
                     set: &set,
+                    pods: pods_per_job,
                     recorder: &recorder,
                     start,
                 };
@@ -413,6 +532,8 @@ struct Generated<'a> {
     queue: &'a str,
     index: usize,
     set: &'a JobSet,
+    /// Pods per job, the job's CPUs split evenly among them.
+    pods: u32,
     recorder: &'a Mutex<Recorder>,
     start: Instant,
 }
@@ -433,14 +554,20 @@ async fn generate_set(
         queue,
         index,
         set,
+        pods,
         recorder,
         start,
     } = *at;
+    anyhow::ensure!(
+        pods == 1 || workload == Workload::GpuJob,
+        "jobs of more than one pod are made as GpuJobs only"
+    );
+    let cpu = format!("{}m", set.cpus * 1000 / pods.max(1));
     let template = json!({
         "metadata": {"annotations": {RUN_ANNOTATION: set.run_time.as_millis().to_string()}},
         "spec": {"restartPolicy": "Never", "containers": [{
             "name": "main", "image": "registry.k8s.io/pause:3.10",
-            "resources": {"requests": {"cpu": set.cpus.to_string()}}}]}});
+            "resources": {"requests": {"cpu": cpu}}}]}});
     for i in 0..set.count {
         tokio::time::sleep(set.interval).await;
         let name = format!("{}-{index}-{i}-0", set.class);
@@ -452,7 +579,7 @@ async fn generate_set(
                     "metadata": {"name": name, "namespace": queue,
                                  "labels": {CLASS_LABEL: set.class}},
                     "spec": {"queueName": queue, "priority": set.priority, "podSets": [{
-                        "name": "main", "count": 1, "template": template}]}}))
+                        "name": "main", "count": pods, "template": template}]}}))
                 .context("building a job")?;
                 Api::<GpuJob>::namespaced(client.clone(), queue)
                     .create(&PostParams::default(), &job)
@@ -513,6 +640,42 @@ async fn watch_jobs(client: Client, recorder: Arc<Mutex<Recorder>>, start: Insta
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .job_seen(&key, admitted, finished, start.elapsed());
+    }
+}
+
+/// Pods by the job they belong to (their [`JOB_LABEL`], the GpuJob's name for either
+/// workload): when each was bound and when it ended.
+async fn watch_pods(client: Client, recorder: Arc<Mutex<Recorder>>, start: Instant) {
+    let api: Api<Pod> = Api::all(client);
+    let config = watcher::Config::default().labels(JOB_LABEL);
+    let mut events = std::pin::pin!(watcher::watcher(api, config).default_backoff());
+    while let Some(event) = events.next().await {
+        let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event else {
+            continue;
+        };
+        let Some(job) = pod.metadata.labels.as_ref().and_then(|l| l.get(JOB_LABEL)) else {
+            continue;
+        };
+        let key = format!(
+            "{}/{job}",
+            pod.metadata.namespace.as_deref().unwrap_or_default()
+        );
+        let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+        let ended = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|p| p == "Succeeded" || p == "Failed");
+        recorder
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pod_seen(
+                &key,
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                bound,
+                ended,
+                start.elapsed(),
+            );
     }
 }
 

@@ -155,6 +155,10 @@ struct BaselineArgs {
     /// Scale every job set's count by this factor (1 is Kueue's baseline).
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
+    /// Make every job a gang of this many pods, sharing its CPUs evenly (1 is Kueue's
+    /// baseline; GpuJobs only): the quota and the work stay the same, the pods multiply.
+    #[arg(long, default_value_t = 1)]
+    pods_per_job: u32,
     /// Nodes of 64 CPUs to run the pods on.
     #[arg(long, default_value_t = 12)]
     nodes: u32,
@@ -170,6 +174,14 @@ struct BaselineArgs {
     /// Jobs' pods are made and finished through it.
     #[arg(long)]
     controller_manager_qps: Option<u32>,
+    /// kube-scheduler's client rate limit, requests per second (its `--kube-api-qps`, burst
+    /// twice as much); default Kubernetes' own, 50. Every released pod is bound through it.
+    #[arg(long)]
+    scheduler_qps: Option<u32>,
+    /// Take a 30-second CPU profile of kube-apiserver this many seconds after the first job
+    /// is created, into OUT/apiserver.pprof (read it with `go tool pprof`).
+    #[arg(long)]
+    profile_api_server: Option<u64>,
     /// Kueue's own benchmark, built by the kueue-bench kit into this directory (its
     /// `run.sh`): run it first (into OUT/kueue), then Muster (into OUT/muster), one after the
     /// other, and write both side by side with their ratios (OUT/comparison.md).
@@ -262,10 +274,13 @@ fn kueue_baseline(args: BaselineArgs) -> anyhow::Result<()> {
         out,
         muster,
         scale,
+        pods_per_job,
         nodes,
         timeout,
         workload,
         controller_manager_qps,
+        scheduler_qps,
+        profile_api_server,
         against_kueue,
     } = args;
     let workload = Workload::parse(&workload)?;
@@ -276,8 +291,8 @@ fn kueue_baseline(args: BaselineArgs) -> anyhow::Result<()> {
     let kueue = match &against_kueue {
         Some(kit) => {
             anyhow::ensure!(
-                (scale - 1.0).abs() < f64::EPSILON,
-                "--against-kueue runs Kueue's baseline as it is: leave --scale at 1"
+                (scale - 1.0).abs() < f64::EPSILON && pods_per_job == 1,
+                "--against-kueue runs Kueue's baseline as it is: leave --scale and --pods-per-job at 1"
             );
             let dir = out.join("kueue");
             eprintln!("running Kueue's benchmark into {}", dir.display());
@@ -294,11 +309,13 @@ fn kueue_baseline(args: BaselineArgs) -> anyhow::Result<()> {
         kube_bin,
         out,
         muster,
-        baseline: Baseline::kueue().scaled(scale),
+        baseline: Baseline::kueue().scaled(scale).in_gangs_of(pods_per_job),
         nodes,
         timeout: Duration::from_secs(timeout),
         workload,
         controller_manager_qps,
+        scheduler_qps,
+        profile_api_server: profile_api_server.map(Duration::from_secs),
     };
     let summary = until_interrupted(run(&options))?;
     println!(

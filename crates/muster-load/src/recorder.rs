@@ -20,7 +20,26 @@ pub struct JobRecord {
     pub finished: Option<Duration>,
     /// Times it went from admitted to not admitted without finishing.
     pub evictions: u32,
+    /// When its last pod was first seen bound to a node (the latest pod's binding, so a
+    /// gang counts once all its pods are bound).
+    pub pods_bound: Option<Duration>,
+    /// When its last pod was first seen ended (Succeeded or Failed).
+    pub pods_ended: Option<Duration>,
     admitted_now: bool,
+    /// Per pod name, when it was first seen bound and first seen ended.
+    pods: BTreeMap<String, (Option<Duration>, Option<Duration>)>,
+}
+
+/// Where a job's time from admission to finish went, seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FinishSteps {
+    /// From its admission seen to its pods bound by kube-scheduler.
+    pub to_bound: f64,
+    /// From its pods bound to its pods ended (started and run by the kubelet).
+    pub to_ended: f64,
+    /// From its pods ended to its own status saying it finished.
+    pub to_finished: f64,
 }
 
 /// One ClusterQueue's usage over time.
@@ -71,6 +90,56 @@ impl Recorder {
             job.evictions += 1;
         }
         job.admitted_now = admitted && !finished;
+    }
+
+    /// Pod `pod` of job `key` was seen at `at`, bound to a node or not, ended or not. The
+    /// job's times are its last pod's first sight of each.
+    pub fn pod_seen(&mut self, key: &str, pod: &str, bound: bool, ended: bool, at: Duration) {
+        let Some(job) = self.jobs.get_mut(key) else {
+            return;
+        };
+        if job.finished.is_some() {
+            return;
+        }
+        let seen = job.pods.entry(pod.to_owned()).or_default();
+        if bound && seen.0.is_none() {
+            seen.0 = Some(at);
+            job.pods_bound = Some(job.pods_bound.map_or(at, |b| b.max(at)));
+        }
+        if ended && seen.1.is_none() {
+            seen.1 = Some(at);
+            job.pods_ended = Some(job.pods_ended.map_or(at, |e| e.max(at)));
+        }
+    }
+
+    /// Mean seconds per class of each step from admission to finish, over the jobs that
+    /// went through all of them: admitted → pods bound, pods bound → pods ended, pods ended
+    /// → finished (the job's own status).
+    pub fn mean_steps_to_finish(&self) -> BTreeMap<String, FinishSteps> {
+        let mut sums: BTreeMap<String, (FinishSteps, u32)> = BTreeMap::new();
+        for job in self.jobs.values() {
+            let (Some(admitted), Some(bound), Some(ended), Some(finished)) =
+                (job.admitted, job.pods_bound, job.pods_ended, job.finished)
+            else {
+                continue;
+            };
+            let entry = sums.entry(job.class.clone()).or_default();
+            entry.0.to_bound += bound.saturating_sub(admitted).as_secs_f64();
+            entry.0.to_ended += ended.saturating_sub(bound).as_secs_f64();
+            entry.0.to_finished += finished.saturating_sub(ended).as_secs_f64();
+            entry.1 += 1;
+        }
+        sums.into_iter()
+            .map(|(class, (sum, n))| {
+                let n = f64::from(n.max(1));
+                let mean = FinishSteps {
+                    to_bound: sum.to_bound / n,
+                    to_ended: sum.to_ended / n,
+                    to_finished: sum.to_finished / n,
+                };
+                (class, mean)
+            })
+            .collect()
     }
 
     /// Queue `name` (nominal quota `nominal_milli`) showed `usage_milli` in use at `at`.
@@ -160,6 +229,29 @@ mod tests {
         assert!((r.mean_time_to_admission()["small"] - 2.0).abs() < 1e-9);
         assert_eq!(r.wall(), Some(s(6.0)));
         assert_eq!(r.unfinished(), 0);
+    }
+
+    #[test]
+    fn a_jobs_steps_to_finish_end_at_its_last_pod() {
+        let mut r = Recorder::default();
+        r.created("ns/a", "large", s(0.0));
+        r.job_seen("ns/a", true, false, s(1.0));
+        r.pod_seen("ns/a", "p0", true, false, s(2.0));
+        r.pod_seen("ns/a", "p1", false, false, s(2.5));
+        r.pod_seen("ns/a", "p1", true, false, s(3.0)); // the second pod bound later
+        r.pod_seen("ns/a", "p0", true, false, s(4.0)); // seen bound again: the first counts
+        r.pod_seen("ns/a", "p0", true, true, s(6.0));
+        r.pod_seen("ns/a", "p1", true, true, s(7.0));
+        r.pod_seen("ns/a", "p1", true, true, s(8.0));
+        r.job_seen("ns/a", false, true, s(10.0));
+        r.pod_seen("ns/a", "p2", true, true, s(12.0)); // after the finish: ignored
+        r.pod_seen("ns/other", "q", true, true, s(1.0)); // no such job: ignored
+        let steps = r.mean_steps_to_finish()["large"];
+        assert_eq!(
+            (steps.to_bound, steps.to_ended, steps.to_finished),
+            (2.0, 4.0, 3.0)
+        );
+        assert!(!r.jobs.contains_key("ns/other"));
     }
 
     #[test]

@@ -71,6 +71,13 @@ pub struct ClusterOptions {
     /// 20 per second with a burst of 30, which bounds how fast the Job controller makes and
     /// finishes Jobs' pods.
     pub controller_manager_qps: Option<u32>,
+    /// kube-scheduler's client rate limit in requests per second (its `--kube-api-qps`, with
+    /// a burst of twice as much). `None` keeps Kubernetes' default, 50 per second with a burst
+    /// of 100: one binding per pod, so it bounds how fast released pods are bound.
+    pub scheduler_qps: Option<u32>,
+    /// Serve kube-apiserver's Go profiles (`--profiling`, `/debug/pprof/`), for a load run that
+    /// asks where the API server's CPU goes (default off).
+    pub api_server_profiling: bool,
     /// `--feature-gates` of kube-apiserver, kube-scheduler and kube-controller-manager, e.g.
     /// `GenericWorkload=true,GangScheduling=true` (default none).
     pub feature_gates: &'static str,
@@ -86,6 +93,8 @@ impl Default for ClusterOptions {
             controller_manager: false,
             upstream_crds: &[],
             controller_manager_qps: None,
+            scheduler_qps: None,
+            api_server_profiling: false,
             feature_gates: "",
             runtime_config: "",
         }
@@ -179,6 +188,10 @@ pub struct TestCluster {
     client: Client,
     /// kube-controller-manager's `--kube-api-qps`, kept for its restarts.
     controller_manager_qps: Option<u32>,
+    /// kube-scheduler's `--kube-api-qps`, kept for its restarts.
+    scheduler_qps: Option<u32>,
+    /// kube-apiserver's `--profiling`, kept for its restarts.
+    api_server_profiling: bool,
     /// The components' `--feature-gates` (see [`ClusterOptions::feature_gates`]).
     feature_gates: &'static str,
     /// kube-apiserver's `--runtime-config`.
@@ -274,6 +287,8 @@ impl TestCluster {
             kubeconfig_path,
             client,
             controller_manager_qps: options.controller_manager_qps,
+            scheduler_qps: options.scheduler_qps,
+            api_server_profiling: options.api_server_profiling,
             feature_gates: options.feature_gates,
             runtime_config: options.runtime_config,
         };
@@ -422,15 +437,22 @@ impl TestCluster {
                 "--shutdown-watch-termination-grace-period=2s".into(),
                 "--disable-admission-plugins=ServiceAccount".into(),
                 "--allow-privileged=true".into(),
-                "--profiling=false".into(),
+                format!("--profiling={}", self.api_server_profiling),
                 "--v=1".into(),
             ],
-            Component::Scheduler => vec![
-                kubeconfig,
-                "--leader-elect=false".into(),
-                "--secure-port=0".into(),
-                "--v=1".into(),
-            ],
+            Component::Scheduler => {
+                let mut args = vec![
+                    kubeconfig,
+                    "--leader-elect=false".into(),
+                    "--secure-port=0".into(),
+                    "--v=1".into(),
+                ];
+                if let Some(qps) = self.scheduler_qps {
+                    args.push(format!("--kube-api-qps={qps}"));
+                    args.push(format!("--kube-api-burst={}", qps.saturating_mul(2)));
+                }
+                args
+            }
             Component::ControllerManager => {
                 let mut args = vec![
                     kubeconfig,

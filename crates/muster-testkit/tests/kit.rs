@@ -356,6 +356,8 @@ async fn dropping_the_cluster_stops_every_process_and_removes_its_folder() -> an
             controller_manager: true,
             upstream_crds: &[UpstreamCrd::ProvisioningRequest],
             controller_manager_qps: Some(50),
+            scheduler_qps: Some(100),
+            api_server_profiling: true,
             feature_gates: "GenericWorkload=true",
             runtime_config: "scheduling.k8s.io/v1alpha2=true",
         },
@@ -364,6 +366,16 @@ async fn dropping_the_cluster_stops_every_process_and_removes_its_folder() -> an
     Api::<CustomResourceDefinition>::all(cluster.client())
         .get("provisioningrequests.autoscaling.x-k8s.io")
         .await?;
+    // Profiling on: kube-apiserver serves its Go profiles.
+    let goroutines = cluster
+        .client()
+        .request_text(http::Request::get("/debug/pprof/goroutine?debug=1").body(Vec::new())?)
+        .await?;
+    assert!(
+        goroutines.starts_with("goroutine profile"),
+        "{}",
+        goroutines.lines().next().unwrap_or_default()
+    );
     // kube-controller-manager logs the flags it runs with.
     let log = std::fs::read_to_string(cluster.log_dir().join("kube-controller-manager.log"))?;
     for flag in [

@@ -271,9 +271,15 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
         if refreshed_lately || !(shown || current.queue_position.is_some()) {
             return;
         }
-        // A job that just came among the shown positions is shown its position once it has
-        // stayed there a while (see [`status::POSITION_SHOWN_AFTER_SECONDS`]).
-        if current.queue_position.is_none() && !state.ledger.position_due(&key, now_s) {
+        // A job that just came among the shown positions, its status already saying this
+        // very reason, is shown its position once it has stayed there a while (see
+        // [`status::POSITION_SHOWN_AFTER_SECONDS`]): the position is all the write would add.
+        // One whose status says another way of waiting its turn (an eviction's "preempted to
+        // make room", say) is told where it stands at once.
+        if current.queue_position.is_none()
+            && before == Some(reason.kind())
+            && !state.ledger.position_due(&key, now_s)
+        {
             return;
         }
     }

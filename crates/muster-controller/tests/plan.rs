@@ -770,6 +770,33 @@ fn an_admission_at_the_head_of_a_long_queue_rewrites_the_positions_shown_once_pe
     );
 }
 
+/// A job whose status says another way of waiting its turn than the one it now has (here
+/// an eviction's "not yet scheduled") is told where it stands at once, position included;
+/// only a job whose status already says its reason waits to be shown its position.
+#[test]
+fn a_requeued_job_at_the_head_is_told_its_reason_and_position_at_once() {
+    // 8 GPUs: one single-pod job runs, the requeued one waits first in line.
+    let mut requeued = job("b", 1, 1);
+    requeued.status = Some(support::object(serde_json::json!({
+        "phase": "Queued", "requeueCount": 1,
+        "pendingReason": {"kind": "NotYetScheduled",
+                          "message": "preempted to make room for team-b/reclaim"}})));
+    let mut index = cluster(8, vec![job("a", 1, 0), requeued]);
+    let pass = plan(&mut index, at(2));
+    assert_eq!(releases(&pass.actions).len(), 1);
+    assert!(
+        statuses_written(&pass.actions).contains(&"team-a/b"),
+        "{:#?}",
+        pass.actions
+    );
+    land_all(&mut index, &pass.actions, 2);
+    let status = status_of(&index, "team-a/b");
+    assert_eq!(
+        (status.pending_reason.map(|r| r.kind), status.queue_position),
+        (Some(PendingReasonKind::QuotaShort), Some(1))
+    );
+}
+
 #[test]
 fn a_job_stays_held_until_every_write_of_its_pass_has_landed() {
     // A new job without its finalizer: the pass adds the finalizer and releases the gang.

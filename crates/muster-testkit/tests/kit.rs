@@ -366,6 +366,16 @@ async fn dropping_the_cluster_stops_every_process_and_removes_its_folder() -> an
     Api::<CustomResourceDefinition>::all(cluster.client())
         .get("provisioningrequests.autoscaling.x-k8s.io")
         .await?;
+    // kube-scheduler runs with the rate asked for.
+    let scheduler = cluster
+        .pid(muster_testkit::Component::Scheduler)
+        .ok_or_else(|| anyhow::anyhow!("kube-scheduler is not running"))?;
+    let args = std::fs::read_to_string(format!("/proc/{scheduler}/cmdline"))?;
+    assert!(
+        args.split('\0').any(|a| a == "--kube-api-qps=100")
+            && args.split('\0').any(|a| a == "--kube-api-burst=200"),
+        "{args:?}"
+    );
     // Profiling on: kube-apiserver serves its Go profiles.
     let goroutines = cluster
         .client()

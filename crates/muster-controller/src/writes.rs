@@ -168,15 +168,12 @@ fn waiting_change(index: &crate::index::Index, action: &Action) -> Option<&'stat
     let Action::JobStatus { job, status, .. } = action else {
         return None;
     };
-    status.pending_reason.as_ref()?;
-    let before = index.jobs.get(job).and_then(|j| j.status.as_ref());
-    Some(
-        match before.map(|s| s.pending_reason.as_ref().map(|r| r.kind)) {
-            None => "first",
-            Some(kind) if kind == status.pending_reason.as_ref().map(|r| r.kind) => "figures",
-            Some(_) => "reason",
-        },
-    )
+    let kind = status.pending_reason.as_ref()?.kind;
+    Some(match index.jobs.get(job).and_then(|j| j.status.as_ref()) {
+        None => "first",
+        Some(before) if before.pending_reason.as_ref().map(|r| r.kind) == Some(kind) => "figures",
+        Some(_) => "reason",
+    })
 }
 
 /// Sends the waiting jobs' status writes that passes queued (see [`crate::deferred`]),

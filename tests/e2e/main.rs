@@ -18,6 +18,7 @@ mod partition;
 mod pod_groups;
 mod provisioning;
 mod shares;
+mod status_writes;
 mod support;
 mod tpu;
 mod workloads;

@@ -161,7 +161,10 @@ fn plausible(method: &str, path: &str, name: &str, body: &Value) -> (u16, Value)
         )
     } else if path.contains("/gpujobs/") {
         let mut object = serde_json::to_value(job("a", 2, 0)).unwrap_or_default();
-        object["status"] = body["status"].clone();
+        // A status write is a JSON patch: applied to the fixture as the API server would.
+        if let Ok(patch) = serde_json::from_value::<json_patch::Patch>(body.clone()) {
+            let _ = json_patch::patch(&mut object, &patch);
+        }
         (200, object)
     } else {
         (
@@ -247,13 +250,19 @@ async fn an_admission_creates_the_whole_gang_gated_then_opens_every_gate_then_wr
         json!([{"name": ADMISSION_GATE}])
     );
     assert_eq!(seen[3].body, json!({"spec": {"schedulingGates": []}}));
-    // The status goes by server-side apply, so fields left out are removed, and only onto
+    // The status goes whole, by a JSON patch, so fields left out are removed, and only onto
     // the version of the job the pass read.
-    assert_eq!(seen[5].content_type, "application/apply-patch+yaml");
-    assert_eq!(seen[5].body["metadata"]["resourceVersion"], "1");
-    assert_eq!(seen[5].body["status"]["phase"], "Admitted");
+    assert_eq!(seen[5].content_type, "application/json-patch+json");
     assert_eq!(
-        seen[5].body["status"]["admission"]["podSets"][0]["nodes"]
+        seen[5].body[0],
+        json!({"op": "replace", "path": "/metadata/resourceVersion", "value": "1"})
+    );
+    assert_eq!(seen[5].body[1]["op"], "add");
+    assert_eq!(seen[5].body[1]["path"], "/status");
+    let status = &seen[5].body[1]["value"];
+    assert_eq!(status["phase"], "Admitted");
+    assert_eq!(
+        status["admission"]["podSets"][0]["nodes"]
             .as_array()
             .map(Vec::len),
         Some(2)

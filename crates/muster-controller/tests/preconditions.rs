@@ -67,11 +67,11 @@ impl Server {
         let job_path = path.contains("/gpujobs/");
         match (method, job_path) {
             ("PATCH", true) if path.ends_with("/status") => {
-                let wanted = body["metadata"]["resourceVersion"].as_str();
+                let (wanted, status) = support::status_write(&body);
                 if wanted.is_some_and(|v| v != self.version().to_string()) {
                     return (409, failure(409, "Conflict"));
                 }
-                self.job["status"] = body["status"].clone();
+                self.job["status"] = status;
                 let job = self.bump();
                 if std::mem::take(&mut self.lose_next_status) {
                     return (500, failure(500, "InternalError"));
@@ -155,9 +155,13 @@ fn job_requests(server: &Mutex<Server>) -> Vec<(String, Option<String>)> {
         .iter()
         .filter(|(_, path, _)| path.contains("/gpujobs/"))
         .map(|(method, path, body)| {
-            let version = body["metadata"]["resourceVersion"]
-                .as_str()
-                .map(str::to_owned);
+            let version = if path.ends_with("/status") {
+                support::status_write(body).0
+            } else {
+                body["metadata"]["resourceVersion"]
+                    .as_str()
+                    .map(str::to_owned)
+            };
             let what = if path.ends_with("/status") {
                 format!("{method} status")
             } else {

@@ -187,21 +187,21 @@ impl Objects {
                 .and_then(|rest| rest.split('/').next())
                 .unwrap_or_default();
             let mut job = self.jobs.get(name).cloned().unwrap_or_default();
-            job["status"] = body["status"].clone();
+            job["status"] = support::status_write(&body).1;
             job["metadata"]["resourceVersion"] = json!("11");
             self.jobs.insert(name.to_owned(), job.clone());
             job
         } else if path.contains("/clusterqueues/") {
             let mut queue = self.queue.clone();
-            queue["status"] = body["status"].clone();
+            queue["status"] = support::status_write(&body).1;
             queue
         } else if path.contains("/localqueues/") {
             let mut queue = serde_json::to_value(support::local_queue()).unwrap_or_default();
-            queue["status"] = body["status"].clone();
+            queue["status"] = support::status_write(&body).1;
             queue
         } else if path.contains("/resourceflavors/") {
             let mut flavor = serde_json::to_value(support::flavor()).unwrap_or_default();
-            flavor["status"] = body["status"].clone();
+            flavor["status"] = support::status_write(&body).1;
             flavor
         } else if method == "PATCH" {
             let name = path.rsplit('/').next().unwrap_or_default();

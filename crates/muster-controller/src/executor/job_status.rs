@@ -3,10 +3,10 @@
 //! a write that failed is read back, since it may have been carried out.
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use muster_api::{API_VERSION, GpuJob, GpuJobStatus, ObjectRef};
+use kube::api::{Api, ListParams};
+use muster_api::{GpuJob, GpuJobStatus, ObjectRef};
 
-use super::{ExecuteError, Executor, FIELD_MANAGER, Written, is_code, named};
+use super::{ExecuteError, Executor, Written, is_code, named, status_params, whole_status};
 use crate::action::{Action, JobRead};
 
 impl Executor {
@@ -71,8 +71,7 @@ impl Executor {
         Ok(read)
     }
 
-    /// Writes a job's whole status by server-side apply (fields Muster set before and left
-    /// out now are removed, which a merge patch would keep), onto the version `read` only.
+    /// Writes a job's whole status (see [`whole_status`]), onto the version `read` only.
     ///
     /// When that version is gone (409 Conflict), the job is read afresh and the write decided
     /// again: already written (an earlier attempt landed and its answer was lost) — done;
@@ -87,12 +86,11 @@ impl Executor {
     ) -> Result<GpuJob, ExecuteError> {
         let (namespace, name) = (key.namespace(), key.name());
         let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
-        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let params = status_params();
+        let what = format!("GpuJob {key}");
         let Some((read, mut version)) = read.and_then(|r| Some((r, r.resource_version.clone()?)))
         else {
-            let body =
-                serde_json::json!({"apiVersion": API_VERSION, "kind": "GpuJob", "status": status});
-            let patch = Patch::Apply(&body);
+            let patch = whole_status(&what, status, None)?;
             return self
                 .call("writing GpuJob status", key, || {
                     api.patch_status(name, &params, &patch)
@@ -104,9 +102,7 @@ impl Executor {
             why: why.to_owned(),
         };
         for _ in 0..self.retry.attempts.max(1) {
-            let body = serde_json::json!({"apiVersion": API_VERSION, "kind": "GpuJob",
-                "metadata": {"resourceVersion": version}, "status": status});
-            let patch = Patch::Apply(&body);
+            let patch = whole_status(&what, status, Some(&version))?;
             // A conflict is an answer, not a fault to retry as it stands.
             let written = self
                 .call("writing GpuJob status", key, || async {

@@ -386,3 +386,16 @@ pub fn status_of(state: &State, key: &str) -> muster_api::GpuJobStatus {
         .and_then(|j| j.status.clone())
         .unwrap_or_default()
 }
+
+/// What a status write (the JSON patch Muster sends) carries: the resourceVersion it is
+/// conditional on, if any, and the whole status it writes (`Null` when it writes none).
+pub fn status_write(body: &Value) -> (Option<String>, Value) {
+    let ops = body.as_array().map(Vec::as_slice).unwrap_or_default();
+    let value_at = |path: &str| {
+        ops.iter()
+            .find(|op| op["path"] == path)
+            .map(|op| op["value"].clone())
+    };
+    let version = value_at("/metadata/resourceVersion").and_then(|v| v.as_str().map(str::to_owned));
+    (version, value_at("/status").unwrap_or_default())
+}

@@ -20,10 +20,17 @@ pub(crate) struct LastPass {
     /// Pending jobs per (ClusterQueue, reason kind) as the last pass that explained every
     /// waiting job counted them; `None`: the next pass explains every waiting job.
     pub(crate) pending: Option<BTreeMap<(String, String), i64>>,
-    /// The index's queue version when the last pass compared every queue status and found
-    /// none to write; `None` after one that wrote any, or that left one uncompared because
-    /// its write was in flight.
+    /// The index's queue version when the last pass compared every queue status; `None`
+    /// after one that left one uncompared because its write was in flight.
     pub(crate) queues_settled: Option<u64>,
+    /// When the first queue status that pass held back (its figures alone moved, written
+    /// lately) comes due, in seconds.
+    pub(crate) queues_due: Option<i64>,
+    /// The second (of the pass clock) of the last pass that explained every waiting job.
+    pub(crate) explained_at: Option<i64>,
+    /// Something a waiting job reads moved in a pass that did not explain (one within the
+    /// second of the last explanation): the next pass in a later second explains.
+    pub(crate) explain_owed: bool,
 }
 
 impl LastPass {

@@ -206,6 +206,13 @@ impl Ledger {
             .is_none_or(|at| now - at >= crate::status::QUEUE_FIGURES_EVERY_SECONDS)
     }
 
+    /// When `queue`'s figures may next be written (see [`Ledger::queue_figures_due`]).
+    pub(crate) fn queue_figures_due_at(&self, queue: &QueueWrite) -> Option<i64> {
+        self.queues_written
+            .get(queue)
+            .map(|at| at + crate::status::QUEUE_FIGURES_EVERY_SECONDS)
+    }
+
     /// Whether `queue`'s status is being written.
     pub(crate) fn is_writing_queue(&self, queue: &QueueWrite) -> bool {
         self.queues.contains(queue)

@@ -85,13 +85,18 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     let mut decisions = scheduler.step(now_s);
     // Every waiting job is explained again when anything it could read moved: a cycle ran,
     // a job was settled, a status may be refreshed. Otherwise each would be told what it was
-    // told last pass, and the last pass's counts stand.
+    // told last pass, and the last pass's counts stand. Explaining costs a look at every
+    // waiting job, so under a stream of events (passes a few hundred milliseconds apart) it
+    // happens at most once per second of the pass clock: a pass within the second of the
+    // last explanation owes it to the next pass (see [`LastPass::explain_owed`]).
+    let moved = scheduler.cycles_run() != cycles || settled > 0 || refresh_due;
+    let owed = moved || last.explain_owed;
     let explain = basis.rebuilt().is_some()
-        || scheduler.cycles_run() != cycles
-        || settled > 0
-        || refresh_due
-        || last.pending.is_none();
+        || last.pending.is_none()
+        || (owed && last.explained_at != Some(now_s));
+    last.explain_owed = owed && !explain;
     if explain {
+        last.explained_at = Some(now_s);
         decisions.extend(scheduler.waiting());
     }
     plan.summary.settled = settled;
@@ -145,8 +150,8 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
 }
 
 /// Step (4) of a pass: queue statuses, unless nothing they show can have changed since a
-/// pass that compared every one and found none to write (`explain` false: the scheduler did
-/// not move).
+/// pass that compared every one (`explain` false: the scheduler did not move, or moved within
+/// the second of the last explanation) and no figures held back then have come due.
 fn queue_statuses(
     state: &mut State,
     scheduler: &Scheduler,
@@ -155,15 +160,18 @@ fn queue_statuses(
     actions: &mut Vec<Action>,
 ) {
     let queues = state.index.queues_version();
-    let unchanged =
-        !explain && state.ledger.queues_idle() && state.last.queues_settled == Some(queues);
+    let now_s = now.0.as_second();
+    let unchanged = !explain
+        && state.ledger.queues_idle()
+        && state.last.queues_settled == Some(queues)
+        && state.last.queues_due.is_none_or(|due| now_s < due);
     if !unchanged {
-        let held_back = crate::queues::queue_statuses(state, scheduler, now, actions);
-        // Settled only when no queue's write is in flight, this pass's or an earlier one's,
-        // and none waits its turn: a queue with a write in flight is not compared, and a
-        // write that fails changes nothing the index shows, so later passes would skip a
-        // status left stale.
-        state.last.queues_settled = (state.ledger.queues_idle() && !held_back).then_some(queues);
+        state.last.queues_due = crate::queues::queue_statuses(state, scheduler, now, actions);
+        // Settled only when no queue's write is in flight, this pass's or an earlier one's
+        // (checked as the next pass begins): a queue with a write in flight is not compared,
+        // and a write that fails changes nothing the index shows, so later passes would skip
+        // a status left stale.
+        state.last.queues_settled = state.ledger.queues_idle().then_some(queues);
     }
 }
 

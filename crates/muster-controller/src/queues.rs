@@ -13,23 +13,27 @@ use crate::ledger::QueueWrite;
 use crate::state::State;
 use crate::status;
 
-/// ClusterQueue and LocalQueue statuses, where changed and not already being written; whether
-/// any was held back because only its figures moved and it was written less than
-/// [`status::QUEUE_FIGURES_EVERY_SECONDS`] ago (a later pass writes it).
+/// ClusterQueue and LocalQueue statuses, where changed and not already being written. Returns
+/// when the first of those held back comes due, if any was: one whose figures alone moved and
+/// that was written less than [`status::QUEUE_FIGURES_EVERY_SECONDS`] ago (a later pass
+/// writes it).
 pub(crate) fn queue_statuses(
     state: &mut State,
     scheduler: &Scheduler,
     now: &Time,
     actions: &mut Vec<Action>,
-) -> bool {
+) -> Option<i64> {
     let State { index, ledger, .. } = state;
     let start = actions.len();
     let now_s = now.0.as_second();
-    let mut held_back = false;
+    let mut held_back: Option<i64> = None;
     // Whether a status that differs from `current` in its figures alone waits its turn.
     let mut waits = |queue: &QueueWrite, same_conditions: bool| {
         let wait = same_conditions && !ledger.queue_figures_due(queue, now_s);
-        held_back |= wait;
+        if wait {
+            let due = ledger.queue_figures_due_at(queue).unwrap_or(now_s);
+            held_back = Some(held_back.map_or(due, |first| first.min(due)));
+        }
         wait
     };
     let counts = status::queue_counts(scheduler);

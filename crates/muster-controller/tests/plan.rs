@@ -972,6 +972,50 @@ fn a_pass_settles_only_the_jobs_whose_inputs_changed() {
     );
 }
 
+/// Under a stream of events, passes come a few hundred milliseconds apart: waiting jobs are
+/// explained at most once per second, and what moved in a pass that did not explain is
+/// explained by the next pass in a later second, even when nothing moves then.
+#[test]
+fn waiting_jobs_are_explained_at_most_once_a_second_and_a_skipped_explanation_is_owed() {
+    let mut index = cluster(32, vec![job("a", 2, 0), job("b", 2, 1), job("c", 2, 2)]);
+    let mut t = 10;
+    let mut released = Vec::new();
+    loop {
+        let pass = plan(&mut index, at(t));
+        land_all(&mut index, &pass.actions, t);
+        released.extend(releases(&pass.actions).into_iter().cloned());
+        t += 1;
+        if pass.actions.is_empty() {
+            break;
+        }
+        assert!(t < 20, "passes never settle");
+    }
+    assert_eq!(released.len(), 2, "a and b fit, c waits");
+    // A gang turns Ready: the job is settled, and the waiting job explained.
+    report(&mut index, &released[0], "Running", true);
+    let first = plan(&mut index, at(t));
+    assert_eq!(first.summary.settled, 1);
+    assert!(first.summary.explained);
+    land_all(&mut index, &first.actions, t);
+    // The other turns Ready within the same second: settled, but not explained again.
+    report(&mut index, &released[1], "Running", true);
+    let second = plan(&mut index, at(t));
+    assert!(second.summary.settled >= 1);
+    assert!(!second.summary.explained, "twice in one second");
+    assert_eq!(
+        second.summary.pending.values().sum::<i64>(),
+        1,
+        "the last explanation's counts stand: {:?}",
+        second.summary.pending
+    );
+    land_all(&mut index, &second.actions, t);
+    // The next second's pass explains what it owes, with nothing new.
+    let owed = plan(&mut index, at(t + 1));
+    assert!(owed.summary.explained, "the owed explanation");
+    let after = plan(&mut index, at(t + 2));
+    assert!(!after.summary.explained, "nothing owed, nothing moved");
+}
+
 #[test]
 fn quiet_passes_explain_waiting_jobs_again_within_the_refresh_interval() {
     let mut index = cluster(32, vec![job("a", 2, 0), job("b", 2, 1), job("c", 2, 2)]);

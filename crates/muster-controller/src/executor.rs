@@ -130,6 +130,11 @@ pub struct Executor {
     pub retry: Retry,
     /// Retries of a read after a failed write (see [`Executor::read_back`]).
     pub read_retry: Retry,
+    /// Retries of lifting a gate: once a gang's gates are being lifted, some of its pods may
+    /// run already, so the rest are retried as long as a read back would be, riding out an
+    /// API server that restarts mid-burst rather than leaving the gang running in part until
+    /// a later pass (after the caches relist) finishes the release.
+    pub gate_retry: Retry,
 }
 
 impl std::fmt::Debug for Executor {
@@ -184,6 +189,11 @@ impl Executor {
             // About 16 s in all: long enough to ride out a burst of faults; the job is held
             // as its write promised meanwhile.
             read_retry: Retry {
+                attempts: 8,
+                base: Duration::from_millis(200),
+                max: Duration::from_secs(5),
+            },
+            gate_retry: Retry {
                 attempts: 8,
                 base: Duration::from_millis(200),
                 max: Duration::from_secs(5),

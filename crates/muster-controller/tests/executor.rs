@@ -184,6 +184,11 @@ fn executor(client: Client, leading: bool, concurrency: usize) -> (Executor, wat
         base: Duration::from_millis(1),
         max: Duration::from_millis(4),
     };
+    executor.gate_retry = Retry {
+        attempts: 8,
+        base: Duration::from_millis(1),
+        max: Duration::from_millis(4),
+    };
     (executor, tx)
 }
 
@@ -284,6 +289,22 @@ async fn conflicts_and_server_errors_are_retried() {
             .count(),
         2
     );
+}
+
+/// A gate is lifted through more faults than other writes ride out: with some of the gang's
+/// pods free to run, the release finishes as soon as the API server answers again.
+#[tokio::test]
+async fn lifting_the_gates_rides_out_a_longer_outage_than_other_writes() {
+    let (action, _) = release(2);
+    // Service, 2 pods; the first ungate fails 6 times (more than `retry`'s 4 attempts).
+    let failures: BTreeMap<usize, u16> = (3..9).map(|i| (i, 503)).collect();
+    let (result, seen) = run(&action, failures, Vec::new(), true).await;
+    assert_eq!(result, Ok(5), "2 pods created, 2 ungated, 1 job");
+    let ungates = seen
+        .iter()
+        .filter(|s| s.method == "PATCH" && s.path.contains("/pods/"))
+        .count();
+    assert_eq!(ungates, 8, "6 failed tries and 2 lifts");
 }
 
 #[tokio::test]

@@ -164,7 +164,9 @@ impl Executor {
         };
         let patch = Patch::Merge(&body);
         let pod = self
-            .call("ungating pod", &name, || pods.patch(&name, &params, &patch))
+            .retrying(self.gate_retry, true, "ungating pod", &name, || {
+                pods.patch(&name, &params, &patch)
+            })
             .await?;
         Ok(Written::Pod(Box::new(pod)))
     }

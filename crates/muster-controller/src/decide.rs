@@ -105,7 +105,9 @@ impl QueueTally {
         let cq = match scheduler.job(key) {
             Some(job) => {
                 if !queue_of.contains_key(&job.local_queue) {
-                    let cq = scheduler.cluster_queue_of_job(job).unwrap_or_default();
+                    let cq = scheduler
+                        .cluster_queue_of_local_queue(&job.local_queue)
+                        .unwrap_or_default();
                     queue_of.insert(job.local_queue.clone(), cq);
                 }
                 queue_of.get(&job.local_queue).map_or("", String::as_str)

@@ -125,11 +125,16 @@ impl OutsideUsage {
 
 /// What a pass's scheduler was built from, handed back to [`keep`] after the cycle.
 pub(crate) struct Basis {
-    /// Unchanged inputs of a kept scheduler (`None`: read them from the index).
-    inputs: Option<Inputs>,
+    source: Source,
     usage: OutsideUsage,
-    /// Why the scheduler was built afresh (`None`: the kept one was brought up to date).
-    rebuilt: Option<&'static str>,
+}
+
+/// Where a pass's scheduler came from.
+enum Source {
+    /// The kept one, brought up to date: its inputs, unchanged.
+    Kept(Inputs),
+    /// Built afresh from the index, and why (see [`Basis::rebuilt`]).
+    Rebuilt(&'static str),
 }
 
 /// The scheduler for a pass: the kept one brought up to `index` and `seats`, or one built
@@ -157,9 +162,8 @@ pub(crate) fn scheduler_for(
                     usage,
                 } = kept;
                 let basis = Basis {
-                    inputs: Some(inputs),
+                    source: Source::Kept(inputs),
                     usage,
-                    rebuilt: None,
                 };
                 return (scheduler, basis);
             }
@@ -186,9 +190,8 @@ pub(crate) fn scheduler_for(
     }
     preemptors.resume(&mut scheduler, index);
     let basis = Basis {
-        inputs: None,
+        source: Source::Rebuilt(cause),
         usage,
-        rebuilt: Some(cause),
     };
     (scheduler, basis)
 }
@@ -201,13 +204,19 @@ impl Basis {
     /// `holding` (both hold, but not the same), `changed` (its definition changed while
     /// held), `evicting` (the scheduler evicts it and the seat still holds).
     pub(crate) fn rebuilt(&self) -> Option<&'static str> {
-        self.rebuilt
+        match self.source {
+            Source::Kept(_) => None,
+            Source::Rebuilt(cause) => Some(cause),
+        }
     }
 }
 
 /// Keeps `scheduler` for the next pass, with what it was built from.
 pub(crate) fn keep(slot: &mut Slot, index: &Index, scheduler: Scheduler, basis: Basis) {
-    let inputs = basis.inputs.unwrap_or_else(|| Inputs::of(index));
+    let inputs = match basis.source {
+        Source::Kept(inputs) => inputs,
+        Source::Rebuilt(_) => Inputs::of(index),
+    };
     *slot = Slot(Some(Kept {
         scheduler,
         inputs,

@@ -123,6 +123,8 @@ pub struct Summary {
     pub jobs: usize,
     /// Jobs that finished within the time-out.
     pub finished: usize,
+    /// Of those, jobs that ended Failed (each built to succeed; why is in `jobs.csv`).
+    pub failed: usize,
     /// From the first creation to the last finish, seconds.
     pub wall_seconds: f64,
     /// Mean seconds from creation to admission, per class.
@@ -364,6 +366,11 @@ fn summarize(
             .values()
             .filter(|j| j.finished.is_some())
             .count(),
+        failed: recorder
+            .jobs
+            .values()
+            .filter(|j| j.failed.is_some())
+            .count(),
         wall_seconds: recorder.wall().map_or(0.0, |d| d.as_secs_f64()),
         time_to_admission_seconds: recorder.mean_time_to_admission(),
         steps_to_finish_seconds: recorder.mean_steps_to_finish(),
@@ -387,24 +394,35 @@ fn summarize(
     }
 }
 
+/// `text` as one CSV field: quoted, its quotes doubled, when it holds a comma, a quote or a
+/// line break (RFC 4180).
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_owned()
+    }
+}
+
 fn write_reports(out: &Path, summary: &Summary, recorder: &Recorder) -> anyhow::Result<()> {
     let json = serde_json::to_string_pretty(summary).context("encoding the summary")?;
     std::fs::write(out.join("summary.json"), json + "\n").context("writing summary.json")?;
     let ms = |d: Option<Duration>| d.map_or(String::new(), |d| d.as_millis().to_string());
     let mut csv = String::from(
-        "job,class,created_ms,admitted_ms,pods_bound_ms,pods_ended_ms,finished_ms,evictions\n",
+        "job,class,created_ms,admitted_ms,pods_bound_ms,pods_ended_ms,finished_ms,evictions,failed\n",
     );
     for (key, job) in &recorder.jobs {
         let _ = writeln!(
             csv,
-            "{key},{},{},{},{},{},{},{}",
+            "{key},{},{},{},{},{},{},{},{}",
             job.class,
             ms(job.created),
             ms(job.admitted),
             ms(job.pods_bound),
             ms(job.pods_ended),
             ms(job.finished),
-            job.evictions
+            job.evictions,
+            csv_field(job.failed.as_deref().unwrap_or_default()),
         );
     }
     std::fs::write(out.join("jobs.csv"), csv).context("writing jobs.csv")
@@ -631,6 +649,20 @@ async fn watch_jobs(client: Client, recorder: Arc<Mutex<Recorder>>, start: Insta
             job.metadata.name.as_deref().unwrap_or_default()
         );
         let status = job.status.unwrap_or_default();
+        if status.phase == Some(muster_api::GpuJobPhase::Failed) {
+            let finished = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == muster_api::gpujob::conditions::FINISHED);
+            let why = finished.map_or_else(
+                || "no Finished condition".to_owned(),
+                |c| format!("{}: {}", c.reason, c.message),
+            );
+            recorder
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .failed(&key, &why);
+        }
         let admitted = status.admission.is_some();
         let finished = matches!(
             status.phase,
@@ -866,7 +898,17 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{counter, gauge, series};
+    use super::{counter, csv_field, gauge, series};
+
+    #[test]
+    fn a_csv_field_with_a_comma_or_a_quote_is_quoted() {
+        assert_eq!(csv_field("BackoffLimitExceeded"), "BackoffLimitExceeded");
+        assert_eq!(
+            csv_field("Failed: pod a, then b"),
+            "\"Failed: pod a, then b\""
+        );
+        assert_eq!(csv_field("said \"no\""), "\"said \"\"no\"\"\"");
+    }
 
     #[test]
     fn counters_are_summed_by_their_first_label() {

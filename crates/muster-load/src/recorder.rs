@@ -25,6 +25,9 @@ pub struct JobRecord {
     pub pods_bound: Option<Duration>,
     /// When its last pod was first seen ended (Succeeded or Failed).
     pub pods_ended: Option<Duration>,
+    /// Why it failed, when it ended Failed (its status's reason and message): every job of
+    /// a load run is built to succeed, so each of these is something to look into.
+    pub failed: Option<String>,
     admitted_now: bool,
     /// Per pod name, when it was first seen bound and first seen ended.
     pods: BTreeMap<String, (Option<Duration>, Option<Duration>)>,
@@ -90,6 +93,12 @@ impl Recorder {
             job.evictions += 1;
         }
         job.admitted_now = admitted && !finished;
+    }
+
+    /// Job `key` was seen ended Failed, `why`; the first sight counts.
+    pub fn failed(&mut self, key: &str, why: &str) {
+        let job = self.jobs.entry(key.to_owned()).or_default();
+        job.failed.get_or_insert_with(|| why.to_owned());
     }
 
     /// Pod `pod` of job `key` was seen at `at`, bound to a node or not, ended or not. The
@@ -229,6 +238,20 @@ mod tests {
         assert!((r.mean_time_to_admission()["small"] - 2.0).abs() < 1e-9);
         assert_eq!(r.wall(), Some(s(6.0)));
         assert_eq!(r.unfinished(), 0);
+    }
+
+    #[test]
+    fn a_failed_job_keeps_why_it_first_failed() {
+        let mut r = Recorder::default();
+        r.created("ns/a", "small", s(0.0));
+        r.created("ns/b", "small", s(0.0));
+        r.failed("ns/a", "Failed: BackoffLimitExceeded");
+        r.failed("ns/a", "Failed: seen again");
+        assert_eq!(
+            r.jobs["ns/a"].failed.as_deref(),
+            Some("Failed: BackoffLimitExceeded")
+        );
+        assert_eq!(r.jobs["ns/b"].failed, None);
     }
 
     #[test]

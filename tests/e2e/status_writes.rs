@@ -1,6 +1,7 @@
 //! How a job's status is written, on a real API server: whole (a field left out is removed)
 //! and only onto the version of the job the write was decided on.
 
+use kube::Api;
 use muster_api::gpujob::{PendingReason, PendingReasonKind};
 use muster_api::{GpuJob, GpuJobPhase, GpuJobStatus, ObjectRef};
 use muster_controller::action::JobRead;
@@ -17,6 +18,26 @@ fn write(key: &ObjectRef, status: GpuJobStatus) -> Action {
         status: Box::new(status),
         event: None,
     }
+}
+
+/// Writes `status` onto the version `read` of job `key`, and reads the job back: the status
+/// as written.
+async fn written(
+    executor: &Executor,
+    jobs: &Api<GpuJob>,
+    key: &ObjectRef,
+    status: &GpuJobStatus,
+    read: &GpuJob,
+) -> GpuJob {
+    let outcome = executor
+        .execute(&write(key, status.clone()), Some(&JobRead::of(read)))
+        .await;
+    assert!(outcome.is_ok(), "{outcome:?}");
+    let Ok(job) = jobs.get(key.name()).await else {
+        unreachable!("the job is there")
+    };
+    assert_eq!(job.status.as_ref(), Some(status));
+    job
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,28 +68,14 @@ async fn a_status_is_written_whole_and_never_over_a_version_it_was_not_decided_o
         }),
         ..GpuJobStatus::default()
     };
-    let written = executor
-        .execute(&write(&key, queued.clone()), Some(&JobRead::of(&first)))
-        .await;
-    assert!(written.is_ok(), "{written:?}");
-    let Ok(second) = jobs.get("w").await else {
-        unreachable!("the job is there")
-    };
-    assert_eq!(second.status.as_ref(), Some(&queued));
+    let second = written(&executor, &jobs, &key, &queued, &first).await;
 
     // A status without the position and the reason removes both.
     let bare = GpuJobStatus {
         phase: Some(GpuJobPhase::Queued),
         ..GpuJobStatus::default()
     };
-    let written = executor
-        .execute(&write(&key, bare.clone()), Some(&JobRead::of(&second)))
-        .await;
-    assert!(written.is_ok(), "{written:?}");
-    let Ok(third) = jobs.get("w").await else {
-        unreachable!("the job is there")
-    };
-    assert_eq!(third.status.as_ref(), Some(&bare));
+    let third = written(&executor, &jobs, &key, &bare, &second).await;
 
     // Decided on the first version, whose status has moved on since: refused, not written.
     let stale = GpuJobStatus {

@@ -104,6 +104,16 @@ pub struct Retry {
     pub max: Duration,
 }
 
+impl Retry {
+    /// About 16 s in all: long enough to ride out a burst of faults or an API server's
+    /// restart.
+    pub const RIDE_OUT: Retry = Retry {
+        attempts: 8,
+        base: Duration::from_millis(200),
+        max: Duration::from_secs(5),
+    };
+}
+
 impl Default for Retry {
     fn default() -> Retry {
         Retry {
@@ -186,18 +196,9 @@ impl Executor {
             started: std::time::Instant::now(),
             gang_concurrency: 16,
             retry: Retry::default(),
-            // About 16 s in all: long enough to ride out a burst of faults; the job is held
-            // as its write promised meanwhile.
-            read_retry: Retry {
-                attempts: 8,
-                base: Duration::from_millis(200),
-                max: Duration::from_secs(5),
-            },
-            gate_retry: Retry {
-                attempts: 8,
-                base: Duration::from_millis(200),
-                max: Duration::from_secs(5),
-            },
+            // The job is held as its write promised meanwhile.
+            read_retry: Retry::RIDE_OUT,
+            gate_retry: Retry::RIDE_OUT,
         }
     }
 
@@ -658,21 +659,29 @@ fn status_params() -> PatchParams {
 /// was the API server's costliest step in a status write (docs/performance.md). With
 /// `version`, the patch also sets the object's resourceVersion, which the API server compares
 /// with the stored one: an object that moved on since is answered 409 Conflict, not
-/// overwritten. `what` names the object should the patch not read as one (a defect).
+/// overwritten. Fails only if `status` does not serialize (then [`ExecuteError::Malformed`],
+/// naming `what`).
 pub(crate) fn whole_status(
-    what: &str,
+    what: impl std::fmt::Display,
     status: &impl serde::Serialize,
     version: Option<&str>,
 ) -> Result<Patch<serde_json::Value>, ExecuteError> {
+    use json_patch::jsonptr::PointerBuf;
+    use json_patch::{AddOperation, PatchOperation, ReplaceOperation};
+    let value = serde_json::to_value(status)
+        .map_err(|e| ExecuteError::Malformed(format!("the status of {what}: {e}")))?;
     let mut ops = Vec::with_capacity(2);
     if let Some(version) = version {
-        ops.push(serde_json::json!(
-            {"op": "replace", "path": "/metadata/resourceVersion", "value": version}));
+        ops.push(PatchOperation::Replace(ReplaceOperation {
+            path: PointerBuf::from_tokens(["metadata", "resourceVersion"]),
+            value: serde_json::Value::from(version),
+        }));
     }
     // "add" of a member that exists replaces it (RFC 6902): this holds whether or not the
     // object has a status yet.
-    ops.push(serde_json::json!({"op": "add", "path": "/status", "value": status}));
-    serde_json::from_value(serde_json::Value::Array(ops))
-        .map(Patch::Json)
-        .map_err(|e| ExecuteError::Malformed(format!("the status patch of {what}: {e}")))
+    ops.push(PatchOperation::Add(AddOperation {
+        path: PointerBuf::from_tokens(["status"]),
+        value,
+    }));
+    Ok(Patch::Json(json_patch::Patch(ops)))
 }

@@ -928,22 +928,26 @@ fn a_job_admitted_while_its_status_write_is_in_flight_is_released_once_it_lands(
     );
 }
 
-#[test]
-fn a_pass_settles_only_the_jobs_whose_inputs_changed() {
-    let mut index = cluster(32, vec![job("a", 2, 0), job("b", 2, 1), job("c", 2, 2)]);
-    let mut t = 10;
+/// Passes a second apart from `t` until one writes nothing (everything the cluster shows is
+/// settled), each landing: the time after the last, and the releases made.
+fn settle_from(index: &mut State, mut t: i64) -> (i64, Vec<Action>) {
     let mut released = Vec::new();
-    // Passes until one writes nothing: everything the cluster shows is settled.
     loop {
-        let pass = plan(&mut index, at(t));
-        land_all(&mut index, &pass.actions, t);
+        let pass = plan(index, at(t));
+        land_all(index, &pass.actions, t);
         released.extend(releases(&pass.actions).into_iter().cloned());
         t += 1;
         if pass.actions.is_empty() {
-            break;
+            return (t, released);
         }
         assert!(t < 20, "passes never settle: {:#?}", pass.actions);
     }
+}
+
+#[test]
+fn a_pass_settles_only_the_jobs_whose_inputs_changed() {
+    let mut index = cluster(32, vec![job("a", 2, 0), job("b", 2, 1), job("c", 2, 2)]);
+    let (t, released) = settle_from(&mut index, 10);
     assert_eq!(released.len(), 2, "a and b fit, c waits");
     let quiet = plan(&mut index, at(t));
     assert!(quiet.actions.is_empty());
@@ -978,18 +982,7 @@ fn a_pass_settles_only_the_jobs_whose_inputs_changed() {
 #[test]
 fn waiting_jobs_are_explained_at_most_once_a_second_and_a_skipped_explanation_is_owed() {
     let mut index = cluster(32, vec![job("a", 2, 0), job("b", 2, 1), job("c", 2, 2)]);
-    let mut t = 10;
-    let mut released = Vec::new();
-    loop {
-        let pass = plan(&mut index, at(t));
-        land_all(&mut index, &pass.actions, t);
-        released.extend(releases(&pass.actions).into_iter().cloned());
-        t += 1;
-        if pass.actions.is_empty() {
-            break;
-        }
-        assert!(t < 20, "passes never settle");
-    }
+    let (t, released) = settle_from(&mut index, 10);
     assert_eq!(released.len(), 2, "a and b fit, c waits");
     // A gang turns Ready: the job is settled, and the waiting job explained.
     report(&mut index, &released[0], "Running", true);

@@ -87,10 +87,9 @@ impl Executor {
         let (namespace, name) = (key.namespace(), key.name());
         let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
         let params = status_params();
-        let what = format!("GpuJob {key}");
         let Some((read, mut version)) = read.and_then(|r| Some((r, r.resource_version.clone()?)))
         else {
-            let patch = whole_status(&what, status, None)?;
+            let patch = whole_status(key, status, None)?;
             return self
                 .call("writing GpuJob status", key, || {
                     api.patch_status(name, &params, &patch)
@@ -102,7 +101,7 @@ impl Executor {
             why: why.to_owned(),
         };
         for _ in 0..self.retry.attempts.max(1) {
-            let patch = whole_status(&what, status, Some(&version))?;
+            let patch = whole_status(key, status, Some(&version))?;
             // A conflict is an answer, not a fault to retry as it stands.
             let written = self
                 .call("writing GpuJob status", key, || async {

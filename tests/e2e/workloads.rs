@@ -9,10 +9,10 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use muster_api::GpuJob;
-use muster_testkit::{ClusterOptions, UpstreamCrd};
+use muster_testkit::{ClusterOptions, Component, UpstreamCrd};
 use serde_json::{Value, json};
 
-use crate::support::{BLOCK, Env, bound_node, eventually, gated, phase, reason, runs_for};
+use crate::support::{BLOCK, Env, always, bound_node, eventually, gated, phase, reason, runs_for};
 
 /// A cluster whose Job controller (kube-controller-manager) makes Jobs' pods.
 async fn env_with_job_controller() -> Option<Env> {
@@ -374,6 +374,91 @@ async fn a_preempted_indexed_job_is_suspended_its_quota_freed_after_its_pods_the
         &job(&env, "train").await.unwrap_or_default(),
         "Complete"
     ));
+    controller.stop().await;
+}
+
+/// A Job evicted while its Job controller lags (here: is stopped) is not failed by the
+/// eviction: the Job controller counts a pod deleted under it before it succeeded as a
+/// failure, and this Job's `backoffLimit` is 0. Muster leaves the pods of the ended attempt
+/// to the Job controller, which deletes them uncounted once it sees the Job suspended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_evicted_while_its_job_controller_lags_keeps_its_backoff_limit_and_completes() {
+    let Some(mut env) = env_with_job_controller().await else {
+        return;
+    };
+    env.h100().await;
+    env.gpu_nodes("b1", &["n1"]).await;
+    env.queue(
+        "a",
+        "team-a",
+        8,
+        json!({"preemption": {"withinClusterQueue": "LowerPriority"}}),
+    )
+    .await;
+    let controller = env.controller();
+    create(&env, &indexed_job("train", Some("a"), 1, 8, 20_000, true)).await;
+    env.until_status("team-a", "job-train", "Running", 90, |s| {
+        phase(s) == "Running"
+    })
+    .await;
+
+    if let Err(e) = env.cluster.stop(Component::ControllerManager).await {
+        unreachable!("stopping kube-controller-manager: {e:#}");
+    }
+    env.submit(&crate::support::gpu_job(
+        "team-a",
+        "urgent",
+        1,
+        8,
+        &runs_for(2_000),
+        json!({"priority": 100}),
+    ))
+    .await;
+    eventually("the evicted Job suspended", 60, || async {
+        suspended(&job(&env, "train").await.unwrap_or_default()).then_some(())
+    })
+    .await;
+    always(
+        "the ended attempt's pod left to the Job controller",
+        5,
+        || async {
+            let deleted: Vec<String> = job_pods(&env, "train")
+                .await
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_some())
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            if deleted.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("deleted under the Job controller: {deleted:?}"))
+            }
+        },
+    )
+    .await;
+    if let Err(e) = env.cluster.start_again(Component::ControllerManager).await {
+        unreachable!("starting kube-controller-manager again: {e:#}");
+    }
+
+    env.until_status("team-a", "urgent", "Succeeded", 90, |s| {
+        phase(s) == "Succeeded"
+    })
+    .await;
+    let done = env
+        .until_status("team-a", "job-train", "finished", 120, |s| {
+            matches!(phase(s).as_str(), "Succeeded" | "Failed")
+        })
+        .await;
+    assert_eq!(phase(&done), "Succeeded", "{done:?}");
+    assert!(done.requeue_count >= 1, "{done:?}");
+    let train = job(&env, "train").await.unwrap_or_default();
+    assert!(condition(&train, "Complete"), "{:?}", train.status);
+    assert_eq!(
+        train.status.as_ref().and_then(|s| s.failed).unwrap_or(0),
+        0,
+        "{:?}",
+        train.status
+    );
     controller.stop().await;
 }
 

@@ -373,9 +373,21 @@ impl TestCluster {
     /// Stops a component (SIGTERM, then SIGKILL after 10 s) and starts it again with the same
     /// flags; returns when it is ready.
     pub async fn restart(&mut self, component: Component) -> anyhow::Result<()> {
-        let process = self.process_mut(component)?;
-        process.terminate(STOP_GRACE).await;
-        process.start()?;
+        self.stop(component).await?;
+        self.start_again(component).await
+    }
+
+    /// Stops a component (SIGTERM, then SIGKILL after 10 s) and leaves it stopped: the
+    /// cluster as it is while that component is down or slow to catch up.
+    pub async fn stop(&mut self, component: Component) -> anyhow::Result<()> {
+        self.process_mut(component)?.terminate(STOP_GRACE).await;
+        Ok(())
+    }
+
+    /// Starts a component [`TestCluster::stop`] stopped, with the same flags; returns when
+    /// it is ready.
+    pub async fn start_again(&mut self, component: Component) -> anyhow::Result<()> {
+        self.process_mut(component)?.start()?;
         self.wait_ready(component)
             .await
             .map_err(|failure| failure.error)

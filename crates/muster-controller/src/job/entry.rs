@@ -14,7 +14,8 @@ use crate::index::{GangMember, Index};
 use crate::release::{Gang, WorkloadRelease};
 use crate::status;
 use crate::workload::{
-    Placement, Run, WorkloadKind, WorkloadPatch, pin_patch, template_patch, workload_of,
+    Placement, Run, WorkloadKind, WorkloadPatch, WorkloadRef, pin_patch, template_patch,
+    workload_of,
 };
 
 /// The workload behind `job` when `job` is a queue entry and the index holds that very
@@ -99,6 +100,16 @@ pub(super) fn settling(index: &Index, key: &ObjectRef, job: &GpuJob) -> bool {
     workload(index, job).is_some_and(|run| crate::workload::settling(index, run, key))
 }
 
+/// The Job or JobSet `job` is the queue entry of, whose controller deletes the pods of an
+/// ended attempt once the workload is suspended; `None` for any other GpuJob. Muster must not delete them itself:
+/// the Job controller counts a pod deleted under it before it succeeded as a failure (unless
+/// the Job opts out with `podReplacementPolicy: Failed`), so a Job with a small
+/// `backoffLimit` would fail for an eviction. A pod group's pods cannot be suspended; they
+/// are deleted, as a GpuJob's are.
+pub(crate) fn suspended_by(job: &GpuJob) -> Option<WorkloadRef> {
+    workload_of(job).filter(|w| w.kind != WorkloadKind::PodGroup)
+}
+
 /// The eviction of `job`: its status written, then its pods deleted — or, for a queue entry,
 /// its workload suspended, whose controller deletes them.
 pub(crate) fn evict(
@@ -108,8 +119,7 @@ pub(crate) fn evict(
     pods: Vec<ObjectRef>,
     event: Note,
 ) -> Action {
-    // A pod group's pods cannot be suspended: they are deleted, as a GpuJob's are.
-    let workload = workload_of(job).filter(|w| w.kind != WorkloadKind::PodGroup);
+    let workload = suspended_by(job);
     Action::Evict {
         job: key.clone(),
         status: Box::new(status),

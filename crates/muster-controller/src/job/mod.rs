@@ -370,6 +370,11 @@ fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
     } = *reading;
     let now_s = now.0.as_second();
     if !stale.is_empty() {
+        if entry::suspended_by(job).is_some() {
+            // The entries step keeps the workload suspended while the entry holds no
+            // admission; its controller deletes these pods without counting them failed.
+            return Step::new(Phase::Restarting);
+        }
         return Step::new(Phase::Restarting).act(Action::DeletePods {
             job: key.to_owned(),
             pods: stale,

@@ -22,7 +22,7 @@ use crate::index::Index;
 use crate::ledger::{Busy, Ledger};
 use crate::release::gang;
 use crate::status;
-use muster_api::wire::{ATTEMPT_LABEL, FINALIZER};
+use muster_api::wire::{ATTEMPT_LABEL, FINALIZER, WORKLOAD_KIND_LABEL};
 
 const KEY: &str = "team-a/train";
 
@@ -222,6 +222,19 @@ impl World {
 
     fn with_job(mut self, change: impl FnOnce(&mut GpuJob)) -> World {
         change(&mut self.job);
+        self
+    }
+
+    /// The job is the queue entry of the batch Job `team-a/train`.
+    fn entry_of_a_job(mut self) -> World {
+        self.job.metadata.labels = Some(BTreeMap::from([(
+            WORKLOAD_KIND_LABEL.to_owned(),
+            "Job".to_owned(),
+        )]));
+        self.job.metadata.owner_references = Some(vec![object(json!({
+            "apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "uid-job",
+            "controller": true
+        }))]);
         self
     }
 
@@ -551,6 +564,15 @@ fn every_situation_gives_its_step() {
                 .attempt(0)
                 .with_status(|s| s.requeue_count = 1),
             "Restarting · delete_pods · holds",
+        ),
+        (
+            "a Job's entry, pods of an earlier attempt left: its Job's controller deletes them",
+            World::new()
+                .running()
+                .attempt(0)
+                .with_status(|s| s.requeue_count = 1)
+                .entry_of_a_job(),
+            "Restarting · holds",
         ),
         // Evicting.
         (

@@ -16,8 +16,9 @@
 //!   pod on a node that is NotReady or partitioned is live (it may well be running);
 //! - a pod's scheduling gates are lifted before every pod of its gang exists
 //!   ([`ViolationKind::GateLiftedOnPartialGang`]), or some pods of an attempt stay ungated
-//!   while others keep their gates for longer than [`HALF_RELEASED_SECONDS`]
-//!   ([`ViolationKind::GatesHalfLifted`], `gates.rs`);
+//!   while others keep their gates for longer than [`HALF_RELEASED_SECONDS`] while some
+//!   replica leads ([`ViolationKind::GatesHalfLifted`], `gates.rs`; judged at the end, once
+//!   the caller has said when a replica led: [`Checker::led`]);
 //! - pods of one attempt that exist together are bound to nodes in two domains of a level
 //!   their pod set requires ([`ViolationKind::SplitAcrossDomains`], `domains.rs`; a release
 //!   rolled back and made again elsewhere reuses the attempt and its pod names);
@@ -157,6 +158,9 @@ pub struct Checker {
     domains: Domains,
     /// When the checker's watches were blind.
     blind: Blind,
+    /// When some replica of the controller led, seconds into the run; `None` until told
+    /// ([`Checker::led`]).
+    leaders: Option<Vec<(f64, f64)>>,
     /// The latest time heard (seconds into the run).
     latest: f64,
     /// While a relist is folded in, the checks its objects call for: made once the whole
@@ -357,14 +361,41 @@ impl Checker {
                 _ => {}
             }
         }
-        if let Some(half) = self.releases.observe(job, attempt, gated, lifted, at) {
+        self.releases.observe(job, attempt, gated, lifted, at);
+    }
+
+    /// Reports every gang half released for too long up to `at`, counting only the time some
+    /// replica led ([`Checker::led`]). Done at the end ([`Checker::finish`]), once the caller
+    /// has said when a replica led.
+    pub(super) fn judge_releases(&mut self, at: f64) {
+        let leaders = self.leaders.clone();
+        let led = |from: f64, to: f64| match &leaders {
+            None => to - from,
+            Some(spells) => spells::covered(spells.iter().copied(), from, to),
+        };
+        for half in self.releases.judge(at, led) {
             self.report(
                 ViolationKind::GatesHalfLifted,
                 format!("GpuJob/{}", half.job),
-                at,
+                half.at,
                 half.detail,
             );
         }
+    }
+
+    /// Some replica of the controller led from `from` to `to`, seconds into the run. Once
+    /// told this, the checker counts only such time against a half-released gang's bound
+    /// (before, every second).
+    pub fn led(&mut self, from: f64, to: f64) {
+        self.leaders
+            .get_or_insert_with(Vec::new)
+            .push((from, to.max(from)));
+    }
+
+    /// How long no replica led up to `until`, seconds; `None` when never told who led.
+    pub fn leaderless_seconds(&self, until: f64) -> Option<f64> {
+        let leaders = self.leaders.as_ref()?;
+        Some(until - spells::covered(leaders.iter().copied(), 0.0, until))
     }
 
     fn report_splits(&mut self, splits: impl IntoIterator<Item = domains::Split>) {
@@ -379,18 +410,9 @@ impl Checker {
         }
     }
 
-    /// Time passed: gangs half released for too long are reported even when nothing else
-    /// happens.
+    /// Time passed (seconds into the run), with or without anything heard.
     pub fn tick(&mut self, at: f64) {
         self.latest = self.latest.max(at);
-        for half in self.releases.tick(at) {
-            self.report(
-                ViolationKind::GatesHalfLifted,
-                format!("GpuJob/{}", half.job),
-                at,
-                half.detail,
-            );
-        }
     }
 
     /// The `kind` watch (`Pod`, `GpuJob`, `Node`) saw nothing from `from` to `to` (seconds
@@ -576,5 +598,6 @@ mod gates;
 mod jobs;
 mod nodes;
 mod quota;
+mod spells;
 #[cfg(test)]
 mod tests;

@@ -369,12 +369,11 @@ fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
         now,
     } = *reading;
     let now_s = now.0.as_second();
-    if !stale.is_empty() {
-        if entry::suspended_by(job).is_some() {
-            // The entries step keeps the workload suspended while the entry holds no
-            // admission; its controller deletes these pods without counting them failed.
-            return Step::new(Phase::Restarting);
-        }
+    // A Job's or JobSet's pods are its controller's to delete: the entries step keeps the
+    // workload suspended while the entry holds no admission, and the entry is not released
+    // again while the workload may have pods (`entry::settling`). Its pods of an earlier
+    // attempt may also have ended with the workload's success, which `entry::finished` reads.
+    if !stale.is_empty() && entry::suspended_by(job).is_none() {
         return Step::new(Phase::Restarting).act(Action::DeletePods {
             job: key.to_owned(),
             pods: stale,

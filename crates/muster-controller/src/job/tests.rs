@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -97,6 +98,18 @@ fn job() -> GpuJob {
                 "template": {"spec": {"restartPolicy": "Never", "containers": [{
                     "name": "main", "image": "trainer:1",
                     "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}]}
+    }))
+}
+
+/// The Job `team-a/train` behind an entry ([`World::entry_of_a_job`]), complete.
+fn completed_job() -> Job {
+    object(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "train", "namespace": "team-a", "uid": "uid-job"},
+        "spec": {"template": {"spec": {"containers": []}}},
+        "status": {"succeeded": 2, "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True"},
+            {"type": "Complete", "status": "True"}]}
     }))
 }
 
@@ -235,6 +248,12 @@ impl World {
             "apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "uid-job",
             "controller": true
         }))]);
+        self
+    }
+
+    /// The index holds `workload` (the Job behind the entry).
+    fn with_workload(mut self, workload: Job) -> World {
+        self.index.apply(workload);
         self
     }
 
@@ -572,7 +591,17 @@ fn every_situation_gives_its_step() {
                 .attempt(0)
                 .with_status(|s| s.requeue_count = 1)
                 .entry_of_a_job(),
-            "Restarting · holds",
+            "Waiting · holds",
+        ),
+        (
+            "a Job's entry whose Job completed on a pod of an earlier attempt: it succeeds",
+            World::new()
+                .pods(&[("Succeeded", false), ("Succeeded", false)])
+                .attempt(0)
+                .with_status(|s| s.requeue_count = 1)
+                .entry_of_a_job()
+                .with_workload(completed_job()),
+            "Finishing · JobStatus(Succeeded, Succeeded) · out",
         ),
         // Evicting.
         (

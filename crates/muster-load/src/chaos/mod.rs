@@ -13,6 +13,7 @@
 pub mod autoscaler;
 pub mod bad_input;
 mod faults;
+mod leadership;
 mod leftovers;
 pub mod replicas;
 mod summary;
@@ -134,6 +135,8 @@ struct Harness {
     generator: JoinHandle<anyhow::Result<()>>,
     bad_input: JoinHandle<Vec<(BadObject, Verdict)>>,
     start: Instant,
+    /// The same moment by the wall clock, which the replicas' logs are stamped with.
+    started_at: k8s_openapi::jiff::Timestamp,
     _kubelet: FakeKubelet,
 }
 
@@ -187,6 +190,7 @@ impl Harness {
         replicas.start_all()?;
         let first_starts = replicas.starts();
         let start = Instant::now();
+        let started_at = k8s_openapi::jiff::Timestamp::now();
         let checker = Arc::new(Mutex::new(Checker::new(
             workload.limits(),
             workload.meant_to_fail(),
@@ -222,6 +226,7 @@ impl Harness {
             generator,
             bad_input,
             start,
+            started_at,
             _kubelet: kubelet,
         })
     }
@@ -290,6 +295,15 @@ async fn run_once(
     for (kind, object, detail) in found {
         checker.report(kind, object, at, detail);
     }
+    for (from, to) in leadership::spells(
+        out,
+        h.replicas.count(),
+        h.replicas.kills(),
+        h.started_at,
+        at,
+    ) {
+        checker.led(from, to);
+    }
     checker.finish(at);
     for watch in &h.watches {
         watch.abort();
@@ -331,6 +345,7 @@ async fn run_once(
         checker_relists: checker.relists().to_vec(),
         checker_blind_seconds: checker.blind_seconds(),
         checker_blind_by_kind: checker.blind_by_kind(),
+        leaderless_seconds: checker.leaderless_seconds(at).unwrap_or(0.0),
         panics,
         wall_seconds: ended_at.unwrap_or_else(|| start.elapsed()).as_secs_f64(),
         ..ChaosSummary::default()

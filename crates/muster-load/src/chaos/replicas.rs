@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use anyhow::Context as _;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::Api;
 
@@ -20,6 +21,8 @@ pub struct Replicas {
     logs: PathBuf,
     children: Vec<Option<Child>>,
     starts: u64,
+    /// Each kill: the replica and when.
+    kills: Vec<(usize, Timestamp)>,
 }
 
 impl Replicas {
@@ -32,6 +35,7 @@ impl Replicas {
             logs: logs.to_owned(),
             children: (0..count).map(|_| None).collect(),
             starts: 0,
+            kills: Vec::new(),
         }
     }
 
@@ -100,7 +104,13 @@ impl Replicas {
         {
             let _ = child.kill();
             let _ = child.wait();
+            self.kills.push((i, Timestamp::now()));
         }
+    }
+
+    /// Every kill so far: the replica and when.
+    pub fn kills(&self) -> &[(usize, Timestamp)] {
+        &self.kills
     }
 
     /// Starts so far, the first of each replica included.

@@ -19,21 +19,11 @@ impl Blind {
     /// How long the checker was blind to something, seconds: spells of different watches
     /// that overlap count once.
     pub(super) fn seconds(&self) -> f64 {
-        let mut spells: Vec<(f64, f64)> = self.spells.iter().map(|(_, f, t)| (*f, *t)).collect();
-        spells.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let mut total = 0.0;
-        let mut open: Option<(f64, f64)> = None;
-        for (from, to) in spells {
-            open = match open {
-                Some((start, end)) if from <= end => Some((start, end.max(to))),
-                Some((start, end)) => {
-                    total += end - start;
-                    Some((from, to))
-                }
-                None => Some((from, to)),
-            };
-        }
-        total + open.map_or(0.0, |(start, end)| end - start)
+        super::spells::covered(
+            self.spells.iter().map(|(_, from, to)| (*from, *to)),
+            f64::NEG_INFINITY,
+            f64::INFINITY,
+        )
     }
 
     /// How long each watch was blind, seconds.

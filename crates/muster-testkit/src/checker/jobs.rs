@@ -113,6 +113,7 @@ impl Checker {
     /// The end-of-run checks: every job ended, and failed only when meant to, with a reason.
     pub fn finish(&mut self, at: f64) {
         self.tick(at);
+        self.judge_releases(at);
         let mut found = Vec::new();
         let mut keys: Vec<&String> = self.jobs.keys().collect();
         keys.sort();

@@ -428,6 +428,7 @@ enum Heard {
     Nodes(Vec<Node>),
     Node(Box<Node>),
     PodGone(&'static str),
+    /// Time passes to this second, and half-released gangs are judged.
     Tick,
 }
 
@@ -666,7 +667,10 @@ fn every_situation_gives_its_violations() {
                 Nodes(n) => checker.nodes_listed(&n),
                 Heard::Node(n) => checker.node_seen(&n),
                 PodGone(key) => checker.pod_gone(key),
-                Tick => checker.tick(at),
+                Tick => {
+                    checker.tick(at);
+                    checker.judge_releases(at);
+                }
             }
         }
         let got: Vec<ViolationKind> = kinds(&checker)

@@ -770,6 +770,50 @@ fn an_admission_at_the_head_of_a_long_queue_rewrites_the_positions_shown_once_pe
     );
 }
 
+/// Deep in a queue, a job whose status says its capacity is reserved for an earlier job and
+/// which now waits for quota is waiting its turn either way: the change is written like new
+/// figures (not at all that far back). One whose status says something else is rewritten.
+#[test]
+fn a_deep_job_flipping_between_quota_short_and_capacity_reserved_is_not_rewritten() {
+    let shown = muster_controller::status::SHOWN_POSITIONS;
+    let refresh = muster_controller::status::PENDING_REFRESH_SECONDS;
+    // 24 GPUs of quota: three single-pod jobs run, the rest wait for quota.
+    let jobs = (0..shown + 13)
+        .map(|i| job(&format!("j{i:03}"), 1, i64::from(i)))
+        .collect();
+    let mut index = cluster(24, jobs);
+    for t in [1, 2, 3] {
+        let pass = plan(&mut index, at(t));
+        land_all(&mut index, &pass.actions, t);
+    }
+    let said = |kind: &str, i: u32, index: &mut State| {
+        let key = format!("team-a/j{i:03}");
+        let mut job = index
+            .index()
+            .job(&key)
+            .cloned()
+            .unwrap_or_else(|| unreachable!("{key}"));
+        let status = job.status.get_or_insert_with(Default::default);
+        status.pending_reason = Some(support::object(serde_json::json!({
+            "kind": kind, "message": "said by an earlier pass"})));
+        index.apply(job);
+    };
+    let (reserved, stopped) = (shown + 8, shown + 9);
+    said("CapacityReserved", reserved, &mut index);
+    said("QueueStopped", stopped, &mut index);
+    let later = 4 + refresh;
+    let pass = plan(&mut index, at(later));
+    let written = statuses_written(&pass.actions);
+    assert!(
+        !written.contains(&format!("team-a/j{reserved:03}").as_str()),
+        "{written:?}"
+    );
+    assert!(
+        written.contains(&format!("team-a/j{stopped:03}").as_str()),
+        "{written:?}"
+    );
+}
+
 /// A job whose status says another way of waiting its turn than the one it now has (here
 /// an eviction's "not yet scheduled") is told where it stands at once, position included;
 /// only a job whose status already says its reason waits to be shown its position.

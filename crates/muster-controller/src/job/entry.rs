@@ -101,11 +101,11 @@ pub(super) fn settling(index: &Index, key: &ObjectRef, job: &GpuJob) -> bool {
 }
 
 /// The Job or JobSet `job` is the queue entry of, whose controller deletes the pods of an
-/// ended attempt once the workload is suspended; `None` for any other GpuJob. Muster must not delete them itself:
-/// the Job controller counts a pod deleted under it before it succeeded as a failure (unless
-/// the Job opts out with `podReplacementPolicy: Failed`), so a Job with a small
-/// `backoffLimit` would fail for an eviction. A pod group's pods cannot be suspended; they
-/// are deleted, as a GpuJob's are.
+/// ended attempt once the workload is suspended; `None` for any other GpuJob. Muster must
+/// not delete them itself: the Job controller counts a pod deleted under it before it
+/// succeeded as a failure (unless the Job opts out with `podReplacementPolicy: Failed`), so
+/// a Job with a small `backoffLimit` would fail for an eviction. A pod group's pods cannot
+/// be suspended; they are deleted, as a GpuJob's are.
 pub(crate) fn suspended_by(job: &GpuJob) -> Option<WorkloadRef> {
     workload_of(job).filter(|w| w.kind != WorkloadKind::PodGroup)
 }

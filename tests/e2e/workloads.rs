@@ -396,7 +396,9 @@ async fn a_job_evicted_while_its_job_controller_lags_keeps_its_backoff_limit_and
     )
     .await;
     let controller = env.controller();
-    create(&env, &indexed_job("train", Some("a"), 1, 8, 20_000, true)).await;
+    // Its pod runs 45 s: long enough that the Job controller, once back, deletes it rather
+    // than it ending by itself while kube-controller-manager is stopped.
+    create(&env, &indexed_job("train", Some("a"), 1, 8, 45_000, true)).await;
     env.until_status("team-a", "job-train", "Running", 90, |s| {
         phase(s) == "Running"
     })

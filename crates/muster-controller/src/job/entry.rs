@@ -103,10 +103,12 @@ pub(super) fn settling(index: &Index, key: &ObjectRef, job: &GpuJob) -> bool {
 /// The Job or JobSet `job` is the queue entry of, whose controller deletes the pods of an
 /// ended attempt once the workload is suspended; `None` for any other GpuJob. Muster must
 /// not delete them itself: the Job controller counts a pod deleted under it before it
-/// succeeded as a failure (unless the Job opts out with `podReplacementPolicy: Failed`), so
-/// a Job with a small `backoffLimit` would fail for an eviction. A pod group's pods cannot
-/// be suspended; they are deleted, as a GpuJob's are.
-pub(crate) fn suspended_by(job: &GpuJob) -> Option<WorkloadRef> {
+/// succeeded as a failure (unless the Job sets `podReplacementPolicy: Failed` or a
+/// `podFailurePolicy` that ignores it), so a Job with a small `backoffLimit` would fail for
+/// an eviction. A pod group's pods cannot be suspended; they are deleted, as a GpuJob's are.
+/// Read from the entry's labels and owner alone: a workload that is gone takes its pods with
+/// it (the garbage collector), and an orphaned entry loses the owner reference.
+pub(crate) fn suspendable_workload(job: &GpuJob) -> Option<WorkloadRef> {
     workload_of(job).filter(|w| w.kind != WorkloadKind::PodGroup)
 }
 
@@ -119,7 +121,7 @@ pub(crate) fn evict(
     pods: Vec<ObjectRef>,
     event: Note,
 ) -> Action {
-    let workload = suspended_by(job);
+    let workload = suspendable_workload(job);
     Action::Evict {
         job: key.clone(),
         status: Box::new(status),

@@ -373,7 +373,7 @@ fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
     // workload suspended while the entry holds no admission, and the entry is not released
     // again while the workload may have pods (`entry::settling`). Its pods of an earlier
     // attempt may also have ended with the workload's success, which `entry::finished` reads.
-    if !stale.is_empty() && entry::suspended_by(job).is_none() {
+    if !stale.is_empty() && entry::suspendable_workload(job).is_none() {
         return Step::new(Phase::Restarting).act(Action::DeletePods {
             job: key.to_owned(),
             pods: stale,

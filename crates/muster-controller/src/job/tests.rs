@@ -23,7 +23,7 @@ use crate::index::Index;
 use crate::ledger::{Busy, Ledger};
 use crate::release::gang;
 use crate::status;
-use muster_api::wire::{ATTEMPT_LABEL, FINALIZER, WORKLOAD_KIND_LABEL};
+use muster_api::wire::{ATTEMPT_LABEL, FINALIZER, POD_GROUP_LABEL, WORKLOAD_KIND_LABEL};
 
 const KEY: &str = "team-a/train";
 
@@ -248,6 +248,15 @@ impl World {
             "apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "uid-job",
             "controller": true
         }))]);
+        self
+    }
+
+    /// The job is the queue entry of the pod group `team-a/train`.
+    fn entry_of_a_pod_group(mut self) -> World {
+        self.job.metadata.labels = Some(BTreeMap::from([
+            (WORKLOAD_KIND_LABEL.to_owned(), "PodGroup".to_owned()),
+            (POD_GROUP_LABEL.to_owned(), "train".to_owned()),
+        ]));
         self
     }
 
@@ -592,6 +601,15 @@ fn every_situation_gives_its_step() {
                 .with_status(|s| s.requeue_count = 1)
                 .entry_of_a_job(),
             "Waiting · holds",
+        ),
+        (
+            "a pod group's entry, pods of an earlier attempt left: deleted, as a GpuJob's",
+            World::new()
+                .running()
+                .attempt(0)
+                .with_status(|s| s.requeue_count = 1)
+                .entry_of_a_pod_group(),
+            "Restarting · delete_pods · holds",
         ),
         (
             "a Job's entry whose Job completed on a pod of an earlier attempt: it succeeds",

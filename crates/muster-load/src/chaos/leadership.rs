@@ -1,6 +1,6 @@
 //! When some replica led, read back after a run: a replica leads from its log line
 //! `leading: scheduling` (its first pass under the Lease) until `lost the lease: no more
-//! writes` or until the run killed it. The checker counts only such time against how long a
+//! writes` or until its process ended (the run killed it, or it was seen to have exited). The checker counts only such time against how long a
 //! gang may stay half released: only a leader can finish a release.
 
 use std::path::Path;
@@ -21,13 +21,13 @@ enum Turn {
 }
 
 /// The spells (seconds after `start`) when some replica led, from the logs
-/// `replica-<i>.log` in `dir` of `replicas` replicas and the kills of the run (replica,
-/// when); a spell still open at `end` (seconds after `start`) ends there. Lines that are
+/// `replica-<i>.log` in `dir` of `replicas` replicas and the ends of their processes
+/// (replica, when); a spell still open at `end` (seconds after `start`) ends there. Lines that are
 /// not a replica's JSON log lines are skipped.
 pub fn spells(
     dir: &Path,
     replicas: usize,
-    kills: &[(usize, Timestamp)],
+    stops: &[(usize, Timestamp)],
     start: Timestamp,
     end: f64,
 ) -> Vec<(f64, f64)> {
@@ -41,7 +41,7 @@ pub fn spells(
             .map(|(t, turn)| (seconds(t), turn))
             .collect();
         turns.extend(
-            kills
+            stops
                 .iter()
                 .filter(|(replica, _)| *replica == i)
                 .map(|(_, t)| (seconds(*t), Turn::Stops)),

@@ -298,7 +298,7 @@ async fn run_once(
     for (from, to) in leadership::spells(
         out,
         h.replicas.count(),
-        h.replicas.kills(),
+        h.replicas.stops(),
         h.started_at,
         at,
     ) {
@@ -345,7 +345,7 @@ async fn run_once(
         checker_relists: checker.relists().to_vec(),
         checker_blind_seconds: checker.blind_seconds(),
         checker_blind_by_kind: checker.blind_by_kind(),
-        leaderless_seconds: checker.leaderless_seconds(at).unwrap_or(0.0),
+        leaderless_seconds: checker.leaderless_seconds(at),
         panics,
         wall_seconds: ended_at.unwrap_or_else(|| start.elapsed()).as_secs_f64(),
         ..ChaosSummary::default()

@@ -21,8 +21,9 @@ pub struct Replicas {
     logs: PathBuf,
     children: Vec<Option<Child>>,
     starts: u64,
-    /// Each kill: the replica and when.
-    kills: Vec<(usize, Timestamp)>,
+    /// Each end of a replica's process, the replica and when: killed by the run, or seen to
+    /// have exited by itself.
+    stops: Vec<(usize, Timestamp)>,
 }
 
 impl Replicas {
@@ -35,7 +36,7 @@ impl Replicas {
             logs: logs.to_owned(),
             children: (0..count).map(|_| None).collect(),
             starts: 0,
-            kills: Vec::new(),
+            stops: Vec::new(),
         }
     }
 
@@ -84,9 +85,18 @@ impl Replicas {
 
     /// Whether replica `i` runs (a replica that exited by itself is not running).
     pub fn running(&mut self, i: usize) -> bool {
-        match self.children.get_mut(i) {
-            Some(Some(child)) => matches!(child.try_wait(), Ok(None)),
-            _ => false,
+        let Some(slot) = self.children.get_mut(i) else {
+            return false;
+        };
+        match slot.as_mut().map(Child::try_wait) {
+            Some(Ok(None)) => true,
+            Some(_) => {
+                // It exited by itself (a crash, say): its process ended about now.
+                *slot = None;
+                self.stops.push((i, Timestamp::now()));
+                false
+            }
+            None => false,
         }
     }
 
@@ -104,13 +114,14 @@ impl Replicas {
         {
             let _ = child.kill();
             let _ = child.wait();
-            self.kills.push((i, Timestamp::now()));
+            self.stops.push((i, Timestamp::now()));
         }
     }
 
-    /// Every kill so far: the replica and when.
-    pub fn kills(&self) -> &[(usize, Timestamp)] {
-        &self.kills
+    /// Every end of a replica's process so far (see [`Replicas::running`]): the replica and
+    /// when.
+    pub fn stops(&self) -> &[(usize, Timestamp)] {
+        &self.stops
     }
 
     /// Starts so far, the first of each replica included.

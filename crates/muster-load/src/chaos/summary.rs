@@ -90,10 +90,12 @@ pub struct ChaosSummary {
     pub checker_blind_seconds: f64,
     /// The same, per watch (`Pod`, `GpuJob`, `Node`).
     pub checker_blind_by_kind: BTreeMap<String, f64>,
-    /// How long no replica led, seconds, from the start to the end of the checks: from a
-    /// leader's kill or lost Lease to the next replica's first pass, as the replicas' logs
-    /// and the run's kills show. A half-released gang's bound counts only the rest.
-    pub leaderless_seconds: f64,
+    /// How long no replica led, seconds, from the start (before the first leader's first
+    /// pass) to the end of the checks: from a leader's kill, exit or lost Lease to the next
+    /// replica's first pass, as the replicas' logs and their processes' ends show. A
+    /// half-released gang's bound counts only the rest. `None` when no log said a replica
+    /// led: the bound then counted every second.
+    pub leaderless_seconds: Option<f64>,
     /// Lines of the replicas' logs that report a panic.
     pub panics: usize,
     /// From the first submission to the last job's end, seconds.

@@ -696,3 +696,34 @@ fn blind_spells_are_summed_per_watch_and_over_all() {
     assert!((checker.blind_seconds() - 4.5).abs() < 1e-9);
     assert!((checker.blind_by_kind()["GpuJob"] - 2.0).abs() < 1e-9);
 }
+
+#[test]
+fn a_gang_half_released_while_no_replica_led_is_not_held_against_the_bound() {
+    let half_released = |checker: &mut Checker| {
+        checker.job(&job("j", 2, 1, json!({})), 0.0);
+        checker.pod(&pod("p0", 0, true, "Pending", 1), 1.0);
+        checker.pod(&pod("p1", 0, true, "Pending", 1), 1.0);
+        checker.pod(&pod("p0", 0, false, "Pending", 1), 2.0);
+        checker.pod(&pod("p1", 0, false, "Pending", 1), 80.0);
+    };
+    let half = |checker: &Checker| {
+        kinds(checker)
+            .into_iter()
+            .filter(|k| *k == ViolationKind::GatesHalfLifted)
+            .count()
+    };
+    // 78 s half released by the clock, 23 s of it with a leader: within the bound.
+    let mut led = Checker::new(limits(), BTreeSet::new());
+    led.led(0.0, 10.0);
+    led.led(65.0, 200.0);
+    half_released(&mut led);
+    led.finish(100.0);
+    assert_eq!(half(&led), 0, "{:?}", led.violations());
+    assert_eq!(led.leaderless_seconds(100.0), Some(55.0));
+    // Told nothing of leadership, every second counts.
+    let mut untold = Checker::new(limits(), BTreeSet::new());
+    half_released(&mut untold);
+    untold.finish(100.0);
+    assert_eq!(half(&untold), 1, "{:?}", untold.violations());
+    assert_eq!(untold.leaderless_seconds(100.0), None);
+}

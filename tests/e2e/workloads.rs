@@ -292,6 +292,33 @@ async fn a_labelled_job_that_arrives_running_is_suspended_then_queued() {
     controller.stop().await;
 }
 
+/// Block `b1` of `nodes`, queue `a` with their GPUs as quota and preemption of lower
+/// priorities within it, and the Job `train` of one 8-GPU pod per node, each running `ms`,
+/// queued, admitted and Running under the controller returned.
+async fn train_running_where_it_may_be_preempted(
+    env: &Env,
+    nodes: &[&str],
+    ms: u64,
+) -> crate::support::Controller {
+    let pods = u32::try_from(nodes.len()).unwrap_or(u32::MAX);
+    env.h100().await;
+    env.gpu_nodes("b1", nodes).await;
+    env.queue(
+        "a",
+        "team-a",
+        8 * pods,
+        json!({"preemption": {"withinClusterQueue": "LowerPriority"}}),
+    )
+    .await;
+    let controller = env.controller();
+    create(env, &indexed_job("train", Some("a"), pods, 8, ms, true)).await;
+    env.until_status("team-a", "job-train", "Running", 90, |s| {
+        phase(s) == "Running"
+    })
+    .await;
+    controller
+}
+
 /// Whether a pod may still run: not finished and not being deleted.
 fn live(pod: &Pod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -303,21 +330,8 @@ async fn a_preempted_indexed_job_is_suspended_its_quota_freed_after_its_pods_the
     let Some(env) = env_with_job_controller().await else {
         return;
     };
-    env.h100().await;
-    env.gpu_nodes("b1", &["n1", "n2", "n3", "n4"]).await;
-    env.queue(
-        "a",
-        "team-a",
-        32,
-        json!({"preemption": {"withinClusterQueue": "LowerPriority"}}),
-    )
-    .await;
-    let controller = env.controller();
-    create(&env, &indexed_job("train", Some("a"), 4, 8, 12_000, true)).await;
-    env.until_status("team-a", "job-train", "Running", 90, |s| {
-        phase(s) == "Running"
-    })
-    .await;
+    let controller =
+        train_running_where_it_may_be_preempted(&env, &["n1", "n2", "n3", "n4"], 12_000).await;
 
     // A higher-priority gang needs half the quota: the Job is evicted whole.
     env.submit(&crate::support::gpu_job(
@@ -386,23 +400,9 @@ async fn a_job_evicted_while_its_job_controller_lags_keeps_its_backoff_limit_and
     let Some(mut env) = env_with_job_controller().await else {
         return;
     };
-    env.h100().await;
-    env.gpu_nodes("b1", &["n1"]).await;
-    env.queue(
-        "a",
-        "team-a",
-        8,
-        json!({"preemption": {"withinClusterQueue": "LowerPriority"}}),
-    )
-    .await;
-    let controller = env.controller();
     // Its pod runs 45 s: long enough that the Job controller, once back, deletes it rather
     // than it ending by itself while kube-controller-manager is stopped.
-    create(&env, &indexed_job("train", Some("a"), 1, 8, 45_000, true)).await;
-    env.until_status("team-a", "job-train", "Running", 90, |s| {
-        phase(s) == "Running"
-    })
-    .await;
+    let controller = train_running_where_it_may_be_preempted(&env, &["n1"], 45_000).await;
 
     if let Err(e) = env.cluster.stop(Component::ControllerManager).await {
         unreachable!("stopping kube-controller-manager: {e:#}");

@@ -315,6 +315,12 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
         status: Box::new(next),
         event,
     };
+    if same && !queued {
+        // Figures alone: written as the controller's figure budget allows, once the pass has
+        // seen every job whose figures moved (see [`crate::figure_budget`]).
+        state.figures.jobs.offer(key, action);
+        return;
+    }
     // A write still queued for the job is replaced in its turn; else a new one goes out (the
     // sender queues it: see [`crate::ledger::Ledger::defer`]).
     if let Some(action) = state.ledger.status_written(key, action, now_s) {

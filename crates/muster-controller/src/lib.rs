@@ -36,6 +36,7 @@ pub mod deferred;
 pub mod entries;
 pub mod event_budget;
 pub mod executor;
+mod figure_budget;
 pub mod hami;
 mod holding;
 pub mod index;

@@ -7,7 +7,8 @@
 //!    releases a restarted controller left half-done; stale pods of an earlier attempt.
 //! 2. Admission's cycle, over the scheduler the last pass left brought up to the index (or
 //!    one rebuilt from it: see `kept`).
-//! 3. `decide`: its decisions turned into writes.
+//! 3. `decide`: its decisions turned into writes (figures alone within a budget: see
+//!    `figure_budget`).
 //! 4. `queues`: queue statuses.
 //!
 //! Every write is recorded in the ledger as the pass returns, before any goes out, so a pass
@@ -118,6 +119,7 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
         );
     }
     tally.into_summary(&mut plan.summary);
+    job_figures(state, now_s, &mut plan.actions);
     if explain {
         state.last.pending = Some(plan.summary.pending.clone());
     } else {
@@ -147,6 +149,20 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
     }
     crate::kept::keep(&mut state.last.scheduler, &state.index, scheduler, basis);
     plan
+}
+
+/// The end of step (3): waiting jobs whose figures alone moved, as many as the figure budget
+/// allows, those written longest ago first; the rest are explained again next pass.
+fn job_figures(state: &mut State, now_s: i64, actions: &mut Vec<Action>) {
+    let granted = state.figures.jobs.grant(now_s);
+    for (key, action) in granted.writes {
+        if let Some(action) = state.ledger.status_written(key, action, now_s) {
+            actions.push(action);
+        }
+    }
+    if granted.held_back {
+        state.last.explain_owed = true;
+    }
 }
 
 /// Step (4) of a pass: queue statuses, unless nothing they show can have changed since a

@@ -2,7 +2,9 @@
 //! ResourceFlavors' `Valid` condition, written where they changed and no write of them is in
 //! flight. A queue whose conditions changed is written at once; one whose figures alone moved
 //! (pending and admitted counts, usage — which every admission and finish moves) at most once
-//! every [`status::QUEUE_FIGURES_EVERY_SECONDS`], so a busy queue costs a write per interval, not per pass.
+//! every [`status::QUEUE_FIGURES_EVERY_SECONDS`], and within the controller's budget of
+//! [`status::QUEUE_FIGURE_WRITES_PER_SECOND`] (see [`crate::figure_budget`]), so a busy queue
+//! costs a write per interval, not per pass, and a fleet of queues a bounded number a second.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use muster_admission::Scheduler;
@@ -15,26 +17,34 @@ use crate::status;
 
 /// ClusterQueue and LocalQueue statuses, where changed and not already being written. Returns
 /// when the first of those held back comes due, if any was: one whose figures alone moved and
-/// that was written less than [`status::QUEUE_FIGURES_EVERY_SECONDS`] ago (a later pass
-/// writes it).
+/// that was written less than [`status::QUEUE_FIGURES_EVERY_SECONDS`] ago, or that the
+/// figure budget held back (a later pass writes it).
 pub(crate) fn queue_statuses(
     state: &mut State,
     scheduler: &Scheduler,
     now: &Time,
     actions: &mut Vec<Action>,
 ) -> Option<i64> {
-    let State { index, ledger, .. } = state;
+    let State {
+        index,
+        ledger,
+        figures,
+        ..
+    } = state;
     let start = actions.len();
     let now_s = now.0.as_second();
     let mut held_back: Option<i64> = None;
-    // Whether a status that differs from `current` in its figures alone waits its turn.
-    let mut waits = |queue: &QueueWrite, same_conditions: bool| {
-        let wait = same_conditions && !ledger.queue_figures_due(queue, now_s);
-        if wait {
-            let due = ledger.queue_figures_due_at(queue).unwrap_or(now_s);
+    // A status that differs from `current` in its figures alone is offered to the budget
+    // once its interval has passed, and waits its turn before then.
+    let mut write = |queue: QueueWrite, action: Action, same_conditions: bool| {
+        if !same_conditions {
+            actions.push(action);
+        } else if ledger.queue_figures_due(&queue, now_s) {
+            figures.queues.offer(queue, action);
+        } else {
+            let due = ledger.queue_figures_due_at(&queue).unwrap_or(now_s);
             held_back = Some(held_back.map_or(due, |first| first.min(due)));
         }
-        wait
     };
     let counts = status::queue_counts(scheduler);
     for (name, queue) in &index.cluster_queues {
@@ -47,16 +57,12 @@ pub(crate) fn queue_statuses(
         if let Some(status) =
             status::cluster_queue(&current, name, counted, generation, scheduler, now)
         {
-            if waits(
-                &QueueWrite::Cluster(name.clone()),
-                status.conditions == current.conditions,
-            ) {
-                continue;
-            }
-            actions.push(Action::ClusterQueueStatus {
+            let same = status.conditions == current.conditions;
+            let action = Action::ClusterQueueStatus {
                 name: name.clone(),
                 status,
-            });
+            };
+            write(QueueWrite::Cluster(name.clone()), action, same);
         }
     }
     for (key, queue) in &index.local_queues {
@@ -73,17 +79,20 @@ pub(crate) fn queue_statuses(
             Err((reason, message)) => Err((*reason, message.as_str())),
         };
         if let Some(status) = status::local_queue(&current, counted, active, generation, now) {
-            if waits(
-                &QueueWrite::Local(key.clone()),
-                status.conditions == current.conditions,
-            ) {
-                continue;
-            }
-            actions.push(Action::LocalQueueStatus {
+            let same = status.conditions == current.conditions;
+            let action = Action::LocalQueueStatus {
                 key: key.clone(),
                 status,
-            });
+            };
+            write(QueueWrite::Local(key.clone()), action, same);
         }
+    }
+    let granted = figures.queues.grant(now_s);
+    actions.extend(granted.writes.into_iter().map(|(_, action)| action));
+    if granted.held_back {
+        // The budget regains a token within the second.
+        let due = now_s + 1;
+        held_back = Some(held_back.map_or(due, |first| first.min(due)));
     }
     for (name, flavor) in &index.flavors {
         if ledger.is_writing_queue(&QueueWrite::Flavor(name.clone())) {

@@ -11,6 +11,7 @@
 //! what lands.
 
 use crate::action::Action;
+use crate::figure_budget::Figures;
 use crate::index::{Index, Indexed, Written};
 use crate::last_pass::LastPass;
 use crate::ledger::Ledger;
@@ -31,6 +32,8 @@ pub struct State {
     pub(crate) placement_policy: String,
     /// How long a new job waits before its first status is written.
     pub(crate) first_status_after: FirstStatusAfter,
+    /// The writes of figures alone, bounded per second (see [`crate::figure_budget`]).
+    pub(crate) figures: Figures,
 }
 
 /// Seconds from a job's creation before its first status is written, when it still waits

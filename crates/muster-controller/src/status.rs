@@ -61,6 +61,21 @@ pub const PENDING_REFRESH_SECONDS: i64 = 30;
 /// admitted counts, usage), seconds; a change of its conditions is written at once.
 pub const QUEUE_FIGURES_EVERY_SECONDS: i64 = 10;
 
+/// How many ClusterQueue and LocalQueue statuses whose figures alone moved are written per
+/// second, at most, across the controller (see `crate::figure_budget`): with more queues
+/// than this many times [`QUEUE_FIGURES_EVERY_SECONDS`], each queue's figures are refreshed
+/// in turn, less often than that.
+pub const QUEUE_FIGURE_WRITES_PER_SECOND: f64 = 2.0;
+
+/// How many waiting jobs' statuses whose figures alone moved (position, quota left, ETA) are
+/// written per second, at most, across the controller: with more jobs shown their positions
+/// than this many times [`PENDING_REFRESH_SECONDS`], each is refreshed in turn, less often.
+pub const JOB_FIGURE_WRITES_PER_SECOND: f64 = 2.0;
+
+/// How many figure writes of one kind may go at once after a quiet spell: a small cluster's
+/// queues and shown positions are all refreshed on time.
+pub const FIGURE_WRITES_AT_ONCE: f64 = 20.0;
+
 /// How long a gang must have been Ready before its Running status is written, seconds from
 /// when its last pod turned Ready. A gang that ends sooner (a short job) goes from Admitted
 /// straight to its end, one write instead of two; one that runs on shows Running this much

@@ -1263,3 +1263,128 @@ fn an_edited_waiting_job_is_read_again_at_its_new_generation() {
         pass.actions
     );
 }
+
+/// A ClusterQueue `name` with `gpus` of quota, and its LocalQueue of the same name in
+/// `team-a`.
+fn queue_pair(name: &str, gpus: u32) -> (muster_api::ClusterQueue, muster_api::LocalQueue) {
+    let mut cq = cluster_queue(gpus);
+    cq.metadata.name = Some(name.to_owned());
+    let mut lq = support::local_queue();
+    lq.metadata.name = Some(name.to_owned());
+    name.clone_into(&mut lq.spec.cluster_queue);
+    (cq, lq)
+}
+
+/// A fleet of many queues whose figures all move costs at most the figure budget's writes a
+/// second, and every queue is still refreshed in turn: those written longest ago first.
+#[test]
+fn many_queues_share_the_figure_budget_and_each_is_refreshed_in_turn() {
+    let per_second = muster_controller::status::QUEUE_FIGURE_WRITES_PER_SECOND;
+    let at_once = muster_controller::status::FIGURE_WRITES_AT_ONCE;
+    let names: Vec<String> = (0..60).map(|i| format!("q{i:02}")).collect();
+    let mut index = cluster(16, vec![]);
+    for name in &names {
+        let (cq, lq) = queue_pair(name, 8);
+        index.apply(cq);
+        index.apply(lq);
+    }
+    // Every queue's conditions are written at once, whatever the budget.
+    let first = plan(&mut index, at(10));
+    land_all(&mut index, &first.actions, 10);
+    let queue_writes = |actions: &[Action]| -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::ClusterQueueStatus { name, .. } => Some(format!("cq/{name}")),
+                Action::LocalQueueStatus { key, .. } => Some(format!("lq/{key}")),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(queue_writes(&first.actions).len() >= 2 * names.len());
+    // Then a job more waits in every queue every ten seconds: each queue's figures move,
+    // 120 statuses due every ten seconds against a budget of two a second.
+    let mut written = std::collections::BTreeMap::<String, Vec<i64>>::new();
+    let mut total = 0usize;
+    let mut n = 0;
+    for t in 11..=130 {
+        if t % 10 == 1 {
+            for name in &names {
+                let mut waiting = job(&format!("j{n:05}"), 4, t);
+                waiting.spec.queue_name = name.clone();
+                index.apply(waiting);
+                n += 1;
+            }
+        }
+        let pass = plan(&mut index, at(t));
+        land_all(&mut index, &pass.actions, t);
+        for queue in queue_writes(&pass.actions) {
+            written.entry(queue).or_default().push(t);
+            total += 1;
+        }
+        #[expect(clippy::cast_precision_loss, reason = "a few hundred writes")]
+        let bound = at_once + per_second * (t - 10) as f64;
+        #[expect(clippy::cast_precision_loss, reason = "a few hundred writes")]
+        let so_far = total as f64;
+        assert!(so_far <= bound, "{total} queue writes by {t}");
+    }
+    assert_eq!(written.len(), 2 * names.len(), "every queue refreshed");
+    // Each was refreshed again and again, none starved: at least twice in the two minutes.
+    let fewest = written.values().map(Vec::len).min().unwrap_or(0);
+    assert!(fewest >= 2, "{written:?}");
+}
+
+/// Many waiting jobs shown their positions, whose figures all move at once, are rewritten
+/// within the figure budget: a burst, then a few a second, each job in turn.
+#[test]
+fn the_figures_of_many_shown_positions_are_written_within_the_budget() {
+    let per_second = muster_controller::status::JOB_FIGURE_WRITES_PER_SECOND;
+    let at_once = muster_controller::status::FIGURE_WRITES_AT_ONCE;
+    let refresh = muster_controller::status::PENDING_REFRESH_SECONDS;
+    let names: Vec<String> = (0..12).map(|i| format!("q{i:02}")).collect();
+    let mut index = cluster(16, vec![]);
+    let mut n = 0;
+    for name in &names {
+        let (cq, lq) = queue_pair(name, 8);
+        index.apply(cq);
+        index.apply(lq);
+        // Five waiting jobs in each, all shown their positions.
+        for _ in 0..5 {
+            let mut waiting = job(&format!("j{n:05}"), 2, 0);
+            waiting.spec.queue_name = name.clone();
+            index.apply(waiting);
+            n += 1;
+        }
+    }
+    let mut t = 1;
+    while t < 3 * refresh {
+        let pass = plan(&mut index, at(t));
+        land_all(&mut index, &pass.actions, t);
+        t += 1;
+    }
+    // Quota moves in every queue: each waiting job's figures (quota left) change.
+    for name in &names {
+        index.apply(queue_pair(name, 12).0);
+    }
+    let start = t;
+    let mut rewritten = std::collections::BTreeSet::<String>::new();
+    let mut total = 0usize;
+    while t < start + refresh {
+        let pass = plan(&mut index, at(t));
+        land_all(&mut index, &pass.actions, t);
+        for action in &pass.actions {
+            if let Action::JobStatus { job, .. } = action {
+                rewritten.insert(job.to_string());
+                total += 1;
+            }
+        }
+        #[expect(clippy::cast_precision_loss, reason = "a few dozen writes")]
+        let bound = at_once + per_second * (t - start) as f64;
+        #[expect(clippy::cast_precision_loss, reason = "a few dozen writes")]
+        let so_far = total as f64;
+        assert!(so_far <= bound, "{total} job figure writes by {t}");
+        t += 1;
+    }
+    // 60 jobs, 20 at once and two a second: all rewritten within the refresh interval.
+    assert_eq!(rewritten.len(), n, "{rewritten:?}");
+}

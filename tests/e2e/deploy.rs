@@ -13,12 +13,17 @@ use serde_json::{Value, json};
 
 use crate::support::{Env, MANAGER, MusterProcess, eventually, gpu_job, phase, reason, runs_for};
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// Applies every document of `file` (server-side), whatever its kind.
 async fn apply_file(env: &Env, file: &Path) {
+    apply_documents(env, file, |_| true).await;
+}
+
+/// Applies the documents of `file` that `keep` (server-side), whatever their kind.
+pub(crate) async fn apply_documents(env: &Env, file: &Path, keep: impl Fn(&Value) -> bool) {
     let text = std::fs::read_to_string(file)
         .unwrap_or_else(|e| unreachable!("reading {}: {e}", file.display()));
     let discovery = match Discovery::new(env.client.clone()).run().await {
@@ -30,7 +35,7 @@ async fn apply_file(env: &Env, file: &Path) {
             Ok(v) => v,
             Err(e) => unreachable!("{}: {e}", file.display()),
         };
-        if value.is_null() {
+        if value.is_null() || !keep(&value) {
             continue;
         }
         let (group, version) = match value["apiVersion"]
@@ -103,6 +108,13 @@ async fn the_shipped_rbac_is_enough_for_every_flow() {
     };
     apply_file(&env, &repo().join("deploy/namespace.yaml")).await;
     apply_file(&env, &repo().join("deploy/rbac.yaml")).await;
+    // The visibility API's RBAC (its APIService would point at a Service with no pod here).
+    apply_documents(&env, &repo().join("deploy/visibility.yaml"), |doc| {
+        doc["kind"]
+            .as_str()
+            .is_some_and(|k| k.starts_with("ClusterRole") || k.starts_with("RoleBinding"))
+    })
+    .await;
     env.h100().await;
     env.gpu_nodes("b1", &["n1", "n2"]).await;
     env.queue(

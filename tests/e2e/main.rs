@@ -21,4 +21,5 @@ mod shares;
 mod status_writes;
 mod support;
 mod tpu;
+mod visibility;
 mod workloads;

@@ -351,6 +351,14 @@ impl QuotaBook {
         )
     }
 
+    /// `queue`'s nominal quota of (`flavor`, `resource`); zero where it has none.
+    pub fn nominal(&self, queue: &str, flavor: &str, resource: &str) -> Amount {
+        let (Some(q), Some(slot)) = (self.queue(queue), self.slot(flavor, resource)) else {
+            return Amount::ZERO;
+        };
+        Amount::from_milli(self.layout.limits[q][slot].map_or(0, |l| l.nominal))
+    }
+
     /// Whether `queue` uses more than its nominal quota of any resource of `flavor`.
     pub fn is_borrowing(&self, queue: &str, flavor: &str) -> bool {
         let Some(q) = self.queue(queue) else {

@@ -10,6 +10,7 @@
 //! - [`ObjectRef`]: the `namespace/name` reference every crate keys namespaced objects by.
 //! - [`workload`] and [`jobset`]: the `batch/v1` Jobs and JobSets teams already run, read as
 //!   the GpuJob admission sees.
+//! - [`visibility`]: the answers of the visibility API the controller serves.
 //! - [`wire`]: the labels, annotations, finalizer, gate and taints Muster puts on other objects.
 //!
 //! No I/O happens here.
@@ -28,6 +29,7 @@ pub mod resource_flavor;
 pub mod resources;
 pub mod tpu;
 pub mod validation;
+pub mod visibility;
 pub mod wire;
 pub mod workload;
 

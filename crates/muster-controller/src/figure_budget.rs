@@ -35,7 +35,9 @@ pub(crate) struct FigureBudget<K: Ord, T> {
     /// When the tokens were last counted (seconds); none before the first grant.
     at: Option<i64>,
     written: BTreeMap<K, i64>,
-    offered: Vec<(K, T)>,
+    /// The writes offered in this pass, one per object: a later offer (a job decided about
+    /// twice in one pass, by the cycle and by the explanation) replaces an earlier one.
+    offered: BTreeMap<K, T>,
 }
 
 /// What a grant gave: the writes to make, and whether any was held back for want of tokens
@@ -55,13 +57,14 @@ impl<K: Ord + Clone, T> FigureBudget<K, T> {
             tokens: burst,
             at: None,
             written: BTreeMap::new(),
-            offered: Vec::new(),
+            offered: BTreeMap::new(),
         }
     }
 
-    /// Offers the figure write `write` of object `key` for this pass's grant.
+    /// Offers the figure write `write` of object `key` for this pass's grant, in place of
+    /// any offered before for it.
     pub(crate) fn offer(&mut self, key: K, write: T) {
-        self.offered.push((key, write));
+        self.offered.insert(key, write);
     }
 
     /// The writes offered since the last grant that the budget allows at `now` (seconds):
@@ -74,7 +77,7 @@ impl<K: Ord + Clone, T> FigureBudget<K, T> {
         self.tokens = (self.tokens + refill).min(self.burst);
         self.at = Some(self.at.map_or(now, |at| at.max(now)));
         self.written.retain(|_, at| now - *at < REMEMBERED_SECONDS);
-        let mut offered = std::mem::take(&mut self.offered);
+        let mut offered: Vec<(K, T)> = std::mem::take(&mut self.offered).into_iter().collect();
         offered.sort_by(|(a, _), (b, _)| {
             let last = |k: &K| self.written.get(k).copied().unwrap_or(i64::MIN);
             last(a).cmp(&last(b)).then_with(|| a.cmp(b))
@@ -168,6 +171,16 @@ mod tests {
             assert_eq!(times.len(), 4);
             assert!(times.windows(2).all(|w| w[1] - w[0] == 10), "{times:?}");
         }
+    }
+
+    #[test]
+    fn an_object_offered_twice_in_a_pass_is_written_once_with_its_last_offer() {
+        let mut budget: FigureBudget<u32, &str> = FigureBudget::new(1.0, 5.0);
+        budget.offer(1, "cycle");
+        budget.offer(1, "explanation");
+        let granted = budget.grant(0);
+        assert_eq!(granted.writes, vec![(1, "explanation")]);
+        assert!(!granted.held_back);
     }
 
     #[test]

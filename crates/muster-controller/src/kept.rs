@@ -339,6 +339,11 @@ impl Kept {
 pub(crate) struct Slot(Option<Kept>);
 
 impl Slot {
+    /// The scheduler the last pass left, if any pass has run since the slot was emptied.
+    pub(crate) fn scheduler(&self) -> Option<&Scheduler> {
+        self.0.as_ref().map(|kept| &kept.scheduler)
+    }
+
     fn take(&mut self) -> Option<Kept> {
         self.0.take()
     }

@@ -60,5 +60,8 @@ pub mod state;
 pub mod status;
 pub mod summary;
 pub mod unreachable;
+pub mod visibility;
+pub mod visibility_server;
+mod visibility_tls;
 pub mod workload;
 mod writes;

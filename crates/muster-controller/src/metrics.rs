@@ -68,6 +68,11 @@ pub struct Metrics {
     pub gpu_seconds_completed: Counter,
     /// Per finished job, how often it was evicted before.
     pub job_evictions: Histogram,
+    /// Visibility API requests, by route and HTTP status code.
+    pub visibility_requests: Family<Labels, Counter>,
+    /// Seconds the controller spent working out each visibility API answer (the state
+    /// locked), without the authorization asked of the API server.
+    pub visibility_seconds: Histogram,
 }
 
 /// API requests the controller's client sent, by HTTP method, and by method and resource:
@@ -169,6 +174,8 @@ impl Metrics {
             gpu_seconds_lost: Counter::default(),
             gpu_seconds_completed: Counter::default(),
             job_evictions: Histogram::new([0.0, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0]),
+            visibility_requests: Family::default(),
+            visibility_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
             registry: Registry::default(),
         };
         registry.register(
@@ -266,6 +273,16 @@ impl Metrics {
             self.evictions.clone(),
         );
         registry.register("preemptions", "Jobs preempted", self.preemptions.clone());
+        registry.register(
+            "visibility_requests",
+            "Visibility API requests, by route and status code",
+            self.visibility_requests.clone(),
+        );
+        registry.register(
+            "visibility_answer_seconds",
+            "Seconds spent working out each visibility API answer",
+            self.visibility_seconds.clone(),
+        );
         registry.register(
             "scheduler_rebuilds",
             "Passes that built the admission scheduler afresh, by cause",

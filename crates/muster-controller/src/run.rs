@@ -61,6 +61,8 @@ pub struct Options {
     /// Counts the API requests of the client given to [`run`] when it was built with
     /// [`ApiRequests::client`] (exported as `muster_api_requests_total`).
     pub api_requests: ApiRequests,
+    /// Where the visibility API is served; `None`: it is not.
+    pub visibility: Option<crate::visibility_server::VisibilityOptions>,
 }
 
 impl Default for Options {
@@ -77,6 +79,7 @@ impl Default for Options {
             write_concurrency: 32,
             placement_policy: "best-fit".to_owned(),
             api_requests: ApiRequests::default(),
+            visibility: None,
         }
     }
 }
@@ -388,6 +391,19 @@ pub async fn run(
     ));
     start_watches(&client, &options, &shared).await;
     let (leader, lease) = leadership(&client, &options);
+    let visibility = options.visibility.clone().map(|visibility| {
+        let lease_name = options
+            .leader_elect
+            .then(|| (options.lease_namespace.clone(), options.lease_name.clone()));
+        tokio::spawn(crate::visibility_server::serve(
+            visibility,
+            client.clone(),
+            Arc::clone(&shared),
+            leader.clone(),
+            lease_name,
+            stop_rx.clone(),
+        ))
+    });
     let reporter = Reporter {
         controller: "muster".to_owned(),
         instance: Some(options.identity.clone()),
@@ -409,6 +425,9 @@ pub async fn run(
         );
     }
     let _ = http.await;
+    if let Some(visibility) = visibility {
+        let _ = tokio::time::timeout(Duration::from_secs(5), visibility).await;
+    }
     Ok(())
 }
 

@@ -265,6 +265,7 @@ impl TestCluster {
         }
         let token = credentials::random_token();
         credentials::write_token_file(&root.join("pki/tokens.csv"), &token)?;
+        credentials::write_front_proxy(&root.join("pki"))?;
         credentials::write_service_account_keys(
             &root.join("pki/sa.key"),
             &root.join("pki/sa.pub"),
@@ -440,6 +441,18 @@ impl TestCluster {
                 format!("--secure-port={}", self.ports.api),
                 format!("--cert-dir={root}/pki"),
                 format!("--token-auth-file={root}/pki/tokens.csv"),
+                // The front proxy: how the API server forwards requests to aggregated APIs
+                // (Muster's visibility API), naming the caller in headers.
+                format!("--requestheader-client-ca-file={root}/pki/front-proxy-ca.crt"),
+                format!(
+                    "--requestheader-allowed-names={}",
+                    credentials::FRONT_PROXY_CLIENT
+                ),
+                "--requestheader-username-headers=X-Remote-User".into(),
+                "--requestheader-group-headers=X-Remote-Group".into(),
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
+                format!("--proxy-client-cert-file={root}/pki/front-proxy-client.crt"),
+                format!("--proxy-client-key-file={root}/pki/front-proxy-client.key"),
                 "--authorization-mode=RBAC".into(),
                 "--service-account-issuer=https://kubernetes.default.svc".into(),
                 format!("--service-account-key-file={root}/pki/sa.pub"),

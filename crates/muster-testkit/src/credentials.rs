@@ -45,6 +45,49 @@ pub(crate) fn write_service_account_keys(private: &Path, public: &Path) -> anyho
         .with_context(|| format!("writing {}", public.display()))
 }
 
+/// The common name of the API server's front-proxy client certificate.
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
+
+/// Generates a front-proxy CA (`front-proxy-ca.crt`) and a client certificate it signs
+/// (`front-proxy-client.crt`, `.key`, common name [`FRONT_PROXY_CLIENT`]) into `dir`: what the
+/// API server presents when it forwards a request to an aggregated API.
+pub(crate) fn write_front_proxy(dir: &Path) -> anyhow::Result<()> {
+    let ca_key = rcgen::KeyPair::generate().context("generating the front-proxy CA key")?;
+    let mut ca_params =
+        rcgen::CertificateParams::new(Vec::<String>::new()).context("front-proxy CA parameters")?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "muster-testkit-front-proxy-ca");
+    ca_params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca = ca_params
+        .self_signed(&ca_key)
+        .context("signing the front-proxy CA")?;
+    let client_key = rcgen::KeyPair::generate().context("generating the front-proxy key")?;
+    let mut client_params = rcgen::CertificateParams::new(Vec::<String>::new())
+        .context("front-proxy client parameters")?;
+    client_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, FRONT_PROXY_CLIENT);
+    client_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
+    let client = client_params
+        .signed_by(&client_key, &issuer)
+        .context("signing the front-proxy client certificate")?;
+    for (name, text) in [
+        ("front-proxy-ca.crt", ca.pem()),
+        ("front-proxy-client.crt", client.pem()),
+        ("front-proxy-client.key", client_key.serialize_pem()),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
 /// A kubeconfig for the admin user against `https://127.0.0.1:<port>`, skipping TLS
 /// verification (the API server's certificate is self-generated).
 pub(crate) fn kubeconfig(server: &str, token: &str) -> String {

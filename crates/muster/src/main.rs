@@ -16,24 +16,53 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Free GPUs per flavor and topology domain, down to each node (live cluster).
+    Blocks(commands::blocks::Args),
     /// Run Muster on a Kubernetes cluster: watch, admit, release gangs, serve metrics.
     Controller(commands::controller::Args),
     /// Print every Muster CRD as YAML (or write one file per CRD with --out).
     Crds(commands::crds::Args),
     /// The FGD paper's fill experiment on shared GPUs: allocation and fragmentation per policy.
     Fill(commands::fill::Args),
+    /// One job's story: where it stands, why it waits, who is ahead, what holds its quota (live cluster).
+    Explain(commands::jobs::ExplainArgs),
     /// Would a GpuJob fit on these nodes now, and where? Exit 0: fits; 1: does not; 2: bad input.
     Fit(commands::fit::Args),
+    /// The waiting jobs in order: positions, sizes, reasons, ETAs (live cluster).
+    Jobs(commands::jobs::Args),
+    /// Every ClusterQueue: quota, use, borrowing, lending, waiting and admitted jobs (live cluster).
+    Queues(commands::queues::Args),
+    /// Let a stopped ClusterQueue admit again (live cluster).
+    Resume(commands::queues::StopArgs),
     /// Replay a scenario's workload through Muster's admission and placement in virtual time.
     Sim(commands::sim::Args),
+    /// Stop a ClusterQueue admitting (--drain: and evict what it admitted) (live cluster).
+    Stop(commands::queues::StopArgs),
     /// Check Muster YAML files offline: every error, with file, document and field.
     Validate(commands::validate::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Commands against a live cluster fail with 1, as kubectl does; the others keep 2 for
+    // bad input.
+    let failure = match cli.command {
+        Command::Blocks(_)
+        | Command::Explain(_)
+        | Command::Jobs(_)
+        | Command::Queues(_)
+        | Command::Resume(_)
+        | Command::Stop(_) => 1,
+        _ => 2,
+    };
     let result = match cli.command {
+        Command::Blocks(args) => commands::blocks::run(&args),
         Command::Controller(args) => commands::controller::run(&args),
+        Command::Explain(args) => commands::jobs::explain(&args),
+        Command::Jobs(args) => commands::jobs::run(&args),
+        Command::Queues(args) => commands::queues::run(&args),
+        Command::Resume(args) => commands::queues::stop(&args, true),
+        Command::Stop(args) => commands::queues::stop(&args, false),
         Command::Crds(args) => commands::crds::run(&args),
         Command::Fill(args) => commands::fill::run(&args),
         Command::Fit(args) => commands::fit::run(&args),
@@ -44,7 +73,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::from(2)
+            ExitCode::from(failure)
         }
     }
 }

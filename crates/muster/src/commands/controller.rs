@@ -41,6 +41,20 @@ pub struct Args {
     /// GPU; fgd-gang also chooses a gang's block by the fragmentation it adds).
     #[arg(long, default_value = "best-fit", value_parser = clap::builder::PossibleValuesParser::new(muster_topology::POLICY_NAMES))]
     placement_policy: String,
+    /// Address of the visibility API (HTTPS, reached through the API server's APIService
+    /// v1alpha1.visibility.muster.dev).
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    visibility_addr: SocketAddr,
+    /// Serve no visibility API.
+    #[arg(long)]
+    no_visibility: bool,
+    /// The visibility API's serving certificate (PEM; default: one made at start and signed
+    /// by itself).
+    #[arg(long, requires = "visibility_key")]
+    visibility_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long, requires = "visibility_cert")]
+    visibility_key: Option<PathBuf>,
 }
 
 /// Runs the controller until SIGTERM or Ctrl-C.
@@ -76,6 +90,19 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             write_concurrency: args.write_concurrency,
             placement_policy: args.placement_policy.clone(),
             api_requests,
+            visibility: (!args.no_visibility).then(|| {
+                muster_controller::visibility_server::VisibilityOptions {
+                    addr: args.visibility_addr,
+                    certificate: args
+                        .visibility_cert
+                        .clone()
+                        .zip(args.visibility_key.clone()),
+                    pod: std::env::var("POD_NAME")
+                        .ok()
+                        .zip(std::env::var("POD_NAMESPACE").ok())
+                        .map(|(name, ns)| muster_api::ObjectRef::new(&ns, &name)),
+                }
+            }),
             ..Options::default()
         };
         tracing::info!(?options, "starting");

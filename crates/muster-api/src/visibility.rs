@@ -1,0 +1,334 @@
+//! The visibility API, group `visibility.muster.dev`, version `v1alpha1`: what the controller
+//! knows about queues, waiting jobs and free capacity, served from its memory behind the
+//! Kubernetes API server (an aggregated API) and read by `muster queues`, `muster jobs`,
+//! `muster explain`, `muster blocks` and the dashboard.
+//!
+//! Nothing here is stored: every answer is worked out from the controller's last pass when it
+//! is asked. A caller sees every waiting job's position, size and reason kind; the name,
+//! namespace, LocalQueue, owner and message only of jobs in namespaces where they may list
+//! GpuJobs (see [`PendingJob::name`]).
+//!
+//! Paths, under `/apis/visibility.muster.dev/v1alpha1`:
+//! - `clusterqueues`: every ClusterQueue's figures ([`ClusterQueueSummaryList`]);
+//! - `clusterqueues/{name}/pendingjobs`: its waiting jobs in order ([`PendingJobList`]);
+//! - `namespaces/{ns}/localqueues/{name}/pendingjobs`: a LocalQueue's;
+//! - `namespaces/{ns}/pendingjobs`: a namespace's;
+//! - `namespaces/{ns}/gpujobs/{name}/story`: one job's story ([`JobStory`]);
+//! - `blocks`: free capacity per flavor and topology domain ([`BlockList`]).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::{Deserialize, Serialize};
+
+/// The API group.
+pub const GROUP: &str = "visibility.muster.dev";
+/// The API version.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` as written in answers.
+pub const API_VERSION: &str = "visibility.muster.dev/v1alpha1";
+/// Where the group's paths begin.
+pub const PREFIX: &str = "/apis/visibility.muster.dev/v1alpha1";
+
+/// One waiting job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingJob {
+    /// The GpuJob's name; `None` when the caller may not list GpuJobs in its namespace, and
+    /// so for `namespace`, `local_queue`, `owner` and `message`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Its LocalQueue's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_queue: Option<String>,
+    /// Its ClusterQueue, when its LocalQueue names one that exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_queue: Option<String>,
+    /// 1-based position among its ClusterQueue's waiting jobs, as admission takes them; 0:
+    /// not in a queue's order (invalid, suspended, no queue, waiting for bought capacity).
+    pub position: u32,
+    /// 1-based position among its LocalQueue's waiting jobs (0: not in order); `None` when
+    /// hidden.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_queue_position: Option<u32>,
+    /// Pods in all its pod sets.
+    pub pods: u32,
+    /// GPUs in all (whole GPUs; parts of GPUs as fractions).
+    pub gpus: f64,
+    /// The flavors its ClusterQueue may give its GPUs, in the order tried.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flavors: Vec<String>,
+    /// Its priority.
+    pub priority: i32,
+    /// The object it stands for when Muster made it (`Job/train`, `JobSet/sweep`,
+    /// `PodGroup/x`); `None` for a GpuJob a team wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Why it waits: a `PendingReasonKind`.
+    pub reason: String,
+    /// The whole explanation, with its numbers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When it is expected to start, when admission's reservation timeline knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta: Option<Time>,
+    /// When it was submitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<Time>,
+}
+
+impl PendingJob {
+    /// `namespace/name`, or `(hidden)`.
+    pub fn display_name(&self) -> String {
+        match (&self.namespace, &self.name) {
+            (Some(ns), Some(name)) => format!("{ns}/{name}"),
+            _ => HIDDEN.to_owned(),
+        }
+    }
+}
+
+/// How a job the caller may not see by name is shown.
+pub const HIDDEN: &str = "(hidden)";
+
+/// Waiting jobs in order: a ClusterQueue's, a LocalQueue's or a namespace's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingJobList {
+    /// [`API_VERSION`].
+    pub api_version: String,
+    /// `PendingJobList`.
+    pub kind: String,
+    /// What was asked about: `clusterqueue/NAME`, `localqueue/NS/NAME` or `namespace/NS`.
+    pub scope: String,
+    /// When admission last worked the reasons out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<Time>,
+    /// The jobs, ClusterQueue by ClusterQueue in name order, each in queue order (jobs not in
+    /// an order last).
+    pub items: Vec<PendingJob>,
+    /// How many of `items` are hidden.
+    pub hidden: u32,
+}
+
+/// One flavor's quota and use of one resource in a ClusterQueue.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorUsage {
+    /// The flavor.
+    pub flavor: String,
+    /// The resource (`nvidia.com/gpu`, `cpu`, …).
+    pub resource: String,
+    /// Its nominal quota.
+    pub nominal: f64,
+    /// What its admitted jobs use, borrowed part included.
+    pub used: f64,
+    /// What it uses beyond its nominal quota, borrowed from its cohort.
+    pub borrowed: f64,
+    /// Of its nominal quota, what other queues of its cohort use now: its unused nominal
+    /// quota, up to what the cohort as a whole borrows.
+    pub lent: f64,
+}
+
+/// One ClusterQueue's figures.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterQueueSummary {
+    /// Its name.
+    pub name: String,
+    /// Its cohort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cohort: Option<String>,
+    /// Its stop policy (`None`, `Hold`, `HoldAndDrain`).
+    pub stop_policy: String,
+    /// Jobs waiting in its order.
+    pub waiting: u32,
+    /// Jobs admitted (holding its quota).
+    pub admitted: u32,
+    /// Per flavor and resource with quota.
+    pub usage: Vec<FlavorUsage>,
+    /// Why it admits nothing, when it is invalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// Every ClusterQueue's figures.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterQueueSummaryList {
+    /// [`API_VERSION`].
+    pub api_version: String,
+    /// `ClusterQueueSummaryList`.
+    pub kind: String,
+    /// The queues, in name order.
+    pub items: Vec<ClusterQueueSummary>,
+}
+
+/// One topology domain of a flavor, or one host.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Block {
+    /// The flavor.
+    pub flavor: String,
+    /// The topology level (a node label key; the last is the host).
+    pub level: String,
+    /// The label values from the widest level down to this one.
+    pub path: Vec<String>,
+    /// Ready, schedulable nodes under it.
+    pub nodes: u32,
+    /// GPUs allocatable on them.
+    pub gpus: f64,
+    /// GPUs free on them.
+    pub free_gpus: f64,
+    /// The most GPUs free on any one node under it: a pod asking for more fits on none.
+    pub largest_free_on_a_node: f64,
+    /// What runs there: per job the caller may see, GPUs it holds under this domain;
+    /// hidden jobs are summed under [`HIDDEN`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub jobs: BTreeMap<String, f64>,
+}
+
+/// Free capacity per flavor and topology domain.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockList {
+    /// [`API_VERSION`].
+    pub api_version: String,
+    /// `BlockList`.
+    pub kind: String,
+    /// Flavor by flavor in name order; within one, domains depth first (a domain, then what
+    /// is under it), so a table reads as a tree.
+    pub items: Vec<Block>,
+}
+
+/// Where a job that does not fit came nearest to fitting.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NearestBlock {
+    /// The pod set that did not fit.
+    pub pod_set: String,
+    /// Pods it needs in one domain.
+    pub pods_needed: u32,
+    /// The domain (or slice) that could hold the most of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    /// How many it could hold.
+    pub pods_fitting: u32,
+    /// How many the flavor's nodes could hold in all, ignoring the topology constraint.
+    pub pods_fitting_anywhere: u32,
+    /// Enough capacity exists in all, but not in one place.
+    pub fragmented: bool,
+}
+
+/// An admitted job that holds what a waiting job needs: quota of its ClusterQueue or cohort,
+/// in a flavor the waiting job may use.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Holder {
+    /// `namespace/name`, or [`HIDDEN`].
+    pub job: String,
+    /// Its ClusterQueue.
+    pub cluster_queue: String,
+    /// The flavor of its GPUs.
+    pub flavor: String,
+    /// GPUs it holds.
+    pub gpus: f64,
+    /// When it was admitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+    /// When it is expected to end, when it said how long it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_end: Option<Time>,
+}
+
+/// One step of a job's life, from its status conditions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoryStep {
+    /// When.
+    pub time: Time,
+    /// The condition (`Admitted`, `PodsReady`, `Evicted`, …).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True` or `False`.
+    pub status: String,
+    /// Its reason.
+    pub reason: String,
+    /// Its message.
+    pub message: String,
+}
+
+/// One job's story: where it stands, each step so far, and for a waiting job what it waits
+/// for — the nearest block and what it lacks, the jobs ahead of it and those holding what it
+/// needs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStory {
+    /// [`API_VERSION`].
+    pub api_version: String,
+    /// `JobStory`.
+    pub kind: String,
+    /// `namespace/name`.
+    pub job: String,
+    /// Its phase (`Pending`, `Admitted`, `Running`, …).
+    pub phase: String,
+    /// Where it stands, when it waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<PendingJob>,
+    /// Where it came nearest to fitting, when it waits for room.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nearest: Option<NearestBlock>,
+    /// The jobs ahead of it in its ClusterQueue, in order (at most [`STORY_AHEAD`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ahead: Vec<PendingJob>,
+    /// How many jobs are ahead of it in all.
+    pub ahead_count: u32,
+    /// The admitted jobs holding quota it could use, those expected to end first first (at
+    /// most [`STORY_HOLDERS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<Holder>,
+    /// Each step so far, oldest first.
+    pub steps: Vec<StoryStep>,
+}
+
+/// How many jobs ahead a story lists.
+pub const STORY_AHEAD: usize = 20;
+/// How many holders a story lists.
+pub const STORY_HOLDERS: usize = 20;
+
+/// The group's discovery document: the resources the aggregated API serves.
+pub fn resource_list() -> serde_json::Value {
+    // Lists answer `list` (the API server authorizes a path without a name as a list);
+    // subresources of a named object answer `get`.
+    let resource = |name: &str, kind: &str, namespaced: bool| {
+        let verb = if name.contains('/') { "get" } else { "list" };
+        serde_json::json!({
+            "name": name, "singularName": "", "namespaced": namespaced, "kind": kind,
+            "verbs": [verb]
+        })
+    };
+    serde_json::json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": API_VERSION,
+        "resources": [
+            resource("clusterqueues", "ClusterQueueSummary", false),
+            resource("clusterqueues/pendingjobs", "PendingJobList", false),
+            resource("localqueues/pendingjobs", "PendingJobList", true),
+            resource("pendingjobs", "PendingJobList", true),
+            resource("gpujobs/story", "JobStory", true),
+            resource("blocks", "BlockList", false),
+        ]
+    })
+}
+
+/// The group's entry in discovery (`/apis/visibility.muster.dev`).
+pub fn api_group() -> serde_json::Value {
+    let version = serde_json::json!({"groupVersion": API_VERSION, "version": VERSION});
+    serde_json::json!({
+        "kind": "APIGroup", "apiVersion": "v1", "name": GROUP,
+        "versions": [version], "preferredVersion": version
+    })
+}

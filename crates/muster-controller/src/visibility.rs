@@ -1,0 +1,691 @@
+//! The answers of the visibility API (see [`muster_api::visibility`]), worked out from the
+//! controller's memory: the index and the scheduler the last pass left. Pure and cheap: no
+//! request, no write, nothing kept; the same state gives the same answer.
+//!
+//! Every answer takes the caller's view as a predicate over namespaces (`may_see`): a job in
+//! a namespace the caller may not see keeps its place, size, priority and reason kind, and
+//! loses its name, namespace, LocalQueue, owner and message; a message of a job the caller
+//! sees names the jobs of hidden namespaces as [`HIDDEN`].
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use muster_admission::{Decision, Job, JobState, PendingReason, Scheduler};
+use muster_api::resources::names::NVIDIA_GPU;
+use muster_api::visibility::{
+    API_VERSION, Block, BlockList, ClusterQueueSummary, ClusterQueueSummaryList, FlavorUsage,
+    HIDDEN, Holder, JobStory, NearestBlock, PendingJob, PendingJobList, STORY_AHEAD, STORY_HOLDERS,
+    StoryStep,
+};
+use muster_api::{Amount, GpuJob, ObjectRef};
+
+use crate::state::State;
+
+/// Which waiting jobs a list is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// One ClusterQueue's.
+    ClusterQueue(String),
+    /// One LocalQueue's (`namespace`, `name`).
+    LocalQueue(String, String),
+    /// One namespace's.
+    Namespace(String),
+}
+
+impl Scope {
+    fn label(&self) -> String {
+        match self {
+            Scope::ClusterQueue(name) => format!("clusterqueue/{name}"),
+            Scope::LocalQueue(ns, name) => format!("localqueue/{ns}/{name}"),
+            Scope::Namespace(ns) => format!("namespace/{ns}"),
+        }
+    }
+}
+
+/// Why no answer can be given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unanswered {
+    /// No pass has run yet (the controller is starting, or stands by).
+    NoPassYet,
+    /// The object asked about does not exist.
+    NotFound(String),
+}
+
+/// Seconds to an API time.
+fn time(seconds: i64) -> Option<Time> {
+    Timestamp::from_second(seconds).ok().map(Time)
+}
+
+fn gpus(amount: Amount) -> f64 {
+    #[expect(clippy::cast_precision_loss, reason = "milli-GPUs shown as a number")]
+    let milli = amount.milli() as f64;
+    milli / 1000.0
+}
+
+/// GPUs a job asks for in all.
+fn job_gpus(job: &Job) -> f64 {
+    gpus(
+        job.pod_sets
+            .iter()
+            .map(|set| muster_admission::quota_usage(set).get(NVIDIA_GPU))
+            .fold(Amount::ZERO, Amount::saturating_add),
+    )
+}
+
+/// Every waiting job in the scheduler's order, with its ClusterQueue.
+struct Waiting<'a> {
+    scheduler: &'a Scheduler,
+    decisions: Vec<(String, u32, PendingReason, Option<i64>)>,
+}
+
+impl<'a> Waiting<'a> {
+    fn of(state: &'a State) -> Result<Waiting<'a>, Unanswered> {
+        let scheduler = state
+            .last
+            .scheduler
+            .scheduler()
+            .ok_or(Unanswered::NoPassYet)?;
+        let decisions = scheduler
+            .waiting()
+            .into_iter()
+            .filter_map(|d| match d {
+                Decision::Pending {
+                    job,
+                    position,
+                    reason,
+                    eta,
+                } => Some((job, position, reason, eta)),
+                _ => None,
+            })
+            .collect();
+        Ok(Waiting {
+            scheduler,
+            decisions,
+        })
+    }
+
+    fn cluster_queue_of(&self, job: &Job) -> Option<String> {
+        self.scheduler
+            .cluster_queue_of_local_queue(&job.local_queue)
+    }
+}
+
+/// The flavors ClusterQueue `cq` may give GPUs, in the order tried.
+fn gpu_flavors(state: &State, cq: &str) -> Vec<String> {
+    state
+        .index
+        .cluster_queues
+        .get(cq)
+        .map(|q| {
+            q.spec
+                .resource_groups
+                .iter()
+                .filter(|g| g.covered_resources.iter().any(|r| r == NVIDIA_GPU))
+                .flat_map(|g| g.flavors.iter().map(|f| f.name.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The object an entry stands for, as `Kind/name`.
+fn owner_of(job: Option<&GpuJob>) -> Option<String> {
+    let workload = crate::workload::workload_of(job?)?;
+    Some(format!("{}/{}", workload.kind.label(), workload.key.name()))
+}
+
+/// `reason`'s message with the jobs of namespaces the caller may not see named [`HIDDEN`].
+fn redacted(reason: &PendingReason, may_see: &dyn Fn(&str) -> bool) -> String {
+    let mut message = reason.message();
+    let named: Vec<&str> = match reason {
+        PendingReason::BlockedByQueueHead { head } => vec![head.as_str()],
+        PendingReason::CapacityReserved { for_job, .. } => vec![for_job.as_str()],
+        PendingReason::Preempting { victims } => victims.iter().map(String::as_str).collect(),
+        PendingReason::PreemptionDeferred(d) => d.victims.iter().map(String::as_str).collect(),
+        _ => Vec::new(),
+    };
+    for id in named {
+        let namespace = id.split_once('/').map_or("", |(ns, _)| ns);
+        if !may_see(namespace) {
+            message = message.replace(id, HIDDEN);
+        }
+    }
+    message
+}
+
+/// One waiting job as the caller may see it. `lq_position` is its place in its LocalQueue.
+fn pending_job(
+    state: &State,
+    waiting: &Waiting<'_>,
+    entry: (&str, u32, &PendingReason, Option<i64>),
+    lq_position: u32,
+    may_see: &dyn Fn(&str) -> bool,
+) -> PendingJob {
+    let (id, position, reason, eta) = entry;
+    let job = waiting.scheduler.job(id);
+    let cluster_queue = job.and_then(|j| waiting.cluster_queue_of(j));
+    let namespace = id.split_once('/').map_or("", |(ns, _)| ns);
+    let visible = may_see(namespace);
+    let mut out = PendingJob {
+        cluster_queue: cluster_queue.clone(),
+        position,
+        pods: job.map_or(0, |j| j.pod_sets.iter().map(|s| s.count).sum()),
+        gpus: job.map_or(0.0, job_gpus),
+        flavors: cluster_queue
+            .as_deref()
+            .map(|cq| gpu_flavors(state, cq))
+            .unwrap_or_default(),
+        priority: job.map_or(0, |j| j.priority),
+        reason: reason.kind().as_str().to_owned(),
+        eta: eta.and_then(time),
+        created: job.and_then(|j| time(j.created)),
+        ..PendingJob::default()
+    };
+    if visible {
+        let (ns, name) = id.split_once('/').unwrap_or(("", id));
+        out.namespace = Some(ns.to_owned());
+        out.name = Some(name.to_owned());
+        out.local_queue = job.map(|j| {
+            j.local_queue
+                .split_once('/')
+                .map_or(j.local_queue.clone(), |(_, lq)| lq.to_owned())
+        });
+        out.local_queue_position = Some(lq_position);
+        out.owner = owner_of(state.index.jobs.get(id));
+        out.message = Some(redacted(reason, may_see));
+    }
+    out
+}
+
+/// The waiting jobs of `scope`, in order: ClusterQueue by ClusterQueue (name order), each in
+/// its queue's order, jobs not in an order (invalid, suspended, no queue, waiting for bought
+/// capacity) last.
+pub fn pending_jobs(
+    state: &State,
+    scope: &Scope,
+    may_see: &dyn Fn(&str) -> bool,
+) -> Result<PendingJobList, Unanswered> {
+    match scope {
+        Scope::ClusterQueue(name) if !state.index.cluster_queues.contains_key(name) => {
+            return Err(Unanswered::NotFound(format!("ClusterQueue {name}")));
+        }
+        Scope::LocalQueue(ns, name)
+            if !state
+                .index
+                .local_queues
+                .contains_key(format!("{ns}/{name}").as_str()) =>
+        {
+            return Err(Unanswered::NotFound(format!("LocalQueue {ns}/{name}")));
+        }
+        _ => {}
+    }
+    let waiting = Waiting::of(state)?;
+    let in_scope = |id: &str, job: Option<&Job>, cq: Option<&str>| match scope {
+        Scope::ClusterQueue(name) => cq == Some(name.as_str()),
+        Scope::LocalQueue(ns, name) => {
+            job.is_some_and(|j| j.local_queue.split_once('/') == Some((ns.as_str(), name)))
+        }
+        Scope::Namespace(ns) => id.split_once('/').is_some_and(|(n, _)| n == ns),
+    };
+    let mut lq_positions: BTreeMap<String, u32> = BTreeMap::new();
+    let mut ranked = Vec::new();
+    let mut unranked = Vec::new();
+    for (id, position, reason, eta) in &waiting.decisions {
+        let job = waiting.scheduler.job(id);
+        let cq = job.and_then(|j| waiting.cluster_queue_of(j));
+        let lq_position = if *position > 0 {
+            let n = lq_positions
+                .entry(job.map_or_else(String::new, |j| j.local_queue.clone()))
+                .or_default();
+            *n += 1;
+            *n
+        } else {
+            0
+        };
+        if !in_scope(id, job, cq.as_deref()) {
+            continue;
+        }
+        let entry = pending_job(
+            state,
+            &waiting,
+            (id, *position, reason, *eta),
+            lq_position,
+            may_see,
+        );
+        if *position > 0 {
+            ranked.push((cq.unwrap_or_default(), *position, entry));
+        } else {
+            unranked.push(entry);
+        }
+    }
+    // The scheduler lists queue by queue in name order already; sorting keeps that promise
+    // whatever it changes to.
+    ranked.sort_by(|a, b| (a.0.as_str(), a.1).cmp(&(b.0.as_str(), b.1)));
+    let mut items: Vec<PendingJob> = ranked.into_iter().map(|(_, _, e)| e).collect();
+    items.extend(unranked);
+    let hidden = u32::try_from(items.iter().filter(|j| j.name.is_none()).count()).unwrap_or(0);
+    Ok(PendingJobList {
+        api_version: API_VERSION.to_owned(),
+        kind: "PendingJobList".to_owned(),
+        scope: scope.label(),
+        as_of: time(waiting.scheduler.reasons_as_of()),
+        items,
+        hidden,
+    })
+}
+
+/// Every ClusterQueue's figures, from the last pass's scheduler: quota and use per flavor
+/// and resource, what it lends, and its waiting and admitted counts.
+pub fn cluster_queues(state: &State) -> Result<ClusterQueueSummaryList, Unanswered> {
+    let scheduler = state
+        .last
+        .scheduler
+        .scheduler()
+        .ok_or(Unanswered::NoPassYet)?;
+    let quota = scheduler.quota();
+    let mut waiting: BTreeMap<String, u32> = BTreeMap::new();
+    for decision in scheduler.waiting() {
+        if let Decision::Pending { job, position, .. } = decision {
+            let cq = scheduler
+                .job(&job)
+                .and_then(|j| scheduler.cluster_queue_of_job(j));
+            if let (Some(cq), true) = (cq, position > 0) {
+                *waiting.entry(cq).or_default() += 1;
+            }
+        }
+    }
+    let mut admitted: BTreeMap<&str, u32> = BTreeMap::new();
+    for (_, job_state) in scheduler.jobs() {
+        if let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) = job_state
+        {
+            *admitted.entry(h.cluster_queue.as_str()).or_default() += 1;
+        }
+    }
+    // Per cohort and (flavor, resource): what its queues borrow, and what they leave unused
+    // of their nominal quota. A lender's `lent` is its part of the borrowing, in proportion
+    // to the unused quota it brings.
+    let mut cohort_totals: BTreeMap<(String, String, String), (u64, u64)> = BTreeMap::new();
+    let reports: BTreeMap<&str, Vec<(String, String, Amount, Amount)>> = state
+        .index
+        .cluster_queues
+        .keys()
+        .map(|name| (name.as_str(), quota.report(name)))
+        .collect();
+    for (name, report) in &reports {
+        let Some(cohort) = quota.cohort(name) else {
+            continue;
+        };
+        for (flavor, resource, used, borrowed) in report {
+            let nominal = quota.nominal(name, flavor, resource);
+            let unused = nominal.milli().saturating_sub(used.milli());
+            let totals = cohort_totals
+                .entry((cohort.to_owned(), flavor.clone(), resource.clone()))
+                .or_default();
+            totals.0 = totals.0.saturating_add(borrowed.milli());
+            totals.1 = totals.1.saturating_add(unused);
+        }
+    }
+    let mut items = Vec::new();
+    for (name, queue) in &state.index.cluster_queues {
+        let cohort = quota.cohort(name).map(str::to_owned);
+        let usage = reports
+            .get(name.as_str())
+            .into_iter()
+            .flatten()
+            .map(|(flavor, resource, used, borrowed)| {
+                let nominal = quota.nominal(name, flavor, resource);
+                let unused = nominal.milli().saturating_sub(used.milli());
+                let lent = cohort
+                    .as_ref()
+                    .and_then(|c| cohort_totals.get(&(c.clone(), flavor.clone(), resource.clone())))
+                    .map_or(0, |&(borrowing, unused_all)| {
+                        if unused_all == 0 {
+                            0
+                        } else {
+                            let share = u128::from(unused) * u128::from(borrowing.min(unused_all))
+                                / u128::from(unused_all);
+                            u64::try_from(share).unwrap_or(u64::MAX)
+                        }
+                    });
+                FlavorUsage {
+                    flavor: flavor.clone(),
+                    resource: resource.clone(),
+                    nominal: gpus(nominal),
+                    used: gpus(*used),
+                    borrowed: gpus(*borrowed),
+                    lent: gpus(Amount::from_milli(lent)),
+                }
+            })
+            .collect();
+        items.push(ClusterQueueSummary {
+            name: name.clone(),
+            cohort,
+            stop_policy: format!("{:?}", queue.spec.stop_policy),
+            waiting: waiting.get(name).copied().unwrap_or(0),
+            admitted: admitted.get(name.as_str()).copied().unwrap_or(0),
+            usage,
+            problem: scheduler.queue_problem(name).map(str::to_owned),
+        });
+    }
+    Ok(ClusterQueueSummaryList {
+        api_version: API_VERSION.to_owned(),
+        kind: "ClusterQueueSummaryList".to_owned(),
+        items,
+    })
+}
+
+/// Free GPUs per flavor and topology domain, down to each node, with the jobs that hold GPUs
+/// there: so a user sees why 16 GPUs free in all do not hold a 16-GPU gang that needs one
+/// block.
+pub fn blocks(state: &State, may_see: &dyn Fn(&str) -> bool) -> Result<BlockList, Unanswered> {
+    let scheduler = state
+        .last
+        .scheduler
+        .scheduler()
+        .ok_or(Unanswered::NoPassYet)?;
+    let cluster = scheduler.cluster();
+    // GPUs each admitted job holds per node.
+    let mut on_node: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
+    for (job, job_state) in scheduler.jobs_with_states() {
+        let (JobState::Admitted(h) | JobState::Evicting(h)) = job_state else {
+            continue;
+        };
+        let namespace = job.id.split_once('/').map_or("", |(ns, _)| ns);
+        let shown = if may_see(namespace) {
+            job.id.clone()
+        } else {
+            HIDDEN.to_owned()
+        };
+        for (placement, request) in h.pod_sets.iter().zip(&job.pod_sets) {
+            let per_pod = request.requests.get(NVIDIA_GPU).milli();
+            for node in &placement.nodes {
+                let held = on_node
+                    .entry(node.as_str())
+                    .or_default()
+                    .entry(shown.clone())
+                    .or_default();
+                *held = held.saturating_add(per_pod);
+            }
+        }
+    }
+    let mut items = Vec::new();
+    for flavor in state.index.flavors.keys() {
+        let Some(topology) = cluster.topology(flavor) else {
+            continue;
+        };
+        let levels = topology.levels();
+        let mut stack: Vec<usize> = topology
+            .domains()
+            .first()
+            .map(|root| root.children.iter().rev().copied().collect())
+            .unwrap_or_default();
+        while let Some(id) = stack.pop() {
+            let domain = &topology.domains()[id];
+            let nodes: Vec<usize> = topology
+                .nodes_under(id)
+                .into_iter()
+                .filter(|n| topology.nodes()[*n].info.schedulable)
+                .collect();
+            let mut block = Block {
+                flavor: flavor.clone(),
+                level: levels
+                    .get(domain.depth.saturating_sub(1))
+                    .cloned()
+                    .unwrap_or_default(),
+                path: topology.path(id),
+                ..Block::default()
+            };
+            fill_block(&mut block, topology, &nodes, &on_node);
+            items.push(block);
+            // Below the last level, the nodes themselves (unless the last level is the host).
+            let last = domain.depth == levels.len();
+            let by_host = levels
+                .last()
+                .is_some_and(|l| l == muster_api::resource_flavor::HOSTNAME_LABEL);
+            if last && !by_host {
+                for &node in &domain.nodes {
+                    let mut host = Block {
+                        flavor: flavor.clone(),
+                        level: muster_api::resource_flavor::HOSTNAME_LABEL.to_owned(),
+                        path: {
+                            let mut p = topology.path(id);
+                            p.push(topology.nodes()[node].info.name.clone());
+                            p
+                        },
+                        ..Block::default()
+                    };
+                    let schedulable = topology.nodes()[node].info.schedulable;
+                    let only: Vec<usize> = if schedulable { vec![node] } else { Vec::new() };
+                    fill_block(&mut host, topology, &only, &on_node);
+                    items.push(host);
+                }
+            }
+            stack.extend(domain.children.iter().rev().copied());
+        }
+    }
+    Ok(BlockList {
+        api_version: API_VERSION.to_owned(),
+        kind: "BlockList".to_owned(),
+        items,
+    })
+}
+
+/// `block`'s figures from its schedulable `nodes`.
+fn fill_block(
+    block: &mut Block,
+    topology: &muster_topology::Topology,
+    nodes: &[usize],
+    on_node: &BTreeMap<&str, BTreeMap<String, u64>>,
+) {
+    let mut total = 0u64;
+    let mut free = 0u64;
+    let mut largest = 0u64;
+    let mut jobs: BTreeMap<String, u64> = BTreeMap::new();
+    for &node in nodes {
+        let state = &topology.nodes()[node];
+        total = total.saturating_add(state.info.allocatable.get(NVIDIA_GPU).milli());
+        let node_free = topology.free(node).get(NVIDIA_GPU).milli();
+        free = free.saturating_add(node_free);
+        largest = largest.max(node_free);
+        for (job, held) in on_node.get(state.info.name.as_str()).into_iter().flatten() {
+            let sum = jobs.entry(job.clone()).or_default();
+            *sum = sum.saturating_add(*held);
+        }
+    }
+    block.nodes = u32::try_from(nodes.len()).unwrap_or(u32::MAX);
+    block.gpus = gpus(Amount::from_milli(total));
+    block.free_gpus = gpus(Amount::from_milli(free));
+    block.largest_free_on_a_node = gpus(Amount::from_milli(largest));
+    block.jobs = jobs
+        .into_iter()
+        .map(|(job, milli)| (job, gpus(Amount::from_milli(milli))))
+        .collect();
+}
+
+/// Job `key`'s story (see [`JobStory`]); `None` when no such job exists or the caller may
+/// not see it.
+pub fn story(
+    state: &State,
+    key: &ObjectRef,
+    may_see: &dyn Fn(&str) -> bool,
+) -> Result<JobStory, Unanswered> {
+    let missing = || Unanswered::NotFound(format!("GpuJob {key}"));
+    if !may_see(key.namespace()) {
+        return Err(missing());
+    }
+    let gpujob = state.index.jobs.get(key).ok_or_else(missing)?;
+    let status = gpujob.status.clone().unwrap_or_default();
+    let mut steps: Vec<StoryStep> = status
+        .conditions
+        .iter()
+        .map(|c| StoryStep {
+            time: c.last_transition_time.clone(),
+            type_: c.type_.clone(),
+            status: c.status.clone(),
+            reason: c.reason.clone(),
+            message: c.message.clone(),
+        })
+        .collect();
+    steps.sort_by(|a, b| a.time.0.cmp(&b.time.0).then_with(|| a.type_.cmp(&b.type_)));
+    let mut story = JobStory {
+        api_version: API_VERSION.to_owned(),
+        kind: "JobStory".to_owned(),
+        job: key.to_string(),
+        phase: status
+            .phase
+            .map_or_else(|| "Pending".to_owned(), |p| format!("{p:?}")),
+        steps,
+        ..JobStory::default()
+    };
+    let Ok(waiting) = Waiting::of(state) else {
+        return Ok(story);
+    };
+    let Some(at) = waiting
+        .decisions
+        .iter()
+        .position(|(id, ..)| id.as_str() == key.as_str())
+    else {
+        return Ok(story);
+    };
+    let (id, position, reason, eta) = &waiting.decisions[at];
+    let job = waiting.scheduler.job(id);
+    let lq_position = job.map_or(0, |j| {
+        let lq = &j.local_queue;
+        u32::try_from(
+            waiting.decisions[..=at]
+                .iter()
+                .filter(|(other, p, ..)| {
+                    *p > 0
+                        && waiting
+                            .scheduler
+                            .job(other)
+                            .is_some_and(|o| &o.local_queue == lq)
+                })
+                .count(),
+        )
+        .unwrap_or(0)
+    });
+    story.waiting = Some(pending_job(
+        state,
+        &waiting,
+        (id, *position, reason, *eta),
+        lq_position,
+        may_see,
+    ));
+    story.nearest = match reason {
+        PendingReason::NoTopologyFit(no_fit) | PendingReason::AwaitingProvisionedNodes(no_fit) => {
+            Some(NearestBlock {
+                pod_set: no_fit.pod_set.clone(),
+                pods_needed: no_fit.needed,
+                domain: no_fit.best.as_ref().map(|(d, _)| d.clone()),
+                pods_fitting: no_fit.best.as_ref().map_or(0, |(_, n)| *n),
+                pods_fitting_anywhere: no_fit.total_capacity,
+                fragmented: no_fit.fragmented,
+            })
+        }
+        _ => None,
+    };
+    let cq = job.and_then(|j| waiting.cluster_queue_of(j));
+    if *position > 1 {
+        story.ahead_count = position - 1;
+        story.ahead = ahead(state, &waiting, cq.as_deref(), *position, may_see);
+    }
+    if let Some(cq) = cq {
+        story.holders = holders(state, waiting.scheduler, &cq, may_see);
+    }
+    Ok(story)
+}
+
+/// The first [`STORY_AHEAD`] jobs ahead of `position` in ClusterQueue `cq`, in order.
+fn ahead(
+    state: &State,
+    waiting: &Waiting<'_>,
+    cq: Option<&str>,
+    position: u32,
+    may_see: &dyn Fn(&str) -> bool,
+) -> Vec<PendingJob> {
+    waiting
+        .decisions
+        .iter()
+        .filter(|(other, p, ..)| {
+            *p > 0
+                && *p < position
+                && waiting
+                    .scheduler
+                    .job(other)
+                    .and_then(|o| waiting.cluster_queue_of(o))
+                    .as_deref()
+                    == cq
+        })
+        .take(STORY_AHEAD)
+        .map(|(other, p, r, e)| {
+            let mut job = pending_job(state, waiting, (other, *p, r, *e), 0, may_see);
+            // A place in another team's LocalQueue says nothing to this reader.
+            job.local_queue_position = None;
+            job
+        })
+        .collect()
+}
+
+/// The admitted jobs holding GPUs of a flavor `cq` may use, in `cq` or its cohort: those
+/// expected to end first first (unknown ends last), at most [`STORY_HOLDERS`].
+fn holders(
+    state: &State,
+    scheduler: &Scheduler,
+    cq: &str,
+    may_see: &dyn Fn(&str) -> bool,
+) -> Vec<Holder> {
+    let flavors = gpu_flavors(state, cq);
+    let cohort = scheduler.quota().cohort(cq).map(str::to_owned);
+    let mut out: Vec<(Option<i64>, Holder)> = Vec::new();
+    for (job, job_state) in scheduler.jobs_with_states() {
+        let JobState::Admitted(h) = job_state else {
+            continue;
+        };
+        let related = h.cluster_queue == cq
+            || (cohort.is_some()
+                && scheduler.quota().cohort(&h.cluster_queue) == cohort.as_deref());
+        if !related {
+            continue;
+        }
+        for (placement, request) in h.pod_sets.iter().zip(&job.pod_sets) {
+            if !flavors.contains(&placement.flavor) {
+                continue;
+            }
+            let held = muster_admission::quota_usage(request).get(NVIDIA_GPU);
+            if held == Amount::ZERO {
+                continue;
+            }
+            let namespace = job.id.split_once('/').map_or("", |(ns, _)| ns);
+            let end = h
+                .since
+                .zip(job.expected_runtime)
+                .map(|(s, r)| s.saturating_add(r));
+            out.push((
+                end,
+                Holder {
+                    job: if may_see(namespace) {
+                        job.id.clone()
+                    } else {
+                        HIDDEN.to_owned()
+                    },
+                    cluster_queue: h.cluster_queue.clone(),
+                    flavor: placement.flavor.clone(),
+                    gpus: gpus(held),
+                    since: h.since.and_then(time),
+                    expected_end: end.and_then(time),
+                },
+            ));
+        }
+    }
+    out.sort_by(|a, b| {
+        let key = |e: &Option<i64>| e.unwrap_or(i64::MAX);
+        key(&a.0)
+            .cmp(&key(&b.0))
+            .then_with(|| a.1.job.cmp(&b.1.job))
+    });
+    out.into_iter()
+        .take(STORY_HOLDERS)
+        .map(|(_, h)| h)
+        .collect()
+}

@@ -101,20 +101,25 @@ fn service_account_kubeconfig(env: &Env, path: &Path) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_shipped_rbac_is_enough_for_every_flow() {
-    let Some(env) = Env::start(true).await else {
-        return;
-    };
-    apply_file(&env, &repo().join("deploy/namespace.yaml")).await;
-    apply_file(&env, &repo().join("deploy/rbac.yaml")).await;
-    // The visibility API's RBAC (its APIService would point at a Service with no pod here).
-    apply_documents(&env, &repo().join("deploy/visibility.yaml"), |doc| {
+/// `deploy/`'s namespace and RBAC, the visibility API's included (its APIService would
+/// point at a Service with no pod here, so it is left out).
+async fn apply_shipped_rbac(env: &Env) {
+    apply_file(env, &repo().join("deploy/namespace.yaml")).await;
+    apply_file(env, &repo().join("deploy/rbac.yaml")).await;
+    apply_documents(env, &repo().join("deploy/visibility.yaml"), |doc| {
         doc["kind"]
             .as_str()
             .is_some_and(|k| k.starts_with("ClusterRole") || k.starts_with("RoleBinding"))
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_rbac_is_enough_for_every_flow() {
+    let Some(env) = Env::start(true).await else {
+        return;
+    };
+    apply_shipped_rbac(&env).await;
     env.h100().await;
     env.gpu_nodes("b1", &["n1", "n2"]).await;
     env.queue(

@@ -425,7 +425,12 @@ impl MusterProcess {
             .arg("controller")
             .arg("--kubeconfig")
             .arg(kubeconfig)
-            .args(["--metrics-addr", "127.0.0.1:0", "--visibility-addr", "127.0.0.1:0"])
+            .args([
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--visibility-addr",
+                "127.0.0.1:0",
+            ])
             .args(args)
             .env_remove("POD_NAME")
             .env_remove("HOSTNAME")

@@ -162,18 +162,38 @@ async fn ask<T: serde::de::DeserializeOwned>(user: &User, path: &str) -> Result<
     user.client.request::<T>(request).await
 }
 
-/// Runs `muster` with `args`; its exit code, stdout and stderr.
+/// Runs `muster` with `args`; its exit code, stdout and stderr. With
+/// `MUSTER_TRANSCRIPT_DIR` set, each command and what it printed are also appended to
+/// `transcript.txt` there (kubeconfig paths shortened to their file names): the outputs the
+/// guides show come from this run.
 fn muster(args: &[&str]) -> (i32, String, String) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_muster"))
         .args(args)
         .env("NO_COLOR", "1")
         .output()
         .unwrap_or_else(|e| unreachable!("running muster: {e}"));
-    (
+    let (code, out, err) = (
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    );
+    if let Some(dir) = std::env::var_os("MUSTER_TRANSCRIPT_DIR") {
+        let shown: Vec<String> = args
+            .iter()
+            .map(|a| {
+                Path::new(a)
+                    .file_name()
+                    .filter(|_| a.ends_with(".kubeconfig"))
+                    .map_or_else(|| (*a).to_owned(), |f| f.to_string_lossy().into_owned())
+            })
+            .collect();
+        let entry = format!("$ muster {}\n{out}{err}(exit {code})\n\n", shown.join(" "));
+        let path = Path::new(&dir).join("transcript.txt");
+        let mut text = std::fs::read_to_string(&path).unwrap_or_default();
+        text.push_str(&entry);
+        let _ = std::fs::write(&path, text);
+    }
+    (code, out, err)
 }
 
 fn names(list: &PendingJobList) -> Vec<String> {
@@ -382,6 +402,7 @@ fn cli_agrees(env: &Env, alice: &User, bob: &User, carol: &User) {
         "bob does not see alice's job by name"
     );
 
+    tables_read_well(alice, bob);
     plugin_agrees(env, alice);
 }
 
@@ -477,4 +498,31 @@ async fn stories_agree(alice: &User, carol: &User) {
         matches!(&refused, Err(kube::Error::Api(s)) if s.code == 403),
         "{refused:?}"
     );
+}
+
+/// The tables, as people read them (the guides show these outputs).
+fn tables_read_well(alice: &User, bob: &User) {
+    let hidden = muster_api::visibility::HIDDEN;
+    let (code, out, err) = muster(&["queues", "--kubeconfig", path(&bob.kubeconfig)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("COHORT") && out.contains("shared"), "{out}");
+    let (code, out, err) = muster(&[
+        "blocks",
+        "-o",
+        "wide",
+        "--kubeconfig",
+        path(&alice.kubeconfig),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("team-a/first=8"), "{out}");
+    let (code, out, err) = muster(&[
+        "jobs",
+        "-A",
+        "-o",
+        "wide",
+        "--kubeconfig",
+        path(&bob.kubeconfig),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("team-b/b3") && out.contains(hidden), "{out}");
 }

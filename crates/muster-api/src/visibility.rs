@@ -58,9 +58,6 @@ pub struct PendingJob {
     pub pods: u32,
     /// GPUs in all (whole GPUs; parts of GPUs as fractions).
     pub gpus: f64,
-    /// The flavors its ClusterQueue may give its GPUs, in the order tried.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub flavors: Vec<String>,
     /// Its priority.
     pub priority: i32,
     /// The object it stands for when Muster made it (`Job/train`, `JobSet/sweep`,
@@ -68,7 +65,7 @@ pub struct PendingJob {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     /// Why it waits: a `PendingReasonKind`.
-    pub reason: String,
+    pub reason: std::borrow::Cow<'static, str>,
     /// The whole explanation, with its numbers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -111,6 +108,9 @@ pub struct PendingJobList {
     pub items: Vec<PendingJob>,
     /// How many of `items` are hidden.
     pub hidden: u32,
+    /// Per ClusterQueue of the items, the flavors it may give their GPUs, in the order tried.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub flavors: BTreeMap<String, Vec<String>>,
 }
 
 /// One flavor's quota and use of one resource in a ClusterQueue.
@@ -277,6 +277,9 @@ pub struct JobStory {
     /// Where it stands, when it waits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<PendingJob>,
+    /// The flavors its ClusterQueue may give its GPUs, in the order tried.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flavors: Vec<String>,
     /// Where it came nearest to fitting, when it waits for room.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nearest: Option<NearestBlock>,

@@ -286,3 +286,20 @@ fn pass_after_one_arrival(bencher: divan::Bencher, jobs: usize) {
         })
         .bench_local_refs(|index| plan(index, now));
 }
+
+/// The visibility API's answer for a ClusterQueue of 1,000 and of 15,000 waiting jobs, from
+/// the state the loop holds after a pass, written as the JSON the controller sends: what it
+/// spends per `muster jobs` or dashboard refresh (the answer with the state locked, then its
+/// JSON). No request, no write.
+#[divan::bench(args = [JOBS, 15_000], sample_count = 5)]
+fn waiting_list(bencher: divan::Bencher, jobs: usize) {
+    let now = Timestamp::from_second(1_767_225_700).unwrap_or_default();
+    let scope = muster_controller::visibility::Scope::ClusterQueue("research".to_owned());
+    bencher
+        .with_inputs(|| settled_fleet(jobs, now))
+        .bench_local_refs(|state| {
+            let list = muster_controller::visibility::pending_jobs(state, &scope, &|_| true);
+            assert_eq!(list.as_ref().map(|l| l.items.len()).ok(), Some(jobs));
+            serde_json::to_vec(&list.ok()).map(|json| json.len())
+        });
+}

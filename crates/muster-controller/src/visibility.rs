@@ -7,12 +7,13 @@
 //! loses its name, namespace, LocalQueue, owner and message; a message of a job the caller
 //! sees names the jobs of hidden namespaces as [`HIDDEN`].
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use muster_admission::{Decision, Job, JobState, PendingReason, Scheduler};
-use muster_api::resources::names::NVIDIA_GPU;
+use muster_api::resources::names::{GPU_SHARE, NVIDIA_GPU};
 use muster_api::visibility::{
     API_VERSION, Block, BlockList, ClusterQueueSummary, ClusterQueueSummaryList, FlavorUsage,
     HIDDEN, Holder, JobStory, NearestBlock, PendingJob, PendingJobList, STORY_AHEAD, STORY_HOLDERS,
@@ -63,42 +64,81 @@ fn gpus(amount: Amount) -> f64 {
     milli / 1000.0
 }
 
-/// GPUs a job asks for in all.
+/// GPUs a job asks for in all, as its quota counts them (a pod asking for part of a GPU
+/// counts that part), without building its quota usage.
 fn job_gpus(job: &Job) -> f64 {
-    gpus(
-        job.pod_sets
-            .iter()
-            .map(|set| muster_admission::quota_usage(set).get(NVIDIA_GPU))
-            .fold(Amount::ZERO, Amount::saturating_add),
-    )
+    let milli = job
+        .pod_sets
+        .iter()
+        .map(|set| {
+            let share = set.requests.get(GPU_SHARE);
+            let per_pod = if share.is_zero() {
+                set.requests.get(NVIDIA_GPU)
+            } else {
+                share
+            };
+            per_pod.milli().saturating_mul(u64::from(set.count))
+        })
+        .fold(0u64, u64::saturating_add);
+    gpus(Amount::from_milli(milli))
 }
 
-/// Every waiting job in the scheduler's order, with its ClusterQueue.
+/// One waiting job, as the scheduler lends it (one ClusterQueue's) or gives it (all).
+struct Entry<'a> {
+    id: Cow<'a, str>,
+    job: Option<&'a Job>,
+    position: u32,
+    reason: Cow<'a, PendingReason>,
+    eta: Option<i64>,
+}
+
+/// Every waiting job in the scheduler's order.
 struct Waiting<'a> {
     scheduler: &'a Scheduler,
-    decisions: Vec<(String, u32, PendingReason, Option<i64>)>,
+    decisions: Vec<Entry<'a>>,
 }
 
 impl<'a> Waiting<'a> {
-    fn of(state: &'a State) -> Result<Waiting<'a>, Unanswered> {
+    /// Every waiting job, or only ClusterQueue `cq`'s when one is named (cheaper: only its
+    /// list is read).
+    fn of(state: &'a State, cq: Option<&str>) -> Result<Waiting<'a>, Unanswered> {
         let scheduler = state
             .last
             .scheduler
             .scheduler()
             .ok_or(Unanswered::NoPassYet)?;
-        let decisions = scheduler
-            .waiting()
-            .into_iter()
-            .filter_map(|d| match d {
-                Decision::Pending {
-                    job,
-                    position,
-                    reason,
-                    eta,
-                } => Some((job, position, reason, eta)),
-                _ => None,
-            })
-            .collect();
+        let decisions = match cq {
+            Some(cq) => scheduler
+                .waiting_jobs_in(cq)
+                .into_iter()
+                .map(|w| Entry {
+                    id: Cow::Borrowed(w.job.id.as_str()),
+                    job: Some(w.job),
+                    position: w.position,
+                    reason: w.reason,
+                    eta: w.eta,
+                })
+                .collect(),
+            None => scheduler
+                .waiting()
+                .into_iter()
+                .filter_map(|d| match d {
+                    Decision::Pending {
+                        job,
+                        position,
+                        reason,
+                        eta,
+                    } => Some(Entry {
+                        job: scheduler.job(&job),
+                        id: Cow::Owned(job),
+                        position,
+                        reason: Cow::Owned(reason),
+                        eta,
+                    }),
+                    _ => None,
+                })
+                .collect(),
+        };
         Ok(Waiting {
             scheduler,
             decisions,
@@ -153,30 +193,68 @@ fn redacted(reason: &PendingReason, may_see: &dyn Fn(&str) -> bool) -> String {
     message
 }
 
+/// What an answer looks up once and reads for many jobs: each LocalQueue's ClusterQueue,
+/// each ClusterQueue's GPU flavors, and the last reason's message (jobs of one shape wait
+/// for the same reason, one after the other).
+#[derive(Default)]
+struct Memo {
+    cluster_queue_of: BTreeMap<String, Option<String>>,
+    message: Option<(PendingReason, String)>,
+}
+
+impl Memo {
+    fn cluster_queue(&mut self, waiting: &Waiting<'_>, local_queue: &str) -> Option<String> {
+        if let Some(cq) = self.cluster_queue_of.get(local_queue) {
+            return cq.clone();
+        }
+        let cq = waiting.scheduler.cluster_queue_of_local_queue(local_queue);
+        self.cluster_queue_of
+            .insert(local_queue.to_owned(), cq.clone());
+        cq
+    }
+
+    /// Each ClusterQueue an answer named, with its GPU flavors.
+    fn flavors(&self, state: &State) -> BTreeMap<String, Vec<String>> {
+        self.cluster_queue_of
+            .values()
+            .flatten()
+            .map(|cq| (cq.clone(), gpu_flavors(state, cq)))
+            .collect()
+    }
+
+    fn message(&mut self, reason: &PendingReason, may_see: &dyn Fn(&str) -> bool) -> String {
+        if let Some((last, message)) = &self.message
+            && last == reason
+        {
+            return message.clone();
+        }
+        let message = redacted(reason, may_see);
+        self.message = Some((reason.clone(), message.clone()));
+        message
+    }
+}
+
 /// One waiting job as the caller may see it. `lq_position` is its place in its LocalQueue.
 fn pending_job(
     state: &State,
     waiting: &Waiting<'_>,
-    entry: (&str, u32, &PendingReason, Option<i64>),
+    entry: &Entry<'_>,
     lq_position: u32,
     may_see: &dyn Fn(&str) -> bool,
+    memo: &mut Memo,
 ) -> PendingJob {
-    let (id, position, reason, eta) = entry;
-    let job = waiting.scheduler.job(id);
-    let cluster_queue = job.and_then(|j| waiting.cluster_queue_of(j));
+    let (id, position, reason, eta) = (&*entry.id, entry.position, &*entry.reason, entry.eta);
+    let job = entry.job;
+    let cluster_queue = job.and_then(|j| memo.cluster_queue(waiting, &j.local_queue));
     let namespace = id.split_once('/').map_or("", |(ns, _)| ns);
     let visible = may_see(namespace);
     let mut out = PendingJob {
-        cluster_queue: cluster_queue.clone(),
+        cluster_queue,
         position,
         pods: job.map_or(0, |j| j.pod_sets.iter().map(|s| s.count).sum()),
         gpus: job.map_or(0.0, job_gpus),
-        flavors: cluster_queue
-            .as_deref()
-            .map(|cq| gpu_flavors(state, cq))
-            .unwrap_or_default(),
         priority: job.map_or(0, |j| j.priority),
-        reason: reason.kind().as_str().to_owned(),
+        reason: Cow::Borrowed(reason.kind().as_str()),
         eta: eta.and_then(time),
         created: job.and_then(|j| time(j.created)),
         ..PendingJob::default()
@@ -191,8 +269,15 @@ fn pending_job(
                 .map_or(j.local_queue.clone(), |(_, lq)| lq.to_owned())
         });
         out.local_queue_position = Some(lq_position);
-        out.owner = owner_of(state.index.jobs.get(id));
-        out.message = Some(redacted(reason, may_see));
+        // Only queue entries have an owner, and entries exist only beside the Jobs, JobSets
+        // or pod groups they stand for: without any, no job need be looked up.
+        let entries = !(state.index.workloads.is_empty()
+            && state.index.jobsets.is_empty()
+            && state.index.pod_groups.is_empty());
+        if entries {
+            out.owner = owner_of(state.index.jobs.get(id));
+        }
+        out.message = Some(memo.message(reason, may_see));
     }
     out
 }
@@ -219,49 +304,51 @@ pub fn pending_jobs(
         }
         _ => {}
     }
-    let waiting = Waiting::of(state)?;
-    let in_scope = |id: &str, job: Option<&Job>, cq: Option<&str>| match scope {
-        Scope::ClusterQueue(name) => cq == Some(name.as_str()),
-        Scope::LocalQueue(ns, name) => {
-            job.is_some_and(|j| j.local_queue.split_once('/') == Some((ns.as_str(), name)))
-        }
-        Scope::Namespace(ns) => id.split_once('/').is_some_and(|(n, _)| n == ns),
+    let cq_scope = match scope {
+        Scope::ClusterQueue(name) => Some(name.as_str()),
+        _ => None,
     };
-    let mut lq_positions: BTreeMap<String, u32> = BTreeMap::new();
-    let mut ranked = Vec::new();
+    let waiting = Waiting::of(state, cq_scope)?;
+    let mut memo = Memo::default();
+    // Every job of a LocalQueue is in one ClusterQueue and one namespace, so counting places
+    // among the jobs in scope counts them among all the LocalQueue's jobs.
+    let mut lq_positions: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut ranked = Vec::with_capacity(waiting.decisions.len());
     let mut unranked = Vec::new();
-    for (id, position, reason, eta) in &waiting.decisions {
-        let job = waiting.scheduler.job(id);
-        let cq = job.and_then(|j| waiting.cluster_queue_of(j));
+    for entry in &waiting.decisions {
+        let (id, position, job) = (&*entry.id, &entry.position, entry.job);
+        let in_scope = match scope {
+            Scope::ClusterQueue(_) => true,
+            Scope::LocalQueue(ns, name) => {
+                job.is_some_and(|j| j.local_queue.split_once('/') == Some((ns.as_str(), name)))
+            }
+            Scope::Namespace(ns) => id.split_once('/').is_some_and(|(n, _)| n == ns),
+        };
+        if !in_scope {
+            continue;
+        }
         let lq_position = if *position > 0 {
             let n = lq_positions
-                .entry(job.map_or_else(String::new, |j| j.local_queue.clone()))
+                .entry(job.map_or("", |j| j.local_queue.as_str()))
                 .or_default();
             *n += 1;
             *n
         } else {
             0
         };
-        if !in_scope(id, job, cq.as_deref()) {
-            continue;
-        }
-        let entry = pending_job(
-            state,
-            &waiting,
-            (id, *position, reason, *eta),
-            lq_position,
-            may_see,
-        );
+        let shown = pending_job(state, &waiting, entry, lq_position, may_see, &mut memo);
         if *position > 0 {
-            ranked.push((cq.unwrap_or_default(), *position, entry));
+            ranked.push(shown);
         } else {
-            unranked.push(entry);
+            unranked.push(shown);
         }
     }
-    // The scheduler lists queue by queue in name order already; sorting keeps that promise
-    // whatever it changes to.
-    ranked.sort_by(|a, b| (a.0.as_str(), a.1).cmp(&(b.0.as_str(), b.1)));
-    let mut items: Vec<PendingJob> = ranked.into_iter().map(|(_, _, e)| e).collect();
+    // The scheduler lists queue by queue in name order already; sorting (a pass over a
+    // list already in order) keeps that promise whatever it changes to.
+    ranked.sort_by(|a, b| {
+        (a.cluster_queue.as_deref(), a.position).cmp(&(b.cluster_queue.as_deref(), b.position))
+    });
+    let mut items = ranked;
     items.extend(unranked);
     let hidden = u32::try_from(items.iter().filter(|j| j.name.is_none()).count()).unwrap_or(0);
     Ok(PendingJobList {
@@ -271,6 +358,7 @@ pub fn pending_jobs(
         as_of: time(waiting.scheduler.reasons_as_of()),
         items,
         hidden,
+        flavors: memo.flavors(state),
     })
 }
 
@@ -537,30 +625,25 @@ pub fn story(
         steps,
         ..JobStory::default()
     };
-    let Ok(waiting) = Waiting::of(state) else {
+    let Ok(waiting) = Waiting::of(state, None) else {
         return Ok(story);
     };
+    let mut memo = Memo::default();
     let Some(at) = waiting
         .decisions
         .iter()
-        .position(|(id, ..)| id.as_str() == key.as_str())
+        .position(|e| &*e.id == key.as_str())
     else {
         return Ok(story);
     };
-    let (id, position, reason, eta) = &waiting.decisions[at];
-    let job = waiting.scheduler.job(id);
+    let entry = &waiting.decisions[at];
+    let (position, job) = (&entry.position, entry.job);
     let lq_position = job.map_or(0, |j| {
         let lq = &j.local_queue;
         u32::try_from(
             waiting.decisions[..=at]
                 .iter()
-                .filter(|(other, p, ..)| {
-                    *p > 0
-                        && waiting
-                            .scheduler
-                            .job(other)
-                            .is_some_and(|o| &o.local_queue == lq)
-                })
+                .filter(|e| e.position > 0 && e.job.is_some_and(|o| &o.local_queue == lq))
                 .count(),
         )
         .unwrap_or(0)
@@ -568,11 +651,12 @@ pub fn story(
     story.waiting = Some(pending_job(
         state,
         &waiting,
-        (id, *position, reason, *eta),
+        entry,
         lq_position,
         may_see,
+        &mut memo,
     ));
-    story.nearest = match reason {
+    story.nearest = match &*entry.reason {
         PendingReason::NoTopologyFit(no_fit) | PendingReason::AwaitingProvisionedNodes(no_fit) => {
             Some(NearestBlock {
                 pod_set: no_fit.pod_set.clone(),
@@ -588,9 +672,17 @@ pub fn story(
     let cq = job.and_then(|j| waiting.cluster_queue_of(j));
     if *position > 1 {
         story.ahead_count = position - 1;
-        story.ahead = ahead(state, &waiting, cq.as_deref(), *position, may_see);
+        story.ahead = ahead(
+            state,
+            &waiting,
+            cq.as_deref(),
+            *position,
+            may_see,
+            &mut memo,
+        );
     }
     if let Some(cq) = cq {
+        story.flavors = gpu_flavors(state, &cq);
         story.holders = holders(state, waiting.scheduler, &cq, may_see);
     }
     Ok(story)
@@ -603,23 +695,19 @@ fn ahead(
     cq: Option<&str>,
     position: u32,
     may_see: &dyn Fn(&str) -> bool,
+    memo: &mut Memo,
 ) -> Vec<PendingJob> {
     waiting
         .decisions
         .iter()
-        .filter(|(other, p, ..)| {
-            *p > 0
-                && *p < position
-                && waiting
-                    .scheduler
-                    .job(other)
-                    .and_then(|o| waiting.cluster_queue_of(o))
-                    .as_deref()
-                    == cq
+        .filter(|e| {
+            e.position > 0
+                && e.position < position
+                && e.job.and_then(|o| waiting.cluster_queue_of(o)).as_deref() == cq
         })
         .take(STORY_AHEAD)
-        .map(|(other, p, r, e)| {
-            let mut job = pending_job(state, waiting, (other, *p, r, *e), 0, may_see);
+        .map(|e| {
+            let mut job = pending_job(state, waiting, e, 0, may_see, memo);
             // A place in another team's LocalQueue says nothing to this reader.
             job.local_queue_position = None;
             job
@@ -688,4 +776,23 @@ fn holders(
         .take(STORY_HOLDERS)
         .map(|(_, h)| h)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_names_the_jobs_of_hidden_namespaces_as_hidden() {
+        let reason = PendingReason::BlockedByQueueHead {
+            head: "team-b/secret-run".to_owned(),
+        };
+        let shown = redacted(&reason, &|ns| ns == "team-a");
+        assert!(!shown.contains("secret-run"), "{shown}");
+        assert!(shown.contains(HIDDEN), "{shown}");
+        let mine = PendingReason::BlockedByQueueHead {
+            head: "team-a/mine".to_owned(),
+        };
+        assert!(redacted(&mine, &|ns| ns == "team-a").contains("team-a/mine"));
+    }
 }

@@ -23,6 +23,7 @@ mod preempt;
 mod provisioned;
 mod reserve;
 mod waiting;
+pub use waiting::WaitingJob;
 mod weigh;
 
 /// How old the reasons [`Scheduler::waiting`] gives may get, seconds: a cycle skipped because

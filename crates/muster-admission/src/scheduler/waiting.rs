@@ -10,6 +10,7 @@
 //! identical job ahead of it was found to wait in the same cycle, and a cycle skipped because
 //! nothing changed (see [`Scheduler::step`]) would have found the same.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -18,6 +19,19 @@ use muster_api::cluster_queue::StopPolicy;
 use super::{JobState, MemoKey, Scheduler};
 use crate::decision::{Decision, PendingReason};
 use crate::job::{Job, JobId};
+
+/// A waiting job as [`Scheduler::waiting_jobs_in`] lends it.
+#[derive(Clone, Debug)]
+pub struct WaitingJob<'a> {
+    /// The job.
+    pub job: &'a Job,
+    /// 1-based position among its ClusterQueue's waiting jobs.
+    pub position: u32,
+    /// Why it waits.
+    pub reason: Cow<'a, PendingReason>,
+    /// When it is expected to start, when the reservation timeline knows.
+    pub eta: Option<i64>,
+}
 
 /// A job waiting in a ClusterQueue, with its shape (the memo's key).
 #[derive(Clone, Debug)]
@@ -144,34 +158,90 @@ impl Scheduler {
             });
         }
         for (cq, list) in &self.lists.by_queue {
-            let mut position = 0u32;
-            let nominated = list
-                .iter()
-                .filter(|q| self.nominations.contains_key(&q.job.id));
-            let rest = list
-                .iter()
-                .filter(|q| !self.nominations.contains_key(&q.job.id));
-            for queued in nominated.chain(rest) {
-                let Some((reason, eta)) = self.found_reason(cq, queued) else {
-                    continue;
-                };
-                position += 1;
-                out.push(Decision::Pending {
-                    job: queued.job.id.clone(),
-                    position,
-                    reason,
-                    eta,
-                });
-            }
+            self.ranked(cq, list, &mut out);
         }
         out
     }
 
+    /// ClusterQueue `cq`'s waiting jobs in order, as [`Scheduler::waiting`] lists them: only
+    /// that queue's list is read (what a caller asking about one queue needs).
+    pub fn waiting_in(&self, cq: &str) -> Vec<Decision> {
+        let mut out = Vec::new();
+        if let Some(list) = self.lists.by_queue.get(cq) {
+            self.ranked(cq, list, &mut out);
+        }
+        out
+    }
+
+    /// `list`, ClusterQueue `cq`'s, in order with positions: preemptors waiting for their
+    /// victims first, then queue order; jobs no cycle has seen are left out.
+    fn ranked(&self, cq: &str, list: &[Queued], out: &mut Vec<Decision>) {
+        let mut position = 0u32;
+        for queued in self.in_order(list) {
+            let Some((reason, eta)) = self.found_reason(cq, queued) else {
+                continue;
+            };
+            position += 1;
+            out.push(Decision::Pending {
+                job: queued.job.id.clone(),
+                position,
+                reason,
+                eta,
+            });
+        }
+    }
+
+    /// ClusterQueue `cq`'s waiting jobs in order, as [`Scheduler::waiting_in`] gives them,
+    /// borrowed: no reason is copied that the scheduler already holds. For readers that look
+    /// at many jobs and keep none (the visibility API).
+    pub fn waiting_jobs_in(&self, cq: &str) -> Vec<WaitingJob<'_>> {
+        let Some(list) = self.lists.by_queue.get(cq) else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(list.len());
+        let mut position = 0u32;
+        for queued in self.in_order(list) {
+            let Some((reason, eta)) = self.found_reason_ref(cq, queued) else {
+                continue;
+            };
+            position += 1;
+            out.push(WaitingJob {
+                job: &queued.job,
+                position,
+                reason,
+                eta,
+            });
+        }
+        out
+    }
+
+    /// A queue's `list` in the order positions count: preemptors waiting for their victims
+    /// first, then queue order.
+    fn in_order<'a>(&'a self, list: &'a [Queued]) -> impl Iterator<Item = &'a Queued> {
+        let nominated = list
+            .iter()
+            .filter(|q| self.nominations.contains_key(&q.job.id));
+        let rest = list
+            .iter()
+            .filter(|q| !self.nominations.contains_key(&q.job.id));
+        nominated.chain(rest)
+    }
+
     /// Why `queued` waits in `cq`, as the last cycle found; `None` when no cycle has seen it.
     fn found_reason(&self, cq: &str, queued: &Queued) -> Option<(PendingReason, Option<i64>)> {
+        self.found_reason_ref(cq, queued)
+            .map(|(reason, eta)| (reason.into_owned(), eta))
+    }
+
+    /// [`Scheduler::found_reason`], borrowing the reasons the last cycle keeps.
+    fn found_reason_ref(
+        &self,
+        cq: &str,
+        queued: &Queued,
+    ) -> Option<(Cow<'_, PendingReason>, Option<i64>)> {
         let found = &self.found;
-        if let Some(known) = found.served.get(&queued.job.id) {
-            return Some(known.clone());
+        if let Some((reason, eta)) = found.served.get(&queued.job.id) {
+            return Some((Cow::Borrowed(reason), *eta));
         }
         let stopped = self
             .queues
@@ -181,11 +251,11 @@ impl Scheduler {
             let reason = PendingReason::QueueStopped {
                 cluster_queue: cq.to_owned(),
             };
-            return Some((reason, None));
+            return Some((Cow::Owned(reason), None));
         }
         if let Some(head) = found.strict_head.get(cq) {
             let reason = PendingReason::BlockedByQueueHead { head: head.clone() };
-            return Some((reason, None));
+            return Some((Cow::Owned(reason), None));
         }
         let ends = queued
             .job
@@ -197,7 +267,7 @@ impl Scheduler {
             .get(&queued.shape)?
             .iter()
             .find(|(m, _)| m & !mask == 0)
-            .map(|(_, reason)| (reason.clone(), None))
+            .map(|(_, reason)| (Cow::Borrowed(reason), None))
     }
 
     /// When the reasons [`Scheduler::waiting`] gives were worked out: the time of the last

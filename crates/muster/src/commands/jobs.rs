@@ -104,6 +104,7 @@ async fn fetch(
             all.as_of = all.as_of.or(list.as_of);
             all.hidden += list.hidden;
             all.items.extend(list.items);
+            all.flavors.extend(list.flavors);
         }
         return Ok(all);
     }
@@ -169,17 +170,19 @@ pub fn render(
             job.pods.to_string(),
             gpus(job.gpus),
             job.priority.to_string(),
-            job.reason.clone(),
+            job.reason.to_string(),
             until(job.eta.as_ref(), now),
             age(job.created.as_ref(), now),
         ];
         if wide {
             row.push(job.owner.clone().unwrap_or_else(|| "-".to_owned()));
-            row.push(if job.flavors.is_empty() {
-                "-".to_owned()
-            } else {
-                job.flavors.join(",")
-            });
+            row.push(
+                job.cluster_queue
+                    .as_ref()
+                    .and_then(|cq| list.flavors.get(cq))
+                    .filter(|f| !f.is_empty())
+                    .map_or_else(|| "-".to_owned(), |f| f.join(",")),
+            );
             row.push(job.message.clone().unwrap_or_else(|| "-".to_owned()));
         }
         table.row(row);
@@ -191,8 +194,17 @@ pub fn render(
     if list.hidden > 0 {
         let _ = writeln!(
             text,
-            "{} of these jobs are in namespaces where you may not list GpuJobs: their names are hidden.",
-            list.hidden
+            "{} in namespaces where you may not list GpuJobs: {} hidden.",
+            if list.hidden == 1 {
+                "1 of these jobs is".to_owned()
+            } else {
+                format!("{} of these jobs are", list.hidden)
+            },
+            if list.hidden == 1 {
+                "its name is"
+            } else {
+                "their names are"
+            }
         );
     }
     text
@@ -235,12 +247,30 @@ pub fn explain(args: &ExplainArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `1 pod`, `2 pods`.
+fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// `1 GPU`, `0.5 GPU`, `16 GPUs`.
+fn gpu_count(n: f64) -> String {
+    if n > 1.0 {
+        format!("{} GPUs", gpus(n))
+    } else {
+        format!("{} GPU", gpus(n))
+    }
+}
+
 fn describe(job: &PendingJob, now: Timestamp) -> String {
     format!(
-        "{} ({} pods, {} GPUs, priority {}, {}, waiting {})",
+        "{} ({}, {}, priority {}, {}, waiting {})",
         job.display_name(),
-        job.pods,
-        gpus(job.gpus),
+        count(u64::from(job.pods), "pod"),
+        gpu_count(job.gpus),
         job.priority,
         job.reason,
         age(job.created.as_ref(), now)
@@ -261,13 +291,13 @@ pub fn render_story(story: &JobStory, now: Timestamp) -> String {
         }
         let _ = writeln!(
             out,
-            "  asks for {} pods, {} GPUs{}, priority {}",
-            waiting.pods,
-            gpus(waiting.gpus),
-            if waiting.flavors.is_empty() {
+            "  asks for {}, {}{}, priority {}",
+            count(u64::from(waiting.pods), "pod"),
+            gpu_count(waiting.gpus),
+            if story.flavors.is_empty() {
                 String::new()
             } else {
-                format!(" of {}", waiting.flavors.join(" or "))
+                format!(" of {}", story.flavors.join(" or "))
             },
             waiting.priority
         );
@@ -302,7 +332,11 @@ pub fn render_story(story: &JobStory, now: Timestamp) -> String {
         );
     }
     if story.ahead_count > 0 {
-        let _ = writeln!(out, "  {} jobs ahead of it:", story.ahead_count);
+        let _ = writeln!(
+            out,
+            "  {} ahead of it:",
+            count(u64::from(story.ahead_count), "job")
+        );
         for job in &story.ahead {
             let _ = writeln!(out, "    {}. {}", job.position, describe(job, now));
         }
@@ -316,10 +350,10 @@ pub fn render_story(story: &JobStory, now: Timestamp) -> String {
         for holder in &story.holders {
             let _ = writeln!(
                 out,
-                "    {} in {}: {} GPUs of {}, admitted {} ago, {}",
+                "    {} in {}: {} of {}, admitted {} ago, {}",
                 holder.job,
                 holder.cluster_queue,
-                gpus(holder.gpus),
+                gpu_count(holder.gpus),
                 holder.flavor,
                 age(holder.since.as_ref(), now),
                 holder.expected_end.as_ref().map_or_else(

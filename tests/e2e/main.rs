@@ -8,6 +8,7 @@
 
 mod admission_policy;
 mod chaos;
+mod dashboard;
 mod deploy;
 mod gang;
 mod ha;

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use crate::support::{Controller, Env, eventually, gpu_job, phase, runs_for};
 
 /// A free loopback port (the controller binds it just after).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
         Ok(addr) => addr.port(),
         Err(e) => unreachable!("finding a free port: {e}"),
@@ -28,7 +28,7 @@ fn free_port() -> u16 {
 }
 
 /// Registers the visibility API with the API server, served at `localhost:port`.
-async fn register(env: &Env, port: u16) {
+pub(crate) async fn register(env: &Env, port: u16) {
     env.apply_all::<k8s_openapi::api::core::v1::Namespace>(json!({
         "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "muster-system"}}))
         .await;
@@ -71,14 +71,14 @@ async fn register(env: &Env, port: u16) {
 }
 
 /// A user: a ServiceAccount in `namespace` with a token of its own, and a kubeconfig file.
-struct User {
-    client: kube::Client,
-    kubeconfig: PathBuf,
+pub(crate) struct User {
+    pub(crate) client: kube::Client,
+    pub(crate) kubeconfig: PathBuf,
 }
 
 /// ServiceAccount `name` in `namespace`, allowed to list GpuJobs there and (when `reader`)
 /// to read the visibility API; its token in a client and a kubeconfig.
-async fn user(env: &Env, namespace: &str, name: &str, reader: bool) -> User {
+pub(crate) async fn user(env: &Env, namespace: &str, name: &str, reader: bool) -> User {
     let accounts: Api<ServiceAccount> = env.api(namespace);
     let account: ServiceAccount = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "ServiceAccount",
@@ -412,7 +412,7 @@ fn muster_api_gpus(n: f64) -> String {
 }
 
 /// One ClusterQueue of 8 GPUs, `shared`, and a LocalQueue in each team's namespace on it.
-async fn shared_queue(env: &Env) {
+pub(crate) async fn shared_queue(env: &Env) {
     env.apply_all::<ClusterQueue>(json!({"apiVersion": "muster.dev/v1alpha1",
         "kind": "ClusterQueue", "metadata": {"name": "shared"},
         "spec": {"namespaceSelector": {},

@@ -3,7 +3,7 @@
 //! bound to them ([`FakeKubelet`]); a fault proxy that stands between a client and the API server
 //! and fails, drops or delays a seeded share of its requests ([`proxy::FaultProxy`]); and the
 //! invariant checker that watches a cluster and reports every broken promise of gang admission
-//! ([`checker::Checker`]).
+//! ([`checker::Checker`]); and a headless browser for page tests ([`browser::Browser`]).
 //!
 //! Tests need the control-plane binaries in the folder named by `MUSTER_KUBE_BIN`; without it
 //! they print one line and pass:
@@ -23,6 +23,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod browser;
 pub mod checker;
 pub mod cluster;
 pub mod crds;

@@ -24,6 +24,8 @@ enum Command {
     Crds(commands::crds::Args),
     /// The FGD paper's fill experiment on shared GPUs: allocation and fragmentation per policy.
     Fill(commands::fill::Args),
+    /// A read-only page of the live cluster on this machine, with your kubeconfig: queues, waiting jobs, topology.
+    Dashboard(commands::dashboard::Args),
     /// One job's story: where it stands, why it waits, who is ahead, what holds its quota (live cluster).
     Explain(commands::jobs::ExplainArgs),
     /// Would a GpuJob fit on these nodes now, and where? Exit 0: fits; 1: does not; 2: bad input.
@@ -48,6 +50,7 @@ fn main() -> ExitCode {
     // bad input.
     let failure = match cli.command {
         Command::Blocks(_)
+        | Command::Dashboard(_)
         | Command::Explain(_)
         | Command::Jobs(_)
         | Command::Queues(_)
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Blocks(args) => commands::blocks::run(&args),
         Command::Controller(args) => commands::controller::run(&args),
+        Command::Dashboard(args) => commands::dashboard::run(&args),
         Command::Explain(args) => commands::jobs::explain(&args),
         Command::Jobs(args) => commands::jobs::run(&args),
         Command::Queues(args) => commands::queues::run(&args),

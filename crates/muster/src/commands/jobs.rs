@@ -88,25 +88,7 @@ async fn fetch(
         return get(client, &format!("/clusterqueues/{cq}/pendingjobs")).await;
     }
     if args.all_namespaces {
-        let queues: ClusterQueueSummaryList = get(client, "/clusterqueues").await?;
-        let mut all = PendingJobList {
-            api_version: muster_api::visibility::API_VERSION.to_owned(),
-            kind: "PendingJobList".to_owned(),
-            scope: "all".to_owned(),
-            ..PendingJobList::default()
-        };
-        for queue in &queues.items {
-            let list: PendingJobList = get(
-                client,
-                &format!("/clusterqueues/{}/pendingjobs", queue.name),
-            )
-            .await?;
-            all.as_of = all.as_of.or(list.as_of);
-            all.hidden += list.hidden;
-            all.items.extend(list.items);
-            all.flavors.extend(list.flavors);
-        }
-        return Ok(all);
+        return every_queue(client).await;
     }
     match &args.local_queue {
         Some(lq) => {
@@ -118,6 +100,30 @@ async fn fetch(
         }
         None => get(client, &format!("/namespaces/{namespace}/pendingjobs")).await,
     }
+}
+
+/// Every ClusterQueue's waiting jobs, queue by queue (what `muster jobs -A` and the dashboard
+/// show).
+pub async fn every_queue(client: &kube::Client) -> anyhow::Result<PendingJobList> {
+    let queues: ClusterQueueSummaryList = get(client, "/clusterqueues").await?;
+    let mut all = PendingJobList {
+        api_version: muster_api::visibility::API_VERSION.to_owned(),
+        kind: "PendingJobList".to_owned(),
+        scope: "all".to_owned(),
+        ..PendingJobList::default()
+    };
+    for queue in &queues.items {
+        let list: PendingJobList = get(
+            client,
+            &format!("/clusterqueues/{}/pendingjobs", queue.name),
+        )
+        .await?;
+        all.as_of = all.as_of.or(list.as_of);
+        all.hidden += list.hidden;
+        all.items.extend(list.items);
+        all.flavors.extend(list.flavors);
+    }
+    Ok(all)
 }
 
 /// The table `muster jobs` prints. `qualified`: names with their namespace.

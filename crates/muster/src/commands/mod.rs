@@ -3,6 +3,7 @@
 pub mod blocks;
 pub mod controller;
 pub mod crds;
+pub mod dashboard;
 pub mod fill;
 pub mod fit;
 pub mod jobs;

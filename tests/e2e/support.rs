@@ -425,12 +425,14 @@ impl MusterProcess {
             .arg("controller")
             .arg("--kubeconfig")
             .arg(kubeconfig)
-            .args([
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--visibility-addr",
-                "127.0.0.1:0",
-            ])
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .args(
+                // Any free port, unless the test names one.
+                (!args.contains(&"--visibility-addr"))
+                    .then_some(["--visibility-addr", "127.0.0.1:0"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(args)
             .env_remove("POD_NAME")
             .env_remove("HOSTNAME")

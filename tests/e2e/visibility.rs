@@ -149,7 +149,11 @@ pub(crate) async fn user(env: &Env, namespace: &str, name: &str, reader: bool) -
         kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
             .await
             .ok()
-            .and_then(|c| kube::Client::try_from(c).ok())
+            .and_then(|mut c| {
+                // A 503 is an answer the tests read, not one to retry for minutes.
+                c.default_retry = false;
+                kube::Client::try_from(c).ok()
+            })
             .unwrap_or_else(|| unreachable!("a client for {name}"));
     User { client, kubeconfig }
 }
@@ -181,9 +185,10 @@ fn muster(args: &[&str]) -> (i32, String, String) {
         let shown: Vec<String> = args
             .iter()
             .map(|a| {
+                // A kubeconfig is named by its file; the admin's is called `kubeconfig`.
                 Path::new(a)
                     .file_name()
-                    .filter(|_| a.ends_with(".kubeconfig"))
+                    .filter(|_| Path::new(a).is_file())
                     .map_or_else(|| (*a).to_owned(), |f| f.to_string_lossy().into_owned())
             })
             .collect();
@@ -403,6 +408,20 @@ fn cli_agrees(env: &Env, alice: &User, bob: &User, carol: &User) {
     );
 
     tables_read_well(alice, bob);
+    // An admin holds the queue and lets it go again.
+    let admin = path(env.cluster.kubeconfig_path());
+    let (code, out, err) = muster(&["stop", "shared", "--kubeconfig", admin]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "clusterqueue/shared stopped (admitted jobs keep running)\n"
+    );
+    let (code, out, err) = muster(&["resume", "shared", "--kubeconfig", admin]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "clusterqueue/shared resumed\n");
+    let (code, _, err) = muster(&["stop", "shared", "--kubeconfig", path(&alice.kubeconfig)]);
+    assert_eq!(code, 1);
+    assert!(err.contains("forbidden"), "{err}");
     plugin_agrees(env, alice);
 }
 
@@ -525,4 +544,71 @@ fn tables_read_well(alice: &User, bob: &User) {
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("team-b/b3") && out.contains(hidden), "{out}");
+}
+
+/// Only the replica that leads answers: a standby that is asked (here the APIService points
+/// at it) answers 503 naming the replica that leads, and the CLI says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_asked_names_the_replica_that_leads() {
+    let Some(env) = Env::start(false).await else {
+        return;
+    };
+    env.h100().await;
+    shared_queue(&env).await;
+    let logs = env.cluster.log_dir();
+    let kubeconfig = env.cluster.kubeconfig_path();
+    let (first, second) = (free_port(), free_port());
+    let leader = crate::support::MusterProcess::start(
+        kubeconfig,
+        &[
+            "--leader-elect",
+            "--visibility-addr",
+            &format!("127.0.0.1:{first}"),
+        ],
+        logs.join("muster-1.log"),
+    );
+    eventually("the first replica leads", 60, || async {
+        leader.leads().then_some(())
+    })
+    .await;
+    let standby = crate::support::MusterProcess::start(
+        kubeconfig,
+        &[
+            "--leader-elect",
+            "--visibility-addr",
+            &format!("127.0.0.1:{second}"),
+        ],
+        logs.join("muster-2.log"),
+    );
+    eventually("the standby serves the visibility API", 60, || async {
+        standby
+            .log()
+            .contains("serving the visibility API")
+            .then_some(())
+    })
+    .await;
+    register(&env, second).await;
+    let alice = user(&env, "team-a", "alice", true).await;
+    let leader_id = leader
+        .identity()
+        .unwrap_or_else(|| unreachable!("no identity in {}", leader.log()));
+    let message = eventually("the standby's answer", 60, || async {
+        match ask::<ClusterQueueSummaryList>(&alice, "/clusterqueues").await {
+            Err(kube::Error::Api(status))
+                if status.code == 503 && status.message.contains("stands by") =>
+            {
+                Some(status.message)
+            }
+            _ => None,
+        }
+    })
+    .await;
+    assert!(message.contains(&leader_id), "{message}");
+    let (code, _, err) = muster(&["queues", "--kubeconfig", path(&alice.kubeconfig)]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("stands by") && err.contains(&leader_id),
+        "{err}"
+    );
+    assert!(!standby.leads());
 }

@@ -70,11 +70,73 @@ pub struct PendingJob {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// When it is expected to start, when admission's reservation timeline knows.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "rfc3339"
+    )]
     pub eta: Option<Time>,
     /// When it was submitted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "rfc3339"
+    )]
     pub created: Option<Time>,
+}
+
+/// Writes `time` as Kubernetes writes a `Time` (`2026-01-02T03:04:05Z`, to the second),
+/// without formatting through a pattern: a list of 15,000 jobs writes 30,000 of them.
+#[expect(
+    clippy::ref_option,
+    reason = "serde's serialize_with passes the field by reference"
+)]
+fn rfc3339<S: serde::Serializer>(time: &Option<Time>, serializer: S) -> Result<S::Ok, S::Error> {
+    let Some(time) = time else {
+        return serializer.serialize_none();
+    };
+    let seconds = time.0.as_second();
+    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+    let (year, month, day) = civil_from_days(days);
+    if !(0..=9999).contains(&year) {
+        // Outside four-digit years, as the API's own formatter writes them.
+        return serializer.serialize_some(time);
+    }
+    let mut text = [0u8; 20];
+    let digits = |buffer: &mut [u8], mut value: i64| {
+        for byte in buffer.iter_mut().rev() {
+            *byte = b'0' + u8::try_from(value % 10).unwrap_or(0);
+            value /= 10;
+        }
+    };
+    digits(&mut text[0..4], year);
+    text[4] = b'-';
+    digits(&mut text[5..7], month);
+    text[7] = b'-';
+    digits(&mut text[8..10], day);
+    text[10] = b'T';
+    digits(&mut text[11..13], rest / 3600);
+    text[13] = b':';
+    digits(&mut text[14..16], rest / 60 % 60);
+    text[16] = b':';
+    digits(&mut text[17..19], rest % 60);
+    text[19] = b'Z';
+    serializer.serialize_str(std::str::from_utf8(&text).unwrap_or_default())
+}
+
+/// Year, month and day of the `days`-th day since 1970-01-01 (proleptic Gregorian; Howard
+/// Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 impl PendingJob {
@@ -334,4 +396,26 @@ pub fn api_group() -> serde_json::Value {
         "kind": "APIGroup", "apiVersion": "v1", "name": GROUP,
         "versions": [version], "preferredVersion": version
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_written_as_the_api_writes_them() {
+        // Every few hours over 1970 to 2100, leap days and year ends included.
+        let mut seconds = -86_400_i64;
+        while seconds < 4_102_444_800 {
+            let time = k8s_openapi::jiff::Timestamp::from_second(seconds).map(Time);
+            let job = PendingJob {
+                created: time.ok(),
+                ..PendingJob::default()
+            };
+            let ours = serde_json::to_value(&job).unwrap_or_default()["created"].clone();
+            let theirs = serde_json::to_value(&job.created).unwrap_or_default();
+            assert_eq!(ours, theirs, "{seconds}");
+            seconds += 3 * 3600 + 17 * 60 + 13;
+        }
+    }
 }

@@ -31,13 +31,14 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use muster_api::ObjectRef;
 use muster_api::visibility::{PREFIX, api_group, resource_list};
 use serde::Serialize;
 use tokio::sync::watch;
+
+pub use crate::visibility_tls::{FrontProxy, Peer};
 
 use crate::shared::Shared;
 use crate::visibility::{Scope, Unanswered};
@@ -92,62 +93,6 @@ async fn label_leader(client: Client, pod: ObjectRef, mut leader: watch::Receive
     }
 }
 
-/// What the API server's front proxy sends: the CA its client certificate is signed by,
-/// the names that certificate may carry, and the headers naming the caller.
-#[derive(Clone, Debug, Default)]
-pub struct FrontProxy {
-    /// PEM of the CA.
-    pub ca_pem: String,
-    /// Allowed common names; empty: any certificate the CA signed.
-    pub allowed_names: Vec<String>,
-    /// Headers carrying the user's name, first present wins.
-    pub username_headers: Vec<String>,
-    /// Headers carrying the user's groups.
-    pub group_headers: Vec<String>,
-    /// Prefixes of headers carrying extra attributes.
-    pub extra_prefixes: Vec<String>,
-}
-
-impl FrontProxy {
-    /// Reads the front proxy's settings from the ConfigMap the API server publishes; an
-    /// error saying what is missing when the API server has none.
-    pub async fn read(client: &Client) -> anyhow::Result<FrontProxy> {
-        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
-        let map = api
-            .get("extension-apiserver-authentication")
-            .await
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "reading kube-system/extension-apiserver-authentication: {e}; the controller needs the \
-                     role extension-apiserver-authentication-reader (see deploy/rbac.yaml)"
-                )
-            })?;
-        let data = map.data.unwrap_or_default();
-        let list = |key: &str| -> Vec<String> {
-            data.get(key)
-                .and_then(|v| serde_json::from_str::<Vec<String>>(v).ok())
-                .unwrap_or_default()
-        };
-        let ca_pem = data
-            .get("requestheader-client-ca-file")
-            .cloned()
-            .filter(|pem| !pem.trim().is_empty())
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "the API server has no front-proxy CA (kube-apiserver --requestheader-client-ca-file): \
-                     it cannot forward requests to an aggregated API"
-                )
-            })?;
-        Ok(FrontProxy {
-            ca_pem,
-            allowed_names: list("requestheader-allowed-names"),
-            username_headers: list("requestheader-username-headers"),
-            group_headers: list("requestheader-group-headers"),
-            extra_prefixes: list("requestheader-extra-headers-prefix"),
-        })
-    }
-}
-
 /// Who sent a request, as the connection and its headers say.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Caller {
@@ -157,15 +102,6 @@ pub struct Caller {
     pub groups: Vec<String>,
     /// Extra attributes, by key.
     pub extra: BTreeMap<String, Vec<String>>,
-}
-
-/// A connection: where from, and whether it presented an allowed front-proxy certificate.
-#[derive(Clone, Debug)]
-pub struct Peer {
-    /// The remote address.
-    pub addr: SocketAddr,
-    /// The common name of its client certificate, when the front-proxy CA signed it.
-    pub proxy_name: Option<String>,
 }
 
 /// The caller of a request from a front-proxy connection: `None` unless `peer` presented an
@@ -614,6 +550,25 @@ async fn blocks(
     }
 }
 
+/// An empty OpenAPI document: the API server's aggregator asks every aggregated API for one
+/// (and logs an error each minute without it); the answers' types are documented in
+/// `muster_api::visibility`.
+async fn openapi(ConnectInfo(peer): ConnectInfo<Peer>, uri: axum::http::Uri) -> Response {
+    if peer.proxy_name.is_none() {
+        return status(StatusCode::UNAUTHORIZED, "Unauthorized", "front proxy only");
+    }
+    let document = if uri.path().starts_with("/openapi/v3") {
+        serde_json::json!({"paths": {}})
+    } else {
+        serde_json::json!({
+            "swagger": "2.0",
+            "info": {"title": muster_api::visibility::GROUP, "version": muster_api::visibility::VERSION},
+            "paths": {}
+        })
+    };
+    json(&document)
+}
+
 async fn not_found(ConnectInfo(peer): ConnectInfo<Peer>) -> Response {
     if peer.proxy_name.is_none() {
         return status(StatusCode::UNAUTHORIZED, "Unauthorized", "front proxy only");
@@ -648,6 +603,8 @@ fn router(server: ServerRef) -> axum::Router {
             get(job_story),
         )
         .route(&format!("{PREFIX}/blocks"), get(blocks))
+        .route("/openapi/v2", get(openapi))
+        .route("/openapi/v3", get(openapi))
         .fallback(not_found)
         .with_state(server)
 }

@@ -10,6 +10,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use axum::extract::connect_info::Connected;
 use axum::serve::IncomingStream;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::Api;
 use rustls::RootCertStore;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
 use rustls::server::WebPkiClientVerifier;
@@ -18,7 +21,70 @@ use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use crate::visibility_server::{FrontProxy, Peer};
+/// What the API server's front proxy sends: the CA its client certificate is signed by,
+/// the names that certificate may carry, and the headers naming the caller.
+#[derive(Clone, Debug, Default)]
+pub struct FrontProxy {
+    /// PEM of the CA.
+    pub ca_pem: String,
+    /// Allowed common names; empty: any certificate the CA signed.
+    pub allowed_names: Vec<String>,
+    /// Headers carrying the user's name, first present wins.
+    pub username_headers: Vec<String>,
+    /// Headers carrying the user's groups.
+    pub group_headers: Vec<String>,
+    /// Prefixes of headers carrying extra attributes.
+    pub extra_prefixes: Vec<String>,
+}
+
+impl FrontProxy {
+    /// Reads the front proxy's settings from the ConfigMap the API server publishes; an
+    /// error saying what is missing when the API server has none.
+    pub async fn read(client: &Client) -> anyhow::Result<FrontProxy> {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
+        let map = api
+            .get("extension-apiserver-authentication")
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "reading kube-system/extension-apiserver-authentication: {e}; the controller needs the \
+                     role extension-apiserver-authentication-reader (see deploy/rbac.yaml)"
+                )
+            })?;
+        let data = map.data.unwrap_or_default();
+        let list = |key: &str| -> Vec<String> {
+            data.get(key)
+                .and_then(|v| serde_json::from_str::<Vec<String>>(v).ok())
+                .unwrap_or_default()
+        };
+        let ca_pem = data
+            .get("requestheader-client-ca-file")
+            .cloned()
+            .filter(|pem| !pem.trim().is_empty())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "the API server has no front-proxy CA (kube-apiserver --requestheader-client-ca-file): \
+                     it cannot forward requests to an aggregated API"
+                )
+            })?;
+        Ok(FrontProxy {
+            ca_pem,
+            allowed_names: list("requestheader-allowed-names"),
+            username_headers: list("requestheader-username-headers"),
+            group_headers: list("requestheader-group-headers"),
+            extra_prefixes: list("requestheader-extra-headers-prefix"),
+        })
+    }
+}
+
+/// A connection: where from, and whether it presented an allowed front-proxy certificate.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    /// The remote address.
+    pub addr: SocketAddr,
+    /// The common name of its client certificate, when the front-proxy CA signed it.
+    pub proxy_name: Option<String>,
+}
 
 /// The server's TLS configuration: its certificate (from `certificate`'s PEM files, or made
 /// here and signed by itself), and client certificates verified against the front-proxy CA

@@ -6,6 +6,7 @@
 //! when missing). Without them [`Browser::start`] says so in one line and gives `None`, and the
 //! test skips like the other end-to-end tests without `MUSTER_KUBE_BIN`.
 
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -46,7 +47,9 @@ impl Browser {
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .context("finding a free port for chromedriver")?;
+        // In a process group of its own, so that the browser it starts ends with it.
         let driver = Command::new(&chromedriver)
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -200,7 +203,13 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        // The session ends with its driver.
+        // The driver, the browser and its renderers: the whole process group.
+        if let Ok(pid) = i32::try_from(self.driver.id()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }

@@ -58,16 +58,36 @@ pub async fn client(connection: &Connection) -> anyhow::Result<kube::Client> {
             })?,
         },
     };
+    // kube's own retries of 429 and 503 back off for up to many minutes; a person waits for
+    // at most a few seconds (see `get`).
+    let mut config = config;
+    config.default_retry = false;
     kube::Client::try_from(config).context("building the Kubernetes client")
 }
+
+/// How often a read answered 429 or 503 is tried again, a second apart: a replica handing the
+/// lead over, or a caller over their rate, clears within that.
+const RETRIES: u32 = 3;
 
 /// Reads `path` of the visibility API (under [`muster_api::visibility::PREFIX`]).
 pub async fn get<T: DeserializeOwned>(client: &kube::Client, path: &str) -> anyhow::Result<T> {
     let uri = format!("{}{path}", muster_api::visibility::PREFIX);
-    let request = http::Request::get(&uri)
-        .body(Vec::new())
-        .context("building the request")?;
-    client.request::<T>(request).await.map_err(|e| match e {
+    let mut attempt = 0;
+    let answer = loop {
+        let request = http::Request::get(&uri)
+            .body(Vec::new())
+            .context("building the request")?;
+        match client.request::<T>(request).await {
+            Err(kube::Error::Api(status))
+                if matches!(status.code, 429 | 503) && attempt < RETRIES =>
+            {
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            answer => break answer,
+        }
+    };
+    answer.map_err(|e| match e {
         kube::Error::Api(status) if status.code == 503 && status.message.contains("stands by") => {
             anyhow::anyhow!("{}", status.message)
         }

@@ -356,6 +356,20 @@ impl Server {
         allowed
     }
 
+    /// A request of `route`: admitted (see [`Server::admit`]), then answered with `answer`.
+    async fn respond<T: Serialize>(
+        &self,
+        peer: &Peer,
+        headers: &HeaderMap,
+        route: &str,
+        answer: impl Fn(&crate::state::State, &dyn Fn(&str) -> bool) -> Result<T, Unanswered>,
+    ) -> Response {
+        match self.admit(peer, headers, route).await {
+            Ok(caller) => self.answer(&caller, route, answer).await,
+            Err(response) => response,
+        }
+    }
+
     /// Answers `route` for `caller` with `answer`, which works from the state and the
     /// namespaces the caller may see; times the work and counts the request.
     async fn answer<T: Serialize>(
@@ -432,36 +446,11 @@ async fn cluster_queues(
     ConnectInfo(peer): ConnectInfo<Peer>,
     headers: HeaderMap,
 ) -> Response {
-    let route = "clusterqueues";
-    match server.admit(&peer, &headers, route).await {
-        Ok(caller) => {
-            server
-                .answer(&caller, route, |state, _| {
-                    crate::visibility::cluster_queues(state)
-                })
-                .await
-        }
-        Err(response) => response,
-    }
-}
-
-async fn pending(
-    server: &Server,
-    peer: &Peer,
-    headers: &HeaderMap,
-    route: &str,
-    scope: Scope,
-) -> Response {
-    match server.admit(peer, headers, route).await {
-        Ok(caller) => {
-            server
-                .answer(&caller, route, |state, may_see| {
-                    crate::visibility::pending_jobs(state, &scope, may_see)
-                })
-                .await
-        }
-        Err(response) => response,
-    }
+    server
+        .respond(&peer, &headers, "clusterqueues", |state, _| {
+            crate::visibility::cluster_queues(state)
+        })
+        .await
 }
 
 async fn cluster_queue_pending(
@@ -470,14 +459,15 @@ async fn cluster_queue_pending(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    pending(
-        &server,
-        &peer,
-        &headers,
-        "clusterqueues/pendingjobs",
-        Scope::ClusterQueue(name),
-    )
-    .await
+    let scope = Scope::ClusterQueue(name);
+    server
+        .respond(
+            &peer,
+            &headers,
+            "clusterqueues/pendingjobs",
+            |state, may_see| crate::visibility::pending_jobs(state, &scope, may_see),
+        )
+        .await
 }
 
 async fn local_queue_pending(
@@ -486,14 +476,15 @@ async fn local_queue_pending(
     Path((namespace, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    pending(
-        &server,
-        &peer,
-        &headers,
-        "localqueues/pendingjobs",
-        Scope::LocalQueue(namespace, name),
-    )
-    .await
+    let scope = Scope::LocalQueue(namespace, name);
+    server
+        .respond(
+            &peer,
+            &headers,
+            "localqueues/pendingjobs",
+            |state, may_see| crate::visibility::pending_jobs(state, &scope, may_see),
+        )
+        .await
 }
 
 async fn namespace_pending(
@@ -502,14 +493,12 @@ async fn namespace_pending(
     Path(namespace): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    pending(
-        &server,
-        &peer,
-        &headers,
-        "pendingjobs",
-        Scope::Namespace(namespace),
-    )
-    .await
+    let scope = Scope::Namespace(namespace);
+    server
+        .respond(&peer, &headers, "pendingjobs", |state, may_see| {
+            crate::visibility::pending_jobs(state, &scope, may_see)
+        })
+        .await
 }
 
 async fn job_story(
@@ -518,18 +507,12 @@ async fn job_story(
     Path((namespace, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    let route = "gpujobs/story";
-    match server.admit(&peer, &headers, route).await {
-        Ok(caller) => {
-            let key = ObjectRef::new(&namespace, &name);
-            server
-                .answer(&caller, route, |state, may_see| {
-                    crate::visibility::story(state, &key, may_see)
-                })
-                .await
-        }
-        Err(response) => response,
-    }
+    let key = ObjectRef::new(&namespace, &name);
+    server
+        .respond(&peer, &headers, "gpujobs/story", |state, may_see| {
+            crate::visibility::story(state, &key, may_see)
+        })
+        .await
 }
 
 async fn blocks(
@@ -537,17 +520,11 @@ async fn blocks(
     ConnectInfo(peer): ConnectInfo<Peer>,
     headers: HeaderMap,
 ) -> Response {
-    let route = "blocks";
-    match server.admit(&peer, &headers, route).await {
-        Ok(caller) => {
-            server
-                .answer(&caller, route, |state, may_see| {
-                    crate::visibility::blocks(state, may_see)
-                })
-                .await
-        }
-        Err(response) => response,
-    }
+    server
+        .respond(&peer, &headers, "blocks", |state, may_see| {
+            crate::visibility::blocks(state, may_see)
+        })
+        .await
 }
 
 /// An empty OpenAPI document: the API server's aggregator asks every aggregated API for one

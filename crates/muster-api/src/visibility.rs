@@ -10,7 +10,8 @@
 //!
 //! Paths, under `/apis/visibility.muster.dev/v1alpha1`:
 //! - `clusterqueues`: every ClusterQueue's figures ([`ClusterQueueSummaryList`]);
-//! - `clusterqueues/{name}/pendingjobs`: its waiting jobs in order ([`PendingJobList`]);
+//! - `pendingjobs`: every ClusterQueue's waiting jobs, queue by queue ([`PendingJobList`]);
+//! - `clusterqueues/{name}/pendingjobs`: one ClusterQueue's, in order;
 //! - `namespaces/{ns}/localqueues/{name}/pendingjobs`: a LocalQueue's;
 //! - `namespaces/{ns}/pendingjobs`: a namespace's;
 //! - `namespaces/{ns}/gpujobs/{name}/story`: one job's story ([`JobStory`]);

@@ -26,6 +26,8 @@ use crate::state::State;
 /// Which waiting jobs a list is about.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Scope {
+    /// Every ClusterQueue's.
+    All,
     /// One ClusterQueue's.
     ClusterQueue(String),
     /// One LocalQueue's (`namespace`, `name`).
@@ -37,6 +39,7 @@ pub enum Scope {
 impl Scope {
     fn label(&self) -> String {
         match self {
+            Scope::All => "all".to_owned(),
             Scope::ClusterQueue(name) => format!("clusterqueue/{name}"),
             Scope::LocalQueue(ns, name) => format!("localqueue/{ns}/{name}"),
             Scope::Namespace(ns) => format!("namespace/{ns}"),
@@ -318,7 +321,7 @@ pub fn pending_jobs(
     for entry in &waiting.decisions {
         let (id, position, job) = (&*entry.id, &entry.position, entry.job);
         let in_scope = match scope {
-            Scope::ClusterQueue(_) => true,
+            Scope::All | Scope::ClusterQueue(_) => true,
             Scope::LocalQueue(ns, name) => {
                 job.is_some_and(|j| j.local_queue.split_once('/') == Some((ns.as_str(), name)))
             }

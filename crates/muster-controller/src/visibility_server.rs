@@ -470,6 +470,18 @@ async fn cluster_queue_pending(
         .await
 }
 
+async fn all_pending(
+    AxumState(server): AxumState<ServerRef>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+) -> Response {
+    server
+        .respond(&peer, &headers, "pendingjobs", |state, may_see| {
+            crate::visibility::pending_jobs(state, &Scope::All, may_see)
+        })
+        .await
+}
+
 async fn local_queue_pending(
     AxumState(server): AxumState<ServerRef>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -579,6 +591,7 @@ fn router(server: ServerRef) -> axum::Router {
             &format!("{PREFIX}/namespaces/{{namespace}}/gpujobs/{{name}}/story"),
             get(job_story),
         )
+        .route(&format!("{PREFIX}/pendingjobs"), get(all_pending))
         .route(&format!("{PREFIX}/blocks"), get(blocks))
         .route("/openapi/v2", get(openapi))
         .route("/openapi/v3", get(openapi))

@@ -101,6 +101,11 @@ fn a_cluster_queue_s_list_shows_every_place_and_names_only_where_the_caller_may_
         .map(|j| (j.position, j.local_queue_position))
         .collect();
     assert_eq!(places, [(1, Some(1)), (3, Some(2))]);
+    // Every queue's in one answer, in the same order.
+    let all = visibility::pending_jobs(&state, &Scope::All, &team_a)
+        .unwrap_or_else(|e| unreachable!("{e:?}"));
+    assert_eq!(all.items, list.items);
+    assert_eq!(all.hidden, 2);
     assert_eq!(
         visibility::pending_jobs(&state, &Scope::ClusterQueue("nope".into()), &|_| true),
         Err(Unanswered::NotFound("ClusterQueue nope".into()))

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use muster_api::visibility::{ClusterQueueSummaryList, JobStory, PendingJob, PendingJobList};
+use muster_api::visibility::{JobStory, PendingJob, PendingJobList};
 
 use super::live::{
     Connection, Output, Table, age, client, colour, get, gpus, print_document, until,
@@ -105,25 +105,7 @@ async fn fetch(
 /// Every ClusterQueue's waiting jobs, queue by queue (what `muster jobs -A` and the dashboard
 /// show).
 pub async fn every_queue(client: &kube::Client) -> anyhow::Result<PendingJobList> {
-    let queues: ClusterQueueSummaryList = get(client, "/clusterqueues").await?;
-    let mut all = PendingJobList {
-        api_version: muster_api::visibility::API_VERSION.to_owned(),
-        kind: "PendingJobList".to_owned(),
-        scope: "all".to_owned(),
-        ..PendingJobList::default()
-    };
-    for queue in &queues.items {
-        let list: PendingJobList = get(
-            client,
-            &format!("/clusterqueues/{}/pendingjobs", queue.name),
-        )
-        .await?;
-        all.as_of = all.as_of.or(list.as_of);
-        all.hidden += list.hidden;
-        all.items.extend(list.items);
-        all.flavors.extend(list.flavors);
-    }
-    Ok(all)
+    get(client, "/pendingjobs").await
 }
 
 /// The table `muster jobs` prints. `qualified`: names with their namespace.

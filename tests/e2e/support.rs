@@ -254,8 +254,11 @@ impl Controller {
     /// Starts it with `options` (metrics on a free loopback port).
     pub fn start(client: Client, options: Options) -> Controller {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        // The tests wait for waiting jobs' reasons: each is written 5 s after the job's
+        // creation rather than the default's 30 (the plan tests cover the default).
         let options = Options {
             metrics_addr: ([127, 0, 0, 1], 0).into(),
+            first_status_after: Duration::from_secs(5),
             ..options
         };
         let task = tokio::spawn(run(client, options, async move {
@@ -430,6 +433,14 @@ impl MusterProcess {
                 // Any free port, unless the test names one.
                 (!args.contains(&"--visibility-addr"))
                     .then_some(["--visibility-addr", "127.0.0.1:0"])
+                    .into_iter()
+                    .flatten(),
+            )
+            .args(
+                // Waiting jobs' reasons 5 s after their creation, as for the in-process
+                // controller, unless the test says.
+                (!args.contains(&"--first-status-after"))
+                    .then_some(["--first-status-after", "5"])
                     .into_iter()
                     .flatten(),
             )

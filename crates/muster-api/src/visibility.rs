@@ -154,9 +154,12 @@ impl PendingJob {
 pub const HIDDEN: &str = "(hidden)";
 
 /// Waiting jobs in order: a ClusterQueue's, a LocalQueue's or a namespace's.
+///
+/// `I` is how the items are held: a `Vec` when read, or (in the controller) a sequence that
+/// makes each job as it is written, so a list of many thousand jobs is never built whole.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct PendingJobList {
+pub struct PendingJobList<I = Vec<PendingJob>> {
     /// [`API_VERSION`].
     pub api_version: String,
     /// `PendingJobList`.
@@ -168,7 +171,7 @@ pub struct PendingJobList {
     pub as_of: Option<Time>,
     /// The jobs, ClusterQueue by ClusterQueue in name order, each in queue order (jobs not in
     /// an order last).
-    pub items: Vec<PendingJob>,
+    pub items: I,
     /// How many of `items` are hidden.
     pub hidden: u32,
     /// Per ClusterQueue of the items, the flavors it may give their GPUs, in the order tried.

@@ -289,8 +289,8 @@ fn pass_after_one_arrival(bencher: divan::Bencher, jobs: usize) {
 
 /// The visibility API's answer for a ClusterQueue of 1,000 and of 15,000 waiting jobs, from
 /// the state the loop holds after a pass, written as the JSON the controller sends: what it
-/// spends per `muster jobs` or dashboard refresh (the answer with the state locked, then its
-/// JSON). No request, no write.
+/// spends per `muster jobs` or dashboard refresh, all with the state locked (the order, then
+/// each job made as it is written). No request, no write.
 #[divan::bench(args = [JOBS, 15_000], sample_count = 5)]
 fn waiting_list(bencher: divan::Bencher, jobs: usize) {
     let now = Timestamp::from_second(1_767_225_700).unwrap_or_default();
@@ -298,8 +298,8 @@ fn waiting_list(bencher: divan::Bencher, jobs: usize) {
     bencher
         .with_inputs(|| settled_fleet(jobs, now))
         .bench_local_refs(|state| {
-            let list = muster_controller::visibility::pending_jobs(state, &scope, &|_| true);
+            let list = muster_controller::visibility::pending_job_listing(state, &scope, &|_| true);
             assert_eq!(list.as_ref().map(|l| l.items.len()).ok(), Some(jobs));
-            serde_json::to_vec(&list.ok()).map(|json| json.len())
+            serde_json::to_string(&list.ok()).map(|json| json.len())
         });
 }

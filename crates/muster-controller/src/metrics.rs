@@ -280,7 +280,7 @@ impl Metrics {
         );
         registry.register(
             "visibility_answer_seconds",
-            "Seconds spent working out each visibility API answer",
+            "Seconds spent working out each visibility API answer and writing its JSON, with the state locked",
             self.visibility_seconds.clone(),
         );
         registry.register(

@@ -63,6 +63,9 @@ pub struct Options {
     pub api_requests: ApiRequests,
     /// Where the visibility API is served; `None`: it is not.
     pub visibility: Option<crate::visibility_server::VisibilityOptions>,
+    /// How long a new job waits before its first status is written, when it still waits
+    /// then (see [`crate::status::FIRST_STATUS_AFTER_SECONDS`]).
+    pub first_status_after: Duration,
 }
 
 impl Default for Options {
@@ -80,6 +83,9 @@ impl Default for Options {
             placement_policy: "best-fit".to_owned(),
             api_requests: ApiRequests::default(),
             visibility: None,
+            first_status_after: Duration::from_secs(
+                crate::status::FIRST_STATUS_AFTER_SECONDS.unsigned_abs(),
+            ),
         }
     }
 }
@@ -372,8 +378,11 @@ pub async fn run(
     options: Options,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let state = State::with_placement_policy(&options.placement_policy)
+    let mut state = State::with_placement_policy(&options.placement_policy)
         .map_err(|e| anyhow::anyhow!("--placement-policy: {e}"))?;
+    state.set_first_status_after(
+        i64::try_from(options.first_status_after.as_secs()).unwrap_or(i64::MAX),
+    );
     let shared = Arc::new(Shared {
         metrics: Metrics::counting(options.api_requests.clone()),
         state: Mutex::new(state),

@@ -58,8 +58,9 @@ pub const SHOWN_POSITIONS: u32 = 10;
 pub const PENDING_REFRESH_SECONDS: i64 = 30;
 
 /// How often, at most, a queue's status is written when only its figures moved (pending and
-/// admitted counts, usage), seconds; a change of its conditions is written at once.
-pub const QUEUE_FIGURES_EVERY_SECONDS: i64 = 10;
+/// admitted counts, usage), seconds; a change of its conditions is written at once. The
+/// visibility API (`muster queues`) answers the current figures at any time.
+pub const QUEUE_FIGURES_EVERY_SECONDS: i64 = 20;
 
 /// How many ClusterQueue and LocalQueue statuses whose figures alone moved are written per
 /// second, at most, across the controller (see `crate::figure_budget`): with more queues
@@ -86,8 +87,10 @@ pub const RUNNING_STATUS_AFTER_SECONDS: i64 = 5;
 /// seconds from its creation. Most jobs of a busy queue are admitted within seconds: a status
 /// saying they wait, written just before the one saying they are admitted, would cost a write
 /// per job that no one could read in time. A job that waits longer is told why then; an
-/// invalid job at once.
-pub const FIRST_STATUS_AFTER_SECONDS: i64 = 10;
+/// invalid job at once. Meanwhile the visibility API (`muster jobs`, `muster explain`)
+/// answers from the controller's memory where the job stands and why, at no write: the
+/// status is the record kept for those who read objects, not the only way to ask.
+pub const FIRST_STATUS_AFTER_SECONDS: i64 = 30;
 
 /// How long a waiting job must have been among the first [`SHOWN_POSITIONS`] of its
 /// ClusterQueue before its position is first written, seconds. In a busy queue the head moves

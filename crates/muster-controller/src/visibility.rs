@@ -287,12 +287,33 @@ fn pending_job(
 
 /// The waiting jobs of `scope`, in order: ClusterQueue by ClusterQueue (name order), each in
 /// its queue's order, jobs not in an order (invalid, suspended, no queue, waiting for bought
-/// capacity) last.
+/// capacity) last. Built whole; [`pending_job_listing`] writes the same list without.
 pub fn pending_jobs(
     state: &State,
     scope: &Scope,
     may_see: &dyn Fn(&str) -> bool,
 ) -> Result<PendingJobList, Unanswered> {
+    let listing = pending_job_listing(state, scope, may_see)?;
+    Ok(PendingJobList {
+        api_version: listing.api_version,
+        kind: listing.kind,
+        scope: listing.scope,
+        as_of: listing.as_of,
+        items: listing.items.jobs().collect(),
+        hidden: listing.hidden,
+        flavors: listing.flavors,
+    })
+}
+
+/// The waiting jobs of `scope`, as [`pending_jobs`] lists them, with items made one at a
+/// time as they are written: a list of 15,000 jobs is never held whole, and what each job
+/// needs (its names, its message) is made and freed while the memory is still warm. The
+/// order, counts and flavors are worked out here; the items when serialized.
+pub fn pending_job_listing<'a>(
+    state: &'a State,
+    scope: &Scope,
+    may_see: &'a dyn Fn(&str) -> bool,
+) -> Result<PendingJobList<Listing<'a>>, Unanswered> {
     match scope {
         Scope::ClusterQueue(name) if !state.index.cluster_queues.contains_key(name) => {
             return Err(Unanswered::NotFound(format!("ClusterQueue {name}")));
@@ -318,8 +339,9 @@ pub fn pending_jobs(
     let mut lq_positions: BTreeMap<&str, u32> = BTreeMap::new();
     let mut ranked = Vec::with_capacity(waiting.decisions.len());
     let mut unranked = Vec::new();
-    for entry in &waiting.decisions {
-        let (id, position, job) = (&*entry.id, &entry.position, entry.job);
+    let mut hidden = 0u32;
+    for (at, entry) in waiting.decisions.iter().enumerate() {
+        let (id, position, job) = (&*entry.id, entry.position, entry.job);
         let in_scope = match scope {
             Scope::All | Scope::ClusterQueue(_) => true,
             Scope::LocalQueue(ns, name) => {
@@ -330,7 +352,7 @@ pub fn pending_jobs(
         if !in_scope {
             continue;
         }
-        let lq_position = if *position > 0 {
+        let lq_position = if position > 0 {
             let n = lq_positions
                 .entry(job.map_or("", |j| j.local_queue.as_str()))
                 .or_default();
@@ -339,30 +361,91 @@ pub fn pending_jobs(
         } else {
             0
         };
-        let shown = pending_job(state, &waiting, entry, lq_position, may_see, &mut memo);
-        if *position > 0 {
-            ranked.push(shown);
+        if !may_see(id.split_once('/').map_or("", |(ns, _)| ns)) {
+            hidden += 1;
+        }
+        // Looked up for every item, in order or not: the list names each one's flavors.
+        let cq = job.and_then(|j| memo.cluster_queue(&waiting, &j.local_queue));
+        if position > 0 {
+            ranked.push((cq, position, at, lq_position));
         } else {
-            unranked.push(shown);
+            unranked.push((at, lq_position));
         }
     }
     // The scheduler lists queue by queue in name order already; sorting (a pass over a
     // list already in order) keeps that promise whatever it changes to.
-    ranked.sort_by(|a, b| {
-        (a.cluster_queue.as_deref(), a.position).cmp(&(b.cluster_queue.as_deref(), b.position))
-    });
-    let mut items = ranked;
-    items.extend(unranked);
-    let hidden = u32::try_from(items.iter().filter(|j| j.name.is_none()).count()).unwrap_or(0);
+    ranked.sort_by(|a, b| (a.0.as_deref(), a.1).cmp(&(b.0.as_deref(), b.1)));
+    let order = ranked
+        .into_iter()
+        .map(|(_, _, at, lq)| (at, lq))
+        .chain(unranked)
+        .collect();
+    let as_of = time(waiting.scheduler.reasons_as_of());
+    let flavors = memo.flavors(state);
+    let listing = Listing {
+        state,
+        waiting,
+        order,
+        may_see,
+        memo: std::cell::RefCell::new(memo),
+    };
     Ok(PendingJobList {
         api_version: API_VERSION.to_owned(),
         kind: "PendingJobList".to_owned(),
         scope: scope.label(),
-        as_of: time(waiting.scheduler.reasons_as_of()),
-        items,
+        as_of,
+        items: listing,
         hidden,
-        flavors: memo.flavors(state),
+        flavors,
     })
+}
+
+/// The items of a waiting list, in order, each made as it is written (see
+/// [`pending_job_listing`]).
+pub struct Listing<'a> {
+    state: &'a State,
+    waiting: Waiting<'a>,
+    /// Each item's entry in `waiting` and its place in its LocalQueue.
+    order: Vec<(usize, u32)>,
+    may_see: &'a dyn Fn(&str) -> bool,
+    memo: std::cell::RefCell<Memo>,
+}
+
+impl Listing<'_> {
+    /// How many jobs it lists.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Whether it lists none.
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Its jobs, in order, made one at a time.
+    pub fn jobs(&self) -> impl Iterator<Item = PendingJob> + '_ {
+        self.order.iter().map(|&(at, lq_position)| {
+            pending_job(
+                self.state,
+                &self.waiting,
+                &self.waiting.decisions[at],
+                lq_position,
+                self.may_see,
+                &mut self.memo.borrow_mut(),
+            )
+        })
+    }
+}
+
+impl serde::Serialize for Listing<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(self.order.len()))?;
+        for job in self.jobs() {
+            seq.serialize_element(&job)?;
+        }
+        seq.end()
+    }
 }
 
 /// Every ClusterQueue's figures, from the last pass's scheduler: quota and use per flavor

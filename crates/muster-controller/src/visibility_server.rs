@@ -203,6 +203,15 @@ fn status(code: StatusCode, reason: &str, message: &str) -> Response {
         .into_response()
 }
 
+/// An answer written as JSON, or why it could not be.
+struct Json(serde_json::Result<String>);
+
+impl Json {
+    fn of<T: Serialize>(value: &T) -> Json {
+        Json(serde_json::to_string(value))
+    }
+}
+
 fn json<T: Serialize>(value: &T) -> Response {
     match serde_json::to_string(value) {
         Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
@@ -357,12 +366,12 @@ impl Server {
     }
 
     /// A request of `route`: admitted (see [`Server::admit`]), then answered with `answer`.
-    async fn respond<T: Serialize>(
+    async fn respond(
         &self,
         peer: &Peer,
         headers: &HeaderMap,
         route: &str,
-        answer: impl Fn(&crate::state::State, &dyn Fn(&str) -> bool) -> Result<T, Unanswered>,
+        answer: impl Fn(&crate::state::State, &dyn Fn(&str) -> bool) -> Result<Json, Unanswered>,
     ) -> Response {
         match self.admit(peer, headers, route).await {
             Ok(caller) => self.answer(&caller, route, answer).await,
@@ -371,12 +380,14 @@ impl Server {
     }
 
     /// Answers `route` for `caller` with `answer`, which works from the state and the
-    /// namespaces the caller may see; times the work and counts the request.
-    async fn answer<T: Serialize>(
+    /// namespaces the caller may see and writes its JSON (under the state's lock, as a long
+    /// list is written while it is made: see [`crate::visibility::pending_job_listing`]);
+    /// times the work and counts the request.
+    async fn answer(
         &self,
         caller: &Caller,
         route: &str,
-        answer: impl Fn(&crate::state::State, &dyn Fn(&str) -> bool) -> Result<T, Unanswered>,
+        answer: impl Fn(&crate::state::State, &dyn Fn(&str) -> bool) -> Result<Json, Unanswered>,
     ) -> Response {
         let namespaces: BTreeSet<String> = {
             let state = self.shared.state();
@@ -399,7 +410,18 @@ impl Server {
             .visibility_seconds
             .observe(started.elapsed().as_secs_f64());
         let (code, response) = match result {
-            Ok(value) => (StatusCode::OK, json(&value)),
+            Ok(Json(Ok(text))) => (
+                StatusCode::OK,
+                ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
+            ),
+            Ok(Json(Err(e))) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                status(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "InternalError",
+                    &e.to_string(),
+                ),
+            ),
             Err(Unanswered::NoPassYet) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 status(
@@ -448,7 +470,7 @@ async fn cluster_queues(
 ) -> Response {
     server
         .respond(&peer, &headers, "clusterqueues", |state, _| {
-            crate::visibility::cluster_queues(state)
+            crate::visibility::cluster_queues(state).map(|a| Json::of(&a))
         })
         .await
 }
@@ -465,7 +487,9 @@ async fn cluster_queue_pending(
             &peer,
             &headers,
             "clusterqueues/pendingjobs",
-            |state, may_see| crate::visibility::pending_jobs(state, &scope, may_see),
+            |state, may_see| {
+                crate::visibility::pending_job_listing(state, &scope, may_see).map(|a| Json::of(&a))
+            },
         )
         .await
 }
@@ -477,7 +501,8 @@ async fn all_pending(
 ) -> Response {
     server
         .respond(&peer, &headers, "pendingjobs", |state, may_see| {
-            crate::visibility::pending_jobs(state, &Scope::All, may_see)
+            crate::visibility::pending_job_listing(state, &Scope::All, may_see)
+                .map(|a| Json::of(&a))
         })
         .await
 }
@@ -494,7 +519,9 @@ async fn local_queue_pending(
             &peer,
             &headers,
             "localqueues/pendingjobs",
-            |state, may_see| crate::visibility::pending_jobs(state, &scope, may_see),
+            |state, may_see| {
+                crate::visibility::pending_job_listing(state, &scope, may_see).map(|a| Json::of(&a))
+            },
         )
         .await
 }
@@ -508,7 +535,7 @@ async fn namespace_pending(
     let scope = Scope::Namespace(namespace);
     server
         .respond(&peer, &headers, "pendingjobs", |state, may_see| {
-            crate::visibility::pending_jobs(state, &scope, may_see)
+            crate::visibility::pending_job_listing(state, &scope, may_see).map(|a| Json::of(&a))
         })
         .await
 }
@@ -522,7 +549,7 @@ async fn job_story(
     let key = ObjectRef::new(&namespace, &name);
     server
         .respond(&peer, &headers, "gpujobs/story", |state, may_see| {
-            crate::visibility::story(state, &key, may_see)
+            crate::visibility::story(state, &key, may_see).map(|a| Json::of(&a))
         })
         .await
 }
@@ -534,7 +561,7 @@ async fn blocks(
 ) -> Response {
     server
         .respond(&peer, &headers, "blocks", |state, may_see| {
-            crate::visibility::blocks(state, may_see)
+            crate::visibility::blocks(state, may_see).map(|a| Json::of(&a))
         })
         .await
 }

@@ -170,6 +170,37 @@ fn the_same_state_gives_the_same_answer_byte_for_byte() {
     assert_eq!(a.ok(), b.ok());
 }
 
+/// The list the API writes (each job made as it is written) is the list built whole, byte
+/// for byte, for every scope and for a caller who sees part of the cluster.
+#[test]
+fn the_written_list_is_the_built_list() {
+    let state = busy_cluster();
+    let scopes = [
+        Scope::All,
+        Scope::ClusterQueue("research".into()),
+        Scope::Namespace("team-a".into()),
+        Scope::Namespace("team-b".into()),
+    ];
+    for scope in scopes {
+        for may_see in [&team_a as &dyn Fn(&str) -> bool, &|_: &str| true] {
+            let built = visibility::pending_jobs(&state, &scope, may_see);
+            let written = visibility::pending_job_listing(&state, &scope, may_see);
+            let built = built.map(|l| serde_json::to_string(&l).ok());
+            let written = written.map(|l| serde_json::to_string(&l).ok());
+            assert!(
+                matches!(&built, Ok(Some(text)) if text.contains("\"items\":[{")),
+                "{built:?}"
+            );
+            assert_eq!(built, written, "{scope:?}");
+            let read: Option<muster_api::visibility::PendingJobList> = written
+                .ok()
+                .flatten()
+                .and_then(|text| serde_json::from_str(&text).ok());
+            assert_eq!(read, visibility::pending_jobs(&state, &scope, may_see).ok());
+        }
+    }
+}
+
 #[test]
 fn a_queue_lends_what_its_cohort_borrows_of_its_unused_quota() {
     // research (16 GPUs, idle) and other (no quota of its own) share cohort `pool`: other's

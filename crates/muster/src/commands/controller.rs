@@ -55,6 +55,11 @@ pub struct Args {
     /// Its private key (PEM).
     #[arg(long, requires = "visibility_cert")]
     visibility_key: Option<PathBuf>,
+    /// Seconds a new job waits before its first status (why it waits) is written; one
+    /// admitted sooner gets no waiting status at all, saving a write. `muster jobs` and
+    /// `muster explain` answer meanwhile. 0 writes it at once.
+    #[arg(long, value_name = "SECONDS", default_value_t = muster_controller::status::FIRST_STATUS_AFTER_SECONDS.unsigned_abs())]
+    first_status_after: u64,
 }
 
 /// Runs the controller until SIGTERM or Ctrl-C.
@@ -103,6 +108,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                         .map(|(name, ns)| muster_api::ObjectRef::new(&ns, &name)),
                 }
             }),
+            first_status_after: std::time::Duration::from_secs(args.first_status_after),
             ..Options::default()
         };
         tracing::info!(?options, "starting");

@@ -67,6 +67,12 @@ impl<K: Ord + Clone, T> FigureBudget<K, T> {
         self.offered.insert(key, write);
     }
 
+    /// Withdraws the offers whose object `keep` refuses (one given another write in the
+    /// same pass: that write says what the figures would have, and spends no token).
+    pub(crate) fn withdraw_unless(&mut self, keep: impl Fn(&K) -> bool) {
+        self.offered.retain(|key, _| keep(key));
+    }
+
     /// The writes offered since the last grant that the budget allows at `now` (seconds):
     /// those whose object was written longest ago (or never) first, ties by key. Each
     /// granted object counts as written at `now`; the rest are dropped.

@@ -336,6 +336,13 @@ impl Ledger {
             return Some(action);
         }
         let job = job.clone();
+        if self.deferred.contains(&job) {
+            // The write queued before is replaced and will never land: it no longer counts
+            // as in flight.
+            if let Some(n) = self.in_flight.get_mut(&job) {
+                *n = n.saturating_sub(1);
+            }
+        }
         self.deferred.put(&job, action);
         None
     }

@@ -154,6 +154,13 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
 /// The end of step (3): waiting jobs whose figures alone moved, as many as the figure budget
 /// allows, those written longest ago first; the rest are explained again next pass.
 fn job_figures(state: &mut State, now_s: i64, actions: &mut Vec<Action>) {
+    // A job offered by one decision of the pass and written by a later one (the cycle found
+    // it short of quota, the explanation found its nodes short) has its write already.
+    let ledger = &state.ledger;
+    state
+        .figures
+        .jobs
+        .withdraw_unless(|job| !ledger.is_busy(job));
     let granted = state.figures.jobs.grant(now_s);
     for (key, action) in granted.writes {
         if let Some(action) = state.ledger.status_written(key, action, now_s) {

@@ -177,6 +177,18 @@ impl World {
             &format!("{t}, writes in flight {in_flight:?}"),
         );
         assert_same_findings(&pass.summary, &built.summary, t);
+        // A pass writes a job's status at most once: two writes would race, and the second
+        // queued would replace the first unsent while both counted as in flight.
+        let mut status_writes = std::collections::BTreeSet::new();
+        for action in &pass.actions {
+            if let (Action::JobStatus { .. }, Some(job)) = (action, action.job()) {
+                assert!(
+                    status_writes.insert(job.clone()),
+                    "{t}: two status writes of {job} in one pass: {:#?}",
+                    pass.actions
+                );
+            }
+        }
         let tally = &mut self.tally;
         tally.passes += 1;
         tally.kept += usize::from(pass.summary.scheduler_rebuilt.is_none());

@@ -61,6 +61,20 @@ fn job_pod(index: usize, attempt: i32) -> Pod {
     }))
 }
 
+/// Applies `job` as the API server would hand it on: each version with a resourceVersion
+/// of its own (what the controller's memo of quiet entries compares).
+fn apply_job(state: &mut State, mut job: Job) {
+    thread_local! {
+        static VERSION: std::cell::Cell<u64> = const { std::cell::Cell::new(100) };
+    }
+    let version = VERSION.with(|v| {
+        v.set(v.get() + 1);
+        v.get()
+    });
+    job.metadata.resource_version = Some(version.to_string());
+    state.apply(job);
+}
+
 /// The status of the queue entry the tests follow.
 fn entry_status(state: &State) -> muster_api::GpuJobStatus {
     status_of(state, "team-a/job-train")
@@ -69,7 +83,7 @@ fn entry_status(state: &State) -> muster_api::GpuJobStatus {
 #[test]
 fn a_labelled_job_gets_an_entry_and_arriving_running_is_suspended_at_once() {
     let mut state = cluster(16, Vec::new());
-    state.apply(labelled_job(2, false, &json!({})));
+    apply_job(&mut state, labelled_job(2, false, &json!({})));
     let pass = plan(&mut state, at(10));
     assert_eq!(kinds(&pass.actions), ["create_entry", "patch_workload"]);
     let Some(Action::PatchWorkload {
@@ -110,7 +124,7 @@ fn an_unlabelled_job_is_never_read() {
 #[test]
 fn a_job_waits_suspended_then_is_released_whole_pod_i_on_node_i_and_ends_with_its_job() {
     let mut state = cluster(8, Vec::new());
-    state.apply(labelled_job(2, true, &json!({})));
+    apply_job(&mut state, labelled_job(2, true, &json!({})));
     let made = plan(&mut state, at(10));
     assert_eq!(kinds(&made.actions), ["create_entry"]);
     land_all(&mut state, &made.actions, 10);
@@ -161,7 +175,7 @@ fn a_job_waits_suspended_then_is_released_whole_pod_i_on_node_i_and_ends_with_it
     land_all(&mut state, &pass.actions, 12);
 
     // The Job controller makes one pod: the gang is not whole, nothing is let go.
-    state.apply(labelled_job(2, false, &json!({"active": 1})));
+    apply_job(&mut state, labelled_job(2, false, &json!({"active": 1})));
     state.apply(job_pod(1, 0));
     let half = plan(&mut state, at(13));
     assert!(kinds(&half.actions).is_empty(), "{:#?}", half.actions);
@@ -189,11 +203,14 @@ fn a_job_waits_suspended_then_is_released_whole_pod_i_on_node_i_and_ends_with_it
     land_all(&mut state, &whole.actions, 14);
 
     // The Job completes: the entry says so, and holds nothing.
-    state.apply(labelled_job(
-        2,
-        false,
-        &json!({"conditions": [{"type": "Complete", "status": "True"}]}),
-    ));
+    apply_job(
+        &mut state,
+        labelled_job(
+            2,
+            false,
+            &json!({"conditions": [{"type": "Complete", "status": "True"}]}),
+        ),
+    );
     let done = plan(&mut state, at(20));
     land_all(&mut state, &done.actions, 20);
     let status = entry_status(&state);
@@ -204,14 +221,14 @@ fn a_job_waits_suspended_then_is_released_whole_pod_i_on_node_i_and_ends_with_it
 #[test]
 fn an_evicted_entry_suspends_its_job_instead_of_deleting_pods() {
     let mut state = cluster(16, Vec::new());
-    state.apply(labelled_job(2, true, &json!({})));
+    apply_job(&mut state, labelled_job(2, true, &json!({})));
     for t in 10..13 {
         let pass = plan(&mut state, at(t));
         land_all(&mut state, &pass.actions, t);
     }
     assert!(entry_status(&state).admission.is_some());
     // Its pods exist and are let go; then one fails: the gang restarts.
-    state.apply(labelled_job(2, false, &json!({"active": 2})));
+    apply_job(&mut state, labelled_job(2, false, &json!({"active": 2})));
     state.apply(job_pod(0, 0));
     state.apply(job_pod(1, 0));
     let pinned = plan(&mut state, at(13));
@@ -238,12 +255,12 @@ fn an_evicted_entry_suspends_its_job_instead_of_deleting_pods() {
 #[test]
 fn an_evicted_entry_waits_for_its_job_controller_to_reset_the_start_time_before_release() {
     let mut state = cluster(16, Vec::new());
-    state.apply(labelled_job(2, true, &json!({})));
+    apply_job(&mut state, labelled_job(2, true, &json!({})));
     for t in 10..13 {
         let pass = plan(&mut state, at(t));
         land_all(&mut state, &pass.actions, t);
     }
-    state.apply(labelled_job(2, false, &json!({"active": 2})));
+    apply_job(&mut state, labelled_job(2, false, &json!({"active": 2})));
     state.apply(job_pod(0, 0));
     state.apply(job_pod(1, 0));
     let pinned = plan(&mut state, at(13));
@@ -261,7 +278,7 @@ fn an_evicted_entry_waits_for_its_job_controller_to_reset_the_start_time_before_
     // a change of its template, so it is neither put back nor released.
     let started = json!({"startTime": "2026-11-26T00:00:00Z",
                          "conditions": [{"type": "Suspended", "status": "True"}]});
-    state.apply(labelled_job(2, true, &started));
+    apply_job(&mut state, labelled_job(2, true, &started));
     state.delete(&job_pod(0, 0));
     state.delete(&job_pod(1, 0));
     for t in 15..200 {
@@ -275,11 +292,14 @@ fn an_evicted_entry_waits_for_its_job_controller_to_reset_the_start_time_before_
     }
     assert_eq!(entry_status(&state).admission, None);
     // Once it is reset, the Job is released again.
-    state.apply(labelled_job(
-        2,
-        true,
-        &json!({"conditions": [{"type": "Suspended", "status": "True"}]}),
-    ));
+    apply_job(
+        &mut state,
+        labelled_job(
+            2,
+            true,
+            &json!({"conditions": [{"type": "Suspended", "status": "True"}]}),
+        ),
+    );
     let released = (200..400).any(|t| {
         let pass = plan(&mut state, at(t));
         land_all(&mut state, &pass.actions, t);
@@ -292,7 +312,7 @@ fn an_evicted_entry_waits_for_its_job_controller_to_reset_the_start_time_before_
 fn a_gpujob_holding_the_entry_name_keeps_the_job_held_and_says_so_once() {
     // A GpuJob `job-train` of the team's own, no Job's entry.
     let mut state = cluster(16, vec![support::job("job-train", 1, 0)]);
-    state.apply(labelled_job(2, false, &json!({})));
+    apply_job(&mut state, labelled_job(2, false, &json!({})));
     let pass = plan(&mut state, at(10));
     let Some(Action::PatchWorkload { patch, event, .. }) =
         pass.actions.iter().find(|a| a.kind() == "patch_workload")
@@ -321,7 +341,7 @@ fn a_gpujob_holding_the_entry_name_keeps_the_job_held_and_says_so_once() {
     let mut held =
         object::<Job>(serde_json::to_value(labelled_job(2, true, &json!({}))).unwrap_or_default());
     held.metadata.annotations = Some([("muster.dev/invalid".to_owned(), said)].into());
-    state.apply(held);
+    apply_job(&mut state, held);
     let pass = plan(&mut state, at(11));
     assert!(
         !kinds(&pass.actions).contains(&"patch_workload"),
@@ -347,7 +367,7 @@ fn annotated(mut job: Job, key: &str, value: &str) -> Job {
 fn a_job_edited_while_it_waits_is_read_again_and_an_invalid_edit_holds_its_entry() {
     let mut state = cluster(16, Vec::new());
     // 4 pods of 8 GPUs: more than the 16 GPUs of quota, so it waits.
-    state.apply(labelled_job(4, true, &json!({})));
+    apply_job(&mut state, labelled_job(4, true, &json!({})));
     for t in 10..13 {
         let pass = plan(&mut state, at(t));
         land_all(&mut state, &pass.actions, t);
@@ -355,11 +375,10 @@ fn a_job_edited_while_it_waits_is_read_again_and_an_invalid_edit_holds_its_entry
     assert_eq!(entry_status(&state).admission, None);
     // Its owner halves it and adds an annotation: the entry reads it again, and the Job's
     // template is not put back.
-    state.apply(annotated(
-        labelled_job(2, true, &json!({})),
-        "team.example/run",
-        "7",
-    ));
+    apply_job(
+        &mut state,
+        annotated(labelled_job(2, true, &json!({})), "team.example/run", "7"),
+    );
     let pass = plan(&mut state, at(13));
     assert!(!kinds(&pass.actions).contains(&"patch_workload"));
     let Some(Action::UpdateEntry { spec, .. }) =
@@ -383,7 +402,7 @@ fn a_job_edited_while_it_waits_is_read_again_and_an_invalid_edit_holds_its_entry
 #[test]
 fn an_invalid_edit_holds_the_entry_and_says_why_once_until_it_is_fixed() {
     let mut state = cluster(16, Vec::new());
-    state.apply(labelled_job(4, true, &json!({})));
+    apply_job(&mut state, labelled_job(4, true, &json!({})));
     for t in 10..13 {
         let pass = plan(&mut state, at(t));
         land_all(&mut state, &pass.actions, t);
@@ -393,7 +412,7 @@ fn an_invalid_edit_holds_the_entry_and_says_why_once_until_it_is_fixed() {
         "muster.dev/gpu-share",
         "3",
     );
-    state.apply(bad.clone());
+    apply_job(&mut state, bad.clone());
     let pass = plan(&mut state, at(13));
     let Some(Action::UpdateEntry { spec, .. }) =
         pass.actions.iter().find(|a| a.kind() == "update_entry")
@@ -419,7 +438,7 @@ fn an_invalid_edit_holds_the_entry_and_says_why_once_until_it_is_fixed() {
         .annotations
         .get_or_insert_with(Default::default)
         .insert("muster.dev/invalid".to_owned(), said);
-    state.apply(reported);
+    apply_job(&mut state, reported);
     for t in 14..20 {
         let pass = plan(&mut state, at(t));
         let found = kinds(&pass.actions);
@@ -430,7 +449,7 @@ fn an_invalid_edit_holds_the_entry_and_says_why_once_until_it_is_fixed() {
         land_all(&mut state, &pass.actions, t);
     }
     // Fixed (the annotation gone, parallelism halved): read again and no longer held.
-    state.apply(labelled_job(2, true, &json!({})));
+    apply_job(&mut state, labelled_job(2, true, &json!({})));
     let pass = plan(&mut state, at(20));
     let Some(Action::UpdateEntry { spec, .. }) =
         pass.actions.iter().find(|a| a.kind() == "update_entry")

@@ -348,7 +348,7 @@ fn carried_out(index: &mut State, action: &Action) -> (Vec<Written>, Vec<muster_
             written.push(Written::Job(Box::new(made)));
         }
         Action::UpdateEntry { job, spec } => {
-            if let Some(mut entry) = index.index().job(job.as_str()).cloned() {
+            if let Some(mut entry) = bumped(index, job.as_str()) {
                 entry.spec = (**spec).clone();
                 entry.metadata.generation = entry.metadata.generation.map(|g| g + 1);
                 written.push(Written::Job(Box::new(entry)));

@@ -45,8 +45,11 @@ pub const JOBSET_API_VERSION: &str = "jobset.x-k8s.io/v1alpha2";
 
 /// The name of the GpuJob the controller makes as the queue entry of the Job named `job`.
 pub fn entry_name(job: &str) -> String {
-    format!("job-{job}")
+    format!("{JOB_ENTRY_PREFIX}{job}")
 }
+
+/// What the name of a Job's queue entry begins with, before the Job's name.
+pub const JOB_ENTRY_PREFIX: &str = "job-";
 
 /// The name of the GpuJob the controller makes as the queue entry of the JobSet named
 /// `jobset`.

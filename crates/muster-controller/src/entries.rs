@@ -4,9 +4,10 @@
 //! back, what its owner edits read into the entry again. The entry's own step (in
 //! [`crate::job`]) releases, evicts and finishes it.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
-use muster_api::GpuJob;
+use muster_api::workload::JOB_ENTRY_PREFIX;
+use muster_api::{GpuJob, ObjectRef};
 
 use crate::action::{Action, Note};
 use crate::index::Index;
@@ -15,67 +16,100 @@ use crate::workload::{Run, WorkloadPatch, WorkloadRef, workload_of};
 
 pub use crate::workload::INVALID_ANNOTATION;
 
-/// Labelled Jobs whose queue entry needed no write when last looked at, with the versions of
-/// the Job and the entry then read. What [`keep`] writes for a Job reads only the Job, its
-/// entry and whether a write of the entry is in flight (which skips it), so while both
-/// versions stand the answer is still none, and the Job is passed over. Every pass looked at
-/// every waiting Job's template before: with 15,000 batch Jobs that was half the
-/// controller's CPU. JobSets and pod groups also read their pods, and are always looked at.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Quiet(BTreeMap<WorkloadRef, (String, String)>);
+/// Which labelled Jobs the next pass looks at. What [`keep`] writes for a Job reads only the
+/// Job, its queue entry and whether a write of the entry is in flight, so a Job that needed
+/// nothing needs nothing until the Job or its entry changes — and the index names both
+/// changes by the entry (see [`crate::index::Index::take_changed_jobs`]). The Jobs looked at
+/// are those, the ones that last needed a write or had one in flight (their write may fail
+/// and change nothing), and every Job in a state's first pass. Every pass looked at every
+/// waiting Job's template before: with 15,000 batch Jobs that was half the controller's CPU.
+/// JobSets and pod groups, which also read their pods, are looked at in every pass.
+#[derive(Clone, Debug)]
+pub(crate) struct Revisit {
+    /// Look at every Job (the state's first pass).
+    all: bool,
+    /// The Jobs to look at whatever changed.
+    jobs: BTreeSet<ObjectRef>,
+}
 
-impl Quiet {
-    /// Forgets the Jobs that are gone, once more are remembered than exist.
-    fn prune(&mut self, index: &Index) {
-        if self.0.len() > index.workloads.len() {
-            self.0
-                .retain(|key, _| index.workloads.contains_key(&key.key));
+impl Default for Revisit {
+    fn default() -> Revisit {
+        Revisit {
+            all: true,
+            jobs: BTreeSet::new(),
         }
     }
 }
 
-/// The versions [`Quiet`] compares: the Job's and its entry's, when the run is a Job whose
-/// entry exists and both have one.
-fn versions(
-    index: &Index,
-    run: Run<'_>,
-    entry: &muster_api::ObjectRef,
-) -> Option<(String, String)> {
-    let Run::Job(job) = run else {
-        return None;
-    };
-    let job_version = job.metadata.resource_version.clone()?;
-    let entry_version = index.jobs.get(entry)?.metadata.resource_version.clone()?;
-    Some((job_version, entry_version))
+/// The labelled Jobs whose entry's name is among `changed` (jobs whose objects changed): the
+/// Jobs that changed, and those whose entry did.
+pub(crate) fn jobs_changed(changed: &BTreeSet<ObjectRef>) -> BTreeSet<ObjectRef> {
+    changed
+        .iter()
+        .filter_map(|entry| {
+            let name = entry.name().strip_prefix(JOB_ENTRY_PREFIX)?;
+            Some(ObjectRef::new(entry.namespace(), name))
+        })
+        .collect()
 }
 
 /// The writes that keep every labelled Job's entry and hold its Job, for jobs with no write in
-/// flight: each names the entry it is for. Jobs `quiet` names at their current versions are
-/// passed over; those that need nothing now are remembered there.
-pub(crate) fn keep(index: &Index, ledger: &Ledger, quiet: &mut Quiet) -> Vec<Action> {
+/// flight: each names the entry it is for. `changed`: the Jobs that changed, or whose entry
+/// did, since the last pass (see [`jobs_changed`] and [`Revisit`]).
+pub(crate) fn keep(
+    index: &Index,
+    ledger: &Ledger,
+    changed: BTreeSet<ObjectRef>,
+    revisit: &mut Revisit,
+) -> Vec<Action> {
     let mut actions = Vec::new();
-    quiet.prune(index);
-    for (key, run) in crate::workload::runs(index) {
-        let entry_key = key.entry();
-        if ledger.has_any_write(&entry_key) {
+    let mut jobs = std::mem::take(&mut revisit.jobs);
+    if std::mem::replace(&mut revisit.all, false) {
+        jobs.extend(index.workloads.keys().cloned());
+    } else {
+        jobs.extend(changed);
+    }
+    for key in jobs {
+        let Some(job) = index.workloads.get(&key) else {
             continue;
-        }
-        let read = versions(index, run, &entry_key);
-        if read.is_some() && quiet.0.get(&key) == read.as_ref() {
-            continue;
-        }
-        let before = actions.len();
-        keep_one(index, &key, run, &mut actions);
-        match read {
-            Some(read) if actions.len() == before => {
-                quiet.0.insert(key, read);
-            }
-            _ => {
-                quiet.0.remove(&key);
-            }
+        };
+        if !settled(
+            index,
+            ledger,
+            &WorkloadRef::job(key.clone()),
+            Run::Job(job),
+            &mut actions,
+        ) {
+            revisit.jobs.insert(key);
         }
     }
+    for (key, jobset) in &index.jobsets {
+        let key = WorkloadRef::jobset(key.clone());
+        settled(index, ledger, &key, Run::JobSet(jobset), &mut actions);
+    }
+    for (key, group) in &index.pod_groups {
+        let run = Run::PodGroup(key.name(), group);
+        let key = WorkloadRef::pod_group(key.clone());
+        settled(index, ledger, &key, run, &mut actions);
+    }
     actions
+}
+
+/// Looks at one workload: adds the writes its entry needs to `actions`, and says whether it
+/// is settled (no write in flight and none to make).
+fn settled(
+    index: &Index,
+    ledger: &Ledger,
+    key: &WorkloadRef,
+    run: Run<'_>,
+    actions: &mut Vec<Action>,
+) -> bool {
+    if ledger.has_any_write(&key.entry()) {
+        return false;
+    }
+    let before = actions.len();
+    keep_one(index, key, run, actions);
+    actions.len() == before
 }
 
 /// The writes that keep the entry of one workload (see [`keep`]).

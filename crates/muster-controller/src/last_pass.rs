@@ -31,9 +31,8 @@ pub(crate) struct LastPass {
     /// Something a waiting job reads moved in a pass that did not explain (one within the
     /// second of the last explanation): the next pass in a later second explains.
     pub(crate) explain_owed: bool,
-    /// Labelled Jobs whose queue entry needed no write, at the versions then read (see
-    /// [`crate::entries::Quiet`]).
-    pub(crate) quiet_entries: crate::entries::Quiet,
+    /// The labelled Jobs the next pass looks at (see [`crate::entries::Revisit`]).
+    pub(crate) revisit_entries: crate::entries::Revisit,
 }
 
 impl LastPass {

@@ -204,6 +204,7 @@ fn queue_statuses(
 fn settle_changed(state: &mut State, now_t: &Time, summary: &mut Summary) -> Settled {
     let now_s = now_t.0.as_second();
     let changed = state.index.take_changed_jobs();
+    let jobs_changed = crate::entries::jobs_changed(&changed);
     let State {
         index,
         ledger,
@@ -257,7 +258,7 @@ fn settle_changed(state: &mut State, now_t: &Time, summary: &mut Summary) -> Set
         ledger.promise_unless_busy(job, Busy::Other);
     }
     // Labelled Jobs: their queue entries made, and each Job held while its entry waits.
-    for action in crate::entries::keep(index, ledger, &mut last.quiet_entries) {
+    for action in crate::entries::keep(index, ledger, jobs_changed, &mut last.revisit_entries) {
         if let Some(job) = action.job() {
             ledger.promise_unless_busy(job.clone(), Busy::Other);
         }

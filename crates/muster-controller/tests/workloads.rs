@@ -62,7 +62,7 @@ fn job_pod(index: usize, attempt: i32) -> Pod {
 }
 
 /// Applies `job` as the API server would hand it on: each version with a resourceVersion
-/// of its own (what the controller's memo of quiet entries compares).
+/// of its own.
 fn apply_job(state: &mut State, mut job: Job) {
     thread_local! {
         static VERSION: std::cell::Cell<u64> = const { std::cell::Cell::new(100) };
@@ -458,4 +458,47 @@ fn an_invalid_edit_holds_the_entry_and_says_why_once_until_it_is_fixed() {
     };
     assert!(!spec.suspend);
     assert_eq!(spec.pod_sets[0].count, 2);
+}
+
+/// A Job whose hold failed to be written is held again by the next pass, though neither the
+/// Job nor its entry changed; one that is held and quiet is not written again.
+#[test]
+fn a_hold_that_failed_is_written_again_and_a_quiet_job_is_left_alone() {
+    let mut state = cluster(0, Vec::new());
+    apply_job(&mut state, labelled_job(2, true, &json!({})));
+    let pass = plan(&mut state, at(10));
+    land_all(&mut state, &pass.actions, 10);
+    // Running when it should be held: suspended at once.
+    apply_job(&mut state, labelled_job(2, false, &json!({})));
+    let pass = plan(&mut state, at(11));
+    let holds: Vec<&Action> = pass
+        .actions
+        .iter()
+        .filter(|a| a.kind() == "patch_workload")
+        .collect();
+    assert_eq!(holds.len(), 1, "{:#?}", pass.actions);
+    for action in &pass.actions {
+        state.landed(action, Err("the API server is unavailable".to_owned()), 11);
+    }
+    let again = plan(&mut state, at(12));
+    assert_eq!(
+        kinds(&again.actions)
+            .iter()
+            .filter(|k| **k == "patch_workload")
+            .count(),
+        1,
+        "{:#?}",
+        again.actions
+    );
+    land_all(&mut state, &again.actions, 12);
+    apply_job(&mut state, labelled_job(2, true, &json!({})));
+    for t in 13..20 {
+        let pass = plan(&mut state, at(t));
+        assert!(
+            !kinds(&pass.actions).contains(&"patch_workload"),
+            "at {t}: {:#?}",
+            pass.actions
+        );
+        land_all(&mut state, &pass.actions, t);
+    }
 }

@@ -212,15 +212,31 @@ impl Json {
     }
 }
 
-fn json<T: Serialize>(value: &T) -> Response {
-    match serde_json::to_string(value) {
-        Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
-        Err(e) => status(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "InternalError",
-            &e.to_string(),
-        ),
+impl Json {
+    fn response(self) -> Response {
+        match self.0 {
+            Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
+            Err(e) => status(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                &e.to_string(),
+            ),
+        }
     }
+}
+
+fn json<T: Serialize>(value: &T) -> Response {
+    Json::of(value).response()
+}
+
+/// The waiting list of `scope` as JSON, written as it is made (see
+/// [`crate::visibility::pending_job_listing`]).
+fn waiting_list(
+    state: &crate::state::State,
+    scope: &Scope,
+    may_see: &dyn Fn(&str) -> bool,
+) -> Result<Json, Unanswered> {
+    crate::visibility::pending_job_listing(state, scope, may_see).map(|list| Json::of(&list))
 }
 
 impl Server {
@@ -410,18 +426,8 @@ impl Server {
             .visibility_seconds
             .observe(started.elapsed().as_secs_f64());
         let (code, response) = match result {
-            Ok(Json(Ok(text))) => (
-                StatusCode::OK,
-                ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
-            ),
-            Ok(Json(Err(e))) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                status(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "InternalError",
-                    &e.to_string(),
-                ),
-            ),
+            Ok(Json(Err(e))) => (StatusCode::INTERNAL_SERVER_ERROR, Json(Err(e)).response()),
+            Ok(answer) => (StatusCode::OK, answer.response()),
             Err(Unanswered::NoPassYet) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 status(
@@ -487,9 +493,7 @@ async fn cluster_queue_pending(
             &peer,
             &headers,
             "clusterqueues/pendingjobs",
-            |state, may_see| {
-                crate::visibility::pending_job_listing(state, &scope, may_see).map(|a| Json::of(&a))
-            },
+            |state, may_see| waiting_list(state, &scope, may_see),
         )
         .await
 }
@@ -501,8 +505,7 @@ async fn all_pending(
 ) -> Response {
     server
         .respond(&peer, &headers, "pendingjobs", |state, may_see| {
-            crate::visibility::pending_job_listing(state, &Scope::All, may_see)
-                .map(|a| Json::of(&a))
+            waiting_list(state, &Scope::All, may_see)
         })
         .await
 }
@@ -519,9 +522,7 @@ async fn local_queue_pending(
             &peer,
             &headers,
             "localqueues/pendingjobs",
-            |state, may_see| {
-                crate::visibility::pending_job_listing(state, &scope, may_see).map(|a| Json::of(&a))
-            },
+            |state, may_see| waiting_list(state, &scope, may_see),
         )
         .await
 }
@@ -535,7 +536,7 @@ async fn namespace_pending(
     let scope = Scope::Namespace(namespace);
     server
         .respond(&peer, &headers, "pendingjobs", |state, may_see| {
-            crate::visibility::pending_job_listing(state, &scope, may_see).map(|a| Json::of(&a))
+            waiting_list(state, &scope, may_see)
         })
         .await
 }

@@ -6,6 +6,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// jemalloc rather than the C library's allocator: the controller allocates and frees many
+/// small objects from several threads (every watch event is parsed into new ones), where
+/// glibc's per-thread arenas spend a quarter of the controller's CPU and hold freed memory
+/// fragmented (see docs/performance.md).
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Muster: a gang-scheduling job queue for GPU and TPU workloads on Kubernetes.
 #[derive(Debug, Parser)]
 #[command(name = "muster", version, about, long_about = None)]

@@ -57,6 +57,9 @@ pub struct RunOptions {
     /// kube-controller-manager's client rate limit (`--kube-api-qps`); `None` is Kubernetes'
     /// default of 20. Batch Jobs' pods are made and finished through it.
     pub controller_manager_qps: Option<u32>,
+    /// How many Jobs kube-controller-manager's Job controller syncs at once
+    /// (`--concurrent-job-syncs`); `None` is Kubernetes' default of 5.
+    pub controller_manager_job_syncs: Option<u32>,
     /// kube-scheduler's client rate limit (`--kube-api-qps`); `None` is Kubernetes' default
     /// of 50. Every released pod is bound through it.
     pub scheduler_qps: Option<u32>,
@@ -107,6 +110,10 @@ pub struct Summary {
     /// absent); only batch Jobs go through it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub controller_manager_qps: Option<u32>,
+    /// kube-controller-manager's `--concurrent-job-syncs` when set (Kubernetes' default, 5,
+    /// when absent); only batch Jobs go through it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub controller_manager_job_syncs: Option<u32>,
     /// kube-scheduler's `--kube-api-qps` when set (Kubernetes' default, 50, when absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scheduler_qps: Option<u32>,
@@ -183,6 +190,7 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
     let cluster_options = ClusterOptions {
         controller_manager: options.workload == Workload::Job,
         controller_manager_qps: options.controller_manager_qps,
+        controller_manager_job_syncs: options.controller_manager_job_syncs,
         scheduler_qps: options.scheduler_qps,
         api_server_profiling: options.profile_api_server.is_some(),
         ..ClusterOptions::default()
@@ -268,6 +276,9 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
     );
     summary.controller_manager_qps = options
         .controller_manager_qps
+        .filter(|_| options.workload == Workload::Job);
+    summary.controller_manager_job_syncs = options
+        .controller_manager_job_syncs
         .filter(|_| options.workload == Workload::Job);
     summary.scheduler_qps = options.scheduler_qps;
     write_reports(&options.out, &summary, &recorder)?;
@@ -356,6 +367,7 @@ fn summarize(
     Summary {
         workload: Workload::default(),
         controller_manager_qps: None,
+        controller_manager_job_syncs: None,
         scheduler_qps: None,
         control_plane_cpu_seconds: BTreeMap::new(),
         api_server_cpu_ms_per_request: None,

@@ -174,6 +174,11 @@ struct BaselineArgs {
     /// Jobs' pods are made and finished through it.
     #[arg(long)]
     controller_manager_qps: Option<u32>,
+    /// How many Jobs kube-controller-manager's Job controller syncs at once (its
+    /// `--concurrent-job-syncs`); default Kubernetes' own, 5. Each sync waits on its API
+    /// requests, so under load these workers bound how fast batch Jobs start and finish.
+    #[arg(long)]
+    controller_manager_job_syncs: Option<u32>,
     /// kube-scheduler's client rate limit, requests per second (its `--kube-api-qps`, burst
     /// twice as much); default Kubernetes' own, 50. Every released pod is bound through it.
     #[arg(long)]
@@ -279,6 +284,7 @@ fn kueue_baseline(args: BaselineArgs) -> anyhow::Result<()> {
         timeout,
         workload,
         controller_manager_qps,
+        controller_manager_job_syncs,
         scheduler_qps,
         profile_api_server,
         against_kueue,
@@ -314,6 +320,7 @@ fn kueue_baseline(args: BaselineArgs) -> anyhow::Result<()> {
         timeout: Duration::from_secs(timeout),
         workload,
         controller_manager_qps,
+        controller_manager_job_syncs,
         scheduler_qps,
         profile_api_server: profile_api_server.map(Duration::from_secs),
     };

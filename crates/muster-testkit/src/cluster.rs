@@ -71,6 +71,11 @@ pub struct ClusterOptions {
     /// 20 per second with a burst of 30, which bounds how fast the Job controller makes and
     /// finishes Jobs' pods.
     pub controller_manager_qps: Option<u32>,
+    /// How many Jobs kube-controller-manager's Job controller syncs at once (its
+    /// `--concurrent-job-syncs`). `None` keeps Kubernetes' default, 5: each sync waits on its
+    /// API requests, so under load these workers, not the rate limit, bound how fast Jobs'
+    /// pods are made and Jobs finished.
+    pub controller_manager_job_syncs: Option<u32>,
     /// kube-scheduler's client rate limit in requests per second (its `--kube-api-qps`, with
     /// a burst of twice as much). `None` keeps Kubernetes' default, 50 per second with a burst
     /// of 100: one binding per pod, so it bounds how fast released pods are bound.
@@ -93,6 +98,7 @@ impl Default for ClusterOptions {
             controller_manager: false,
             upstream_crds: &[],
             controller_manager_qps: None,
+            controller_manager_job_syncs: None,
             scheduler_qps: None,
             api_server_profiling: false,
             feature_gates: "",
@@ -188,6 +194,8 @@ pub struct TestCluster {
     client: Client,
     /// kube-controller-manager's `--kube-api-qps`, kept for its restarts.
     controller_manager_qps: Option<u32>,
+    /// kube-controller-manager's `--concurrent-job-syncs`, kept for its restarts.
+    controller_manager_job_syncs: Option<u32>,
     /// kube-scheduler's `--kube-api-qps`, kept for its restarts.
     scheduler_qps: Option<u32>,
     /// kube-apiserver's `--profiling`, kept for its restarts.
@@ -288,6 +296,7 @@ impl TestCluster {
             kubeconfig_path,
             client,
             controller_manager_qps: options.controller_manager_qps,
+            controller_manager_job_syncs: options.controller_manager_job_syncs,
             scheduler_qps: options.scheduler_qps,
             api_server_profiling: options.api_server_profiling,
             feature_gates: options.feature_gates,
@@ -493,6 +502,9 @@ impl TestCluster {
                 if let Some(qps) = self.controller_manager_qps {
                     args.push(format!("--kube-api-qps={qps}"));
                     args.push(format!("--kube-api-burst={}", qps.saturating_mul(3) / 2));
+                }
+                if let Some(syncs) = self.controller_manager_job_syncs {
+                    args.push(format!("--concurrent-job-syncs={syncs}"));
                 }
                 args
             }

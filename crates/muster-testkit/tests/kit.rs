@@ -356,6 +356,7 @@ async fn dropping_the_cluster_stops_every_process_and_removes_its_folder() -> an
             controller_manager: true,
             upstream_crds: &[UpstreamCrd::ProvisioningRequest],
             controller_manager_qps: Some(50),
+            controller_manager_job_syncs: Some(20),
             scheduler_qps: Some(100),
             api_server_profiling: true,
             feature_gates: "GenericWorkload=true",
@@ -391,6 +392,7 @@ async fn dropping_the_cluster_stops_every_process_and_removes_its_folder() -> an
     for flag in [
         r#"--kube-api-qps="50""#,
         r#"--kube-api-burst="75""#,
+        r#"--concurrent-job-syncs="20""#,
         "--feature-gates=",
     ] {
         assert!(log.contains(flag), "{flag} not in its flags");

@@ -18,8 +18,7 @@
 //!   node labels and tolerations, Muster's scheduling gate, the gang's labels and annotations —
 //!   and unsuspends the Job in one patch. The Job controller makes the pods behind the gate;
 //!   once every pod of the gang exists, each is pinned to its node (pod `i` of an Indexed Job on
-//!   the `i`-th node the admission placed) and let go. A gang of one pod has nothing to wait
-//!   for: its template is pinned to the node instead of gated, and its pod goes as made.
+//!   the `i`-th node the admission placed) and let go.
 //! - **Evicted** (preempted, timed out, its node lost): the status is written, then the Job is
 //!   suspended, and its controller deletes the pods; the quota is freed once they are gone, and
 //!   the template is put back before the Job is released again.
@@ -384,8 +383,7 @@ fn templates(entry: &GpuJob, job: &Job) -> (PodTemplateSpec, PodTemplateSpec) {
 }
 
 /// What a release adds to a workload's pod template: the gang's labels, the admission's
-/// annotations, the flavor's node labels and tolerations, and Muster's gate — or, for a gang
-/// of one pod, its node.
+/// annotations, the flavor's node labels and tolerations (and Muster's gate, always).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Additions {
     /// Labels: the gang's job label, pod set and attempt.
@@ -396,11 +394,6 @@ pub struct Additions {
     pub node_labels: BTreeMap<String, String>,
     /// Tolerations the pods need on their nodes (the flavor's).
     pub tolerations: Vec<Toleration>,
-    /// The node of a gang of one pod. Its template is pinned there (the node's host name,
-    /// pod index 0) and carries no gate: with no peer to wait for, the pod the workload's
-    /// controller makes goes as made, and needs no write of its own. `None`: the template is
-    /// gated and each pod is pinned once the whole gang exists.
-    pub pin: Option<String>,
 }
 
 impl Placement<'_> {
@@ -425,10 +418,6 @@ impl Placement<'_> {
             ]),
             node_labels: self.flavor.node_labels.clone(),
             tolerations: self.flavor.tolerations.clone(),
-            pin: match self.pod_set.nodes.as_slice() {
-                [node] => Some(node.clone()),
-                _ => None,
-            },
         }
     }
 }
@@ -458,15 +447,6 @@ pub(crate) fn wanted_template(
         if !tolerations.contains(toleration) {
             tolerations.push(toleration.clone());
         }
-    }
-    if let Some(node) = &additions.pin {
-        spec.node_selector
-            .get_or_insert_with(BTreeMap::new)
-            .insert(HOSTNAME_LABEL.to_owned(), node.clone());
-        meta.labels
-            .get_or_insert_with(BTreeMap::new)
-            .insert(POD_INDEX_LABEL.to_owned(), "0".to_owned());
-        return template;
     }
     let gates = spec.scheduling_gates.get_or_insert_with(Vec::new);
     if !gates.iter().any(|g| g.name == ADMISSION_GATE) {

@@ -8,8 +8,8 @@ use clap::{Parser, Subcommand};
 
 /// jemalloc rather than the C library's allocator: the controller allocates and frees many
 /// small objects from several threads (every watch event is parsed into new ones), where
-/// glibc's per-thread arenas spend a quarter of the controller's CPU and hold freed memory
-/// fragmented (see docs/performance.md).
+/// glibc's allocator took a fifth of the controller's CPU in a batch run (see
+/// docs/performance.md).
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -72,7 +72,6 @@ fn additions() -> Additions {
             operator: Some("Exists".to_owned()),
             ..Toleration::default()
         }],
-        pin: None,
     }
 }
 

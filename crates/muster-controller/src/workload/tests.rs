@@ -67,6 +67,21 @@ fn placed() -> PodSetPlacement {
     }
 }
 
+/// Entry `job-train` of queue `research` placed as `pod_set` on `flavor`, attempt `attempt`.
+fn placement<'a>(
+    pod_set: &'a PodSetPlacement,
+    flavor: &'a ResourceFlavorSpec,
+    attempt: i32,
+) -> Placement<'a> {
+    Placement {
+        entry: "job-train",
+        cluster_queue: "research",
+        pod_set,
+        flavor,
+        attempt,
+    }
+}
+
 fn entry() -> GpuJob {
     entry_for(&stored_job(true)).unwrap_or_else(|e| unreachable!("{e:?}"))
 }
@@ -126,13 +141,7 @@ fn a_job_without_a_uid_is_not_queued() {
 #[test]
 fn the_release_adds_the_flavor_the_gate_and_the_gang_to_the_user_s_template_and_unsuspends() {
     let (entry, job, placed, flavor) = (entry(), stored_job(true), placed(), h100());
-    let placement = Placement {
-        entry: "job-train",
-        cluster_queue: "research",
-        pod_set: &placed,
-        flavor: &flavor,
-        attempt: 2,
-    };
+    let placement = placement(&placed, &flavor, 2);
     let patch = template_patch(&entry, &job, Some(&placement), false);
     assert_eq!(patch["spec"]["suspend"], json!(false));
     let spec = &patch["spec"]["template"]["spec"];
@@ -172,13 +181,7 @@ fn a_job_of_one_pod_is_released_behind_the_gate_too() {
         },
         h100(),
     );
-    let placement = Placement {
-        entry: "job-train",
-        cluster_queue: "research",
-        pod_set: &placed,
-        flavor: &flavor,
-        attempt: 0,
-    };
+    let placement = placement(&placed, &flavor, 0);
     let patch = template_patch(&entry, &job, Some(&placement), false);
     let spec = &patch["spec"]["template"]["spec"];
     assert_eq!(
@@ -207,13 +210,7 @@ fn merge(target: &mut Value, patch: &Value) {
 #[test]
 fn putting_the_template_back_removes_everything_the_release_added_and_only_that() {
     let (entry, placed, flavor) = (entry(), placed(), h100());
-    let placement = Placement {
-        entry: "job-train",
-        cluster_queue: "research",
-        pod_set: &placed,
-        flavor: &flavor,
-        attempt: 0,
-    };
+    let placement = placement(&placed, &flavor, 0);
     let mut released = serde_json::to_value(stored_job(true)).unwrap_or_default();
     merge(
         &mut released,

@@ -202,6 +202,93 @@ async fn an_indexed_job_waits_for_quota_then_runs_as_one_block_pod_i_on_node_i()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_of_one_completion_goes_to_its_node_as_made_and_never_grows_while_it_runs() {
+    let Some(env) = env_with_job_controller().await else {
+        return;
+    };
+    env.h100().await;
+    env.gpu_nodes("b1", &["n1", "n2"]).await;
+    env.queue("a", "team-a", 16, json!({})).await;
+    let controller = env.controller();
+
+    let mut solo = indexed_job("solo", Some("a"), 1, 8, 15_000, true);
+    if let Some(spec) = solo.spec.as_mut() {
+        spec.completion_mode = Some("NonIndexed".to_owned());
+    }
+    create(&env, &solo).await;
+    let admitted = env
+        .until_status("team-a", "job-solo", "admitted", 60, |s| {
+            s.admission.is_some()
+        })
+        .await;
+    let nodes = admitted.admission.clone().unwrap_or_default().pod_sets[0]
+        .nodes
+        .clone();
+    assert_eq!(nodes.len(), 1);
+    // With no peer to wait for, the Job's template names the node and carries no gate.
+    let pod = eventually(
+        "the Job's pod bound to the admission's node",
+        90,
+        || async {
+            job_pods(&env, "solo")
+                .await
+                .into_iter()
+                .find(|p| bound_node(p).is_some())
+        },
+    )
+    .await;
+    assert_eq!(bound_node(&pod), nodes.first().cloned());
+    assert!(!gated(&pod));
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("muster.dev/pod-index").map(String::as_str),
+        Some("0")
+    );
+    let managers: Vec<String> = pod
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        !managers.iter().any(|m| m == "muster"),
+        "Muster never wrote the pod: {managers:?}"
+    );
+
+    // Its owner raises its parallelism while it runs: one completion is all it has, so its
+    // controller makes no second pod that could start without quota.
+    let jobs: Api<Job> = env.api("team-a");
+    let grow = json!({"spec": {"parallelism": 3}});
+    if let Err(e) = jobs
+        .patch(
+            "solo",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&grow),
+        )
+        .await
+    {
+        unreachable!("raising the Job's parallelism: {e}");
+    }
+    always("one pod of the Job at most", 5, || async {
+        match job_pods(&env, "solo").await.len() {
+            0 | 1 => Ok(()),
+            n => Err(format!("{n} pods")),
+        }
+    })
+    .await;
+
+    let done = env
+        .until_status("team-a", "job-solo", "Succeeded", 90, |s| {
+            phase(s) == "Succeeded"
+        })
+        .await;
+    assert!(done.admission.is_none(), "{done:?}");
+    assert_eq!(job_pods(&env, "solo").await.len(), 1);
+    controller.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_resized_while_it_waits_is_read_again_and_runs_at_its_new_size() {
     let Some(env) = env_with_job_controller().await else {
         return;

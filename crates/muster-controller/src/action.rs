@@ -11,7 +11,9 @@ use crate::summary::Summary;
 /// Something the controller writes, as one unit (its requests go in order).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    /// Create the gang's Service and gated pods, lift every gate, then write the status.
+    /// Create the gang's Service and gated pods, lift every gate, then write the status (for
+    /// a queue entry: patch its workload, then write the status — or, for a release whose pod
+    /// goes as made, the status first: see [`crate::release::WorkloadRelease::ungated`]).
     Release {
         /// The job, `namespace/name`.
         job: ObjectRef,

@@ -290,10 +290,10 @@ impl Executor {
                 status,
                 event,
             } => {
-                written.extend(self.release(gang).await?);
-                let job = self.write_status(job, status, read).await?;
-                self.record(&job, event.as_ref()).await;
-                written.push(Written::Job(Box::new(job)));
+                written.extend(
+                    self.release_recorded(job, gang, status, event.as_ref(), read)
+                        .await?,
+                );
             }
             Action::Evict {
                 job,
@@ -372,6 +372,33 @@ impl Executor {
                 let flavor = self.write_whole_status(&api, name, name, status).await?;
                 written.push(Written::ResourceFlavor(Box::new(flavor)));
             }
+        }
+        Ok(written)
+    }
+
+    /// Releases `gang` and writes job `key`'s status that records it (with its Event): the
+    /// gang first, so that a status never says admitted before anything is released — but
+    /// the status first for a release whose pod runs as soon as its Job is unsuspended
+    /// ([`crate::release::WorkloadRelease::ungated`]), so that a status write that fails
+    /// releases nothing.
+    async fn release_recorded(
+        &self,
+        key: &ObjectRef,
+        gang: &crate::release::Gang,
+        status: &GpuJobStatus,
+        event: Option<&Note>,
+        read: Option<&JobRead>,
+    ) -> Result<Vec<Written>, ExecuteError> {
+        let mut written = Vec::new();
+        let status_first = gang.workload.as_ref().is_some_and(|w| w.ungated);
+        if !status_first {
+            written.extend(self.release(gang).await?);
+        }
+        let job = self.write_status(key, status, read).await?;
+        self.record(&job, event).await;
+        written.push(Written::Job(Box::new(job)));
+        if status_first {
+            written.extend(self.release(gang).await?);
         }
         Ok(written)
     }

@@ -118,7 +118,8 @@ pub fn join_scheduling_group(gang: &mut Gang) {
 
 /// The release of the Job or JobSet behind a queue entry: its templates patched and the
 /// workload unsuspended in one write. The gang's pods, once its controllers have made them
-/// all, are let go by the entry's step (`Action::PinPods`).
+/// all, are let go by the entry's step (`Action::PinPods`) — unless the release is
+/// `ungated`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkloadRelease {
     /// The workload.
@@ -126,6 +127,12 @@ pub struct WorkloadRelease {
     /// The patch (see [`crate::workload::template_patch`] and
     /// [`crate::workload::jobset::release_patch`]).
     pub patch: crate::workload::WorkloadPatch,
+    /// The template is pinned to the node instead of gated (a Job that never runs more than
+    /// one pod: see [`crate::workload::never_more_than_one_pod`]), so its pod runs as soon as
+    /// its controller makes it. The entry's status is then written before the patch: a
+    /// status write that fails leaves the Job suspended, not running on an admission nobody
+    /// recorded.
+    pub ungated: bool,
 }
 
 /// The host name of pod `index` of `pod_set` in `job` (validation keeps it within 63

@@ -18,7 +18,11 @@
 //!   node labels and tolerations, Muster's scheduling gate, the gang's labels and annotations —
 //!   and unsuspends the Job in one patch. The Job controller makes the pods behind the gate;
 //!   once every pod of the gang exists, each is pinned to its node (pod `i` of an Indexed Job on
-//!   the `i`-th node the admission placed) and let go.
+//!   the `i`-th node the admission placed) and let go. A Job that can never run more than one
+//!   pod at a time ([`never_more_than_one_pod`]) has no peer to wait for: its template names
+//!   the node instead of carrying the gate, and its pod goes as made, with no write of its
+//!   own. Such a release writes the entry's status first and unsuspends the Job after, so no
+//!   pod runs on an admission the status does not record.
 //! - **Evicted** (preempted, timed out, its node lost): the status is written, then the Job is
 //!   suspended, and its controller deletes the pods; the quota is freed once they are gone, and
 //!   the template is put back before the Job is released again.
@@ -233,6 +237,21 @@ pub fn may_have_pods(job: &Job) -> bool {
     status.active.unwrap_or(0) > 0 || status.start_time.is_some()
 }
 
+/// Whether `job` is suspended with no release of attempt `attempt` of its entry in its
+/// template: a release written to the entry's status whose patch of the Job never landed
+/// (see [`crate::release::WorkloadRelease::ungated`]). A Job suspended after its release
+/// landed (by its owner, say) still carries it.
+pub fn release_missing(job: &Job, attempt: i32) -> bool {
+    let carried = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.labels.as_ref())
+        .and_then(|l| l.get(ATTEMPT_LABEL))
+        .is_some_and(|a| *a == attempt.to_string());
+    is_suspended(job) && !(carried && carries_release(job))
+}
+
 /// Whether `job`'s template still carries what a release wrote (the gang's job label): it is
 /// Muster's to put back, not its owner's edit.
 pub fn carries_release(job: &Job) -> bool {
@@ -258,6 +277,22 @@ pub fn edited_since(entry: &GpuJob, job: &Job) -> bool {
             job.spec.as_ref().map(|s| &s.template),
             recorded.map(|s| &s.template),
         )
+}
+
+/// Whether the Job controller can never run more than one pod of `job` at a time, whatever
+/// its owner edits while it runs: a `NonIndexed` Job of one completion. Its controller keeps
+/// at most `completions - succeeded` pods active, and the API server refuses any change to a
+/// `NonIndexed` Job's `completions`, so raising `parallelism` adds no pod. (An `Indexed` Job's
+/// completions may be raised with its parallelism, and a Job without completions runs as many
+/// pods as its parallelism says: both stay gated.)
+pub fn never_more_than_one_pod(job: &Job) -> bool {
+    job.spec.as_ref().is_some_and(|spec| {
+        spec.completions == Some(1)
+            && spec
+                .completion_mode
+                .as_deref()
+                .is_none_or(|mode| mode == "NonIndexed")
+    })
 }
 
 /// What the gang's release writes into a Job's pod template: the flavor's node labels and
@@ -288,7 +323,7 @@ pub fn template_patch(
     suspend: bool,
 ) -> Value {
     let (recorded, current) = templates(entry, job);
-    let additions = placement.map(Placement::additions);
+    let additions = placement.map(|p| p.additions_for(job));
     let wanted = wanted_template(&recorded, additions.as_ref());
     let (current_meta, wanted_meta) = (
         current.metadata.unwrap_or_default(),
@@ -331,7 +366,7 @@ pub fn template_is(entry: &GpuJob, job: &Job, placement: Option<&Placement<'_>>)
     match placement {
         None => same_scheduling(current, recorded),
         Some(placement) => {
-            let additions = placement.additions();
+            let additions = placement.additions_for(job);
             let wanted = wanted_template(&recorded.cloned().unwrap_or_default(), Some(&additions));
             same_scheduling(current, Some(&wanted))
         }
@@ -383,7 +418,8 @@ fn templates(entry: &GpuJob, job: &Job) -> (PodTemplateSpec, PodTemplateSpec) {
 }
 
 /// What a release adds to a workload's pod template: the gang's labels, the admission's
-/// annotations, the flavor's node labels and tolerations (and Muster's gate, always).
+/// annotations, the flavor's node labels and tolerations, and Muster's gate — or, for a Job
+/// that never runs more than one pod, its node.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Additions {
     /// Labels: the gang's job label, pod set and attempt.
@@ -394,10 +430,35 @@ pub struct Additions {
     pub node_labels: BTreeMap<String, String>,
     /// Tolerations the pods need on their nodes (the flavor's).
     pub tolerations: Vec<Toleration>,
+    /// The node of a Job that never runs more than one pod (see [`never_more_than_one_pod`]).
+    /// Its template is pinned there (the node's host name, pod index 0) and carries no gate:
+    /// with no peer to wait for, the pod its controller makes goes as made and needs no write
+    /// of its own. `None`: the template is gated, and each pod is pinned once the whole gang
+    /// exists.
+    pub pin: Option<String>,
 }
 
 impl Placement<'_> {
-    /// What this placement adds to the Job's template.
+    /// What this placement adds to `job`'s template: [`Placement::additions`], pinned to the
+    /// node when `job` never runs more than one pod and the admission placed it on one node.
+    pub fn additions_for(&self, job: &Job) -> Additions {
+        Additions {
+            pin: self.pin_for(job).map(str::to_owned),
+            ..self.additions()
+        }
+    }
+
+    /// The node `job`'s template is pinned to instead of gated: see
+    /// [`Placement::additions_for`].
+    pub fn pin_for(&self, job: &Job) -> Option<&str> {
+        match self.pod_set.nodes.as_slice() {
+            [node] if never_more_than_one_pod(job) => Some(node),
+            _ => None,
+        }
+    }
+
+    /// What this placement adds to a template that is gated (every pod set of a JobSet, a
+    /// pod group's pods, a Job that may run more than one pod).
     pub fn additions(&self) -> Additions {
         Additions {
             labels: BTreeMap::from([
@@ -418,6 +479,7 @@ impl Placement<'_> {
             ]),
             node_labels: self.flavor.node_labels.clone(),
             tolerations: self.flavor.tolerations.clone(),
+            pin: None,
         }
     }
 }
@@ -447,6 +509,15 @@ pub(crate) fn wanted_template(
         if !tolerations.contains(toleration) {
             tolerations.push(toleration.clone());
         }
+    }
+    if let Some(node) = &additions.pin {
+        spec.node_selector
+            .get_or_insert_with(BTreeMap::new)
+            .insert(HOSTNAME_LABEL.to_owned(), node.clone());
+        meta.labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(POD_INDEX_LABEL.to_owned(), "0".to_owned());
+        return template;
     }
     let gates = spec.scheduling_gates.get_or_insert_with(Vec::new);
     if !gates.iter().any(|g| g.name == ADMISSION_GATE) {

@@ -438,18 +438,25 @@ async fn a_queue_entry_s_eviction_writes_the_status_then_suspends_its_job_and_de
     assert_eq!(seen[1].content_type, "application/merge-patch+json");
 }
 
+/// The release of job `a` of `count` pods as the queue entry of Job `team-a/train`: one
+/// merge patch of the Job, `ungated` as given.
+fn job_release(count: u32, ungated: bool) -> Action {
+    let (mut action, _) = release(count);
+    if let Action::Release { gang, .. } = &mut action {
+        gang.pods.clear();
+        gang.workload = Some(Box::new(muster_controller::release::WorkloadRelease {
+            workload: WorkloadRef::job(ObjectRef::new("team-a", "train")),
+            patch: WorkloadPatch::Merge(json!({"spec": {"suspend": false}})),
+            ungated,
+        }));
+    }
+    action
+}
+
 #[tokio::test]
 async fn a_queue_entry_s_release_patches_its_job_then_writes_the_status_and_its_pins_patch_each_pod()
  {
-    let (mut action, _) = release(2);
-    let Action::Release { gang, .. } = &mut action else {
-        unreachable!()
-    };
-    gang.pods.clear();
-    gang.workload = Some(Box::new(muster_controller::release::WorkloadRelease {
-        workload: WorkloadRef::job(ObjectRef::new("team-a", "train")),
-        patch: WorkloadPatch::Merge(json!({"spec": {"suspend": false}})),
-    }));
+    let action = job_release(2, false);
     let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
     assert!(result.is_ok(), "{result:?}");
     assert_eq!(
@@ -482,6 +489,31 @@ async fn a_queue_entry_s_release_patches_its_job_then_writes_the_status_and_its_
             ("PATCH", "/api/v1/namespaces/team-a/pods/train-0-abcde"),
             ("PATCH", "/api/v1/namespaces/team-a/pods/train-1-abcde"),
         ]
+    );
+}
+
+#[tokio::test]
+async fn an_ungated_release_writes_the_status_before_the_job_and_a_failed_status_releases_nothing()
+{
+    let action = job_release(1, true);
+    let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
+    assert_eq!(result, Ok(2), "the entry and the Job, both written");
+    let status = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
+    let job = "/apis/batch/v1/namespaces/team-a/jobs/train";
+    let writes: Vec<_> = calls(&seen)
+        .into_iter()
+        .filter(|(method, _)| *method == "PATCH")
+        .collect();
+    assert_eq!(writes, [("PATCH", status), ("PATCH", job)]);
+
+    // The status write fails for good: the Job stays suspended.
+    let failures = (0..8).map(|i| (i, 500)).collect();
+    let (result, seen) = run(&action, failures, Vec::new(), true).await;
+    assert!(result.is_err(), "{result:?}");
+    assert!(
+        !calls(&seen).iter().any(|(_, path)| *path == job),
+        "{:?}",
+        calls(&seen)
     );
 }
 
@@ -527,6 +559,7 @@ async fn a_jobset_entry_s_release_is_one_json_patch_of_its_jobset_and_its_evicti
     gang.workload = Some(Box::new(muster_controller::release::WorkloadRelease {
         workload: WorkloadRef::jobset(ObjectRef::new("team-a", "multislice")),
         patch: WorkloadPatch::Json(ops.clone()),
+        ungated: false,
     }));
     let (result, seen) = run(&action, BTreeMap::new(), Vec::new(), true).await;
     assert!(result.is_ok(), "{result:?}");

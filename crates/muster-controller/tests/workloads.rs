@@ -218,6 +218,149 @@ fn a_job_waits_suspended_then_is_released_whole_pod_i_on_node_i_and_ends_with_it
     assert!(status.admission.is_none());
 }
 
+/// A `NonIndexed` Job of one completion, one 8-GPU pod: its controller never runs a second.
+fn one_pod_job(suspend: bool, status: &Value) -> Job {
+    let mut job = labelled_job(1, suspend, status);
+    if let Some(spec) = job.spec.as_mut() {
+        spec.completion_mode = Some("NonIndexed".to_owned());
+    }
+    job
+}
+
+/// The pod the Job controller makes from `job`'s released template: bound to the node the
+/// template names, Running and Ready since `ready` (seconds, see [`at`]).
+fn made_from(job: &Job, ready: i64) -> Pod {
+    let template = job.spec.clone().unwrap_or_default().template;
+    let node = template
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_selector.as_ref())
+        .and_then(|s| s.get("kubernetes.io/hostname"))
+        .cloned();
+    let mut meta = template.metadata.unwrap_or_default();
+    meta.name = Some("train-x0".to_owned());
+    meta.namespace = Some("team-a".to_owned());
+    meta.resource_version = Some("1".to_owned());
+    meta.owner_references = object(json!([{"apiVersion": "batch/v1", "kind": "Job",
+        "name": "train", "uid": "uid-train", "controller": true}]));
+    let mut spec = template.spec.unwrap_or_default();
+    spec.node_name = node;
+    Pod {
+        metadata: meta,
+        spec: Some(spec),
+        status: object(json!({"phase": "Running", "conditions": [{
+            "type": "Ready", "status": "True",
+            "lastTransitionTime": at(ready).to_string(),
+        }]})),
+    }
+}
+
+#[test]
+fn a_job_that_never_runs_two_pods_is_released_with_its_node_in_its_template_and_no_pod_write() {
+    let mut state = cluster(8, Vec::new());
+    apply_job(&mut state, one_pod_job(true, &json!({})));
+    let mut release = None;
+    for t in 10..20 {
+        let pass = plan(&mut state, at(t));
+        if let Some(a @ Action::Release { .. }) =
+            pass.actions.iter().find(|a| a.kind() == "release")
+        {
+            release = Some((a.clone(), t));
+        }
+        land_all(&mut state, &pass.actions, t);
+        if release.is_some() {
+            break;
+        }
+    }
+    let Some((Action::Release { gang, status, .. }, released_at)) = release else {
+        unreachable!("never released")
+    };
+    let workload = gang.workload.clone().unwrap_or_else(|| unreachable!());
+    assert!(
+        workload.ungated,
+        "the status is written before the Job is unsuspended"
+    );
+    let node = status.admission.clone().unwrap_or_default().pod_sets[0].nodes[0].clone();
+    let template = &workload.patch.body()["spec"]["template"];
+    assert_eq!(
+        template["spec"]["nodeSelector"]["kubernetes.io/hostname"],
+        json!(node)
+    );
+    assert_eq!(template["spec"]["schedulingGates"], Value::Null);
+    assert_eq!(
+        template["metadata"]["labels"]["muster.dev/pod-index"],
+        json!("0")
+    );
+
+    // Its pod goes as the Job controller makes it: nothing to pin, and the admission holds.
+    let running = state
+        .index()
+        .workload("team-a/train")
+        .cloned()
+        .unwrap_or_else(|| unreachable!());
+    assert_eq!(running.spec.as_ref().and_then(|s| s.suspend), Some(false));
+    state.apply(made_from(&running, released_at + 1));
+    for t in released_at + 1..released_at + 60 {
+        let pass = plan(&mut state, at(t));
+        let found = kinds(&pass.actions);
+        assert!(
+            !found
+                .iter()
+                .any(|k| ["pin_pods", "evict", "release"].contains(k)),
+            "at {t}: {found:?}"
+        );
+        land_all(&mut state, &pass.actions, t);
+    }
+    let status = entry_status(&state);
+    assert_eq!(status.phase, Some(GpuJobPhase::Running), "{status:#?}");
+}
+
+#[test]
+fn an_admission_whose_job_never_got_its_release_is_given_back_at_once() {
+    let mut state = cluster(8, Vec::new());
+    apply_job(&mut state, one_pod_job(true, &json!({})));
+    let mut released_at = None;
+    for t in 10..20 {
+        let pass = plan(&mut state, at(t));
+        land_all(&mut state, &pass.actions, t);
+        if kinds(&pass.actions).contains(&"release") {
+            released_at = Some(t);
+            break;
+        }
+    }
+    let released_at = released_at.unwrap_or_else(|| unreachable!("never released"));
+    assert!(entry_status(&state).admission.is_some());
+    // The status landed, the Job's patch did not (the index holds the Job as it was).
+    apply_job(&mut state, one_pod_job(true, &json!({})));
+    let pass = plan(&mut state, at(released_at + 1));
+    let Some(Action::Evict {
+        status, workload, ..
+    }) = pass.actions.iter().find(|a| a.kind() == "evict")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    assert!(status.admission.is_none());
+    assert_eq!(status.restart_count, 0, "no restart is counted");
+    let reason = status.pending_reason.clone().unwrap_or_default();
+    assert!(
+        reason.message.contains("never released"),
+        "{}",
+        reason.message
+    );
+    assert_eq!(
+        workload.as_ref().map(|w| w.key.as_str()),
+        Some("team-a/train")
+    );
+    land_all(&mut state, &pass.actions, released_at + 1);
+    // It queues again and is released again.
+    let again = (released_at + 2..released_at + 60).any(|t| {
+        let pass = plan(&mut state, at(t));
+        land_all(&mut state, &pass.actions, t);
+        kinds(&pass.actions).contains(&"release")
+    });
+    assert!(again);
+}
+
 #[test]
 fn an_evicted_entry_suspends_its_job_instead_of_deleting_pods() {
     let mut state = cluster(16, Vec::new());

@@ -427,6 +427,11 @@ impl Index {
         self.jobs.get(key)
     }
 
+    /// A Job labelled with a queue (the workload behind a queue entry) by `namespace/name`.
+    pub fn workload(&self, key: &str) -> Option<&Job> {
+        self.workloads.get(key)
+    }
+
     /// A ProvisioningRequest by `namespace/name`.
     pub fn provisioning_request(&self, key: &str) -> Option<&ProvisioningRequest> {
         self.provisioning_requests.get(key)

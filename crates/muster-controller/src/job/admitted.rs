@@ -157,6 +157,11 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
             evict(Eviction::CapacityRevoked { message, retry_at })
         };
         (Phase::Evicting, Some(action))
+    } else if is_entry && entry::release_missing(index, job, status.requeue_count) {
+        // Its status was written, its Job's release was not: the quota goes back at once
+        // rather than after the pods-ready timeout, and the job queues again.
+        let why = "the admission was recorded but its Job was never released (the patch that unsuspends it did not land); the job queues again".to_owned();
+        (Phase::Evicting, Some(evict(Eviction::Other(why))))
     } else if job.spec.suspend {
         (Phase::Evicting, Some(evict(Eviction::Suspended)))
     } else {

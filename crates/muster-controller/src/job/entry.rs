@@ -25,6 +25,14 @@ pub(crate) fn workload<'a>(index: &'a Index, job: &GpuJob) -> Option<Run<'a>> {
     crate::workload::run(index, &key).filter(|w| w.is_entry(job))
 }
 
+/// Whether the admission `entry`'s status holds never reached its Job: the Job is suspended
+/// without this attempt's release (see [`crate::workload::release_missing`]). Only a
+/// release that writes the status first can leave this behind, when the Job's patch then
+/// fails or its leader loses the Lease between the two writes.
+pub(super) fn release_missing(index: &Index, entry: &GpuJob, attempt: i32) -> bool {
+    matches!(workload(index, entry), Some(Run::Job(job)) if crate::workload::release_missing(job, attempt))
+}
+
 /// The step of an entry whose workload has ended: its status says how.
 pub(super) fn finished(reading: &Reading<'_>) -> Option<Step> {
     let run = workload(reading.index, reading.job)?;
@@ -149,6 +157,7 @@ pub(crate) fn release(
         )
     })?;
     let attempt = entry.status.as_ref().map_or(0, |s| s.requeue_count);
+    let mut ungated = false;
     let patch = match run {
         Run::Job(job) => {
             let [placed] = admitted.pod_sets.as_slice() else {
@@ -167,6 +176,7 @@ pub(crate) fn release(
                 flavor,
                 attempt,
             };
+            ungated = placement.pin_for(job).is_some();
             WorkloadPatch::Merge(template_patch(entry, job, Some(&placement), false))
         }
         Run::JobSet(jobset) => {
@@ -189,6 +199,7 @@ pub(crate) fn release(
         workload: Some(Box::new(WorkloadRelease {
             workload: target,
             patch,
+            ungated,
         })),
     })
 }

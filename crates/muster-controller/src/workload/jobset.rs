@@ -216,6 +216,8 @@ impl Placement<'_> {
             annotations,
             node_labels: node_labels.unwrap_or_default(),
             tolerations,
+            // A replicated Job's template is shared by its replicas' pods: always gated.
+            pin: None,
         })
     }
 }

@@ -163,16 +163,21 @@ fn the_release_adds_the_flavor_the_gate_and_the_gang_to_the_user_s_template_and_
     assert_eq!(annotations["muster.dev/flavor"], json!("h100"));
 }
 
-#[test]
-fn a_job_of_one_pod_is_released_behind_the_gate_too() {
-    // Its template must not name the node instead: the Job is unsuspended before the entry's
-    // status records the admission, so an ungated pod could run on a status write that then
-    // fails; and parallelism raised while it runs would start pods no quota covers.
+/// The Job of [`stored_job`] with one pod: `completions` and `completionMode` as given.
+fn one_pod_job(completions: Option<i32>, mode: &str) -> Job {
     let mut job = stored_job(true);
     if let Some(spec) = job.spec.as_mut() {
         spec.parallelism = Some(1);
-        spec.completions = Some(1);
+        spec.completions = completions;
+        spec.completion_mode = Some(mode.to_owned());
     }
+    job
+}
+
+#[test]
+fn a_job_that_never_runs_two_pods_is_pinned_in_its_template_without_the_gate_and_put_back_whole() {
+    let job = one_pod_job(Some(1), "NonIndexed");
+    assert!(never_more_than_one_pod(&job));
     let entry = entry_for(&job).unwrap_or_else(|e| unreachable!("{e:?}"));
     let (placed, flavor) = (
         PodSetPlacement {
@@ -182,29 +187,90 @@ fn a_job_of_one_pod_is_released_behind_the_gate_too() {
         h100(),
     );
     let placement = placement(&placed, &flavor, 0);
+    assert_eq!(placement.pin_for(&job), Some("node-7"));
     let patch = template_patch(&entry, &job, Some(&placement), false);
     let spec = &patch["spec"]["template"]["spec"];
     assert_eq!(
-        spec["schedulingGates"],
-        json!([{"name": "example.com/quota"}, {"name": ADMISSION_GATE}])
+        spec["nodeSelector"],
+        json!({"team": "a", "gpu": "h100", "kubernetes.io/hostname": "node-7"})
     );
-    assert_eq!(spec["nodeSelector"], json!({"team": "a", "gpu": "h100"}));
+    assert_eq!(
+        spec["schedulingGates"],
+        json!([{"name": "example.com/quota"}]),
+        "only the user's own gate: the pod needs no pin"
+    );
+    let labels = &patch["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(labels["muster.dev/pod-index"], json!("0"));
+    assert_eq!(labels["muster.dev/pod-set"], json!("main"));
+    let mut released = serde_json::to_value(&job).unwrap_or_default();
+    json_patch::merge(&mut released, &patch);
+    let released: Job = serde_json::from_value(released).unwrap_or_else(|e| unreachable!("{e}"));
+    assert!(template_is(&entry, &released, Some(&placement)));
+    assert!(!release_missing(&released, 0), "released: not suspended");
+    let mut back = serde_json::to_value(&released).unwrap_or_default();
+    json_patch::merge(&mut back, &template_patch(&entry, &released, None, true));
+    let back: Job = serde_json::from_value(back).unwrap_or_else(|e| unreachable!("{e}"));
+    assert!(template_is(&entry, &back, None));
+    let selector = back
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|s| s.node_selector)
+        .unwrap_or_default();
+    assert_eq!(
+        selector,
+        BTreeMap::from([("team".to_owned(), "a".to_owned())]),
+        "the node is no longer asked for once the Job is held again"
+    );
 }
 
-/// Applies a JSON merge patch (RFC 7396), as the API server does for `application/merge-patch+json`.
-fn merge(target: &mut Value, patch: &Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        (t, p) => *t = p.clone(),
+#[test]
+fn a_job_that_may_grow_while_it_runs_is_released_behind_the_gate_even_as_one_pod() {
+    // An Indexed Job's completions may be raised with its parallelism, and a Job without
+    // completions runs as many pods as its parallelism: pods added while it runs must wait
+    // behind the gate, not start on the node with no quota behind them.
+    for job in [
+        one_pod_job(Some(1), "Indexed"),
+        one_pod_job(None, "NonIndexed"),
+    ] {
+        assert!(!never_more_than_one_pod(&job));
+        let entry = entry_for(&job).unwrap_or_else(|e| unreachable!("{e:?}"));
+        let placed = PodSetPlacement {
+            nodes: vec!["node-7".to_owned()],
+            ..placed()
+        };
+        let flavor = h100();
+        let placement = placement(&placed, &flavor, 0);
+        assert_eq!(placement.pin_for(&job), None);
+        let patch = template_patch(&entry, &job, Some(&placement), false);
+        let spec = &patch["spec"]["template"]["spec"];
+        assert_eq!(
+            spec["schedulingGates"],
+            json!([{"name": "example.com/quota"}, {"name": ADMISSION_GATE}])
+        );
+        assert_eq!(spec["nodeSelector"], json!({"team": "a", "gpu": "h100"}));
     }
+}
+
+#[test]
+fn a_suspended_job_without_this_attempt_s_release_is_missing_it() {
+    let job = one_pod_job(Some(1), "NonIndexed");
+    let entry = entry_for(&job).unwrap_or_else(|e| unreachable!("{e:?}"));
+    assert!(release_missing(&job, 0), "never released");
+    let placed = PodSetPlacement {
+        nodes: vec!["node-7".to_owned()],
+        ..placed()
+    };
+    let flavor = h100();
+    let mut released = serde_json::to_value(&job).unwrap_or_default();
+    json_patch::merge(
+        &mut released,
+        &template_patch(&entry, &job, Some(&placement(&placed, &flavor, 0)), false),
+    );
+    // Its owner suspends it after the release landed: it carries the release.
+    json_patch::merge(&mut released, &json!({"spec": {"suspend": true}}));
+    let released: Job = serde_json::from_value(released).unwrap_or_else(|e| unreachable!("{e}"));
+    assert!(!release_missing(&released, 0));
+    assert!(release_missing(&released, 1), "another attempt's release");
 }
 
 #[test]
@@ -212,7 +278,7 @@ fn putting_the_template_back_removes_everything_the_release_added_and_only_that(
     let (entry, placed, flavor) = (entry(), placed(), h100());
     let placement = placement(&placed, &flavor, 0);
     let mut released = serde_json::to_value(stored_job(true)).unwrap_or_default();
-    merge(
+    json_patch::merge(
         &mut released,
         &template_patch(&entry, &stored_job(true), Some(&placement), false),
     );
@@ -220,7 +286,7 @@ fn putting_the_template_back_removes_everything_the_release_added_and_only_that(
     assert!(template_is(&entry, &released, Some(&placement)));
     assert!(!template_is(&entry, &released, None));
     let mut back = serde_json::to_value(&released).unwrap_or_default();
-    merge(&mut back, &template_patch(&entry, &released, None, true));
+    json_patch::merge(&mut back, &template_patch(&entry, &released, None, true));
     let mut back: Job = serde_json::from_value(back).unwrap_or_else(|e| unreachable!("{e}"));
     assert!(template_is(&entry, &back, None));
     // An empty map is no map to the API server (Go's `omitempty`).

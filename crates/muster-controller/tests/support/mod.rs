@@ -245,6 +245,23 @@ fn pods_written(gang: &muster_controller::release::Gang, ungated: bool) -> Vec<W
         .collect()
 }
 
+/// The Job a queue entry's release patches, as the API server returns it: the merge patch
+/// applied, at the version the index holds (a version the test applies next replaces it).
+fn released_job(index: &State, gang: &muster_controller::release::Gang) -> Option<Written> {
+    let release = gang.workload.as_ref()?;
+    let muster_controller::workload::WorkloadPatch::Merge(patch) = &release.patch else {
+        return None;
+    };
+    if release.workload.kind != muster_controller::workload::WorkloadKind::Job {
+        return None;
+    }
+    let job = index.index().workload(release.workload.key.as_str())?;
+    let mut value = serde_json::to_value(job).ok()?;
+    json_patch::merge(&mut value, patch);
+    let job = serde_json::from_value(value).ok()?;
+    Some(Written::Workload(Box::new(job)))
+}
+
 /// The objects `action` writes before its job's status, and the pods it deletes after it
 /// (see [`Landing::CutShort`]).
 fn cut_short(index: &State, action: &Action) -> (Vec<Written>, Vec<muster_api::ObjectRef>) {
@@ -273,6 +290,7 @@ fn carried_out(index: &mut State, action: &Action) -> (Vec<Written>, Vec<muster_
         } => {
             written = pods_written(gang, true);
             written.extend(with_status(index, job, status));
+            written.extend(released_job(index, gang));
         }
         Action::Evict {
             job, status, pods, ..

@@ -72,6 +72,7 @@ fn additions() -> Additions {
             operator: Some("Exists".to_owned()),
             ..Toleration::default()
         }],
+        pin: None,
     }
 }
 

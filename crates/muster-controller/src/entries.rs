@@ -128,6 +128,11 @@ fn keep_one(index: &Index, key: &WorkloadRef, run: Run<'_>, actions: &mut Vec<Ac
             // A pod group waits, gated, for the rest of its pods.
             return;
         }
+        if run.finished().is_some() {
+            // Ended before it was queued (or after its entry was deleted): nothing to queue,
+            // and the index no longer keeps a finished Job's template to read one from.
+            return;
+        }
         match run.entry() {
             Ok(entry) => {
                 actions.push(Action::CreateEntry {

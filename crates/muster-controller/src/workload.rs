@@ -220,6 +220,26 @@ pub fn finished(job: &Job) -> Option<(bool, String)> {
         })
 }
 
+/// `job` as the index keeps it. A finished Job ([`finished`]) never runs again, so nothing
+/// reads its pod template any more: it is dropped, along with the status counts only a
+/// running Job's controller reads. A Job is kept until its owner deletes it, so in a busy
+/// cluster most Jobs the index holds have finished, and the template is most of each.
+pub fn slimmed(mut job: Job) -> Job {
+    if finished(&job).is_none() {
+        return job;
+    }
+    if let Some(spec) = job.spec.as_mut() {
+        spec.template = PodTemplateSpec::default();
+        spec.selector = None;
+    }
+    if let Some(status) = job.status.as_mut() {
+        status.uncounted_terminated_pods = None;
+        status.completed_indexes = None;
+        status.failed_indexes = None;
+    }
+    job
+}
+
 /// Whether the Job is suspended.
 pub fn is_suspended(job: &Job) -> bool {
     job.spec.as_ref().and_then(|s| s.suspend).unwrap_or(false)

@@ -104,6 +104,21 @@ fn a_labelled_job_gets_an_entry_and_arriving_running_is_suspended_at_once() {
 }
 
 #[test]
+fn a_labelled_job_that_ended_before_it_was_queued_gets_no_entry_and_no_write() {
+    let mut state = cluster(16, Vec::new());
+    let done = json!({"succeeded": 2, "conditions": [{"type": "Complete", "status": "True"}]});
+    apply_job(&mut state, labelled_job(2, false, &done));
+    for t in 10..15 {
+        let pass = plan(&mut state, at(t));
+        assert!(
+            kinds(&pass.actions).is_empty(),
+            "at {t}: {:#?}",
+            pass.actions
+        );
+    }
+}
+
+#[test]
 fn an_unlabelled_job_is_never_read() {
     // The watch selects labelled Jobs only; a pod of a Job without the label carries none of
     // Muster's labels and is never a gang member.

@@ -309,7 +309,7 @@ impl Indexed for Job {
             key.namespace(),
             &muster_api::workload::entry_name(key.name()),
         ));
-        index.workloads.insert(key, self);
+        index.workloads.insert(key, crate::workload::slimmed(self));
     }
     fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
         index

@@ -367,3 +367,30 @@ fn a_suspended_job_may_still_have_pods_until_its_controller_resets_its_start_tim
         json!({"active": 0, "conditions": [{"type": "Suspended", "status": "True"}]})
     ));
 }
+
+#[test]
+fn a_finished_job_is_kept_without_its_template_and_a_running_one_whole() {
+    let mut running = stored_job(false);
+    running.status = Some(k8s_openapi::api::batch::v1::JobStatus {
+        active: Some(4),
+        ..Default::default()
+    });
+    assert_eq!(slimmed(running.clone()), running);
+    let mut done = running;
+    done.status = serde_json::from_value(json!({
+        "succeeded": 4, "uncountedTerminatedPods": {},
+        "conditions": [{"type": "Complete", "status": "True"}],
+    }))
+    .ok();
+    let kept = slimmed(done.clone());
+    assert_eq!(
+        finished(&kept),
+        finished(&done),
+        "it still reads as finished"
+    );
+    assert_eq!(kept.metadata, done.metadata);
+    let spec = kept.spec.unwrap_or_default();
+    assert_eq!(spec.template, PodTemplateSpec::default());
+    assert_eq!(spec.parallelism, Some(4));
+    assert_eq!(kept.status.and_then(|s| s.uncounted_terminated_pods), None);
+}

@@ -569,13 +569,16 @@ async fn catch_up(shared: &Arc<Shared>, client: &Client, namespace: Option<&str>
         return false;
     }
     match fresh_view(client, namespace).await {
-        Ok((jobs, pods)) => {
+        Ok((jobs, pods, workloads)) => {
             let mut state = shared.state();
             for job in jobs {
                 state.apply(job);
             }
             for pod in pods {
                 state.apply(pod);
+            }
+            for workload in workloads {
+                state.apply(workload);
             }
             true
         }
@@ -586,12 +589,14 @@ async fn catch_up(shared: &Arc<Shared>, client: &Client, namespace: Option<&str>
     }
 }
 
-/// The GpuJobs (in `namespace`, or everywhere) and pods as the API server has them now: a
-/// consistent read, as fresh as the moment it is made.
+/// The GpuJobs (in `namespace`, or everywhere), pods and labelled batch Jobs as the API
+/// server has them now: a consistent read, as fresh as the moment it is made. The Jobs come
+/// too because a queue entry's Admitted status beside a copy of its Job from before the
+/// release would read as a release that never landed.
 async fn fresh_view(
     client: &Client,
     namespace: Option<&str>,
-) -> Result<(Vec<GpuJob>, Vec<Pod>), kube::Error> {
+) -> Result<(Vec<GpuJob>, Vec<Pod>, Vec<Job>), kube::Error> {
     let jobs = scoped::<GpuJob>(client, namespace)
         .list(&ListParams::default())
         .await?
@@ -600,7 +605,12 @@ async fn fresh_view(
         .list(&ListParams::default())
         .await?
         .items;
-    Ok((jobs, pods))
+    let labelled = ListParams::default().labels(muster_api::wire::QUEUE_NAME_LABEL);
+    let workloads = scoped::<Job>(client, namespace)
+        .list(&labelled)
+        .await?
+        .items;
+    Ok((jobs, pods, workloads))
 }
 
 /// `/metrics`, `/livez` and `/readyz` until `stop`.

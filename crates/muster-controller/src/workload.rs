@@ -299,12 +299,14 @@ pub fn edited_since(entry: &GpuJob, job: &Job) -> bool {
         )
 }
 
-/// Whether the Job controller can never run more than one pod of `job` at a time, whatever
-/// its owner edits while it runs: a `NonIndexed` Job of one completion. Its controller keeps
-/// at most `completions - succeeded` pods active, and the API server refuses any change to a
-/// `NonIndexed` Job's `completions`, so raising `parallelism` adds no pod. (An `Indexed` Job's
+/// Whether the Job controller can never keep more than one pod of `job` active at a time,
+/// whatever its owner edits while it runs: a `NonIndexed` Job of one completion. Its
+/// controller keeps at most `completions - succeeded` pods active, and the API server refuses
+/// any change to a `NonIndexed` Job's `completions`, so raising `parallelism` adds no pod. (A
+/// replacement for a pod being deleted may be made before that pod is gone; pinned to the
+/// same node, it waits there until the old pod's resources are free.) An `Indexed` Job's
 /// completions may be raised with its parallelism, and a Job without completions runs as many
-/// pods as its parallelism says: both stay gated.)
+/// pods as its parallelism says: both stay gated.
 pub fn never_more_than_one_pod(job: &Job) -> bool {
     job.spec.as_ref().is_some_and(|spec| {
         spec.completions == Some(1)

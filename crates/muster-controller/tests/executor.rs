@@ -14,7 +14,7 @@ use http::{Request, Response};
 use kube::Client;
 use kube::client::Body;
 use muster_controller::action::JobRead;
-use muster_controller::executor::{Executor, Retry};
+use muster_controller::executor::{Executor, Retry, Written};
 use muster_controller::plan::{Action, plan};
 use muster_controller::state::State;
 use muster_controller::workload::{WorkloadPatch, WorkloadRef};
@@ -126,6 +126,11 @@ async fn serve(
 fn plausible(method: &str, path: &str, name: &str, body: &Value) -> (u16, Value) {
     if method == "POST" {
         (201, body.clone())
+    } else if method == "GET" && path.ends_with("/pods") {
+        (
+            200,
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}),
+        )
     } else if path.contains("/provisioningrequests/") {
         (
             200,
@@ -514,6 +519,33 @@ async fn an_ungated_release_writes_the_status_before_the_job_and_a_failed_status
         !calls(&seen).iter().any(|(_, path)| *path == job),
         "{:?}",
         calls(&seen)
+    );
+}
+
+#[tokio::test]
+async fn a_queue_entry_s_release_that_failed_reads_its_job_back_with_the_entry_and_pods() {
+    let action = job_release(1, true);
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let server = tokio::spawn(serve(handle, BTreeMap::new(), Vec::new()));
+    let (executor, _leader) = executor(Client::new(service, "default"), true, 1);
+    let read = executor.read_back(&action).await;
+    drop(executor);
+    let seen = server.await.unwrap_or_default();
+    let read = read.unwrap_or_else(|e| unreachable!("{e}"));
+    assert!(
+        read.iter().any(|w| matches!(w, Written::Workload(_))),
+        "{read:?}"
+    );
+    assert_eq!(
+        calls(&seen),
+        [
+            (
+                "GET",
+                "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a"
+            ),
+            ("GET", "/apis/batch/v1/namespaces/team-a/jobs/train"),
+            ("GET", "/api/v1/namespaces/team-a/pods"),
+        ]
     );
 }
 

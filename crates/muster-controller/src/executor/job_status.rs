@@ -34,7 +34,12 @@ impl Executor {
             .await?;
         read.extend(job.map(|job| Written::Job(Box::new(job))));
         match action {
-            Action::Release { .. } => {
+            Action::Release { gang, .. } => {
+                if let Some(release) = &gang.workload {
+                    // A release whose status went first may have patched the Job too: an
+                    // admitted entry beside a Job still held would look never released.
+                    read.extend(self.read_workload_back(&release.workload).await?);
+                }
                 let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
                 let selected = ListParams::default()
                     .labels(&format!("{}={name}", muster_api::wire::JOB_LABEL));
@@ -69,6 +74,37 @@ impl Executor {
             _ => {}
         }
         Ok(read)
+    }
+
+    /// The Job or JobSet `workload` as the API server has it now (nothing when it is gone,
+    /// or for a pod group, whose pods are read back with the gang's).
+    async fn read_workload_back(
+        &self,
+        workload: &crate::workload::WorkloadRef,
+    ) -> Result<Option<Written>, ExecuteError> {
+        use crate::workload::WorkloadKind;
+        let key = &workload.key;
+        Ok(match workload.kind {
+            WorkloadKind::Job => {
+                let api: Api<k8s_openapi::api::batch::v1::Job> =
+                    Api::namespaced(self.client.clone(), key.namespace());
+                self.retrying(self.read_retry, false, "reading Job back", key, || {
+                    api.get_opt(key.name())
+                })
+                .await?
+                .map(|job| Written::Workload(Box::new(job)))
+            }
+            WorkloadKind::JobSet => {
+                let api: Api<muster_api::jobset::JobSet> =
+                    Api::namespaced(self.client.clone(), key.namespace());
+                self.retrying(self.read_retry, false, "reading JobSet back", key, || {
+                    api.get_opt(key.name())
+                })
+                .await?
+                .map(|jobset| Written::JobSet(Box::new(jobset)))
+            }
+            WorkloadKind::PodGroup => None,
+        })
     }
 
     /// Writes a job's whole status (see [`whole_status`]), onto the version `read` only.

@@ -114,6 +114,13 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
         Health::Starting { deadline } => Some(deadline),
         _ => None,
     };
+    // An admission whose Job still looks unreleased is given back once the release has had
+    // time to show (see `entry::release_missing`); until then the pass wakes for it.
+    let unreleased = is_entry && entry::release_missing(index, job, &held, status.requeue_count);
+    let release_due = since.saturating_add(entry::RELEASE_LANDS_WITHIN_SECONDS);
+    if unreleased && now_s < release_due {
+        deadline = Some(deadline.map_or(release_due, |d| d.min(release_due)));
+    }
     // When every pod of the gang was Ready, as their Ready conditions say.
     let ready_at = if live.iter().all(|(_, p)| p.ready_since.is_some()) {
         live.iter().filter_map(|(_, p)| p.ready_since).max()
@@ -157,7 +164,7 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
             evict(Eviction::CapacityRevoked { message, retry_at })
         };
         (Phase::Evicting, Some(action))
-    } else if is_entry && entry::release_missing(index, job, status.requeue_count) {
+    } else if unreleased && now_s >= release_due {
         // Its status was written, its Job's release was not: the quota goes back at once
         // rather than after the pods-ready timeout, and the job queues again.
         let why = "the admission was recorded but its Job was never released (the patch that unsuspends it did not land); the job queues again".to_owned();

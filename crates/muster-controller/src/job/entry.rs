@@ -25,12 +25,25 @@ pub(crate) fn workload<'a>(index: &'a Index, job: &GpuJob) -> Option<Run<'a>> {
     crate::workload::run(index, &key).filter(|w| w.is_entry(job))
 }
 
-/// Whether the admission `entry`'s status holds never reached its Job: the Job is suspended
-/// without this attempt's release (see [`crate::workload::release_missing`]). Only a
-/// release that writes the status first can leave this behind, when the Job's patch then
-/// fails or its leader loses the Lease between the two writes.
-pub(super) fn release_missing(index: &Index, entry: &GpuJob, attempt: i32) -> bool {
-    matches!(workload(index, entry), Some(Run::Job(job)) if crate::workload::release_missing(job, attempt))
+/// How long after its admission an entry's Job may still look unreleased before the
+/// admission is given back, seconds (see [`release_missing`]). A copy of the Job older than
+/// the release can stand beside the entry's Admitted status for a while — a watch cut and
+/// backing off, a new leader whose caches lag — and a release that did land must not be
+/// undone for it.
+pub(super) const RELEASE_LANDS_WITHIN_SECONDS: i64 = 30;
+
+/// Whether the admission `held` that `entry`'s status records never reached its Job: a
+/// release that writes the status first (a Job that never runs more than one pod, placed on
+/// one node: see [`crate::release::WorkloadRelease::ungated`]) whose Job is still suspended
+/// without this attempt's release ([`crate::workload::release_missing`]) — its patch failed,
+/// or its leader lost the Lease between the two writes. A gated Job's release is written
+/// before its status, so its entry never shows an admission its Job has not had.
+pub(super) fn release_missing(index: &Index, entry: &GpuJob, held: &Holding, attempt: i32) -> bool {
+    let one_node = matches!(held.pod_sets.as_slice(), [set] if set.nodes.len() == 1);
+    matches!(workload(index, entry), Some(Run::Job(job))
+        if one_node
+            && crate::workload::never_more_than_one_pod(job)
+            && crate::workload::release_missing(job, attempt))
 }
 
 /// The step of an entry whose workload has ended: its status says how.

@@ -53,7 +53,7 @@ mod kind;
 pub mod pod_group;
 
 pub use kind::{Run, WorkloadKind, WorkloadPatch, WorkloadRef};
-pub use muster_api::workload::entry_name;
+pub use muster_api::workload::{entry_name, finished, slimmed};
 
 /// Annotation on a labelled Job that cannot be queued as it stands: every problem, each with
 /// the Job's field and the fix. Removed once the Job can be queued.
@@ -191,53 +191,6 @@ fn owned_by(entry: &GpuJob, uid: Option<&str>) -> bool {
         .iter()
         .flatten()
         .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid)
-}
-
-/// How a Job's run ended, from its conditions: `Some(true)` once it met its success criteria
-/// (`SuccessCriteriaMet`, which the Job controller adds as soon as the outcome is settled and
-/// before its pods are gone, or `Complete`), `Some(false)` once it is bound to fail
-/// (`FailureTarget` or `Failed`, with the condition's message), `None` while neither holds.
-/// Reading the early conditions frees the entry from preemption a few seconds sooner; its
-/// quota still comes back only when its pods are gone.
-pub fn finished(job: &Job) -> Option<(bool, String)> {
-    let conditions = job.status.as_ref()?.conditions.as_ref()?;
-    conditions
-        .iter()
-        .filter(|c| c.status == "True")
-        .find_map(|c| match c.type_.as_str() {
-            "Complete" | "SuccessCriteriaMet" => Some((true, "the Job completed".to_owned())),
-            "Failed" | "FailureTarget" => Some((
-                false,
-                format!(
-                    "the Job failed: {}",
-                    c.message
-                        .as_deref()
-                        .or(c.reason.as_deref())
-                        .unwrap_or("no reason given")
-                ),
-            )),
-            _ => None,
-        })
-}
-
-/// `job` as the index keeps it. A finished Job ([`finished`]) never runs again, so nothing
-/// reads its pod template any more: it is dropped, along with the status counts only a
-/// running Job's controller reads. A Job is kept until its owner deletes it, so in a busy
-/// cluster most Jobs the index holds have finished, and the template is most of each.
-pub fn slimmed(mut job: Job) -> Job {
-    if finished(&job).is_none() {
-        return job;
-    }
-    if let Some(spec) = job.spec.as_mut() {
-        spec.template = PodTemplateSpec::default();
-        spec.selector = None;
-    }
-    if let Some(status) = job.status.as_mut() {
-        status.uncounted_terminated_pods = None;
-        status.completed_indexes = None;
-        status.failed_indexes = None;
-    }
-    job
 }
 
 /// Whether the Job is suspended.

@@ -309,7 +309,9 @@ impl Indexed for Job {
             key.namespace(),
             &muster_api::workload::entry_name(key.name()),
         ));
-        index.workloads.insert(key, crate::workload::slimmed(self));
+        index
+            .workloads
+            .insert(key, muster_api::workload::slimmed(self));
     }
     fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
         index

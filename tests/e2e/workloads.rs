@@ -66,6 +66,18 @@ async fn create(env: &Env, job: &Job) {
     }
 }
 
+/// Job `name`'s owner edits it: a merge patch of `body`.
+async fn edit(env: &Env, name: &str, body: &Value) {
+    let jobs: Api<Job> = env.api("team-a");
+    let patch = kube::api::Patch::Merge(body);
+    if let Err(e) = jobs
+        .patch(name, &kube::api::PatchParams::default(), &patch)
+        .await
+    {
+        unreachable!("editing Job {name} with {body}: {e}");
+    }
+}
+
 async fn job(env: &Env, name: &str) -> Option<Job> {
     let jobs: Api<Job> = env.api("team-a");
     jobs.get_opt(name).await.ok().flatten()
@@ -258,18 +270,7 @@ async fn a_job_of_one_completion_goes_to_its_node_as_made_and_never_grows_while_
 
     // Its owner raises its parallelism while it runs: one completion is all it has, so its
     // controller makes no second pod that could start without quota.
-    let jobs: Api<Job> = env.api("team-a");
-    let grow = json!({"spec": {"parallelism": 3}});
-    if let Err(e) = jobs
-        .patch(
-            "solo",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&grow),
-        )
-        .await
-    {
-        unreachable!("raising the Job's parallelism: {e}");
-    }
+    edit(&env, "solo", &json!({"spec": {"parallelism": 3}})).await;
     always("one pod of the Job at most", 5, || async {
         match job_pods(&env, "solo").await.len() {
             0 | 1 => Ok(()),
@@ -303,18 +304,12 @@ async fn a_job_resized_while_it_waits_is_read_again_and_runs_at_its_new_size() {
     })
     .await;
     // Its owner halves it (an Indexed Job's completions may follow its parallelism).
-    let jobs: Api<Job> = env.api("team-a");
-    let resize = json!({"spec": {"parallelism": 2, "completions": 2}});
-    if let Err(e) = jobs
-        .patch(
-            "train",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&resize),
-        )
-        .await
-    {
-        unreachable!("resizing the Job: {e}");
-    }
+    edit(
+        &env,
+        "train",
+        &json!({"spec": {"parallelism": 2, "completions": 2}}),
+    )
+    .await;
     let admitted = env
         .until_status("team-a", "job-train", "admitted at its new size", 60, |s| {
             s.admission.is_some()

@@ -347,11 +347,31 @@ impl Books {
     }
 }
 
+/// Looks at a run as it goes, at moments of its choosing (the start-time forecasts' accuracy
+/// check takes its snapshots this way).
+pub trait Observer {
+    /// The next moment to look at, if any: it is shown the run once every event at or before
+    /// that moment has been applied and its cycle run.
+    fn next(&self) -> Option<i64>;
+    /// The run at `moment`: the scheduler and every job's record so far.
+    fn observe(&mut self, moment: i64, scheduler: &Scheduler, records: &[JobRecord]);
+}
+
 /// Replays the scenario's jobs with `policy`. `progress(done, total)` is called now and then.
 pub fn run(
     loaded: &Loaded,
     policy: &str,
     progress: &mut dyn FnMut(usize, usize),
+) -> Result<Run, String> {
+    run_observed(loaded, policy, progress, None)
+}
+
+/// [`run`], shown to `observer` at the moments it asks for.
+pub fn run_observed(
+    loaded: &Loaded,
+    policy: &str,
+    progress: &mut dyn FnMut(usize, usize),
+    mut observer: Option<&mut dyn Observer>,
 ) -> Result<Run, String> {
     let started = Instant::now();
     let mut s = scheduler(loaded, policy)?;
@@ -400,6 +420,7 @@ pub fn run(
         .min() else {
             break;
         };
+        show(observer.as_deref_mut(), now, &s, &books.records);
         books.complete(&mut s, now);
         books.events += failures.apply(now, &mut s, &mut books, &loaded.nodes);
         books.events += changes.apply(now, &mut s, &mut books, &loaded.nodes);
@@ -455,6 +476,23 @@ pub fn run(
         wall: started.elapsed(),
         provisioning: autoscaler.map(crate::autoscaler::Autoscaler::finish),
     })
+}
+
+/// Shows `observer` every moment it asks for before `now`: the run as the last instant left
+/// it.
+fn show(
+    observer: Option<&mut (dyn Observer + '_)>,
+    now: i64,
+    s: &Scheduler,
+    records: &[JobRecord],
+) {
+    if let Some(o) = observer {
+        while let Some(moment) = o.next()
+            && moment < now
+        {
+            o.observe(moment, s, records);
+        }
+    }
 }
 
 /// Runs the cycle at `now` and applies its decisions; evictions free capacity at once, so

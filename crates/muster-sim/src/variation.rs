@@ -36,6 +36,33 @@ impl Loaded {
         Ok(())
     }
 
+    /// Gives every job an announced runtime wrong by a known distribution: its true duration
+    /// times a factor drawn log-uniformly between `low` and `high` per job, from `seed` in
+    /// submission order (0.5 and 4: from half to four times the truth, as often under as over
+    /// by the same ratio around their geometric mean, 1.41). The jobs still run their true
+    /// duration. A forecast that learns how wrong announcements are is measured against
+    /// workloads made this way.
+    pub fn announce_off_by(&mut self, low: f64, high: f64, seed: u64) -> Result<(), String> {
+        if !(low > 0.0 && low <= high && high.is_finite()) {
+            return Err(format!(
+                "announced-runtime factors {low}..{high}: give 0 < LOW ≤ HIGH (0.5:4 announces from half to four times the true runtime)"
+            ));
+        }
+        let mut rng = Rng::new(seed);
+        let (ln_low, ln_high) = (low.ln(), high.ln());
+        for job in &mut self.jobs {
+            let factor = (ln_low + (ln_high - ln_low) * rng.unit()).exp();
+            #[expect(
+                clippy::cast_precision_loss,
+                clippy::cast_possible_truncation,
+                reason = "runtimes in seconds are far below 2^53; rounded to a second"
+            )]
+            let announced = (job.duration as f64 * factor).round() as i64;
+            job.expected_runtime = Some(announced.max(1));
+        }
+        Ok(())
+    }
+
     /// Sets `preemption.waitWhenCheaper` (when `wait` is given) and
     /// `preemption.maxWaitWhenCheaperSeconds` (when `max_wait` is) on every ClusterQueue that
     /// preempts; queues without a preemption policy are left alone.

@@ -34,6 +34,9 @@ enum Command {
     Fill(commands::fill::Args),
     /// A read-only page of the live cluster on this machine, with your kubeconfig: queues, waiting jobs, topology.
     Dashboard(commands::dashboard::Args),
+    /// How good start-time ranges are: replay a scenario, forecast at many moments from the
+    /// past only, compare with the real starts (and two baselines).
+    EtaAccuracy(commands::eta_accuracy::Args),
     /// One job's story: where it stands, why it waits, who is ahead, what holds its quota (live cluster).
     Explain(commands::jobs::ExplainArgs),
     /// Would a GpuJob fit on these nodes now, and where? Exit 0: fits; 1: does not; 2: bad input.
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
         Command::Stop(args) => commands::queues::stop(&args, false),
         Command::Crds(args) => commands::crds::run(&args),
         Command::Fill(args) => commands::fill::run(&args),
+        Command::EtaAccuracy(args) => commands::eta_accuracy::run(&args),
         Command::Fit(args) => commands::fit::run(&args),
         Command::Sim(args) => commands::sim::run(&args),
         Command::Validate(args) => commands::validate::run(&args),

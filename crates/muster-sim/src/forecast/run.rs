@@ -1,0 +1,358 @@
+//! One forward run of a forecast: the snapshot's scheduler, runtimes drawn for this run, jobs
+//! arriving as they recently did, events in virtual time until every waiting job has started
+//! or the horizon is reached.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use muster_admission::{Cluster, Decision, Job, Scheduler};
+use muster_topology::Rng;
+
+use super::{Options, RuntimeModel, Snapshot};
+
+/// The most cycles one instant runs: an eviction frees capacity at once, so the cycle runs
+/// again, as the simulator's does.
+const CYCLES_PER_INSTANT: usize = 4;
+
+/// What one run found, per waiting job (the snapshot's order).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Starts {
+    /// When it was first admitted; `None`: not within the horizon.
+    pub start: Vec<Option<i64>>,
+    /// Admission bought capacity for it.
+    pub bought: Vec<bool>,
+}
+
+/// A seed for `name` in run `sample`: FNV-1a over the name, mixed with the run's seed.
+fn seed_of(seed: u64, sample: u32, name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(sample).rotate_left(32)
+}
+
+/// Jobs that arrive during the run: copies of the snapshot's recent submissions, at the rate
+/// they came in ([`Snapshot::recent`], [`Options::arrivals_window`]).
+struct Arrivals {
+    rng: Rng,
+    /// Mean seconds between arrivals; `None`: none arrive.
+    mean_gap: Option<f64>,
+    /// When the next one arrives.
+    next: Option<i64>,
+    /// Arrivals stop here: the recent rate says nothing about what comes later than the
+    /// window it was measured over.
+    until: i64,
+    /// Arrived so far: (job, index into `recent` it copies).
+    arrived: Vec<(Job, usize)>,
+}
+
+impl Arrivals {
+    fn new(snapshot: &Snapshot, options: &Options, sample: u32) -> Arrivals {
+        let mut rng = Rng::new(seed_of(options.seed, sample, "arrivals"));
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "counts and seconds far below 2^53"
+        )]
+        let mean_gap = (options.arrivals_window > 0 && !snapshot.recent.is_empty())
+            .then(|| options.arrivals_window as f64 / snapshot.recent.len() as f64);
+        let until = snapshot.now.saturating_add(options.arrivals_window);
+        let next = mean_gap
+            .map(|gap| snapshot.now + gap_seconds(rng.exponential(gap)))
+            .filter(|t| *t <= until);
+        Arrivals {
+            rng,
+            mean_gap,
+            next,
+            until,
+            arrived: Vec::new(),
+        }
+    }
+
+    /// The job arriving at `at`: a recent submission's copy under a name of its own.
+    fn arrive(&mut self, snapshot: &Snapshot, sample: u32, at: i64) -> Job {
+        let pick = self.rng.below(snapshot.recent.len());
+        let template = &snapshot.recent[pick].job;
+        let job = Job {
+            id: format!("{}~{sample}.{}", template.id, self.arrived.len()),
+            uid: format!("{}~{sample}.{}", template.uid, self.arrived.len()),
+            created: at,
+            ..template.clone()
+        };
+        self.arrived.push((job.clone(), pick));
+        self.next = self
+            .mean_gap
+            .map(|gap| at + gap_seconds(self.rng.exponential(gap)))
+            .filter(|t| *t <= self.until);
+        job
+    }
+}
+
+/// A gap between arrivals in whole seconds, at least one.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "gaps in seconds far below i64's range"
+)]
+fn gap_seconds(gap: f64) -> i64 {
+    (gap.ceil() as i64).max(1)
+}
+
+/// The run's state between events. Jobs are numbered: the snapshot's running jobs, then its
+/// waiting jobs, then those that arrive during the run.
+struct Run<'a> {
+    snapshot: &'a Snapshot,
+    model: &'a RuntimeModel,
+    seed: u64,
+    sample: u32,
+    /// The chance a job runs at its family's quantile rather than its own.
+    correlation: f64,
+    /// Job id → number, for the snapshot's jobs.
+    index: BTreeMap<&'a str, usize>,
+    /// Job id → number, for arrivals.
+    arrived_index: BTreeMap<String, usize>,
+    arrivals: Arrivals,
+    /// (end, job, attempt): an eviction bumps the attempt, so its stale end is ignored.
+    ends: BinaryHeap<Reverse<(i64, usize, u32)>>,
+    attempt: Vec<u32>,
+    running: Vec<bool>,
+    starts: Starts,
+    /// Waiting jobs not started yet.
+    left: usize,
+}
+
+impl Run<'_> {
+    fn number(&self, id: &str) -> Option<usize> {
+        self.index
+            .get(id)
+            .or_else(|| self.arrived_index.get(id))
+            .copied()
+    }
+
+    /// Job `i`: its id, runtime keys and announced runtime.
+    fn job(&self, i: usize) -> (&str, &[String], Option<i64>) {
+        let (r, w) = (self.snapshot.running.len(), self.snapshot.waiting.len());
+        if i < r {
+            let job = &self.snapshot.running[i];
+            (&job.job.id, &job.keys, job.job.expected_runtime)
+        } else if i < r + w {
+            let job = &self.snapshot.waiting[i - r];
+            (&job.job.id, &job.keys, job.job.expected_runtime)
+        } else {
+            let (job, pick) = &self.arrivals.arrived[i - r - w];
+            let keys = &self.snapshot.recent[*pick].keys;
+            (&job.id, keys, job.expected_runtime)
+        }
+    }
+
+    /// Draws job `i`'s runtime (given it has run `elapsed`) and books its end; a runtime
+    /// nothing can tell never ends within the run.
+    fn starts_running(&mut self, i: usize, since: i64, elapsed: i64) {
+        self.running[i] = true;
+        let (id, keys, announced) = self.job(i);
+        let mut rng = Rng::new(seed_of(self.seed, self.sample, id));
+        // With probability `correlation` the job runs at its family's quantile of this run
+        // (jobs of one family submitted together tend to run alike), else at its own: each
+        // job's runtime keeps its distribution, and a family's jobs move together.
+        let own = rng.unit();
+        let quantile = match keys.first() {
+            Some(family) if rng.unit() <= self.correlation => self.family_quantile(family),
+            _ => own,
+        };
+        let beyond = rng.unit();
+        if let Some(total) = self
+            .model
+            .at_quantile(keys, announced, elapsed, quantile, beyond)
+        {
+            self.ends.push(Reverse((since + total, i, self.attempt[i])));
+        }
+    }
+
+    /// The quantile a family's jobs share in this run.
+    fn family_quantile(&self, family: &str) -> f64 {
+        Rng::new(seed_of(self.seed, self.sample, &format!("family {family}"))).unit()
+    }
+
+    fn admitted(&mut self, job: &str, now: i64) {
+        let Some(i) = self.number(job) else {
+            return;
+        };
+        let r = self.snapshot.running.len();
+        if (r..r + self.snapshot.waiting.len()).contains(&i) && self.starts.start[i - r].is_none() {
+            self.starts.start[i - r] = Some(now);
+            self.left -= 1;
+        }
+        self.starts_running(i, now, 0);
+    }
+
+    fn evicted(&mut self, s: &mut Scheduler, job: &str) {
+        s.requeue(job);
+        if let Some(i) = self.number(job) {
+            self.running[i] = false;
+            self.attempt[i] += 1;
+        }
+    }
+
+    /// Runs the cycle at `now` and applies its decisions, again while evictions happen.
+    fn decide(&mut self, s: &mut Scheduler, now: i64) {
+        for _ in 0..CYCLES_PER_INSTANT {
+            let mut evicted = false;
+            for d in s.step(now) {
+                match d {
+                    Decision::Admit(a) => self.admitted(&a.job, now),
+                    Decision::Preempt { victims, .. } => {
+                        for v in victims {
+                            self.evicted(s, &v);
+                            evicted = true;
+                        }
+                    }
+                    Decision::Evict { job, .. } => {
+                        self.evicted(s, &job);
+                        evicted = true;
+                    }
+                    Decision::Provision { job, .. } => {
+                        let r = self.snapshot.running.len();
+                        if let Some(i) = self.number(&job)
+                            && (r..r + self.snapshot.waiting.len()).contains(&i)
+                        {
+                            self.starts.bought[i - r] = true;
+                        }
+                    }
+                    Decision::Pending { .. } => {}
+                }
+            }
+            if !evicted {
+                break;
+            }
+        }
+    }
+
+    /// A job arrives at `at`.
+    fn arrive(&mut self, s: &mut Scheduler, at: i64) {
+        let job = self.arrivals.arrive(self.snapshot, self.sample, at);
+        let i = self.running.len();
+        self.arrived_index.insert(job.id.clone(), i);
+        self.running.push(false);
+        self.attempt.push(0);
+        s.submit(job);
+    }
+}
+
+/// The scheduler as the snapshot stands: its nodes, queues, namespaces and what runs.
+fn scheduler(snapshot: &Snapshot, policy: &str) -> Scheduler {
+    let policy = muster_topology::by_name(policy)
+        .or_else(|| muster_topology::by_name("best-fit"))
+        .unwrap_or_else(|| unreachable!("best-fit is a policy"));
+    let cluster = Cluster::new(snapshot.flavors.clone(), &snapshot.nodes);
+    let mut s = Scheduler::new(
+        cluster,
+        snapshot.cluster_queues.clone(),
+        snapshot.local_queues.clone(),
+    )
+    .with_policy(policy);
+    for (name, labels) in &snapshot.namespaces {
+        s.set_namespace(name, labels.clone());
+    }
+    for r in &snapshot.running {
+        s.restore(r.job.clone(), r.holding.clone(), false);
+    }
+    s
+}
+
+/// Forward run number `sample`.
+pub(super) fn forward(
+    snapshot: &Snapshot,
+    model: &RuntimeModel,
+    options: &Options,
+    sample: u32,
+) -> Starts {
+    let now = snapshot.now;
+    let mut s = scheduler(snapshot, &options.policy);
+    let total = snapshot.running.len() + snapshot.waiting.len();
+    let mut run = Run {
+        snapshot,
+        model,
+        seed: options.seed,
+        sample,
+        // A job takes its family's quantile with probability √ρ: two jobs of the family
+        // then share it with probability ρ, which makes their quantiles correlate by ρ.
+        correlation: options
+            .correlation
+            .unwrap_or_else(|| model.correlation())
+            .clamp(0.0, 1.0)
+            .sqrt(),
+        index: snapshot
+            .running
+            .iter()
+            .map(|r| r.job.id.as_str())
+            .chain(snapshot.waiting.iter().map(|w| w.job.id.as_str()))
+            .enumerate()
+            .map(|(i, id)| (id, i))
+            .collect(),
+        arrived_index: BTreeMap::new(),
+        arrivals: Arrivals::new(snapshot, options, sample),
+        ends: BinaryHeap::new(),
+        attempt: vec![0; total],
+        running: vec![false; total],
+        starts: Starts {
+            start: vec![None; snapshot.waiting.len()],
+            bought: vec![false; snapshot.waiting.len()],
+        },
+        left: snapshot.waiting.len(),
+    };
+    for (i, r) in snapshot.running.iter().enumerate() {
+        let since = r.holding.since.unwrap_or(now).min(now);
+        run.starts_running(i, since, now - since);
+    }
+    // Waiting jobs queue now, or when their backoff ends.
+    let mut queueing: Vec<(i64, usize)> = snapshot
+        .waiting
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (w.queues_at.unwrap_or(now).max(now), i))
+        .collect();
+    queueing.sort_unstable();
+    let mut next_queueing = 0;
+    let horizon = now.saturating_add(options.horizon);
+    let mut at = now;
+    loop {
+        while let Some(Reverse((t, i, a))) = run.ends.peek().copied()
+            && t <= at
+        {
+            run.ends.pop();
+            if a == run.attempt[i] && run.running[i] {
+                run.running[i] = false;
+                let (id, _, _) = run.job(i);
+                s.finish(id);
+            }
+        }
+        while let Some(&(t, i)) = queueing.get(next_queueing)
+            && t <= at
+        {
+            s.submit(snapshot.waiting[i].job.clone());
+            next_queueing += 1;
+        }
+        while run.arrivals.next.is_some_and(|t| t <= at) {
+            run.arrive(&mut s, at);
+        }
+        run.decide(&mut s, at);
+        if run.left == 0 {
+            break;
+        }
+        let next = [
+            run.ends.peek().map(|Reverse((t, _, _))| *t),
+            queueing.get(next_queueing).map(|(t, _)| *t),
+            run.arrivals.next,
+            s.reweigh_at(at),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|t| *t > at)
+        .min();
+        match next {
+            Some(t) if t <= horizon => at = t,
+            _ => break,
+        }
+    }
+    run.starts
+}

@@ -1,0 +1,370 @@
+//! How long jobs really run, learned from jobs that finished: per job family, the ratio of
+//! what a job ran to what it announced, and what jobs ran outright. A forecast draws every
+//! job's runtime from here, many times, so that a start time comes out as a range.
+//!
+//! Submitters' runtime estimates are known to be poor (most announce far more than they use, a
+//! few far less); a point estimate built on them hides that. The model trusts an announcement
+//! only as far as the family's history says it should.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use muster_topology::Rng;
+
+/// Runs of a family (or of a coarser key) needed before its history is used: fewer say too
+/// little about the spread, and the next coarser key answers instead.
+pub const MIN_HISTORY: usize = 5;
+
+/// The most recent runs kept per key: what a family did last month says more about today than
+/// what it did last year, and the model's memory stays bounded.
+pub const KEPT_PER_KEY: usize = 1_000;
+
+/// The shortest runtime a forecast gives a job, seconds: nothing in a cluster ends sooner than
+/// its pods can start and stop.
+pub const SHORTEST_RUN: i64 = 1;
+
+/// One finished run, as the model learns from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FinishedRun {
+    /// Its keys, most specific first (family, then queue, then `""` for every job): the model
+    /// answers from the first key with [`MIN_HISTORY`] runs.
+    pub keys: Vec<String>,
+    /// The runtime it announced, seconds.
+    pub announced: Option<i64>,
+    /// What it ran, seconds.
+    pub ran: i64,
+}
+
+/// Which history a job's runtimes are drawn from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Basis {
+    /// Its announced runtime times a ratio drawn from `runs` runs of `key` that announced one.
+    Ratio {
+        /// The key whose history answered.
+        key: String,
+        /// How many runs that history holds.
+        runs: usize,
+    },
+    /// A runtime drawn from `runs` runs of `key`.
+    Duration {
+        /// The key whose history answered.
+        key: String,
+        /// How many runs that history holds.
+        runs: usize,
+    },
+    /// Its announced runtime, taken as exact: no finished run announced one.
+    Announced,
+    /// Nothing to go on: no announced runtime and no history. Such a job is taken to run past
+    /// any horizon, and the forecast says so.
+    Unknown,
+}
+
+/// The bounded history of one key.
+#[derive(Clone, Debug, Default)]
+struct History {
+    /// Ratios ran ÷ announced of runs that announced a runtime, oldest first, and sorted.
+    ratios: VecDeque<f64>,
+    sorted_ratios: Vec<f64>,
+    /// Runtimes of every run, oldest first, and sorted.
+    durations: VecDeque<i64>,
+    sorted_durations: Vec<i64>,
+    /// Where the last run learned stood among the runs before it (a quantile), for
+    /// [`Alike`].
+    last_quantile: Option<f64>,
+}
+
+impl History {
+    /// Where `run` stands among the runs learned before it, as a quantile in (0, 1): by its
+    /// ratio when it announced a runtime, else by its duration. `None` with too little
+    /// history to say.
+    fn quantile_of(&self, run: &FinishedRun) -> Option<f64> {
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "counts and runtimes far below 2^53"
+        )]
+        let (below, n) = match run.announced.filter(|a| *a > 0) {
+            Some(a) => {
+                let ratio = run.ran as f64 / a as f64;
+                let below = self.sorted_ratios.partition_point(|r| *r < ratio);
+                (below as f64, self.sorted_ratios.len())
+            }
+            None => {
+                let below = self.sorted_durations.partition_point(|d| *d < run.ran);
+                (below as f64, self.sorted_durations.len())
+            }
+        };
+        #[expect(clippy::cast_precision_loss, reason = "counts far below 2^53")]
+        (n >= MIN_HISTORY).then(|| (below + 0.5) / (n as f64 + 1.0))
+    }
+
+    fn add(&mut self, run: &FinishedRun) {
+        if let Some(announced) = run.announced.filter(|a| *a > 0) {
+            #[expect(
+                clippy::cast_precision_loss,
+                reason = "runtimes in seconds are far below 2^53"
+            )]
+            let ratio = run.ran as f64 / announced as f64;
+            keep_bounded(
+                &mut self.ratios,
+                &mut self.sorted_ratios,
+                ratio,
+                f64::total_cmp,
+            );
+        }
+        keep_bounded(
+            &mut self.durations,
+            &mut self.sorted_durations,
+            run.ran,
+            i64::cmp,
+        );
+    }
+}
+
+/// Appends `value` to `order` and `sorted`, dropping the oldest once [`KEPT_PER_KEY`] are kept.
+fn keep_bounded<T: Copy>(
+    order: &mut VecDeque<T>,
+    sorted: &mut Vec<T>,
+    value: T,
+    cmp: impl Fn(&T, &T) -> std::cmp::Ordering,
+) {
+    keep_last(KEPT_PER_KEY, order, sorted, value, cmp);
+}
+
+/// Appends `value` to `order` (oldest first) and `sorted`, dropping the oldest once `kept`
+/// are kept: a bounded window of recent values that can be drawn from by rank.
+pub(super) fn keep_last<T: Copy>(
+    kept: usize,
+    order: &mut VecDeque<T>,
+    sorted: &mut Vec<T>,
+    value: T,
+    cmp: impl Fn(&T, &T) -> std::cmp::Ordering,
+) {
+    if order.len() == kept
+        && let Some(oldest) = order.pop_front()
+        && let Ok(at) = sorted.binary_search_by(|v| cmp(v, &oldest))
+    {
+        sorted.remove(at);
+    }
+    order.push_back(value);
+    let at = sorted.partition_point(|v| cmp(v, &value).is_lt());
+    sorted.insert(at, value);
+}
+
+/// The entry at `quantile` (in (0, 1]) of the entries of `sorted` past `floor` (those for
+/// which `floor` is false), or `None` when there are none.
+fn pick_above<T: Copy>(sorted: &[T], floor: impl Fn(&T) -> bool, quantile: f64) -> Option<T> {
+    let from = sorted.partition_point(floor);
+    let above = &sorted[from..];
+    #[expect(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a quantile in (0, 1] of a length far below 2^53"
+    )]
+    let at = ((quantile.clamp(0.0, 1.0) * above.len() as f64) as usize).min(above.len().max(1) - 1);
+    above.get(at).copied()
+}
+
+/// How alike consecutive runs of one family are: the rank correlation of each run's quantile
+/// within its family with the quantile of the family's run before it, pooled over families.
+/// Jobs a team submits together tend to run alike (a sweep of one model, a broken input that
+/// fails them all); forward runs draw a family's jobs this much alike.
+#[derive(Clone, Copy, Debug, Default)]
+struct Alike {
+    /// Σ (u_before − ½)(u − ½) over consecutive pairs.
+    sum: f64,
+    pairs: u64,
+}
+
+/// Consecutive pairs needed before [`Alike`] is trusted; until then runs are drawn
+/// independently.
+const MIN_PAIRS: u64 = 30;
+
+impl Alike {
+    /// The correlation, in [0, 1]: 12 × the mean product (the variance of a uniform quantile
+    /// is 1/12). Negative estimates count as 0.
+    #[expect(clippy::cast_precision_loss, reason = "counts far below 2^53")]
+    fn correlation(self) -> f64 {
+        if self.pairs < MIN_PAIRS {
+            return 0.0;
+        }
+        (12.0 * self.sum / self.pairs as f64).clamp(0.0, 1.0)
+    }
+}
+
+/// What every family ran, learned from finished runs.
+#[derive(Clone, Debug, Default)]
+pub struct RuntimeModel {
+    histories: BTreeMap<String, History>,
+    alike: Alike,
+    mode: Mode,
+}
+
+/// Whether a model learns, or is the baseline that trusts announcements.
+#[derive(Clone, Copy, Debug, Default)]
+enum Mode {
+    /// Runtimes are drawn from what runs really ran.
+    #[default]
+    Learned,
+    /// Announced runtimes are exact; a job that announced none runs `otherwise` (the
+    /// baseline a Slurm-style estimate makes). Nothing is learned.
+    AnnouncedOnly { otherwise: Option<i64> },
+}
+
+impl RuntimeModel {
+    /// A model that knows nothing yet.
+    pub fn new() -> RuntimeModel {
+        RuntimeModel::default()
+    }
+
+    /// A model that takes every announced runtime as exact and gives a job that announced
+    /// none `otherwise` (or, without it, an unknown runtime): one point, no spread. The
+    /// baseline the forecasts are measured against, as `squeue --start` estimates.
+    pub fn announced_only(otherwise: Option<i64>) -> RuntimeModel {
+        RuntimeModel {
+            mode: Mode::AnnouncedOnly { otherwise },
+            ..RuntimeModel::default()
+        }
+    }
+
+    /// A model learned from `runs`, in the order they finished.
+    pub fn learned<'a>(runs: impl IntoIterator<Item = &'a FinishedRun>) -> RuntimeModel {
+        let mut model = RuntimeModel::new();
+        for run in runs {
+            model.learn(run);
+        }
+        model
+    }
+
+    /// Learns one finished run (under each of its keys).
+    pub fn learn(&mut self, run: &FinishedRun) {
+        if run.ran <= 0 || matches!(self.mode, Mode::AnnouncedOnly { .. }) {
+            return;
+        }
+        if let Some(family) = run.keys.first() {
+            let history = self.histories.entry(family.clone()).or_default();
+            if let Some(u) = history.quantile_of(run) {
+                if let Some(before) = history.last_quantile {
+                    self.alike.sum += (before - 0.5) * (u - 0.5);
+                    self.alike.pairs += 1;
+                }
+                history.last_quantile = Some(u);
+            }
+        }
+        for key in &run.keys {
+            self.histories.entry(key.clone()).or_default().add(run);
+        }
+    }
+
+    /// How alike the runtimes of one family's consecutive runs have been, from 0 (no more
+    /// than chance) to 1 (the same quantile every time); 0 until enough runs are learned.
+    pub fn correlation(&self) -> f64 {
+        self.alike.correlation()
+    }
+
+    /// Which history answers for a job with `keys` that announced `announced`.
+    pub fn basis(&self, keys: &[String], announced: Option<i64>) -> Basis {
+        if let Mode::AnnouncedOnly { otherwise } = self.mode {
+            return if announced.or(otherwise).is_some() {
+                Basis::Announced
+            } else {
+                Basis::Unknown
+            };
+        }
+        let first = |enough: &dyn Fn(&History) -> usize| {
+            keys.iter().find_map(|k| {
+                let n = self.histories.get(k).map_or(0, enough);
+                (n >= MIN_HISTORY).then(|| (k.clone(), n))
+            })
+        };
+        match announced.filter(|a| *a > 0) {
+            Some(_) => match first(&|h| h.sorted_ratios.len()) {
+                Some((key, runs)) => Basis::Ratio { key, runs },
+                None => Basis::Announced,
+            },
+            None => match first(&|h| h.sorted_durations.len()) {
+                Some((key, runs)) => Basis::Duration { key, runs },
+                None => Basis::Unknown,
+            },
+        }
+    }
+
+    /// Draws a job's whole runtime, seconds, given that it has already run `elapsed` seconds
+    /// (0 for a job that has not started): [`RuntimeModel::at_quantile`] at a quantile drawn
+    /// from `rng`.
+    pub fn draw(
+        &self,
+        keys: &[String],
+        announced: Option<i64>,
+        elapsed: i64,
+        rng: &mut Rng,
+    ) -> Option<i64> {
+        let quantile = rng.unit();
+        let beyond = rng.unit();
+        self.at_quantile(keys, announced, elapsed, quantile, beyond)
+    }
+
+    /// A job's whole runtime, seconds, at `quantile` (in (0, 1]) of its history's runs longer
+    /// than the `elapsed` seconds it has already run (0 for a job that has not started). A
+    /// job that has run longer than every run of its history is given as long again as the
+    /// fraction `beyond` of what it has run (a job that has run long tends to run longer
+    /// still). `None`: [`Basis::Unknown`].
+    pub fn at_quantile(
+        &self,
+        keys: &[String],
+        announced: Option<i64>,
+        elapsed: i64,
+        quantile: f64,
+        beyond: f64,
+    ) -> Option<i64> {
+        let elapsed = elapsed.max(0);
+        let drawn = match self.basis(keys, announced) {
+            Basis::Ratio { key, .. } => {
+                let announced = announced.unwrap_or(1);
+                #[expect(
+                    clippy::cast_precision_loss,
+                    reason = "runtimes in seconds are far below 2^53"
+                )]
+                let (a, e) = (announced as f64, elapsed as f64);
+                let sorted = &self.histories[&key].sorted_ratios;
+                pick_above(sorted, |r| a * r <= e, quantile).map(|r| round(a * r))
+            }
+            Basis::Duration { key, .. } => {
+                let sorted = &self.histories[&key].sorted_durations;
+                pick_above(sorted, |d| *d <= elapsed, quantile)
+            }
+            Basis::Announced => announced
+                .filter(|a| *a > 0)
+                .or(match self.mode {
+                    Mode::AnnouncedOnly { otherwise } => otherwise,
+                    Mode::Learned => None,
+                })
+                .filter(|a| *a > elapsed),
+            Basis::Unknown => return None,
+        };
+        if matches!(self.mode, Mode::AnnouncedOnly { .. }) {
+            // As a scheduler that trusts announcements would: an overdue job ends now.
+            return Some(drawn.unwrap_or(elapsed + SHORTEST_RUN));
+        }
+        Some(
+            drawn
+                .unwrap_or_else(|| elapsed + round(elapsed_f64(elapsed) * beyond))
+                .max(elapsed + SHORTEST_RUN),
+        )
+    }
+}
+
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "runtimes in seconds are far below 2^53"
+)]
+fn elapsed_f64(elapsed: i64) -> f64 {
+    elapsed as f64
+}
+
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "runtimes in seconds are far below i64's range; rounded to a second"
+)]
+fn round(seconds: f64) -> i64 {
+    seconds.round() as i64
+}

@@ -1,0 +1,454 @@
+//! Forecasts on a small fleet (the `small` fixture: 4 hosts of 8 GPUs in two blocks, one
+//! ClusterQueue of 32 GPUs) where every start can be worked out by hand.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use muster_admission::{Cluster, Decision, Holding, Scheduler};
+use muster_api::Amount;
+use muster_topology::Rng;
+
+use super::*;
+use crate::engine::admission_job;
+use crate::scenario::Loaded;
+use crate::trace::TraceJob;
+
+const NOW: i64 = 10_000;
+
+fn fleet() -> Snapshot {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/small.yaml");
+    let loaded = match Loaded::from_file(&path, None) {
+        Ok(l) => l,
+        Err(e) => unreachable!("{e}"),
+    };
+    Snapshot {
+        now: NOW,
+        flavors: loaded.flavors,
+        nodes: loaded.nodes,
+        cluster_queues: loaded.cluster_queues,
+        local_queues: loaded.local_queues,
+        namespaces: BTreeMap::from([("default".to_owned(), BTreeMap::new())]),
+        running: Vec::new(),
+        waiting: Vec::new(),
+        recent: Vec::new(),
+    }
+}
+
+fn job(id: &str, hosts: u32, announced: Option<i64>) -> muster_admission::Job {
+    admission_job(
+        &TraceJob {
+            id: id.to_owned(),
+            submit: NOW - 100,
+            duration: 1,
+            queue: "team-a".to_owned(),
+            priority: 0,
+            pod_sets: vec![(
+                "workers".to_owned(),
+                hosts,
+                BTreeMap::from([("nvidia.com/gpu".to_owned(), Amount::from_units(8))]),
+            )],
+            topology: String::new(),
+            expected_runtime: announced,
+            node_selector: BTreeMap::new(),
+        },
+        "default",
+    )
+}
+
+fn keys() -> Vec<String> {
+    vec![
+        "team-a/train".to_owned(),
+        "team-a".to_owned(),
+        String::new(),
+    ]
+}
+
+/// `job` admitted at `since` on the snapshot's fleet as it stands (what admission would
+/// have given it then).
+fn running(snapshot: &mut Snapshot, job: muster_admission::Job, since: i64) {
+    let cluster = Cluster::new(snapshot.flavors.clone(), &snapshot.nodes);
+    let mut s = Scheduler::new(
+        cluster,
+        snapshot.cluster_queues.clone(),
+        snapshot.local_queues.clone(),
+    );
+    for r in &snapshot.running {
+        s.restore(r.job.clone(), r.holding.clone(), false);
+    }
+    s.submit(job.clone());
+    let admitted = s.step(since).into_iter().find_map(|d| match d {
+        Decision::Admit(a) => Some(a),
+        _ => None,
+    });
+    let Some(a) = admitted else {
+        unreachable!("{} does not fit", job.id)
+    };
+    snapshot.running.push(RunningJob {
+        job,
+        holding: Holding {
+            cluster_queue: a.cluster_queue,
+            since: Some(since),
+            pod_sets: a.pod_sets,
+        },
+        keys: keys(),
+    });
+}
+
+fn waiting(snapshot: &mut Snapshot, job: muster_admission::Job) {
+    snapshot.waiting.push(WaitingJob {
+        job,
+        keys: keys(),
+        queues_at: None,
+    });
+}
+
+fn run(snapshot: &Snapshot, model: &RuntimeModel) -> Forecast {
+    match forecast(snapshot, model, &Options::default()) {
+        Ok(f) => f,
+        Err(e) => unreachable!("{e}"),
+    }
+}
+
+/// Twenty runs of `team-a/train` that ran from half to twice what they announced.
+fn spread_model() -> RuntimeModel {
+    let runs: Vec<FinishedRun> = (0..20)
+        .map(|i| FinishedRun {
+            keys: keys(),
+            announced: Some(1_000),
+            ran: 500 + 1_500 * i / 19,
+        })
+        .collect();
+    RuntimeModel::learned(&runs)
+}
+
+#[test]
+fn without_history_an_announced_runtime_is_taken_as_exact() {
+    let mut s = fleet();
+    running(&mut s, job("big", 4, Some(1_000)), NOW - 400);
+    waiting(&mut s, job("next", 1, None));
+    let f = run(&s, &RuntimeModel::new());
+    let eta = &f.etas[0];
+    // The fleet is full until `big` ends at NOW - 400 + 1,000.
+    assert_eq!(
+        (eta.p10, eta.p50, eta.p90),
+        (Some(NOW + 600), Some(NOW + 600), Some(NOW + 600))
+    );
+    assert_eq!((eta.started, f.samples), (32, 32));
+    // `next` itself announced nothing and nothing finished: its own runtime is unknown.
+    assert_eq!(eta.basis, Basis::Unknown);
+    assert_eq!(f.unknown_runtimes, 1);
+}
+
+#[test]
+fn history_makes_a_range_that_holds_what_the_runs_allow() {
+    let mut s = fleet();
+    running(&mut s, job("big", 4, Some(1_000)), NOW - 400);
+    waiting(&mut s, job("next", 1, Some(1_000)));
+    let f = run(&s, &spread_model());
+    let eta = &f.etas[0];
+    let (Some(p10), Some(p50), Some(p90)) = (eta.p10, eta.p50, eta.p90) else {
+        unreachable!("{eta:?}")
+    };
+    assert!(p10 < p50 && p50 < p90, "{eta:?}");
+    // `big` has run 400 s: it ends between 500 and 2,000 s after its start.
+    assert!(p10 >= NOW + 100 && p90 <= NOW + 1_600, "{eta:?}");
+    assert_eq!(
+        eta.basis,
+        Basis::Ratio {
+            key: "team-a/train".into(),
+            runs: 20
+        }
+    );
+}
+
+#[test]
+fn a_job_behind_an_unknown_runtime_is_later_than_the_horizon() {
+    let mut s = fleet();
+    running(&mut s, job("big", 4, None), NOW - 400);
+    waiting(&mut s, job("next", 1, None));
+    let f = run(&s, &RuntimeModel::new());
+    let eta = &f.etas[0];
+    assert_eq!(
+        (eta.p10, eta.p50, eta.p90, eta.started),
+        (None, None, None, 0)
+    );
+    assert_eq!(f.unknown_runtimes, 2);
+}
+
+#[test]
+fn a_backing_off_job_starts_when_its_backoff_ends() {
+    let mut s = fleet();
+    waiting(&mut s, job("later", 1, Some(60)));
+    s.waiting[0].queues_at = Some(NOW + 120);
+    waiting(&mut s, job("now", 1, Some(60)));
+    let f = run(&s, &RuntimeModel::new());
+    assert_eq!(f.etas[0].p50, Some(NOW + 120));
+    assert_eq!(f.etas[1].p50, Some(NOW));
+}
+
+#[test]
+fn jobs_queue_in_order_behind_each_other() {
+    // Two whole-fleet jobs wait: the second starts after the first has run.
+    let mut s = fleet();
+    running(&mut s, job("big", 4, Some(1_000)), NOW - 400);
+    waiting(&mut s, job("first", 4, Some(300)));
+    waiting(&mut s, job("second", 4, Some(300)));
+    let f = run(&s, &RuntimeModel::new());
+    assert_eq!(f.etas[0].p50, Some(NOW + 600));
+    assert_eq!(f.etas[1].p50, Some(NOW + 900));
+}
+
+#[test]
+fn the_answer_is_the_same_on_any_number_of_threads_and_every_time() {
+    let mut s = fleet();
+    running(&mut s, job("a", 2, Some(1_000)), NOW - 400);
+    running(&mut s, job("b", 2, Some(3_000)), NOW - 100);
+    for i in 0..6 {
+        waiting(&mut s, job(&format!("w{i}"), 1 + i % 3, Some(700)));
+    }
+    let model = spread_model();
+    let one = run(&s, &model);
+    let two = match forecast(
+        &s,
+        &model,
+        &Options {
+            threads: 2,
+            ..Options::default()
+        },
+    ) {
+        Ok(f) => f,
+        Err(e) => unreachable!("{e}"),
+    };
+    assert_eq!(one, two);
+    assert_eq!(one, run(&s, &model));
+}
+
+#[test]
+fn an_unknown_policy_is_an_error() {
+    let err = forecast(
+        &fleet(),
+        &RuntimeModel::new(),
+        &Options {
+            policy: "first-come".into(),
+            ..Options::default()
+        },
+    );
+    assert!(err.is_err_and(|e| e.contains("unknown policy")));
+}
+
+#[test]
+fn a_running_job_is_drawn_only_from_runs_longer_than_it_has_run() {
+    let model = spread_model();
+    let mut rng = Rng::new(3);
+    for elapsed in [0, 700, 1_900, 5_000] {
+        for _ in 0..200 {
+            let Some(total) = model.draw(&keys(), Some(1_000), elapsed, &mut rng) else {
+                unreachable!("the history answers")
+            };
+            assert!(total > elapsed, "{total} after {elapsed}");
+            if elapsed < 2_000 {
+                assert!(total <= 2_000, "{total} beyond every run");
+            } else {
+                // Past every run: as long again as a fraction of what it ran.
+                assert!(total <= 2 * elapsed, "{total}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_family_with_too_little_history_answers_from_a_coarser_key() {
+    let mut model = spread_model();
+    let lone = vec!["team-b/eval".to_owned(), "team-b".to_owned(), String::new()];
+    model.learn(&FinishedRun {
+        keys: lone.clone(),
+        announced: Some(10),
+        ran: 10,
+    });
+    // One run of team-b is too little: every job's history (the 21 runs of "") answers.
+    assert_eq!(
+        model.basis(&lone, Some(100)),
+        Basis::Ratio {
+            key: String::new(),
+            runs: 21
+        }
+    );
+    // Without an announcement, durations answer.
+    assert_eq!(
+        model.basis(&lone, None),
+        Basis::Duration {
+            key: String::new(),
+            runs: 21
+        }
+    );
+}
+
+#[test]
+fn the_history_of_a_key_stays_bounded_and_recent() {
+    let mut model = RuntimeModel::new();
+    let k = vec!["k".to_owned()];
+    let kept = i64::try_from(runtimes::KEPT_PER_KEY).unwrap_or(i64::MAX);
+    for i in 0..kept + 500 {
+        model.learn(&FinishedRun {
+            keys: k.clone(),
+            announced: None,
+            ran: i + 1,
+        });
+    }
+    assert_eq!(
+        model.basis(&k, None),
+        Basis::Duration {
+            key: "k".into(),
+            runs: runtimes::KEPT_PER_KEY
+        }
+    );
+    // The oldest 500 runs (1..=500 s) are gone: nothing shorter than 501 s is drawn.
+    let mut rng = Rng::new(1);
+    for _ in 0..500 {
+        assert!(model.draw(&k, None, 0, &mut rng).is_some_and(|d| d > 500));
+    }
+}
+
+#[test]
+fn the_announced_baseline_trusts_announcements_and_ends_overdue_jobs_now() {
+    let model = RuntimeModel::announced_only(Some(300));
+    let mut rng = Rng::new(1);
+    assert_eq!(model.draw(&keys(), Some(1_000), 0, &mut rng), Some(1_000));
+    assert_eq!(model.draw(&keys(), None, 0, &mut rng), Some(300));
+    assert_eq!(
+        model.draw(&keys(), Some(1_000), 1_500, &mut rng),
+        Some(1_501)
+    );
+    assert_eq!(
+        RuntimeModel::announced_only(None).draw(&keys(), None, 0, &mut rng),
+        None
+    );
+}
+
+#[test]
+fn jobs_arriving_as_they_recently_did_go_ahead_when_they_rank_higher() {
+    // The fleet is full until NOW + 600; a whole-fleet job of priority 0 waits. Lately, a
+    // whole-fleet job of priority 10 came every ten minutes: with arrivals, one of them is
+    // likely to be there when the fleet frees, and the waiting job starts later.
+    let mut s = fleet();
+    running(&mut s, job("big", 4, Some(1_000)), NOW - 400);
+    waiting(&mut s, job("low", 4, Some(300)));
+    for i in 0..36 {
+        let mut urgent = job(&format!("urgent-{i}"), 4, Some(300));
+        urgent.priority = 10;
+        s.recent.push(RecentJob {
+            job: urgent,
+            keys: keys(),
+        });
+    }
+    let alone = match forecast(
+        &s,
+        &RuntimeModel::new(),
+        &Options {
+            arrivals_window: 0,
+            ..Options::default()
+        },
+    ) {
+        Ok(f) => f,
+        Err(e) => unreachable!("{e}"),
+    };
+    let with_arrivals = run(&s, &RuntimeModel::new());
+    assert_eq!(alone.etas[0].p50, Some(NOW + 600));
+    let (Some(a), Some(b)) = (alone.etas[0].p50, with_arrivals.etas[0].p50) else {
+        unreachable!("{alone:?} {with_arrivals:?}")
+    };
+    assert!(b > a, "{with_arrivals:?}");
+}
+
+#[test]
+fn how_alike_a_familys_runs_are_is_learned() {
+    let mut rng = Rng::new(5);
+    let family = |f: usize| vec![format!("f{f}"), String::new()];
+    // Families whose consecutive runs are alike: each family runs in long stretches of one
+    // length, far from the others.
+    let mut alike = RuntimeModel::new();
+    for stretch in 0..40u8 {
+        let length = 100 + 1_000 * i64::from(stretch % 7);
+        for _ in 0..10 {
+            alike.learn(&FinishedRun {
+                keys: family(usize::from(stretch % 3)),
+                announced: None,
+                ran: length + i64::try_from(rng.below(10)).unwrap_or(0),
+            });
+        }
+    }
+    // Families whose runs are drawn independently.
+    let mut apart = RuntimeModel::new();
+    for i in 0..400 {
+        apart.learn(&FinishedRun {
+            keys: family(i % 3),
+            announced: None,
+            ran: 100 + i64::try_from(rng.below(6_000)).unwrap_or(0),
+        });
+    }
+    assert!(alike.correlation() > 0.6, "{}", alike.correlation());
+    assert!(apart.correlation() < 0.2, "{}", apart.correlation());
+    assert!(RuntimeModel::new().correlation().abs() < f64::EPSILON);
+}
+
+#[test]
+fn calibration_widens_ranges_by_how_far_past_starts_fell_outside() {
+    let mut c = Calibration::new();
+    // Every past range [made + 100, made + 1,000, made + 1,900] made at `made` saw its job
+    // start at made + 2,900: a full forecast wait (1,000 s) after its 90th percentile.
+    for k in 0..i64::try_from(calibration::MIN_SCORES).unwrap_or(0) - 1 {
+        let made = k * 10_000;
+        c.record(
+            made,
+            [Some(made + 100), Some(made + 1_000), Some(made + 1_900)],
+            made + 2_900,
+        );
+    }
+    let mut f = Forecast {
+        now: NOW,
+        samples: 1,
+        etas: vec![Eta {
+            job: "default/x".into(),
+            p10: Some(NOW + 100),
+            p50: Some(NOW + 2_000),
+            p90: Some(NOW + 3_000),
+            started: 1,
+            buys_capacity: 0,
+            basis: Basis::Unknown,
+        }],
+        unknown_runtimes: 0,
+        margin: None,
+    };
+    let before = f.clone();
+    c.apply(&mut f, &[]);
+    assert_eq!(f, before, "too few scores: nothing changes");
+    c.record(0, [Some(100), Some(1_000), Some(1_900)], 2_900);
+    c.apply(&mut f, &[]);
+    // Late by one forecast wait: the 90th percentile moves out by this range's wait (2,000 s);
+    // never early, so the 10th stays (margins only widen).
+    assert_eq!(f.margin, Some((0.0, 1.0)));
+    assert_eq!(
+        (f.etas[0].p10, f.etas[0].p90),
+        (Some(NOW + 100), Some(NOW + 5_000))
+    );
+}
+
+#[test]
+fn jobs_still_waiting_past_their_range_count_as_late() {
+    let range = [Some(100), Some(1_000), Some(1_900)];
+    assert_eq!(Calibration::late(0, range, 1_500), None);
+    assert_eq!(Calibration::late(0, range, 2_900), Some(1.0));
+    // Thirty ranges that held, and as many jobs still waiting a wait past theirs: the late
+    // margin is theirs.
+    let mut c = Calibration::new();
+    for k in 0..30 {
+        c.record(
+            k,
+            [Some(k + 100), Some(k + 1_000), Some(k + 1_900)],
+            k + 1_000,
+        );
+    }
+    assert_eq!(c.margins(&[]), Some((0.0, 0.0)));
+    let late = vec![1.0; 30];
+    assert_eq!(c.margins(&late), Some((0.0, 1.0)));
+}

@@ -194,7 +194,10 @@ pub fn forecast(
             .collect();
         handles
             .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
             .collect()
     });
     let count = u32::try_from(starts.len()).unwrap_or(u32::MAX);

@@ -164,7 +164,10 @@ fn place_in_domain(
         total_capacity: total,
         fragmented: kind == NoFitKind::NoDomainFits,
     };
-    if total == 0 {
+    // Whether no node is eligible at all is in `eligible` already; why each is not is a full
+    // pass over the nodes' labels, worth it only for that message. A full fleet leaves every
+    // waiting job with no capacity, and most of them with eligible nodes.
+    if total == 0 && !eligible.contains(&true) {
         let mismatches = mismatches(topo, req);
         if mismatches.len() == topo.nodes().len() {
             let message = no_nodes_message(topo, req, &mismatches);

@@ -20,6 +20,7 @@ mod run;
 pub mod runtimes;
 #[cfg(test)]
 mod tests;
+pub mod whatif;
 
 use std::collections::BTreeMap;
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use muster_admission::{Cluster, Decision, Holding, Scheduler};
 use muster_api::Amount;
 use muster_topology::Rng;
@@ -451,4 +452,146 @@ fn jobs_still_waiting_past_their_range_count_as_late() {
     assert_eq!(c.margins(&[]), Some((0.0, 0.0)));
     let late = vec![1.0; 30];
     assert_eq!(c.margins(&late), Some((0.0, 1.0)));
+}
+
+fn what_if(s: &Snapshot, changes: &[whatif::Change]) -> Snapshot {
+    match whatif::apply(s, changes) {
+        Ok(s) => s,
+        Err(e) => unreachable!("{e}"),
+    }
+}
+
+#[test]
+fn more_nodes_start_a_waiting_job_sooner_and_the_draws_stay_the_same() {
+    // Two whole-fleet jobs wait behind a full fleet; four more hosts (and quota for them)
+    // start the first at once.
+    let mut s = fleet();
+    running(&mut s, job("big", 4, Some(1_000)), NOW - 400);
+    waiting(&mut s, job("first", 4, Some(300)));
+    waiting(&mut s, job("second", 4, Some(300)));
+    let model = spread_model();
+    let before = run(&s, &model);
+    let changed = what_if(
+        &s,
+        &[
+            whatif::Change::AddNodes {
+                flavor: "gpu".into(),
+                count: 4,
+                block: None,
+            },
+            whatif::Change::Quota {
+                cluster_queue: "shared".into(),
+                flavor: "gpu".into(),
+                resource: "nvidia.com/gpu".into(),
+                nominal: Some(Quantity("64".into())),
+                borrowing_limit: None,
+            },
+        ],
+    );
+    assert_eq!(changed.nodes.len(), 8);
+    let after = run(&changed, &model);
+    assert_eq!(after.etas[0].p90, Some(NOW));
+    for (b, a) in before.etas.iter().zip(&after.etas) {
+        assert!(a.p50 <= b.p50 && a.p90 <= b.p90, "{b:?} → {a:?}");
+    }
+    // Nodes without quota start nothing sooner.
+    let nodes_only = what_if(
+        &s,
+        &[whatif::Change::AddNodes {
+            flavor: "gpu".into(),
+            count: 4,
+            block: Some("b9".into()),
+        }],
+    );
+    assert_eq!(run(&nodes_only, &model), before);
+}
+
+#[test]
+fn removed_nodes_send_their_jobs_back_to_the_queue_and_a_drained_node_takes_nothing() {
+    let mut s = fleet();
+    running(&mut s, job("half", 2, Some(1_000)), NOW - 400);
+    waiting(&mut s, job("pair", 2, Some(300)));
+    let f = run(&s, &RuntimeModel::new());
+    assert_eq!(f.etas[0].p50, Some(NOW));
+    // Remove the two hosts `half` does not use, and `pair` waits for `half`.
+    let used: Vec<String> = s.running[0].holding.pod_sets[0].nodes.clone();
+    let free: Vec<String> = s
+        .nodes
+        .iter()
+        .map(|n| n.name.clone())
+        .filter(|n| !used.contains(n))
+        .collect();
+    let drained = what_if(
+        &s,
+        &free
+            .iter()
+            .map(|n| whatif::Change::Drain { node: n.clone() })
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(
+        run(&drained, &RuntimeModel::new()).etas[0].p50,
+        Some(NOW + 600)
+    );
+    let all_gone = what_if(
+        &s,
+        &[whatif::Change::RemoveNodes {
+            flavor: "gpu".into(),
+            count: 4,
+            block: None,
+        }],
+    );
+    assert!(all_gone.running.is_empty());
+    assert_eq!(all_gone.waiting.len(), 2);
+    let f = run(&all_gone, &RuntimeModel::new());
+    assert!(f.etas.iter().all(|e| e.p50.is_none()), "{f:?}");
+}
+
+#[test]
+fn a_job_not_yet_submitted_gets_a_range_of_its_own() {
+    let mut s = fleet();
+    running(&mut s, job("big", 4, Some(1_000)), NOW - 400);
+    let planned = WaitingJob {
+        job: job("planned", 2, Some(600)),
+        keys: keys(),
+        queues_at: None,
+    };
+    let changed = what_if(&s, &[whatif::Change::Submit(planned.clone())]);
+    let f = run(&changed, &spread_model());
+    assert_eq!(f.etas[0].job, "default/planned");
+    assert!(f.etas[0].p50.is_some_and(|t| t > NOW));
+    let twice = whatif::apply(&changed, &[whatif::Change::Submit(planned)]);
+    assert!(twice.is_err_and(|e| e.contains("exists")));
+}
+
+#[test]
+fn a_what_if_naming_what_is_not_there_is_an_error() {
+    let s = fleet();
+    let errors = [
+        whatif::Change::AddNodes {
+            flavor: "tpu".into(),
+            count: 1,
+            block: None,
+        },
+        whatif::Change::RemoveNodes {
+            flavor: "gpu".into(),
+            count: 5,
+            block: None,
+        },
+        whatif::Change::Drain {
+            node: "nowhere".into(),
+        },
+        whatif::Change::Quota {
+            cluster_queue: "shared".into(),
+            flavor: "gpu".into(),
+            resource: "memory".into(),
+            nominal: None,
+            borrowing_limit: None,
+        },
+    ];
+    for change in errors {
+        assert!(
+            whatif::apply(&s, std::slice::from_ref(&change)).is_err(),
+            "{change:?}"
+        );
+    }
 }

@@ -97,15 +97,23 @@ impl Cluster {
     }
 
     /// Takes everything still free on `nodes` (by name, in flavor `flavor`'s topology), in
-    /// every flavor: used to keep capacity reserved for another job out of a placement.
-    pub fn fill(&mut self, flavor: &str, nodes: &[String]) {
+    /// every flavor: used to keep a job whose pod sets are `keep_off` off capacity reserved
+    /// for another. A node whose free resources already hold no pod of any of those sets is
+    /// left as it is: filling it would change nothing a placement reads,
+    /// and it would cost a journaled change per node for every job a cycle tries.
+    pub fn fill(&mut self, flavor: &str, nodes: &[String], keep_off: &[PodSetRequest]) {
         for node in nodes {
             let free = self
                 .flavors
                 .get(flavor)
                 .and_then(|f| Some(f.topology.free(f.topology.node_id(node)?)));
             if let Some(free) = free {
-                self.add_usage(node, &free);
+                let room = keep_off
+                    .iter()
+                    .any(|set| set.requests.iter().all(|(r, a)| free.get(r) >= a));
+                if room {
+                    self.add_usage(node, &free);
+                }
             }
         }
     }

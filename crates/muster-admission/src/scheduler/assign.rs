@@ -35,7 +35,7 @@ impl Scheduler {
         if opts.place {
             for r in &binding {
                 for (flavor, nodes) in &r.nodes {
-                    self.cluster.fill(flavor, nodes);
+                    self.cluster.fill(flavor, nodes, &job.pod_sets);
                 }
             }
         }

@@ -103,30 +103,22 @@ impl History {
                 reason = "runtimes in seconds are far below 2^53"
             )]
             let ratio = run.ran as f64 / announced as f64;
-            keep_bounded(
+            keep_last(
+                KEPT_PER_KEY,
                 &mut self.ratios,
                 &mut self.sorted_ratios,
                 ratio,
                 f64::total_cmp,
             );
         }
-        keep_bounded(
+        keep_last(
+            KEPT_PER_KEY,
             &mut self.durations,
             &mut self.sorted_durations,
             run.ran,
             i64::cmp,
         );
     }
-}
-
-/// Appends `value` to `order` and `sorted`, dropping the oldest once [`KEPT_PER_KEY`] are kept.
-fn keep_bounded<T: Copy>(
-    order: &mut VecDeque<T>,
-    sorted: &mut Vec<T>,
-    value: T,
-    cmp: impl Fn(&T, &T) -> std::cmp::Ordering,
-) {
-    keep_last(KEPT_PER_KEY, order, sorted, value, cmp);
 }
 
 /// Appends `value` to `order` (oldest first) and `sorted`, dropping the oldest once `kept`

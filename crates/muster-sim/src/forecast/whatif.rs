@@ -133,27 +133,28 @@ pub fn apply(snapshot: &Snapshot, changes: &[Change]) -> Result<Snapshot, String
     Ok(s)
 }
 
-/// The node labels of `flavor`: its nodes carry all of them.
-fn flavor_labels(s: &Snapshot, flavor: &str) -> Result<BTreeMap<String, String>, String> {
-    s.flavors
+/// The node labels of `flavor` (its nodes carry all of them) and its widest topology level,
+/// where a block is named (none when its only level is the hostname).
+fn flavor_of(
+    s: &Snapshot,
+    flavor: &str,
+) -> Result<(BTreeMap<String, String>, Option<String>), String> {
+    let (_, spec) = s
+        .flavors
         .iter()
         .find(|(name, _)| name == flavor)
-        .map(|(_, spec)| spec.node_labels.clone())
-        .ok_or_else(|| format!("no ResourceFlavor {flavor:?}"))
+        .ok_or_else(|| format!("no ResourceFlavor {flavor:?}"))?;
+    let level = spec
+        .topology_levels
+        .first()
+        .filter(|level| *level != HOSTNAME_LABEL)
+        .cloned();
+    Ok((spec.node_labels.clone(), level))
 }
 
 /// Whether `node` carries all of `labels`.
 fn carries(node: &NodeInfo, labels: &BTreeMap<String, String>) -> bool {
     labels.iter().all(|(k, v)| node.labels.get(k) == Some(v))
-}
-
-/// The flavor's widest topology level, where a block is named.
-fn widest_level(s: &Snapshot, flavor: &str) -> Option<String> {
-    s.flavors
-        .iter()
-        .find(|(name, _)| name == flavor)
-        .and_then(|(_, spec)| spec.topology_levels.first().cloned())
-        .filter(|level| level != HOSTNAME_LABEL)
 }
 
 fn add_nodes(
@@ -162,12 +163,11 @@ fn add_nodes(
     count: u32,
     block: Option<&str>,
 ) -> Result<(), String> {
-    let labels = flavor_labels(s, flavor)?;
+    let (labels, level) = flavor_of(s, flavor)?;
     let template = s.nodes.iter().find(|n| carries(n, &labels)).cloned();
     let template = template.ok_or_else(|| {
         format!("add nodes: flavor {flavor} has no node to copy labels and capacity from")
     })?;
-    let level = widest_level(s, flavor);
     let block = block.map_or_else(|| format!("{flavor}-whatif"), str::to_owned);
     for i in 0..count {
         let mut name = format!("{flavor}-whatif-{i}");
@@ -197,8 +197,7 @@ fn remove_nodes(
     count: u32,
     block: Option<&str>,
 ) -> Result<(), String> {
-    let labels = flavor_labels(s, flavor)?;
-    let level = widest_level(s, flavor);
+    let (labels, level) = flavor_of(s, flavor)?;
     let mut candidates = Vec::new();
     for (i, n) in s.nodes.iter().enumerate() {
         let in_block = match (block, &level) {

@@ -174,18 +174,20 @@ async fn busy_queue(env: &Env) -> (Controller, crate::visibility::User) {
                 certificate: None,
                 pod: None,
             }),
+            forecast_every: Duration::from_secs(1),
             ..Options::default()
         },
     );
     register(env, port).await;
     let alice = user(env, "team-a", "alice", true).await;
+    // It announces its runtime: the jobs behind it get start ranges.
     env.submit(&gpu_job(
         "team-a",
         "first",
         1,
         8,
         &runs_for(600_000),
-        json!({}),
+        json!({"expectedRuntimeSeconds": 600}),
     ))
     .await;
     env.until_status("team-a", "first", "admitted", 60, |s| {
@@ -194,8 +196,15 @@ async fn busy_queue(env: &Env) -> (Controller, crate::visibility::User) {
     .await;
     for (ns, name) in [("team-b", "b1"), ("team-a", "a2")] {
         tokio::time::sleep(Duration::from_millis(1_100)).await;
-        env.submit(&gpu_job(ns, name, 1, 8, &runs_for(600_000), json!({})))
-            .await;
+        env.submit(&gpu_job(
+            ns,
+            name,
+            1,
+            8,
+            &runs_for(600_000),
+            json!({"expectedRuntimeSeconds": 600}),
+        ))
+        .await;
     }
 
     (controller, alice)
@@ -213,6 +222,12 @@ async fn first_view_agrees(browser: &Browser, shots: &std::path::Path) {
     )
     .await;
     assert_eq!(rows, json!(["(hidden)", "team-a/a2"]));
+    // a2's start as a range, from the controller's forecast: when first and b1 have run.
+    let range = until(browser, "a2's start range", 60, "const r = document.querySelector('tr.job[data-job=\"team-a/a2\"] td.range'); return r && r.dataset.earliest ? r.textContent : null;").await;
+    assert!(
+        range.as_str().is_some_and(|r| r.starts_with("in ")),
+        "{range}"
+    );
     // The queue bar: 8 of 8 GPUs used, two waiting, one admitted.
     let bar = until(browser, "the queue bar", 30, "const q = document.querySelector('.queue[data-name=shared]'); return q && q.dataset.waiting === '2' ? {used: q.dataset.used, nominal: q.dataset.nominal, admitted: q.dataset.admitted} : null;").await;
     assert_eq!(bar, json!({"used": "8", "nominal": "8", "admitted": "1"}));

@@ -10,6 +10,7 @@ mod admission_policy;
 mod chaos;
 mod dashboard;
 mod deploy;
+mod forecast;
 mod gang;
 mod ha;
 mod jobsets;

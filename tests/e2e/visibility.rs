@@ -170,7 +170,7 @@ async fn ask<T: serde::de::DeserializeOwned>(user: &User, path: &str) -> Result<
 /// `MUSTER_TRANSCRIPT_DIR` set, each command and what it printed are also appended to
 /// `transcript.txt` there (kubeconfig paths shortened to their file names): the outputs the
 /// guides show come from this run.
-fn muster(args: &[&str]) -> (i32, String, String) {
+pub(crate) fn muster(args: &[&str]) -> (i32, String, String) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_muster"))
         .args(args)
         .env("NO_COLOR", "1")

@@ -280,6 +280,32 @@ pub struct PendingReason {
     /// `preemption.maxWaitWhenCheaperSeconds` later).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<Time>,
+    /// When the job is expected to start, as a range, from the controller's latest
+    /// start-time forecast (the cluster run forward many times with runtimes drawn from what
+    /// jobs really ran). Written with the job's other figures, so it may be older than the
+    /// forecast `muster eta` shows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_range: Option<StartRange>,
+}
+
+/// When a waiting job is expected to start, as a range: of many forward runs of the cluster
+/// from one moment, each with every job's runtime drawn from what its family really ran, the
+/// 10th, 50th and 90th percentile start, widened by how far past ranges missed. A bound that
+/// is absent lies beyond the forecast's horizon (or is the autoscaler's to say).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StartRange {
+    /// The start of the range (10th percentile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub earliest: Option<Time>,
+    /// The median start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub likely: Option<Time>,
+    /// The end of the range (90th percentile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest: Option<Time>,
+    /// When the forecast was made.
+    pub as_of: Time,
 }
 
 /// The kinds of reasons a job waits.

@@ -15,7 +15,10 @@
 //! - `namespaces/{ns}/localqueues/{name}/pendingjobs`: a LocalQueue's;
 //! - `namespaces/{ns}/pendingjobs`: a namespace's;
 //! - `namespaces/{ns}/gpujobs/{name}/story`: one job's story ([`JobStory`]);
-//! - `blocks`: free capacity per flavor and topology domain ([`BlockList`]).
+//! - `blocks`: free capacity per flavor and topology domain ([`BlockList`]);
+//! - `forecast`: every waiting job's start-time range from the latest forecast
+//!   ([`ForecastAnswer`]); with what-if parameters (see [`whatif`]), the cluster changed and
+//!   forecast again, beside the forecast as it stands.
 
 use std::collections::BTreeMap;
 
@@ -77,6 +80,11 @@ pub struct PendingJob {
         serialize_with = "rfc3339"
     )]
     pub eta: Option<Time>,
+    /// When it is expected to start, as a range, from the controller's latest start-time
+    /// forecast (see [`JobForecast`]); `None` before the first forecast, or when the job
+    /// came after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_range: Option<crate::gpujob::StartRange>,
     /// When it was submitted.
     #[serde(
         default,
@@ -389,6 +397,7 @@ pub fn resource_list() -> serde_json::Value {
             resource("pendingjobs", "PendingJobList", true),
             resource("gpujobs/story", "JobStory", true),
             resource("blocks", "BlockList", false),
+            resource("forecast", "Forecast", false),
         ]
     })
 }
@@ -422,4 +431,90 @@ mod tests {
             seconds += 3 * 3600 + 17 * 60 + 13;
         }
     }
+}
+
+/// One waiting job's start, as a forecast sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobForecast {
+    /// The job's name; `None` when the caller may not list GpuJobs in its namespace (so for
+    /// `namespace` too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Its ClusterQueue, when its LocalQueue names one that exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_queue: Option<String>,
+    /// GPUs in all its pod sets.
+    pub gpus: f64,
+    /// When it starts: the range (10th, 50th, 90th percentile start).
+    pub range: crate::gpujob::StartRange,
+    /// Of the forward runs, in how many it started within the horizon.
+    pub started: u32,
+    /// In how many capacity was bought for it from the autoscaler instead (when that comes
+    /// is the autoscaler's to say).
+    pub buys_capacity: u32,
+    /// Where its runtime comes from: `ratio of KEY (N runs)`, `durations of KEY (N runs)`,
+    /// `announced` (taken as exact: no history yet) or `unknown` (runs past the horizon).
+    pub runtime_basis: String,
+    /// In a what-if: the range as the cluster stands, without the changes; `None` for a job
+    /// the what-if submits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<crate::gpujob::StartRange>,
+}
+
+/// The answer of `forecast`: the latest start-time forecast, or a what-if's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForecastAnswer {
+    /// `visibility.muster.dev/v1alpha1`.
+    pub api_version: String,
+    /// `Forecast`.
+    pub kind: String,
+    /// When the snapshot it runs forward from was taken.
+    pub as_of: Time,
+    /// Forward runs made.
+    pub samples: u32,
+    /// How far ahead they ran, seconds: a bound past it is absent.
+    pub horizon_seconds: i64,
+    /// How long the forecast took, milliseconds.
+    pub took_millis: u64,
+    /// How far past ranges widened these, before and after, in units of each job's forecast
+    /// wait; `None`: too few past ranges have been settled yet to say, and the ranges are
+    /// the forward runs' own spread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub margin: Option<[f64; 2]>,
+    /// Finished runs the runtime model learned from.
+    pub history: u32,
+    /// Jobs running or waiting with neither an announced runtime nor history: they run past
+    /// the horizon in every forward run, so what waits behind them is later than it will be.
+    pub unknown_runtimes: u32,
+    /// The what-if's changes, as read (empty: the forecast as the cluster stands).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<String>,
+    /// Every waiting job, in order of its likely start.
+    pub items: Vec<JobForecast>,
+    /// Of `items`, how many are shown without their names and namespaces: jobs in
+    /// namespaces where the caller may not list GpuJobs.
+    pub hidden: u32,
+}
+
+/// The what-if parameters of `forecast`, as query parameters (each may repeat; changes apply
+/// in this order: nodes added, nodes removed, drains, quotas, the submitted job).
+pub mod whatif {
+    /// `addNodes=FLAVOR:COUNT[:BLOCK]`: COUNT nodes like the flavor's first node, in topology
+    /// block BLOCK of its widest level (a new block when left out).
+    pub const ADD_NODES: &str = "addNodes";
+    /// `removeNodes=FLAVOR:COUNT[:BLOCK]`: the flavor's last COUNT nodes (of BLOCK) leave; what
+    /// runs on them queues again.
+    pub const REMOVE_NODES: &str = "removeNodes";
+    /// `drain=NODE`: the node takes no new pods.
+    pub const DRAIN: &str = "drain";
+    /// `quota=CLUSTERQUEUE:FLAVOR:RESOURCE:NOMINAL[:BORROWINGLIMIT]` (either may be empty to
+    /// keep it).
+    pub const QUOTA: &str = "quota";
+    /// `submit=JSON`: a GpuJob, as JSON, submitted now.
+    pub const SUBMIT: &str = "submit";
 }

@@ -285,7 +285,12 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
             return;
         }
     }
-    let Some(next) = status::pending(current, job.metadata.generation, position, reason, eta, now)
+    let figures = status::Figures {
+        position,
+        eta,
+        range: state.forecasting.range_of(key.as_str()),
+    };
+    let Some(next) = status::pending(current, job.metadata.generation, reason, &figures, now)
     else {
         // The status already says it: a write still queued would say something older.
         state.ledger.drop_deferred(&key);

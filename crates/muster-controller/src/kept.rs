@@ -113,6 +113,15 @@ impl OutsideUsage {
         members
     }
 
+    /// The usage on every node that has any.
+    fn total(&self) -> BTreeMap<String, Resources> {
+        let mut total = self.base.clone();
+        for (node, m) in &self.members {
+            total.entry(node.clone()).or_default().add_all(m);
+        }
+        total
+    }
+
     /// The usage on `node`.
     fn on(&self, node: &str) -> Resources {
         let mut total = self.base.get(node).cloned().unwrap_or_default();
@@ -121,6 +130,17 @@ impl OutsideUsage {
         }
         total
     }
+}
+
+/// Per node, the usage of pods no held admission books, as a scheduler built afresh from
+/// `index` and `seats` is given it: pods outside any gang, and gang pods of attempts that
+/// hold nothing.
+pub(crate) fn outside_usage(index: &Index, seats: &Seats) -> BTreeMap<String, Resources> {
+    OutsideUsage {
+        base: index.base_usage.clone(),
+        members: OutsideUsage::members_of(index, seats.held()),
+    }
+    .total()
 }
 
 /// What a pass's scheduler was built from, handed back to [`keep`] after the cycle.
@@ -173,11 +193,7 @@ pub(crate) fn scheduler_for(
         base: index.base_usage.clone(),
         members,
     };
-    let mut total = usage.base.clone();
-    for (node, m) in &usage.members {
-        total.entry(node.clone()).or_default().add_all(m);
-    }
-    let mut scheduler = build(index, &total);
+    let mut scheduler = build(index, &usage.total());
     for (_, seat) in seats.iter() {
         if let Some((job, Some((holding, provisioning)))) = seat.wanted() {
             scheduler.restore(job.clone(), holding.clone(), provisioning);

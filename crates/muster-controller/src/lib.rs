@@ -37,6 +37,7 @@ pub mod entries;
 pub mod event_budget;
 pub mod executor;
 mod figure_budget;
+pub mod forecasting;
 pub mod hami;
 mod holding;
 pub mod index;

@@ -73,6 +73,8 @@ pub struct Metrics {
     /// Seconds the controller spent working out each visibility API answer (the state
     /// locked), without the authorization asked of the API server.
     pub visibility_seconds: Histogram,
+    /// Seconds each start-time forecast took to make (the state unlocked).
+    pub forecast_seconds: Histogram,
 }
 
 /// API requests the controller's client sent, by HTTP method, and by method and resource:
@@ -176,6 +178,7 @@ impl Metrics {
             job_evictions: Histogram::new([0.0, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0]),
             visibility_requests: Family::default(),
             visibility_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            forecast_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 16)),
             registry: Registry::default(),
         };
         registry.register(
@@ -282,6 +285,11 @@ impl Metrics {
             "visibility_answer_seconds",
             "Seconds spent working out each visibility API answer and writing its JSON, with the state locked",
             self.visibility_seconds.clone(),
+        );
+        registry.register(
+            "forecast_seconds",
+            "Seconds each start-time forecast of every waiting job took to make, off the state's lock",
+            self.forecast_seconds.clone(),
         );
         registry.register(
             "scheduler_rebuilds",

@@ -311,18 +311,9 @@ fn scheduler(
     for (node, usage) in usage {
         cluster.add_usage(node, usage);
     }
-    // Without the ProvisioningRequest API no capacity can be bought: queues wait for
-    // today's nodes instead.
-    let buys = index.provisioning_api();
     let mut scheduler = Scheduler::new(
         cluster,
-        index.cluster_queues.iter().map(|(name, q)| {
-            let mut spec = q.spec.clone();
-            if !buys {
-                spec.provisioning = None;
-            }
-            (name.clone(), spec)
-        }),
+        index.admission_cluster_queues(),
         index
             .local_queues
             .iter()

@@ -379,6 +379,7 @@ pub(crate) fn start(
     // pass, finding the request, has nothing new to write.
     let message = muster_provisioning::state::waiting_message(false, "");
     next.pending_reason = Some(PendingReason {
+        start_range: None,
         kind: PendingReasonKind::Provisioning,
         message,
         eta: None,
@@ -409,6 +410,7 @@ pub(crate) fn start(
 pub(crate) fn waiting(status: &GpuJobStatus, message: &str) -> GpuJobStatus {
     let mut next = status.clone();
     next.pending_reason = Some(PendingReason {
+        start_range: None,
         kind: PendingReasonKind::Provisioning,
         message: message.to_owned(),
         eta: None,
@@ -428,6 +430,7 @@ pub(crate) fn retrying(
     let mut next =
         crate::status::unprovisioned(status, "ProvisioningRetry", reason, generation, now);
     next.pending_reason = Some(PendingReason {
+        start_range: None,
         kind: PendingReasonKind::Backoff,
         message: format!("{reason}; asking again at the retry time"),
         eta: k8s_openapi::jiff::Timestamp::from_second(retry_at)

@@ -66,6 +66,10 @@ pub struct Options {
     /// How long a new job waits before its first status is written, when it still waits
     /// then (see [`crate::status::FIRST_STATUS_AFTER_SECONDS`]).
     pub first_status_after: Duration,
+    /// How often the leader forecasts every waiting job's start (see
+    /// [`crate::forecasting`]); zero: never (no ranges in statuses, `muster eta` and
+    /// `muster whatif` answer that forecasts are off).
+    pub forecast_every: Duration,
 }
 
 impl Default for Options {
@@ -86,6 +90,7 @@ impl Default for Options {
             first_status_after: Duration::from_secs(
                 crate::status::FIRST_STATUS_AFTER_SECONDS.unsigned_abs(),
             ),
+            forecast_every: Duration::from_secs(60),
         }
     }
 }
@@ -413,6 +418,14 @@ pub async fn run(
             stop_rx.clone(),
         ))
     });
+    if !options.forecast_every.is_zero() {
+        tokio::spawn(forecaster(
+            Arc::clone(&shared),
+            leader.clone(),
+            options.forecast_every,
+            stop_rx.clone(),
+        ));
+    }
     let reporter = Reporter {
         controller: "muster".to_owned(),
         instance: Some(options.identity.clone()),
@@ -531,6 +544,57 @@ async fn scheduling_loop(
     // Let writes in flight finish (each is idempotent, so a cut one is finished later).
     let all = u32::try_from(options.write_concurrency.max(1)).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(all)).await;
+}
+
+/// Forecasts every waiting job's start every `every` while this replica leads and a pass
+/// has run: gathered under the state's lock, made on a blocking thread without it (a large
+/// fleet's forecast takes seconds to minutes of one core), kept for the passes and the
+/// visibility API. A forecast still being made when the next is due delays it.
+async fn forecaster(
+    shared: Arc<Shared>,
+    leader: watch::Receiver<bool>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        if !*leader.borrow() {
+            continue;
+        }
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let input = {
+            let mut state = shared.state();
+            if !state.index().ready() || state.last.scheduler.scheduler().is_none() {
+                continue;
+            }
+            state.gather_forecast_input(now)
+        };
+        let started = Instant::now();
+        let made = tokio::task::spawn_blocking(move || {
+            crate::forecasting::make(input, crate::forecasting::live_options())
+        })
+        .await;
+        let took = started.elapsed();
+        match made {
+            Ok(Ok(mut latest)) => {
+                latest.took_millis = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+                shared.metrics.forecast_seconds.observe(took.as_secs_f64());
+                tracing::debug!(
+                    jobs = latest.forecast.etas.len(),
+                    took_ms = latest.took_millis,
+                    "forecast made"
+                );
+                shared.state().keep_forecast(latest);
+            }
+            Ok(Err(e)) => tracing::warn!("no start-time forecast: {e}"),
+            Err(e) => tracing::error!("the start-time forecast stopped: {e}"),
+        }
+    }
 }
 
 /// A pass's actions: waiting jobs' statuses queued for the deferred sender (woken when any

@@ -6,12 +6,16 @@
 //! - [`LastPass`]: memos of the last pass — admission's scheduler as it left it, the
 //!   preemptors it remembered, counts it need not repeat.
 //!
+//! Beside them, the forecaster's memory ([`Forecasting`]): what finished jobs ran, and the
+//! latest start-time forecast, which passes read into waiting jobs' statuses.
+//!
 //! Watches and write responses come in here; a pass reads the state and plans (see
 //! [`crate::plan`]). Every change goes through it, so that the ledger stays in step with
 //! what lands.
 
 use crate::action::Action;
 use crate::figure_budget::Figures;
+use crate::forecasting::Forecasting;
 use crate::index::{Index, Indexed, Written};
 use crate::last_pass::LastPass;
 use crate::ledger::Ledger;
@@ -34,6 +38,9 @@ pub struct State {
     pub(crate) first_status_after: FirstStatusAfter,
     /// The writes of figures alone, bounded per second (see [`crate::figure_budget`]).
     pub(crate) figures: Figures,
+    /// Finished runs learned, ranges given and how they fared, and the latest start-time
+    /// forecast (see [`crate::forecasting`]): made beside the passes, read by them.
+    pub(crate) forecasting: Forecasting,
 }
 
 /// Seconds from a job's creation before its first status is written, when it still waits
@@ -72,6 +79,21 @@ impl State {
     /// (0: in the first pass that sees it wait).
     pub fn set_first_status_after(&mut self, seconds: i64) {
         self.first_status_after = FirstStatusAfter(seconds.max(0));
+    }
+
+    /// What a start-time forecast of the cluster at `now` (seconds) is made from; learns
+    /// what finished and scores the ranges of jobs that started since the last call (see
+    /// [`crate::forecasting`]).
+    pub fn gather_forecast_input(&mut self, now: i64) -> crate::forecasting::Input {
+        self.forecasting.gather(&self.index, &self.seats, now)
+    }
+
+    /// Keeps `latest` as the forecast passes and the visibility API read. The next pass
+    /// explains every waiting job again, so that the new ranges reach their statuses as
+    /// figures do (within the figure budget and refresh interval).
+    pub fn keep_forecast(&mut self, latest: crate::forecasting::Latest) {
+        self.forecasting.keep(&self.index, latest);
+        self.last.explain_owed = true;
     }
 
     /// Folds in an added or modified object, as a watch reports it.

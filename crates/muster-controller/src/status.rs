@@ -102,17 +102,32 @@ pub const FIRST_STATUS_AFTER_SECONDS: i64 = 10;
 /// [`FIRST_STATUS_AFTER_SECONDS`]). A job that stays near the head is shown its position then.
 pub const POSITION_SHOWN_AFTER_SECONDS: i64 = 10;
 
+/// The figures of a waiting job's status: they move with every admission and finish.
+#[derive(Clone, Debug, Default)]
+pub struct Figures {
+    /// Its 1-based position in its ClusterQueue (0: not in an order).
+    pub position: u32,
+    /// When admission's reservation timeline expects it to start (seconds since the epoch).
+    pub eta: Option<i64>,
+    /// When the latest start-time forecast expects it to start, as a range.
+    pub range: Option<muster_api::gpujob::StartRange>,
+}
+
 /// The status of a job that waits: phase Pending when it cannot be admitted as written (or
-/// has no queue), Queued otherwise; its position (among the first [`SHOWN_POSITIONS`]),
-/// reason and ETA (seconds since the epoch).
+/// has no queue), Queued otherwise; its reason and figures (the position only among the
+/// first [`SHOWN_POSITIONS`]).
 pub fn pending(
     current: &GpuJobStatus,
     generation: Option<i64>,
-    position: u32,
     reason: &PendingReason,
-    eta: Option<i64>,
+    figures: &Figures,
     now: &Time,
 ) -> Option<GpuJobStatus> {
+    let Figures {
+        position,
+        eta,
+        ref range,
+    } = *figures;
     let mut next = current.clone();
     let kind = reason.kind();
     let message = reason.message();
@@ -148,6 +163,7 @@ pub fn pending(
             }
             _ => None,
         },
+        start_range: range.clone(),
     });
     next.admission = None;
     changed(current, next)
@@ -387,6 +403,7 @@ pub fn evicted(
     next.pending_reason = Some(match eviction {
         Eviction::PodsReadyTimeout { retry_at } | Eviction::CapacityRevoked { retry_at, .. } => {
             muster_api::gpujob::PendingReason {
+                start_range: None,
                 kind: PendingReasonKind::Backoff,
                 message: message.clone(),
                 eta: k8s_openapi::jiff::Timestamp::from_second(*retry_at)
@@ -396,12 +413,14 @@ pub fn evicted(
             }
         }
         Eviction::Suspended => muster_api::gpujob::PendingReason {
+            start_range: None,
             kind: PendingReasonKind::Suspended,
             message: message.clone(),
             eta: None,
             since: None,
         },
         _ => muster_api::gpujob::PendingReason {
+            start_range: None,
             kind: PendingReasonKind::NotYetScheduled,
             message: message.clone(),
             eta: None,

@@ -8,19 +8,22 @@
 //! sees names the jobs of hidden namespaces as [`HIDDEN`].
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use muster_admission::{Decision, Job, JobState, PendingReason, Scheduler};
+use muster_api::gpujob::StartRange;
 use muster_api::resources::names::{GPU_SHARE, NVIDIA_GPU};
 use muster_api::visibility::{
     API_VERSION, Block, BlockList, ClusterQueueSummary, ClusterQueueSummaryList, FlavorUsage,
-    HIDDEN, Holder, JobStory, NearestBlock, PendingJob, PendingJobList, STORY_AHEAD, STORY_HOLDERS,
-    StoryStep,
+    ForecastAnswer, HIDDEN, Holder, JobForecast, JobStory, NearestBlock, PendingJob,
+    PendingJobList, STORY_AHEAD, STORY_HOLDERS, StoryStep,
 };
 use muster_api::{Amount, GpuJob, ObjectRef};
+use muster_sim::forecast::{Basis, Forecast, Snapshot};
 
+use crate::forecasting::Latest;
 use crate::state::State;
 
 /// Which waiting jobs a list is about.
@@ -259,6 +262,7 @@ fn pending_job(
         priority: job.map_or(0, |j| j.priority),
         reason: Cow::Borrowed(reason.kind().as_str()),
         eta: eta.and_then(time),
+        start_range: state.forecasting.range_of(id),
         created: job.and_then(|j| time(j.created)),
         ..PendingJob::default()
     };
@@ -862,6 +866,92 @@ fn holders(
         .take(STORY_HOLDERS)
         .map(|(_, h)| h)
         .collect()
+}
+
+/// The answer of `forecast`: `latest` as it stands, or — given a what-if's changed snapshot,
+/// forecast and changes — the what-if's ranges with `latest`'s beside them. Jobs in namespaces
+/// the caller may not list GpuJobs in are shown without names.
+pub fn forecast(
+    latest: &Latest,
+    what_if: Option<(&Snapshot, &Forecast, &[String])>,
+    may_see: &dyn Fn(&str) -> bool,
+) -> ForecastAnswer {
+    let (snapshot, forecast, changes) = match what_if {
+        Some((snapshot, forecast, changes)) => (snapshot, forecast, changes.to_vec()),
+        None => (&latest.snapshot, &latest.forecast, Vec::new()),
+    };
+    let local_queues: BTreeMap<&str, &str> = snapshot
+        .local_queues
+        .iter()
+        .map(|(lq, cq)| (lq.as_str(), cq.as_str()))
+        .collect();
+    let known_queues: BTreeSet<&str> = snapshot
+        .cluster_queues
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .collect();
+    let mut hidden = 0;
+    let mut items: Vec<JobForecast> = snapshot
+        .waiting
+        .iter()
+        .zip(&forecast.etas)
+        .map(|(w, eta)| {
+            let (namespace, name) = w.job.id.split_once('/').unwrap_or(("", &w.job.id));
+            let visible = may_see(namespace);
+            hidden += u32::from(!visible);
+            JobForecast {
+                name: visible.then(|| name.to_owned()),
+                namespace: visible.then(|| namespace.to_owned()),
+                cluster_queue: local_queues
+                    .get(w.job.local_queue.as_str())
+                    .filter(|cq| known_queues.contains(*cq))
+                    .map(|cq| (*cq).to_owned()),
+                gpus: job_gpus(&w.job),
+                range: crate::forecasting::range(forecast.now, [eta.p10, eta.p50, eta.p90]),
+                started: eta.started,
+                buys_capacity: eta.buys_capacity,
+                runtime_basis: basis(&eta.basis),
+                before: what_if.and_then(|_| latest.range_of(&w.job.id)),
+            }
+        })
+        .collect();
+    // By likely start, then by the end of the range; beyond the horizon last.
+    let key = |r: &StartRange| {
+        let second = |t: &Option<Time>| t.as_ref().map_or(i64::MAX, |t| t.0.as_second());
+        (second(&r.likely), second(&r.latest), second(&r.earliest))
+    };
+    items.sort_by_key(|j| key(&j.range));
+    ForecastAnswer {
+        api_version: API_VERSION.to_owned(),
+        kind: "Forecast".to_owned(),
+        as_of: time(forecast.now).unwrap_or(Time(Timestamp::UNIX_EPOCH)),
+        samples: forecast.samples,
+        horizon_seconds: latest.options.horizon,
+        took_millis: latest.took_millis,
+        margin: forecast.margin.map(|(before, after)| [before, after]),
+        history: u32::try_from(latest.history).unwrap_or(u32::MAX),
+        unknown_runtimes: u32::try_from(forecast.unknown_runtimes).unwrap_or(u32::MAX),
+        changes,
+        items,
+        hidden,
+    }
+}
+
+/// Where a job's runtime comes from, as the answer writes it.
+fn basis(basis: &Basis) -> String {
+    let key = |k: &str| {
+        if k.is_empty() {
+            "every job".to_owned()
+        } else {
+            k.to_owned()
+        }
+    };
+    match basis {
+        Basis::Ratio { key: k, runs } => format!("ratio to announced, {} ({runs} runs)", key(k)),
+        Basis::Duration { key: k, runs } => format!("durations, {} ({runs} runs)", key(k)),
+        Basis::Announced => "announced".to_owned(),
+        Basis::Unknown => "unknown".to_owned(),
+    }
 }
 
 #[cfg(test)]

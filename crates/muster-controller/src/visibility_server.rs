@@ -187,6 +187,8 @@ struct Server {
     lease: Option<(String, String)>,
     limits: Mutex<RateLimits>,
     reviews: Mutex<Reviews>,
+    /// One what-if is worked out at a time: each runs the whole cluster forward many times.
+    what_if: tokio::sync::Semaphore,
 }
 
 /// A Kubernetes `Status` failure.
@@ -319,6 +321,20 @@ impl Server {
             .inc();
     }
 
+    /// The namespaces of the controller's jobs where `caller` may list GpuJobs.
+    async fn visible_namespaces(&self, caller: &Caller) -> BTreeSet<String> {
+        let namespaces: BTreeSet<String> = {
+            let state = self.shared.state();
+            state
+                .index()
+                .jobs
+                .keys()
+                .map(|k| k.namespace().to_owned())
+                .collect()
+        };
+        self.visible(caller, namespaces).await
+    }
+
     /// The namespaces among `namespaces` where `caller` may list GpuJobs: all of them when
     /// they may list GpuJobs everywhere.
     async fn visible(&self, caller: &Caller, namespaces: BTreeSet<String>) -> BTreeSet<String> {
@@ -405,16 +421,7 @@ impl Server {
         route: &str,
         answer: impl Fn(&crate::state::State, &dyn Fn(&str) -> bool) -> Result<Json, Unanswered>,
     ) -> Response {
-        let namespaces: BTreeSet<String> = {
-            let state = self.shared.state();
-            state
-                .index()
-                .jobs
-                .keys()
-                .map(|k| k.namespace().to_owned())
-                .collect()
-        };
-        let visible = self.visible(caller, namespaces).await;
+        let visible = self.visible_namespaces(caller).await;
         let may_see = |ns: &str| visible.contains(ns);
         let started = Instant::now();
         let result = {
@@ -567,6 +574,87 @@ async fn blocks(
         .await
 }
 
+/// The latest start-time forecast; with what-if parameters, the cluster changed and forecast
+/// again (one what-if at a time, worked out off the state's lock and off the runtime's
+/// workers).
+async fn forecast(
+    AxumState(server): AxumState<ServerRef>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    const ROUTE: &str = "forecast";
+    let caller = match server.admit(&peer, &headers, ROUTE).await {
+        Ok(caller) => caller,
+        Err(response) => return response,
+    };
+    let visible = server.visible_namespaces(&caller).await;
+    let may_see = |ns: &str| visible.contains(ns);
+    let refuse = |code: StatusCode, reason: &str, message: &str| {
+        server.count(ROUTE, code);
+        status(code, reason, message)
+    };
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let (latest, what) = {
+        let state = server.shared.state();
+        let Some(latest) = state.forecasting.latest() else {
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                "the controller has not made its first start-time forecast yet (or forecasts \
+                 are off: --forecast-every 0): ask again in a minute",
+            );
+        };
+        match crate::forecasting::whatif::parse(query.as_deref().unwrap_or(""), state.index(), now)
+        {
+            Ok(what) => (latest, what),
+            Err(message) => return refuse(StatusCode::BAD_REQUEST, "BadRequest", &message),
+        }
+    };
+    if what.is_empty() {
+        server.count(ROUTE, StatusCode::OK);
+        return json(&crate::visibility::forecast(&latest, None, &may_see));
+    }
+    let Ok(_permit) = server.what_if.try_acquire() else {
+        let mut response = refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TooManyRequests",
+            "another what-if is being worked out; ask again when it is done",
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+        return response;
+    };
+    let started = Instant::now();
+    let worked = {
+        let latest = latest.clone();
+        let what = what.clone();
+        tokio::task::spawn_blocking(move || crate::forecasting::whatif::run(&latest, &what)).await
+    };
+    server
+        .shared
+        .metrics
+        .visibility_seconds
+        .observe(started.elapsed().as_secs_f64());
+    match worked {
+        Ok(Ok((snapshot, forecast))) => {
+            server.count(ROUTE, StatusCode::OK);
+            json(&crate::visibility::forecast(
+                &latest,
+                Some((&snapshot, &forecast, &what.described)),
+                &may_see,
+            ))
+        }
+        Ok(Err(message)) => refuse(StatusCode::BAD_REQUEST, "BadRequest", &message),
+        Err(e) => refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            &format!("the what-if stopped: {e}"),
+        ),
+    }
+}
+
 /// An empty OpenAPI document: the API server's aggregator asks every aggregated API for one
 /// (and logs an error each minute without it); the answers' types are documented in
 /// `muster_api::visibility`.
@@ -621,6 +709,7 @@ fn router(server: ServerRef) -> axum::Router {
         )
         .route(&format!("{PREFIX}/pendingjobs"), get(all_pending))
         .route(&format!("{PREFIX}/blocks"), get(blocks))
+        .route(&format!("{PREFIX}/forecast"), get(forecast))
         .route("/openapi/v2", get(openapi))
         .route("/openapi/v3", get(openapi))
         .fallback(not_found)
@@ -673,6 +762,7 @@ pub(crate) async fn serve(
         lease,
         limits: Mutex::new(RateLimits::default()),
         reviews: Mutex::new(Reviews::default()),
+        what_if: tokio::sync::Semaphore::new(1),
     });
     let app = router(server).into_make_service_with_connect_info::<Peer>();
     let _ = axum::serve(listener, app)

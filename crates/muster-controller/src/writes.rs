@@ -254,6 +254,7 @@ mod tests {
         Box::new(GpuJobStatus {
             phase: Some(muster_api::GpuJobPhase::Queued),
             pending_reason: Some(muster_api::gpujob::PendingReason {
+                start_range: None,
                 kind,
                 message: message.to_owned(),
                 eta: None,

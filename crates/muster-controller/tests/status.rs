@@ -10,6 +10,57 @@ fn at(second: i64) -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(second).unwrap_or_default())
 }
 
+fn figures(position: u32, eta: Option<i64>) -> status::Figures {
+    status::Figures {
+        position,
+        eta,
+        range: None,
+    }
+}
+
+#[test]
+fn a_waiting_job_s_status_carries_its_start_range_and_a_new_range_is_a_change() {
+    let reason = PendingReason::CapacityReserved {
+        for_job: "ns/big".into(),
+        until: Some(1_000),
+    };
+    let range = |latest: i64| muster_api::gpujob::StartRange {
+        earliest: Some(at(600)),
+        likely: Some(at(900)),
+        latest: Some(at(latest)),
+        as_of: at(100),
+    };
+    let with_range = |latest| status::Figures {
+        range: Some(range(latest)),
+        ..figures(2, None)
+    };
+    let first = status::pending(
+        &GpuJobStatus::default(),
+        Some(1),
+        &reason,
+        &with_range(1_500),
+        &at(100),
+    )
+    .unwrap_or_default();
+    assert_eq!(
+        first
+            .pending_reason
+            .as_ref()
+            .and_then(|r| r.start_range.clone()),
+        Some(range(1_500))
+    );
+    assert_eq!(
+        status::pending(&first, Some(1), &reason, &with_range(1_500), &at(160)),
+        None
+    );
+    let later =
+        status::pending(&first, Some(1), &reason, &with_range(2_000), &at(160)).unwrap_or_default();
+    assert_eq!(
+        later.pending_reason.and_then(|r| r.start_range),
+        Some(range(2_000))
+    );
+}
+
 #[test]
 fn a_waiting_job_is_written_once_and_again_only_when_its_reason_changes() {
     let reserved = PendingReason::CapacityReserved {
@@ -19,9 +70,8 @@ fn a_waiting_job_is_written_once_and_again_only_when_its_reason_changes() {
     let first = status::pending(
         &GpuJobStatus::default(),
         Some(1),
-        3,
         &reserved,
-        None,
+        &figures(3, None),
         &at(10),
     )
     .unwrap_or_default();
@@ -33,12 +83,18 @@ fn a_waiting_job_is_written_once_and_again_only_when_its_reason_changes() {
     );
     // The same decision a cycle later: nothing to write.
     assert_eq!(
-        status::pending(&first, Some(1), 3, &reserved, None, &at(20)),
+        status::pending(&first, Some(1), &reserved, &figures(3, None), &at(20)),
         None
     );
     // A new position is a change; the Valid condition keeps its transition time.
-    let moved =
-        status::pending(&first, Some(1), 2, &reserved, Some(1_000), &at(30)).unwrap_or_default();
+    let moved = status::pending(
+        &first,
+        Some(1),
+        &reserved,
+        &figures(2, Some(1_000)),
+        &at(30),
+    )
+    .unwrap_or_default();
     assert_eq!(moved.queue_position, Some(2));
     assert_eq!(moved.pending_reason.and_then(|r| r.eta), Some(at(1_000)));
     assert_eq!(
@@ -50,8 +106,14 @@ fn a_waiting_job_is_written_once_and_again_only_when_its_reason_changes() {
 #[test]
 fn an_invalid_job_is_pending_with_valid_false() {
     let reason = PendingReason::InvalidJob("spec.podSets[0].count: must be at least 1".into());
-    let s = status::pending(&GpuJobStatus::default(), Some(2), 0, &reason, None, &at(5))
-        .unwrap_or_default();
+    let s = status::pending(
+        &GpuJobStatus::default(),
+        Some(2),
+        &reason,
+        &figures(0, None),
+        &at(5),
+    )
+    .unwrap_or_default();
     assert_eq!(s.phase, Some(GpuJobPhase::Pending));
     assert_eq!(s.queue_position, None);
     let valid = &s.conditions[0];
@@ -71,9 +133,8 @@ fn an_admission_records_queue_flavor_and_domain() {
     let waiting = status::pending(
         &GpuJobStatus::default(),
         Some(1),
-        1,
         &PendingReason::Suspended,
-        None,
+        &figures(1, None),
         &at(1),
     )
     .unwrap_or_default();

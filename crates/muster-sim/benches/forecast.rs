@@ -167,6 +167,7 @@ fn snapshot(label: &str) -> Snapshot {
                 },
                 job: j,
                 keys: vec![String::new()],
+                provisioning: false,
             }),
             None => waiting.push(WaitingJob {
                 job: j,
@@ -179,6 +180,7 @@ fn snapshot(label: &str) -> Snapshot {
         now: 3_600,
         flavors,
         nodes,
+        outside_usage: BTreeMap::new(),
         cluster_queues: queues,
         local_queues: local,
         namespaces: BTreeMap::from([("ns".to_owned(), BTreeMap::new())]),

@@ -25,7 +25,7 @@ pub mod whatif;
 use std::collections::BTreeMap;
 
 use muster_admission::{Holding, Job};
-use muster_api::{ClusterQueueSpec, ResourceFlavorSpec};
+use muster_api::{ClusterQueueSpec, ResourceFlavorSpec, Resources};
 use muster_topology::NodeInfo;
 
 pub use self::calibration::Calibration;
@@ -40,6 +40,9 @@ pub struct RunningJob {
     pub holding: Holding,
     /// Its runtime keys, most specific first (see [`FinishedRun::keys`]).
     pub keys: Vec<String>,
+    /// It holds quota while capacity is bought for it from the autoscaler: when that comes is
+    /// the autoscaler's to say, so a forward run never starts or ends it.
+    pub provisioning: bool,
 }
 
 /// A job that waits at the snapshot.
@@ -72,6 +75,9 @@ pub struct Snapshot {
     pub flavors: Vec<(String, ResourceFlavorSpec)>,
     /// Every node; one that is not schedulable takes no new pods.
     pub nodes: Vec<NodeInfo>,
+    /// Per node, what pods outside any job the snapshot holds use there (pods of other
+    /// schedulers, daemons): it stays booked through every forward run.
+    pub outside_usage: BTreeMap<String, Resources>,
     /// ClusterQueues (name, spec).
     pub cluster_queues: Vec<(String, ClusterQueueSpec)>,
     /// LocalQueues (`namespace/name`, ClusterQueue).

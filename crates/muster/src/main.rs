@@ -34,6 +34,9 @@ enum Command {
     Fill(commands::fill::Args),
     /// A read-only page of the live cluster on this machine, with your kubeconfig: queues, waiting jobs, topology.
     Dashboard(commands::dashboard::Args),
+    /// Every waiting job's start as a range (10th–90th percentile), from the controller's
+    /// latest forecast (live cluster).
+    Eta(commands::eta::EtaArgs),
     /// How good start-time ranges are: replay a scenario, forecast at many moments from the
     /// past only, compare with the real starts (and two baselines).
     EtaAccuracy(commands::eta_accuracy::Args),
@@ -51,6 +54,9 @@ enum Command {
     Sim(commands::sim::Args),
     /// Stop a ClusterQueue admitting (--drain: and evict what it admitted) (live cluster).
     Stop(commands::queues::StopArgs),
+    /// When jobs would start if nodes were added, removed or drained, a quota changed, or a
+    /// job submitted — nothing is changed (live cluster).
+    Whatif(commands::eta::WhatIfArgs),
     /// Check Muster YAML files offline: every error, with file, document and field.
     Validate(commands::validate::Args),
 }
@@ -62,17 +68,20 @@ fn main() -> ExitCode {
     let failure = match cli.command {
         Command::Blocks(_)
         | Command::Dashboard(_)
+        | Command::Eta(_)
         | Command::Explain(_)
         | Command::Jobs(_)
         | Command::Queues(_)
         | Command::Resume(_)
-        | Command::Stop(_) => 1,
+        | Command::Stop(_)
+        | Command::Whatif(_) => 1,
         _ => 2,
     };
     let result = match cli.command {
         Command::Blocks(args) => commands::blocks::run(&args),
         Command::Controller(args) => commands::controller::run(&args),
         Command::Dashboard(args) => commands::dashboard::run(&args),
+        Command::Eta(args) => commands::eta::eta(&args),
         Command::Explain(args) => commands::jobs::explain(&args),
         Command::Jobs(args) => commands::jobs::run(&args),
         Command::Queues(args) => commands::queues::run(&args),
@@ -84,6 +93,7 @@ fn main() -> ExitCode {
         Command::Fit(args) => commands::fit::run(&args),
         Command::Sim(args) => commands::sim::run(&args),
         Command::Validate(args) => commands::validate::run(&args),
+        Command::Whatif(args) => commands::eta::what_if(&args),
     };
     match result {
         Ok(code) => code,

@@ -563,6 +563,21 @@ impl Index {
         }
     }
 
+    /// Every ClusterQueue's spec as admission is to read it: without the ProvisioningRequest
+    /// API no capacity can be bought, so queues wait for today's nodes instead.
+    pub fn admission_cluster_queues(
+        &self,
+    ) -> impl Iterator<Item = (String, muster_api::ClusterQueueSpec)> + '_ {
+        let buys = self.provisioning_api();
+        self.cluster_queues.iter().map(move |(name, q)| {
+            let mut spec = q.spec.clone();
+            if !buys {
+                spec.provisioning = None;
+            }
+            (name.clone(), spec)
+        })
+    }
+
     fn remove_pod(&mut self, key: &str) {
         let Some(old) = self.pods.remove(key) else {
             return;

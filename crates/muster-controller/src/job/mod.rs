@@ -423,6 +423,7 @@ fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
         let mut next = status.clone();
         next.phase = Some(GpuJobPhase::Queued);
         next.pending_reason = Some(muster_api::gpujob::PendingReason {
+            start_range: None,
             kind: PendingReasonKind::Backoff,
             message: format!("releasing the gang failed {failures} times, last: {error}"),
             eta: Timestamp::from_second(*retry_at).ok().map(Time),

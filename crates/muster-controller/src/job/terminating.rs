@@ -45,6 +45,7 @@ pub(super) fn step(
         .and_then(|r| r.eta.clone());
     let mut next = status.clone();
     next.pending_reason = Some(PendingReason {
+        start_range: None,
         kind: PendingReasonKind::NodeUnreachable,
         message: message.clone(),
         eta,

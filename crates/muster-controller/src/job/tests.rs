@@ -459,6 +459,7 @@ fn running_written(s: &mut GpuJobStatus) {
 
 fn backoff(until: i64) -> PendingReason {
     PendingReason {
+        start_range: None,
         kind: PendingReasonKind::Backoff,
         message: "waits".to_owned(),
         eta: Some(time(until)),
@@ -698,6 +699,7 @@ fn every_situation_gives_its_step() {
             "the old pods gone, the backoff it was evicted with still running: it backs off",
             World::new().with_status(|s| {
                 s.pending_reason = Some(PendingReason {
+                    start_range: None,
                     kind: PendingReasonKind::NodeUnreachable,
                     ..backoff(NOW + 60)
                 });

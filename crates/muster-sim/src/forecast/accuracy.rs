@@ -440,6 +440,7 @@ fn snapshot_at(loaded: &Loaded, namespace: &str, t: &Taken, window: i64) -> Snap
         now: t.moment,
         flavors: loaded.flavors.clone(),
         nodes: loaded.nodes.clone(),
+        outside_usage: BTreeMap::new(),
         cluster_queues: loaded.cluster_queues.clone(),
         local_queues: loaded.local_queues.clone(),
         namespaces: BTreeMap::from([(namespace.to_owned(), BTreeMap::new())]),
@@ -450,6 +451,7 @@ fn snapshot_at(loaded: &Loaded, namespace: &str, t: &Taken, window: i64) -> Snap
                 job: admission_job(&loaded.jobs[*i], namespace),
                 holding: holding.clone(),
                 keys: trace_keys(&loaded.jobs[*i]),
+                provisioning: false,
             })
             .collect(),
         waiting: t

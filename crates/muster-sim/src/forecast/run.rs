@@ -243,7 +243,10 @@ fn scheduler(snapshot: &Snapshot, policy: &str) -> Scheduler {
     let policy = muster_topology::by_name(policy)
         .or_else(|| muster_topology::by_name("best-fit"))
         .unwrap_or_else(|| unreachable!("best-fit is a policy"));
-    let cluster = Cluster::new(snapshot.flavors.clone(), &snapshot.nodes);
+    let mut cluster = Cluster::new(snapshot.flavors.clone(), &snapshot.nodes);
+    for (node, usage) in &snapshot.outside_usage {
+        cluster.add_usage(node, usage);
+    }
     let mut s = Scheduler::new(
         cluster,
         snapshot.cluster_queues.clone(),
@@ -254,7 +257,7 @@ fn scheduler(snapshot: &Snapshot, policy: &str) -> Scheduler {
         s.set_namespace(name, labels.clone());
     }
     for r in &snapshot.running {
-        s.restore(r.job.clone(), r.holding.clone(), false);
+        s.restore(r.job.clone(), r.holding.clone(), r.provisioning);
     }
     s
 }
@@ -301,6 +304,9 @@ pub(super) fn forward(
         left: snapshot.waiting.len(),
     };
     for (i, r) in snapshot.running.iter().enumerate() {
+        if r.provisioning {
+            continue;
+        }
         let since = r.holding.since.unwrap_or(now).min(now);
         run.starts_running(i, since, now - since);
     }

@@ -26,6 +26,7 @@ fn fleet() -> Snapshot {
         now: NOW,
         flavors: loaded.flavors,
         nodes: loaded.nodes,
+        outside_usage: BTreeMap::new(),
         cluster_queues: loaded.cluster_queues,
         local_queues: loaded.local_queues,
         namespaces: BTreeMap::from([("default".to_owned(), BTreeMap::new())]),
@@ -92,6 +93,7 @@ fn running(snapshot: &mut Snapshot, job: muster_admission::Job, since: i64) {
             pod_sets: a.pod_sets,
         },
         keys: keys(),
+        provisioning: false,
     });
 }
 

@@ -60,6 +60,11 @@ pub struct Args {
     /// `muster explain` answer meanwhile. 0 writes it at once.
     #[arg(long, value_name = "SECONDS", default_value_t = muster_controller::status::FIRST_STATUS_AFTER_SECONDS.unsigned_abs())]
     first_status_after: u64,
+    /// Seconds between two start-time forecasts of every waiting job (the ranges in job
+    /// statuses, `muster eta`, `muster whatif`); each runs the cluster forward 32 times on one
+    /// core beside the passes. 0 turns forecasts off.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    forecast_every: u64,
 }
 
 /// Runs the controller until SIGTERM or Ctrl-C.
@@ -109,6 +114,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 }
             }),
             first_status_after: std::time::Duration::from_secs(args.first_status_after),
+            forecast_every: std::time::Duration::from_secs(args.forecast_every),
             ..Options::default()
         };
         tracing::info!(?options, "starting");

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use muster_api::visibility::{JobStory, PendingJob, PendingJobList};
 
 use super::live::{
-    Connection, Output, Table, age, client, colour, get, gpus, print_document, until,
+    Connection, Output, Table, age, client, colour, get, gpus, print_document, range, until,
 };
 
 /// Arguments of `muster jobs`.
@@ -127,6 +127,7 @@ pub fn render(
         "PRIORITY",
         "REASON",
         "ETA",
+        "STARTS (P10–P90)",
         "AGE",
     ];
     if wide {
@@ -160,6 +161,7 @@ pub fn render(
             job.priority.to_string(),
             job.reason.to_string(),
             until(job.eta.as_ref(), now),
+            range(job.start_range.as_ref(), now, None),
             age(job.created.as_ref(), now),
         ];
         if wide {

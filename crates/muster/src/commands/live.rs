@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use muster_api::gpujob::StartRange;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -88,7 +89,10 @@ pub async fn get<T: DeserializeOwned>(client: &kube::Client, path: &str) -> anyh
         }
     };
     answer.map_err(|e| match e {
-        kube::Error::Api(status) if status.code == 503 && status.message.contains("stands by") => {
+        kube::Error::Api(status)
+            if status.code == 503
+                && (status.message.contains("stands by") || status.message.contains("forecast")) =>
+        {
             anyhow::anyhow!("{}", status.message)
         }
         kube::Error::Api(status) if status.code == 503 || status.code == 404 && !status.message.contains("not found") => {
@@ -195,15 +199,26 @@ pub fn gpus(n: f64) -> String {
     }
 }
 
-/// A span of seconds as kubectl writes ages: `45s`, `12m`, `3h20m`, `2d4h`.
+/// A span of seconds as kubectl writes ages (its `HumanDuration`): `45s`, `90s`, `2m10s`,
+/// `12m`, `3h20m`, `20h`, `2d4h`, `9d`.
 pub fn span(seconds: i64) -> String {
     let s = seconds.max(0);
+    let (m, h) = (s / 60, s / 3_600);
+    let unit = |whole: i64, whole_unit: &str, rest: i64, rest_unit: &str| {
+        if rest == 0 {
+            format!("{whole}{whole_unit}")
+        } else {
+            format!("{whole}{whole_unit}{rest}{rest_unit}")
+        }
+    };
     match s {
-        0..60 => format!("{s}s"),
-        60..3_600 => format!("{}m", s / 60),
-        3_600..86_400 if (s % 3_600) / 60 == 0 => format!("{}h", s / 3_600),
-        3_600..86_400 => format!("{}h{}m", s / 3_600, (s % 3_600) / 60),
-        _ => format!("{}d{}h", s / 86_400, (s % 86_400) / 3_600),
+        _ if s < 120 => format!("{s}s"),
+        _ if m < 10 => unit(m, "m", s % 60, "s"),
+        _ if m < 180 => format!("{m}m"),
+        _ if h < 8 => unit(h, "h", m % 60, "m"),
+        _ if h < 48 => format!("{h}h"),
+        _ if h < 24 * 8 => unit(h / 24, "d", h % 24, "h"),
+        _ => format!("{}d", h / 24),
     }
 }
 
@@ -221,6 +236,50 @@ pub fn until(time: Option<&Time>, now: Timestamp) -> String {
         None => "-".to_owned(),
         Some(t) if t.0 <= now => "now".to_owned(),
         Some(t) => format!("in {}", span(t.0.as_second() - now.as_second())),
+    }
+}
+
+/// A start-time range from `now`, labelled as a range: `in 5m–70m`, `now–20m`, `after 4h`
+/// (its end beyond the forecast's horizon), `beyond 7d` (its start too), `in 5m` (both ends
+/// alike, to the shown precision); `-` without one.
+pub fn range(range: Option<&StartRange>, now: Timestamp, horizon: Option<i64>) -> String {
+    let Some(r) = range else {
+        return "-".to_owned();
+    };
+    let from = |t: &Time| {
+        if t.0 <= now {
+            "now".to_owned()
+        } else {
+            span(t.0.as_second() - now.as_second())
+        }
+    };
+    match (&r.earliest, &r.latest) {
+        (None, _) => horizon.map_or_else(
+            || "beyond the horizon".to_owned(),
+            |h| format!("beyond {}", span(h)),
+        ),
+        (Some(e), None) => format!("after {}", from(e)),
+        (Some(e), Some(l)) if e.0 <= now && l.0 <= now => "now".to_owned(),
+        (Some(e), Some(l)) => {
+            let (start, end) = (from(e), from(l));
+            let prefix = if start == "now" { "" } else { "in " };
+            if start == end {
+                // Every run (near enough) agreed: a range of one point.
+                format!("{prefix}{start}")
+            } else {
+                format!("{prefix}{start}–{end}")
+            }
+        }
+    }
+}
+
+/// A moment as a clock reads it in UTC: `14:20` on `now`'s day, `Nov 28 14:20` on another.
+pub fn clock(time: &Time, now: Timestamp) -> String {
+    let day = |t: Timestamp| t.as_second().div_euclid(86_400);
+    if day(time.0) == day(now) {
+        time.0.strftime("%H:%M").to_string()
+    } else {
+        time.0.strftime("%b %d %H:%M").to_string()
     }
 }
 
@@ -246,8 +305,43 @@ mod tests {
         assert_eq!(span(3_600 * 3), "3h");
         assert_eq!(span(3_600 * 3 + 20 * 60), "3h20m");
         assert_eq!(span(86_400 * 2 + 3_600 * 4), "2d4h");
+        assert_eq!(span(90), "90s");
+        assert_eq!(span(130), "2m10s");
+        assert_eq!(span(20 * 3_600 + 59), "20h");
+        assert_eq!(span(9 * 86_400), "9d");
         assert_eq!(gpus(16.0), "16");
         assert_eq!(gpus(0.5), "0.5");
         assert_eq!(gpus(0.125), "0.125");
+    }
+
+    #[test]
+    fn a_start_range_reads_as_a_range_from_now() {
+        let now = Timestamp::from_second(100_000).unwrap_or_default();
+        let at = |s: i64| Time(Timestamp::from_second(100_000 + s).unwrap_or_default());
+        let r = |e: Option<i64>, l: Option<i64>| StartRange {
+            earliest: e.map(at),
+            likely: e.map(at),
+            latest: l.map(at),
+            as_of: at(0),
+        };
+        assert_eq!(range(None, now, None), "-");
+        assert_eq!(
+            range(Some(&r(Some(300), Some(4_200))), now, None),
+            "in 5m–70m"
+        );
+        assert_eq!(range(Some(&r(Some(0), Some(1_200))), now, None), "now–20m");
+        assert_eq!(range(Some(&r(Some(-5), Some(-1))), now, None), "now");
+        assert_eq!(range(Some(&r(Some(14_400), None)), now, None), "after 4h");
+        assert_eq!(range(Some(&r(Some(300), Some(300))), now, None), "in 5m");
+        assert_eq!(
+            range(Some(&r(Some(300), Some(310))), now, None),
+            "in 5m–5m10s"
+        );
+        assert_eq!(
+            range(Some(&r(None, None)), now, Some(7 * 86_400)),
+            "beyond 7d"
+        );
+        assert_eq!(clock(&at(600), now), "03:56");
+        assert_eq!(clock(&at(86_400), now), "Jan 03 03:46");
     }
 }

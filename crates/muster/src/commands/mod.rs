@@ -4,6 +4,7 @@ pub mod blocks;
 pub mod controller;
 pub mod crds;
 pub mod dashboard;
+pub mod eta;
 pub mod eta_accuracy;
 pub mod fill;
 pub mod fit;

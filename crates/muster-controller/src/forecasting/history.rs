@@ -1,0 +1,167 @@
+//! What jobs really ran, read from the statuses of finished GpuJobs, kept in a bounded store
+//! the controller owns so that a run stays learned after its GpuJob is deleted; and the
+//! runtime keys (family, queue) a job is learned and drawn under.
+//!
+//! A replica that starts (or takes the lead) learns again from what finished jobs' statuses
+//! still show; runs whose GpuJobs were deleted before it started are not known to it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use muster_api::GpuJob;
+use muster_api::gpujob::GpuJobPhase;
+use muster_sim::forecast::{FinishedRun, RuntimeModel};
+
+use crate::index::Index;
+
+/// Label a team sets on a GpuJob (or on the Job or JobSet behind it) to name the family its
+/// runtimes are learned with: jobs of one family run alike. Without it, the family is the
+/// job's name without its trailing parts that hold a digit (`train-llama-42` →
+/// `train-llama`).
+pub const FAMILY_LABEL: &str = "muster.dev/family";
+
+/// The most finished runs whose names are remembered (so each is learned once); the model
+/// itself keeps a bounded window per key.
+const REMEMBERED_RUNS: usize = 50_000;
+
+/// The runtime keys of `job`, most specific first: its family in its namespace, its
+/// LocalQueue, then every job (see [`FinishedRun::keys`]).
+pub(crate) fn keys(index: &Index, job: &GpuJob) -> Vec<String> {
+    let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
+    let family = family(index, job);
+    vec![
+        format!("family {namespace}/{family}"),
+        format!("queue {namespace}/{}", job.spec.queue_name),
+        String::new(),
+    ]
+}
+
+/// The family of `job`: [`FAMILY_LABEL`] on it or on its workload, else its name's prefix.
+fn family(index: &Index, job: &GpuJob) -> String {
+    let label = |labels: Option<&BTreeMap<String, String>>| {
+        labels
+            .and_then(|l| l.get(FAMILY_LABEL))
+            .filter(|v| !v.is_empty())
+            .cloned()
+    };
+    if let Some(family) = label(job.metadata.labels.as_ref()) {
+        return family;
+    }
+    if let Some(workload) = crate::workload::workload_of(job) {
+        let labels = index
+            .workloads
+            .get(&workload.key)
+            .and_then(|w| w.metadata.labels.as_ref())
+            .or_else(|| {
+                index
+                    .jobsets
+                    .get(&workload.key)
+                    .and_then(|j| j.metadata.labels.as_ref())
+            });
+        if let Some(family) = label(labels) {
+            return family;
+        }
+    }
+    name_prefix(job.metadata.name.as_deref().unwrap_or_default()).to_owned()
+}
+
+/// `name` without its trailing `-`-separated parts that hold a digit (a run number, a date,
+/// a generated suffix); the first part always stays.
+pub(crate) fn name_prefix(name: &str) -> &str {
+    let mut end = name.len();
+    while let Some(dash) = name[..end].rfind('-') {
+        let part = &name[dash + 1..end];
+        if dash == 0 || !part.bytes().any(|b| b.is_ascii_digit()) {
+            break;
+        }
+        end = dash;
+    }
+    &name[..end]
+}
+
+/// The finished run `job`'s status shows, with its uid and when it ended: a GpuJob that
+/// succeeded or failed after its pods were released.
+fn finished(index: &Index, job: &GpuJob) -> Option<(String, i64, FinishedRun)> {
+    let status = job.status.as_ref()?;
+    if !matches!(
+        status.phase,
+        Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)
+    ) {
+        return None;
+    }
+    let start = status.start_time.as_ref()?.0.as_second();
+    let end = status.completion_time.as_ref()?.0.as_second();
+    let uid = job.metadata.uid.clone()?;
+    Some((
+        uid,
+        end,
+        FinishedRun {
+            keys: keys(index, job),
+            announced: job.spec.expected_runtime_seconds,
+            ran: end - start,
+        },
+    ))
+}
+
+/// What finished jobs ran, learned into a runtime model.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RunHistory {
+    model: RuntimeModel,
+    /// Runs learned, by uid, with when each ended.
+    learned: BTreeMap<String, i64>,
+    /// (end, uid) of the runs in `learned`, to forget the oldest first.
+    by_end: BTreeSet<(i64, String)>,
+}
+
+impl RunHistory {
+    /// Learns every run the index's finished GpuJobs show that is not learned yet, in the
+    /// order they ended (the model reads consecutive runs of a family for how alike they
+    /// run).
+    pub(crate) fn observe(&mut self, index: &Index) {
+        let mut new: Vec<(i64, String, FinishedRun)> = index
+            .jobs
+            .values()
+            .filter_map(|job| finished(index, job))
+            .filter(|(uid, _, _)| !self.learned.contains_key(uid))
+            .map(|(uid, end, run)| (end, uid, run))
+            .collect();
+        new.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        for (end, uid, run) in new {
+            self.model.learn(&run);
+            self.learned.insert(uid.clone(), end);
+            self.by_end.insert((end, uid));
+        }
+        while self.learned.len() > REMEMBERED_RUNS {
+            let Some((_, uid)) = self.by_end.pop_first() else {
+                break;
+            };
+            self.learned.remove(&uid);
+        }
+    }
+
+    /// The model learned so far.
+    pub(crate) fn model(&self) -> &RuntimeModel {
+        &self.model
+    }
+
+    /// How many runs it learned from (of those still remembered).
+    pub(crate) fn runs(&self) -> usize {
+        self.learned.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_prefix;
+
+    #[test]
+    fn a_family_is_a_name_without_its_numbered_tail() {
+        assert_eq!(name_prefix("train-llama-42"), "train-llama");
+        assert_eq!(name_prefix("train-llama-20261127-x7k2p"), "train-llama");
+        assert_eq!(name_prefix("sweep-lr-0.1-3"), "sweep-lr");
+        assert_eq!(name_prefix("eval"), "eval");
+        assert_eq!(name_prefix("eval-final"), "eval-final");
+        // The first part always stays.
+        assert_eq!(name_prefix("42-7"), "42");
+        assert_eq!(name_prefix("llama3-8b"), "llama3");
+    }
+}

@@ -1,0 +1,94 @@
+//! The live cluster as a forecast's [`Snapshot`]: what admission's scheduler is built from
+//! when a pass builds it afresh (see [`crate::kept::scheduler_for`]) — flavors, nodes,
+//! queues, namespaces, the usage of pods outside any held admission, every held job with its
+//! holding, every waiting job — plus jobs backing off (they queue when their backoff ends)
+//! and the jobs submitted lately, which a forward run keeps submitting at their rate.
+
+use muster_admission::Job;
+use muster_api::GpuJob;
+use muster_sim::forecast::{RecentJob, RunningJob, Snapshot, WaitingJob};
+
+use crate::index::Index;
+use crate::job::InCycle;
+use crate::seats::Seats;
+
+use super::history;
+
+/// The cluster as `index` and `seats` show it at `now` (seconds); jobs created within
+/// `window` seconds before `now` are its recent submissions.
+pub(crate) fn of(index: &Index, seats: &Seats, now: i64, window: i64) -> Snapshot {
+    let mut snapshot = Snapshot {
+        now,
+        flavors: index
+            .flavors
+            .iter()
+            .map(|(name, f)| (name.clone(), f.spec.clone()))
+            .collect(),
+        nodes: index.nodes.values().cloned().collect(),
+        outside_usage: crate::kept::outside_usage(index, seats),
+        cluster_queues: index.admission_cluster_queues().collect(),
+        local_queues: index
+            .local_queues
+            .iter()
+            .map(|(key, q)| (key.to_string(), q.spec.cluster_queue.clone()))
+            .collect(),
+        namespaces: index.namespaces.clone(),
+        ..Snapshot::default()
+    };
+    let read =
+        |gpujob: &GpuJob| Job::from_gpujob(gpujob, |c| index.priority_classes.get(c).copied());
+    for (key, seat) in seats.iter() {
+        let Some(gpujob) = index.jobs.get(key) else {
+            continue;
+        };
+        let keys = history::keys(index, gpujob);
+        match seat.wanted() {
+            Some((job, Some((holding, provisioning)))) => snapshot.running.push(RunningJob {
+                job: job.clone(),
+                holding: holding.clone(),
+                keys,
+                provisioning,
+            }),
+            Some((job, None)) => snapshot.waiting.push(WaitingJob {
+                job: job.clone(),
+                keys,
+                queues_at: None,
+            }),
+            None => {
+                if let InCycle::BackingOff { .. } = seat.in_cycle {
+                    let queues_at = gpujob
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.pending_reason.as_ref())
+                        .and_then(|r| r.eta.as_ref())
+                        .map(|t| t.0.as_second());
+                    snapshot.waiting.push(WaitingJob {
+                        job: seat.job.clone().unwrap_or_else(|| read(gpujob)),
+                        keys,
+                        queues_at,
+                    });
+                }
+            }
+        }
+    }
+    let since = now.saturating_sub(window);
+    for (key, gpujob) in &index.jobs {
+        let created = gpujob
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_second());
+        if !created.is_some_and(|c| c >= since && c <= now) {
+            continue;
+        }
+        let job = seats
+            .get(key.as_str())
+            .and_then(|s| s.job.clone())
+            .unwrap_or_else(|| read(gpujob));
+        snapshot.recent.push(RecentJob {
+            job,
+            keys: history::keys(index, gpujob),
+        });
+    }
+    snapshot
+}

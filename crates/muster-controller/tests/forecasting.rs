@@ -1,0 +1,207 @@
+//! Start-time ranges from a controller's state: the live cluster read into a forecast, each
+//! waiting job's range served and written into its status, finished runs learned once, and
+//! what-ifs read from the visibility API's parameters, refused with the form they take.
+
+mod support;
+
+use muster_api::GpuJob;
+use muster_api::gpujob::GpuJobPhase;
+use muster_controller::forecasting::{self, whatif};
+use muster_controller::plan::plan;
+use muster_controller::state::State;
+use muster_controller::visibility;
+use support::{at, cluster, job, land_all, status_of};
+
+/// `job` announcing `seconds` of runtime.
+fn announcing(mut job: GpuJob, seconds: i64) -> GpuJob {
+    job.spec.expected_runtime_seconds = Some(seconds);
+    job
+}
+
+/// 16 GPUs of quota: `run` (2 pods, 600 s) holds them from second 10; `next` (2 pods,
+/// 300 s) and `last` (1 pod, 300 s) wait behind it.
+fn busy() -> State {
+    let mut state = cluster(
+        16,
+        vec![
+            announcing(job("run", 2, 0), 600),
+            announcing(job("next", 2, 1), 300),
+            announcing(job("last", 1, 2), 300),
+        ],
+    );
+    for t in 10..13 {
+        let pass = plan(&mut state, at(t));
+        land_all(&mut state, &pass.actions, t);
+    }
+    state
+}
+
+/// Forecasts `state` at second `t` and keeps the forecast; returns a copy.
+fn forecast_at(state: &mut State, t: i64) -> forecasting::Latest {
+    let input = state.gather_forecast_input(at(t).as_second());
+    let latest = match forecasting::make(input, forecasting::live_options()) {
+        Ok(latest) => latest,
+        Err(e) => unreachable!("{e}"),
+    };
+    state.keep_forecast(latest.clone());
+    latest
+}
+
+#[test]
+fn every_waiting_job_gets_a_range_which_its_status_and_the_waiting_list_show() {
+    let mut state = busy();
+    let latest = forecast_at(&mut state, 20);
+    let answer = visibility::forecast(&latest, None, &|_| true);
+    let names: Vec<_> = answer.items.iter().map(|j| j.name.clone()).collect();
+    assert_eq!(names, [Some("next".to_owned()), Some("last".to_owned())]);
+    // No job has finished: announced runtimes are exact, every range one point. `run` was
+    // admitted at second 10 and runs 600 s; `next` then runs 300 s.
+    let likely = |i: usize| answer.items[i].range.likely.as_ref().map(|t| t.0);
+    assert_eq!(likely(0), Some(at(610)));
+    assert_eq!(likely(1), Some(at(910)));
+    assert_eq!(answer.items[0].range.earliest, answer.items[0].range.latest);
+    assert_eq!(answer.items[0].runtime_basis, "announced");
+    assert_eq!((answer.history, answer.unknown_runtimes), (0, 0));
+
+    // Passes write each waiting job's range into its status as one of its figures (at most
+    // every refresh interval: the statuses were written at second 10), and the waiting list
+    // serves it.
+    for t in 21..60 {
+        let pass = plan(&mut state, at(t));
+        land_all(&mut state, &pass.actions, t);
+    }
+    let range = status_of(&state, "team-a/next")
+        .pending_reason
+        .and_then(|r| r.start_range);
+    assert_eq!(
+        range.as_ref().and_then(|r| r.likely.as_ref()).map(|t| t.0),
+        Some(at(610))
+    );
+    let list = visibility::pending_jobs(
+        &state,
+        &visibility::Scope::Namespace("team-a".into()),
+        &|_| true,
+    )
+    .unwrap_or_else(|e| unreachable!("{e:?}"));
+    assert_eq!(list.items[0].start_range, range);
+}
+
+#[test]
+fn a_finished_run_is_learned_once_and_outlives_its_gpujob() {
+    let mut state = busy();
+    let mut done = status_of(&state, "team-a/run");
+    done.phase = Some(GpuJobPhase::Succeeded);
+    done.start_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(10)));
+    done.completion_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(
+        400,
+    )));
+    let mut finished = announcing(job("run", 2, 0), 600);
+    finished.metadata.resource_version = Some("9".to_owned());
+    finished.status = Some(done);
+    state.apply(finished.clone());
+    let history =
+        |latest: &forecasting::Latest| visibility::forecast(latest, None, &|_| true).history;
+    assert_eq!(history(&forecast_at(&mut state, 500)), 1);
+    assert_eq!(history(&forecast_at(&mut state, 501)), 1, "learned once");
+    state.delete(&finished);
+    assert_eq!(
+        history(&forecast_at(&mut state, 502)),
+        1,
+        "kept after deletion"
+    );
+}
+
+#[test]
+fn a_what_if_changes_the_snapshot_and_names_what_the_cluster_lacks() {
+    let mut state = busy();
+    let latest = forecast_at(&mut state, 20);
+    let now = at(20).as_second();
+    let what = match whatif::parse("addNodes=h100%3A2%3Ab3&drain=n4", state.index(), now) {
+        Ok(what) => what,
+        Err(e) => unreachable!("{e}"),
+    };
+    // More nodes do not help a job held back by quota; a quota raise does.
+    let (_, forecast) = whatif::run(&latest, &what).unwrap_or_else(|e| unreachable!("{e}"));
+    let next = |f: &muster_sim::forecast::Forecast| {
+        f.etas
+            .iter()
+            .find(|e| e.job == "team-a/next")
+            .and_then(|e| e.p50)
+    };
+    let before = latest_p50(&latest, 0);
+    assert_eq!(before, Some(at(610).as_second()));
+    assert_eq!(next(&forecast), before);
+    let quota = whatif::parse(
+        "quota=research%3Ah100%3Anvidia.com%2Fgpu%3A32",
+        state.index(),
+        now,
+    )
+    .unwrap_or_else(|e| unreachable!("{e}"));
+    let (_, raised) = whatif::run(&latest, &quota).unwrap_or_else(|e| unreachable!("{e}"));
+    assert_eq!(next(&raised), Some(now), "next starts at once");
+    let answer = visibility::forecast(
+        &latest,
+        Some((
+            &latest_snapshot(&latest, &quota),
+            &raised,
+            &["quota".to_owned()],
+        )),
+        &|ns| ns == "team-b",
+    );
+    assert!(
+        answer
+            .items
+            .iter()
+            .all(|j| j.name.is_none() && j.before.is_some())
+    );
+    assert_eq!(answer.hidden, 2);
+
+    for (query, says) in [
+        ("addNodes=h100", "FLAVOR:COUNT[:BLOCK]"),
+        ("removeNodes=h100%3A0", "FLAVOR:COUNT[:BLOCK]"),
+        ("drain=", "name a node"),
+        (
+            "quota=research%3Ah100",
+            "CLUSTERQUEUE:FLAVOR:RESOURCE:NOMINAL",
+        ),
+        (
+            "quota=research%3Ah100%3Anvidia.com%2Fgpu%3Alots",
+            "not a quantity",
+        ),
+        (
+            "quota=research%3Ah100%3Anvidia.com%2Fgpu%3A%3A",
+            "changes nothing",
+        ),
+        ("submit=%7B", "not a GpuJob"),
+    ] {
+        match whatif::parse(query, state.index(), now) {
+            Ok(_) => unreachable!("{query} was taken"),
+            Err(e) => assert!(e.contains(says), "{query}: {e}"),
+        }
+    }
+    let unknown = whatif::parse("addNodes=a100%3A2", state.index(), now)
+        .unwrap_or_else(|e| unreachable!("{e}"));
+    match whatif::run(&latest, &unknown) {
+        Ok(_) => unreachable!("a100 was taken"),
+        Err(e) => assert!(e.contains("a100"), "{e}"),
+    }
+}
+
+fn latest_p50(latest: &forecasting::Latest, i: usize) -> Option<i64> {
+    let answer = visibility::forecast(latest, None, &|_| true);
+    answer.items[i]
+        .range
+        .likely
+        .as_ref()
+        .map(|t| t.0.as_second())
+}
+
+fn latest_snapshot(
+    latest: &forecasting::Latest,
+    what: &whatif::WhatIf,
+) -> muster_sim::forecast::Snapshot {
+    match whatif::run(latest, what) {
+        Ok((snapshot, _)) => snapshot,
+        Err(e) => unreachable!("{e}"),
+    }
+}

@@ -67,7 +67,8 @@ pub struct Options {
     /// then (see [`crate::status::FIRST_STATUS_AFTER_SECONDS`]).
     pub first_status_after: Duration,
     /// How often the leader forecasts every waiting job's start (see
-    /// [`crate::forecasting`]); zero: never (no ranges in statuses, `muster eta` and
+    /// [`crate::forecasting`]), at most: after a forecast that took long the next waits three
+    /// times as long as it took; zero: never (no ranges in statuses, `muster eta` and
     /// `muster whatif` answer that forecasts are off).
     pub forecast_every: Duration,
 }
@@ -546,23 +547,30 @@ async fn scheduling_loop(
     let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(all)).await;
 }
 
+/// How many times as long as the last forecast took the forecaster waits before the next:
+/// forecasts take at most a quarter of one core, however large the fleet.
+const FORECAST_IDLE_FACTOR: u32 = 3;
+
 /// Forecasts every waiting job's start every `every` while this replica leads and a pass
 /// has run: gathered under the state's lock, made on a blocking thread without it (a large
 /// fleet's forecast takes seconds to minutes of one core), kept for the passes and the
-/// visibility API. A forecast still being made when the next is due delays it.
+/// visibility API. After a forecast that took long, the next waits
+/// [`FORECAST_IDLE_FACTOR`] times as long as it took, when that is longer than `every`.
 async fn forecaster(
     shared: Arc<Shared>,
     leader: watch::Receiver<bool>,
     every: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wait = Duration::ZERO;
     loop {
         tokio::select! {
-            _ = tick.tick() => {}
+            () = tokio::time::sleep(wait) => {}
             _ = stop.changed() => return,
         }
+        // Until this replica leads and a pass has run, look again each second: the first
+        // forecast comes soon after.
+        wait = every.min(Duration::from_secs(1));
         if !*leader.borrow() {
             continue;
         }
@@ -574,6 +582,7 @@ async fn forecaster(
             }
             state.gather_forecast_input(now)
         };
+        wait = every;
         let started = Instant::now();
         let made = tokio::task::spawn_blocking(move || {
             crate::forecasting::make(input, crate::forecasting::live_options())
@@ -583,6 +592,7 @@ async fn forecaster(
         match made {
             Ok(Ok(mut latest)) => {
                 latest.took_millis = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+                wait = every.max(took * FORECAST_IDLE_FACTOR);
                 shared.metrics.forecast_seconds.observe(took.as_secs_f64());
                 tracing::debug!(
                     jobs = latest.forecast.etas.len(),

@@ -4,6 +4,8 @@
 
 mod support;
 
+use std::collections::BTreeMap;
+
 use muster_api::GpuJob;
 use muster_api::gpujob::GpuJobPhase;
 use muster_controller::forecasting::{self, whatif};
@@ -58,7 +60,9 @@ fn every_waiting_job_gets_a_range_which_its_status_and_the_waiting_list_show() {
     // admitted at second 10 and runs 600 s; `next` then runs 300 s.
     let likely = |i: usize| answer.items[i].range.likely.as_ref().map(|t| t.0);
     assert_eq!(likely(0), Some(at(610)));
-    assert_eq!(likely(1), Some(at(910)));
+    // `last` starts at 910, fifteen minutes out: beyond ten minutes the forward runs' clock
+    // takes events a step later, here four seconds.
+    assert_eq!(likely(1), Some(at(912)));
     assert_eq!(answer.items[0].range.earliest, answer.items[0].range.latest);
     assert_eq!(answer.items[0].runtime_basis, "announced");
     assert_eq!((answer.history, answer.unknown_runtimes), (0, 0));
@@ -203,5 +207,95 @@ fn latest_snapshot(
     match whatif::run(latest, what) {
         Ok((snapshot, _)) => snapshot,
         Err(e) => unreachable!("{e}"),
+    }
+}
+
+/// The controller's own lifecycle, driven second by second (every gang Ready at once, each
+/// ending when its announced runtime is up), starts every job at the second the forecast's
+/// forward runs say: with runtimes known exactly, the two agree to the second. Jobs of two
+/// sizes in two blocks, a queue order, and a small job that starts before a larger one
+/// ahead of it can: j3 when j2 ends, j4 beside it when j3 ends, j5 when j1 ends.
+#[test]
+fn the_controller_starts_jobs_when_the_forward_runs_say_when_runtimes_are_exact() {
+    let spec = [
+        ("j1", 2, 600),
+        ("j2", 2, 300),
+        ("j3", 2, 200),
+        ("j4", 1, 100),
+        ("j5", 2, 100),
+    ];
+    let jobs = spec
+        .iter()
+        .zip(0..)
+        .map(|(&(name, pods, runtime), created)| announcing(job(name, pods, created), runtime))
+        .collect();
+    let mut state = cluster(32, jobs);
+    let mut started: BTreeMap<String, i64> = BTreeMap::new();
+    let mut released: Vec<(String, i64, muster_controller::plan::Action)> = Vec::new();
+    let mut forecast = None;
+    for t in 10..700 {
+        // Gangs whose runtime is up end now.
+        for (job, since, release) in &released {
+            let runtime = spec.iter().find(|s| job.ends_with(s.0)).map_or(0, |s| s.2);
+            if *since + runtime == t {
+                report(&mut state, release, "Succeeded", false);
+            }
+        }
+        // Passes until the second's work is done (a finish lands, then its quota is free).
+        for _ in 0..4 {
+            let pass = plan(&mut state, at(t));
+            for action in &pass.actions {
+                if let muster_controller::plan::Action::Release { job, .. } = action {
+                    started.insert(job.to_string(), t);
+                    released.push((job.to_string(), t, action.clone()));
+                }
+            }
+            land_all(&mut state, &pass.actions, t);
+            for (_, since, release) in &released {
+                if *since == t {
+                    report(&mut state, release, "Running", true);
+                }
+            }
+            if pass.actions.is_empty() {
+                break;
+            }
+        }
+        if t == 11 {
+            forecast = Some(forecast_at(&mut state, 11));
+        }
+    }
+    let Some(latest) = forecast else {
+        unreachable!("forecast at 11")
+    };
+    let answer = visibility::forecast(&latest, None, &|_| true);
+    let forecast_starts: BTreeMap<String, i64> = answer
+        .items
+        .iter()
+        .map(|j| {
+            let name = format!("team-a/{}", j.name.clone().unwrap_or_default());
+            let likely = j.range.likely.as_ref().map_or(0, |t| t.0.as_second());
+            (name, likely - at(0).as_second())
+        })
+        .collect();
+    let real: BTreeMap<String, i64> = started
+        .iter()
+        .filter(|(job, _)| forecast_starts.contains_key(*job))
+        .map(|(job, t)| (job.clone(), *t))
+        .collect();
+    assert_eq!(
+        forecast_starts.keys().collect::<Vec<_>>(),
+        ["team-a/j3", "team-a/j4", "team-a/j5"]
+    );
+    assert_eq!(real, forecast_starts);
+    assert_eq!(forecast_starts["team-a/j3"], 310);
+}
+
+/// Reports the pods `release` created as the kubelet would: in `phase`, Ready or not.
+fn report(state: &mut State, release: &muster_controller::plan::Action, phase: &str, ready: bool) {
+    let muster_controller::plan::Action::Release { gang, .. } = release else {
+        unreachable!("not a release")
+    };
+    for pod in &gang.pods {
+        state.apply(support::with_phase(pod.clone(), phase, ready));
     }
 }

@@ -262,6 +262,29 @@ fn scheduler(snapshot: &Snapshot, policy: &str) -> Scheduler {
     s
 }
 
+/// The forward runs' clock gets coarser the further ahead it looks: beyond
+/// [`EXACT_AHEAD`], events at most `1 / CLOCK_STEPS` of their distance apart are taken
+/// together. A range hours out is minutes wide, so taking a job's end (and the admissions it
+/// allows) that little later costs the range nothing it can show, and a run makes as many
+/// cycles fewer as events share a step.
+const CLOCK_STEPS: i64 = 64;
+
+/// Seconds ahead within which the forward runs' clock keeps every second.
+const EXACT_AHEAD: i64 = 600;
+
+/// The instant an event at `t` is taken at, in a run from `now`: within [`EXACT_AHEAD`],
+/// `t`; beyond, `t` rounded up to a step of the largest power of two seconds no longer than
+/// `(t - now - EXACT_AHEAD) / CLOCK_STEPS`. Steps are powers of two on one grid, so events
+/// in one step round to the same instant, and later events never to an earlier one.
+fn coarse(now: i64, t: i64) -> i64 {
+    let ahead = (t - now - EXACT_AHEAD).max(0) / CLOCK_STEPS;
+    if ahead <= 1 {
+        return t;
+    }
+    let step = 1_i64 << (63 - ahead.leading_zeros());
+    now + (t - now + step - 1) / step * step
+}
+
 /// Forward run number `sample`.
 pub(super) fn forward(
     snapshot: &Snapshot,
@@ -356,9 +379,36 @@ pub(super) fn forward(
         .filter(|t| *t > at)
         .min();
         match next {
-            Some(t) if t <= horizon => at = t,
+            Some(t) if t <= horizon => at = coarse(now, t),
             _ => break,
         }
     }
     run.starts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CLOCK_STEPS, EXACT_AHEAD, coarse};
+
+    #[test]
+    fn the_clock_keeps_every_second_near_now_and_coarsens_in_proportion_further_ahead() {
+        let now = 1_000;
+        for t in now..=now + EXACT_AHEAD + 2 * CLOCK_STEPS {
+            assert_eq!(coarse(now, t), t);
+        }
+        let mut last = now;
+        for t in now..now + 30 * 86_400 {
+            let c = coarse(now, t);
+            assert!(c >= t && c >= last, "{t} -> {c} after {last}");
+            // Never later than a 64th of the way beyond the exact span.
+            assert!(
+                (c - t) * CLOCK_STEPS <= (t - now - EXACT_AHEAD).max(0),
+                "{t} -> {c}"
+            );
+            last = c;
+        }
+        // Events an hour ahead share 32-second steps: fewer instants, fewer cycles.
+        assert_eq!(coarse(now, now + 3_590), now + 3_616);
+        assert_eq!(coarse(now, now + 3_600), now + 3_616);
+    }
 }

@@ -486,7 +486,8 @@ pub struct ForecastAnswer {
     /// the forward runs' own spread.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub margin: Option<[f64; 2]>,
-    /// Finished runs the runtime model learned from.
+    /// Finished runs the runtime model learned from since the leading replica started (it keeps
+    /// the last 1,000 per family, queue and overall).
     pub history: u32,
     /// Jobs running or waiting with neither an announced runtime nor history: they run past
     /// the horizon in every forward run, so what waits behind them is later than it will be.

@@ -9,7 +9,7 @@ use muster_admission::{Admitted, PendingReason};
 use muster_api::Amount;
 use muster_api::gpujob::{
     Admission, DomainAssignment, GpuJobPhase, GpuJobStatus, PendingReasonKind, PodSetAssignment,
-    conditions,
+    StartRange, conditions,
 };
 
 /// Sets (or adds) a condition; keeps its transition time when its status is unchanged.
@@ -110,7 +110,7 @@ pub struct Figures {
     /// When admission's reservation timeline expects it to start (seconds since the epoch).
     pub eta: Option<i64>,
     /// When the latest start-time forecast expects it to start, as a range.
-    pub range: Option<muster_api::gpujob::StartRange>,
+    pub range: Option<StartRange>,
 }
 
 /// The status of a job that waits: phase Pending when it cannot be admitted as written (or
@@ -163,10 +163,29 @@ pub fn pending(
             }
             _ => None,
         },
-        start_range: range.clone(),
+        start_range: steady_range(current, range.as_ref()),
     });
     next.admission = None;
     changed(current, next)
+}
+
+/// `range` as the status is to show it: a forecast made later that gives the same bounds
+/// keeps the range the status shows (and its `asOf`), so that a new forecast alone, which
+/// comes every minute, costs no write.
+fn steady_range(current: &GpuJobStatus, range: Option<&StartRange>) -> Option<StartRange> {
+    let shown = current
+        .pending_reason
+        .as_ref()
+        .and_then(|r| r.start_range.as_ref());
+    match (shown, range) {
+        (Some(shown), Some(new))
+            if (&shown.earliest, &shown.likely, &shown.latest)
+                == (&new.earliest, &new.likely, &new.latest) =>
+        {
+            Some(shown.clone())
+        }
+        _ => range.cloned(),
+    }
 }
 
 /// The status of a job just admitted: phase Admitted, its ClusterQueue, and per pod set the

@@ -53,6 +53,18 @@ fn a_waiting_job_s_status_carries_its_start_range_and_a_new_range_is_a_change() 
         status::pending(&first, Some(1), &reason, &with_range(1_500), &at(160)),
         None
     );
+    // A later forecast with the same bounds writes nothing: the status keeps its asOf.
+    let again = status::Figures {
+        range: Some(muster_api::gpujob::StartRange {
+            as_of: at(160),
+            ..range(1_500)
+        }),
+        ..figures(2, None)
+    };
+    assert_eq!(
+        status::pending(&first, Some(1), &reason, &again, &at(160)),
+        None
+    );
     let later =
         status::pending(&first, Some(1), &reason, &with_range(2_000), &at(160)).unwrap_or_default();
     assert_eq!(

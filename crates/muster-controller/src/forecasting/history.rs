@@ -1,6 +1,7 @@
-//! What jobs really ran, read from the statuses of finished GpuJobs, kept in a bounded store
-//! the controller owns so that a run stays learned after its GpuJob is deleted; and the
-//! runtime keys (family, queue) a job is learned and drawn under.
+//! What jobs really ran, read from the statuses of finished GpuJobs and learned into a
+//! runtime model the controller owns (bounded: the last runs per key), so that a run stays
+//! learned after its GpuJob is deleted; and the runtime keys (family, queue) a job is
+//! learned and drawn under.
 //!
 //! A replica that starts (or takes the lead) learns again from what finished jobs' statuses
 //! still show; runs whose GpuJobs were deleted before it started are not known to it.
@@ -18,10 +19,6 @@ use crate::index::Index;
 /// job's name without its trailing parts that hold a digit (`train-llama-42` →
 /// `train-llama`).
 pub const FAMILY_LABEL: &str = "muster.dev/family";
-
-/// The most finished runs whose names are remembered (so each is learned once); the model
-/// itself keeps a bounded window per key.
-const REMEMBERED_RUNS: usize = 50_000;
 
 /// The runtime keys of `job`, most specific first: its family in its namespace, its
 /// LocalQueue, then every job (see [`FinishedRun::keys`]).
@@ -78,9 +75,9 @@ pub(crate) fn name_prefix(name: &str) -> &str {
     &name[..end]
 }
 
-/// The finished run `job`'s status shows, with its uid and when it ended: a GpuJob that
-/// succeeded or failed after its pods were released.
-fn finished(index: &Index, job: &GpuJob) -> Option<(String, i64, FinishedRun)> {
+/// The uid of `job` and when its run started and ended, if it succeeded or failed after its
+/// pods were released.
+fn finished(job: &GpuJob) -> Option<(&str, i64, i64)> {
     let status = job.status.as_ref()?;
     if !matches!(
         status.phase,
@@ -90,26 +87,20 @@ fn finished(index: &Index, job: &GpuJob) -> Option<(String, i64, FinishedRun)> {
     }
     let start = status.start_time.as_ref()?.0.as_second();
     let end = status.completion_time.as_ref()?.0.as_second();
-    let uid = job.metadata.uid.clone()?;
-    Some((
-        uid,
-        end,
-        FinishedRun {
-            keys: keys(index, job),
-            announced: job.spec.expected_runtime_seconds,
-            ran: end - start,
-        },
-    ))
+    Some((job.metadata.uid.as_deref()?, start, end))
 }
 
 /// What finished jobs ran, learned into a runtime model.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct RunHistory {
     model: RuntimeModel,
-    /// Runs learned, by uid, with when each ended.
-    learned: BTreeMap<String, i64>,
-    /// (end, uid) of the runs in `learned`, to forget the oldest first.
-    by_end: BTreeSet<(i64, String)>,
+    /// The uids of the finished GpuJobs the index still holds whose runs are learned: each
+    /// is learned once. A run stays in the model after its GpuJob is deleted (within the
+    /// model's window per key), and its uid is forgotten then, so this stays as small as the
+    /// index's finished jobs.
+    learned: BTreeSet<String>,
+    /// Runs learned since this replica started.
+    runs: usize,
 }
 
 impl RunHistory {
@@ -117,25 +108,31 @@ impl RunHistory {
     /// order they ended (the model reads consecutive runs of a family for how alike they
     /// run).
     pub(crate) fn observe(&mut self, index: &Index) {
-        let mut new: Vec<(i64, String, FinishedRun)> = index
-            .jobs
-            .values()
-            .filter_map(|job| finished(index, job))
-            .filter(|(uid, _, _)| !self.learned.contains_key(uid))
-            .map(|(uid, end, run)| (end, uid, run))
-            .collect();
-        new.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-        for (end, uid, run) in new {
-            self.model.learn(&run);
-            self.learned.insert(uid.clone(), end);
-            self.by_end.insert((end, uid));
-        }
-        while self.learned.len() > REMEMBERED_RUNS {
-            let Some((_, uid)) = self.by_end.pop_first() else {
-                break;
+        let mut present = BTreeSet::new();
+        // Keys are made only for runs not learned yet: the index keeps finished jobs until
+        // they are deleted, and this runs before every forecast.
+        let mut new: Vec<(i64, String, FinishedRun)> = Vec::new();
+        for job in index.jobs.values() {
+            let Some((uid, start, end)) = finished(job) else {
+                continue;
             };
-            self.learned.remove(&uid);
+            if !self.learned.contains(uid) {
+                let run = FinishedRun {
+                    keys: keys(index, job),
+                    announced: job.spec.expected_runtime_seconds,
+                    ran: end - start,
+                };
+                new.push((end, uid.to_owned(), run));
+            }
+            present.insert(uid.to_owned());
         }
+        new.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        for (_, uid, run) in new {
+            self.model.learn(&run);
+            self.learned.insert(uid);
+            self.runs += 1;
+        }
+        self.learned.retain(|uid| present.contains(uid));
     }
 
     /// The model learned so far.
@@ -143,9 +140,9 @@ impl RunHistory {
         &self.model
     }
 
-    /// How many runs it learned from (of those still remembered).
+    /// How many runs it learned since this replica started.
     pub(crate) fn runs(&self) -> usize {
-        self.learned.len()
+        self.runs
     }
 }
 

@@ -7,9 +7,10 @@
 //! A forecast costs seconds to minutes of CPU on a large fleet, so it is never made inside a
 //! pass: the controller's forecaster ([`crate::state::State::gather_forecast_input`]) gathers
 //! an [`Input`] under the state's lock (cheap: copies), makes the forecast with the lock
-//! released ([`make`]), and keeps the result ([`crate::state::State::keep_forecast`]). Passes then read each waiting job's range from the latest
-//! forecast ([`Forecasting::range_of`]) into its status, and the visibility API serves it.
-//! Pure: the caller passes the time.
+//! released ([`make`]), and keeps the result ([`crate::state::State::keep_forecast`]).
+//! Passes then read each waiting job's range from the latest forecast
+//! ([`Forecasting::range_of`]) into its status, and the visibility API serves it. Pure: the
+//! caller passes the time.
 
 pub(crate) mod history;
 mod scoring;
@@ -62,8 +63,10 @@ pub struct Latest {
     pub(crate) history: usize,
     /// How it was made.
     pub(crate) options: Options,
-    /// Past ranges' scores, and the late scores of jobs still waiting past one, when made.
+    /// Past ranges' scores when it was made.
     pub(crate) calibration: Calibration,
+    /// The late scores of jobs then still waiting past a range (see
+    /// [`Calibration::late`]).
     pub(crate) late: Vec<f64>,
     /// The forward runs' own ranges, before any margin: what is scored.
     pub(crate) raw: Forecast,

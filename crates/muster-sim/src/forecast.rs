@@ -40,8 +40,9 @@ pub struct RunningJob {
     pub holding: Holding,
     /// Its runtime keys, most specific first (see [`FinishedRun::keys`]).
     pub keys: Vec<String>,
-    /// It holds quota while capacity is bought for it from the autoscaler: when that comes is
-    /// the autoscaler's to say, so a forward run never starts or ends it.
+    /// Capacity was bought for it from the autoscaler: while its holding names no nodes it
+    /// waits for that capacity, which comes when the autoscaler says, so a forward run never
+    /// ends it; placed on the capacity that came, it runs like any other job.
     pub provisioning: bool,
 }
 

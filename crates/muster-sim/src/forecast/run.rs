@@ -327,7 +327,9 @@ pub(super) fn forward(
         left: snapshot.waiting.len(),
     };
     for (i, r) in snapshot.running.iter().enumerate() {
-        if r.provisioning {
+        // A job still waiting for bought capacity holds no nodes: when it comes is the
+        // autoscaler's to say. One placed on the capacity that came runs like any other.
+        if r.provisioning && r.holding.pod_sets.iter().all(|p| p.nodes.is_empty()) {
             continue;
         }
         let since = r.holding.since.unwrap_or(now).min(now);

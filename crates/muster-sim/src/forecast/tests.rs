@@ -143,6 +143,25 @@ fn without_history_an_announced_runtime_is_taken_as_exact() {
 }
 
 #[test]
+fn a_job_placed_on_bought_capacity_runs_out_its_time_and_one_waiting_for_it_holds_its_quota() {
+    // Placed on the capacity that came: it ends when its runtime is up, as any job.
+    let mut placed = fleet();
+    running(&mut placed, job("big", 4, Some(1_000)), NOW - 400);
+    placed.running[0].provisioning = true;
+    waiting(&mut placed, job("next", 1, Some(100)));
+    let eta = &run(&placed, &RuntimeModel::new()).etas[0];
+    assert_eq!(eta.p50, Some(NOW + 600));
+    // Still waiting for the autoscaler: no nodes yet, all the quota held, for as long as the
+    // autoscaler takes, which the forecast cannot say.
+    let mut waiting_for_it = placed.clone();
+    for set in &mut waiting_for_it.running[0].holding.pod_sets {
+        set.nodes.clear();
+    }
+    let eta = &run(&waiting_for_it, &RuntimeModel::new()).etas[0];
+    assert_eq!((eta.p10, eta.started), (None, 0), "{eta:?}");
+}
+
+#[test]
 fn history_makes_a_range_that_holds_what_the_runs_allow() {
     let mut s = fleet();
     running(&mut s, job("big", 4, Some(1_000)), NOW - 400);

@@ -84,6 +84,7 @@ pub fn eta(args: &EtaArgs) -> anyhow::Result<ExitCode> {
                     .as_ref()
                     .is_none_or(|cq| j.cluster_queue.as_ref() == Some(cq))
         });
+        answer.hidden = hidden(&answer);
         match args.output {
             Some(format @ (Output::Json | Output::Yaml)) => print_document(&answer, format)?,
             wide => print!(
@@ -99,6 +100,12 @@ pub fn eta(args: &EtaArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// How many of the jobs listed are shown without their names.
+fn hidden(answer: &ForecastAnswer) -> u32 {
+    let count = answer.items.iter().filter(|j| j.name.is_none()).count();
+    u32::try_from(count).unwrap_or(u32::MAX)
 }
 
 /// A job's name as listed: with its namespace when `qualified`, hidden when it may not be
@@ -196,17 +203,27 @@ fn footnote(answer: &ForecastAnswer, now: Timestamp) -> String {
     if answer.unknown_runtimes > 0 {
         let _ = writeln!(
             text,
-            "{} jobs announce no runtime and have no history: they are taken to run past the \
-             horizon, so what waits behind them may start sooner than shown. Set \
-             spec.expectedRuntimeSeconds.",
-            answer.unknown_runtimes
+            "{}: taken to run past the horizon, so what waits behind them may start sooner \
+             than shown. Set spec.expectedRuntimeSeconds.",
+            match answer.unknown_runtimes {
+                1 => "1 job announces no runtime and has no history".to_owned(),
+                n => format!("{n} jobs announce no runtime and have no history"),
+            }
         );
     }
     if answer.hidden > 0 {
         let _ = writeln!(
             text,
-            "{} jobs are in namespaces where you may not list GpuJobs: their names are hidden.",
-            answer.hidden
+            "{}",
+            match answer.hidden {
+                1 => "1 of these jobs is in a namespace where you may not list GpuJobs: its \
+                      name is hidden."
+                    .to_owned(),
+                n => format!(
+                    "{n} of these jobs are in namespaces where you may not list GpuJobs: their \
+                     names are hidden."
+                ),
+            }
         );
     }
     text
@@ -264,6 +281,7 @@ pub fn what_if(args: &WhatIfArgs) -> anyhow::Result<ExitCode> {
             answer
                 .items
                 .retain(|j| j.namespace.as_deref() == Some(namespace.as_str()));
+            answer.hidden = hidden(&answer);
         }
         match args.output {
             Some(format @ (Output::Json | Output::Yaml)) => print_document(&answer, format)?,
@@ -351,4 +369,111 @@ pub fn render_what_if(
     }
     text.push_str(&footnote(answer, now));
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use muster_api::gpujob::StartRange;
+
+    use super::*;
+
+    fn at(second: i64) -> Time {
+        Time(Timestamp::from_second(second).unwrap_or_default())
+    }
+
+    fn job(name: Option<&str>, range: [Option<i64>; 3], before: Option<i64>) -> JobForecast {
+        let r = |[e, l, t]: [Option<i64>; 3]| StartRange {
+            earliest: e.map(at),
+            likely: l.map(at),
+            latest: t.map(at),
+            as_of: at(0),
+        };
+        JobForecast {
+            name: name.map(str::to_owned),
+            namespace: name.map(|_| "team-a".to_owned()),
+            cluster_queue: Some("research".to_owned()),
+            gpus: 16.0,
+            range: r(range),
+            started: 32,
+            buys_capacity: 0,
+            runtime_basis: "announced".to_owned(),
+            before: before.map(|b| r([Some(b), Some(b), Some(b)])),
+        }
+    }
+
+    fn answer(items: Vec<JobForecast>, margin: Option<[f64; 2]>) -> ForecastAnswer {
+        ForecastAnswer {
+            api_version: muster_api::visibility::API_VERSION.to_owned(),
+            kind: "Forecast".to_owned(),
+            as_of: at(0),
+            samples: 32,
+            horizon_seconds: 7 * 86_400,
+            took_millis: 1_500,
+            margin,
+            history: 40,
+            unknown_runtimes: 2,
+            changes: vec!["2 h100 nodes added in b7".to_owned()],
+            hidden: u32::from(items.iter().any(|j| j.name.is_none())),
+            items,
+        }
+    }
+
+    #[test]
+    fn eta_lists_each_range_and_says_what_the_ranges_are() {
+        let a = answer(
+            vec![
+                job(Some("train-1"), [Some(600), Some(900), Some(3_000)], None),
+                job(None, [None, None, None], None),
+            ],
+            Some([0.25, 0.5]),
+        );
+        let text = render_eta(&a, true, false, Timestamp::UNIX_EPOCH, false);
+        assert!(text.contains("team-a/train-1"), "{text}");
+        assert!(text.contains("in 10m–50m"), "{text}");
+        assert!(text.contains("00:10–00:50"), "{text}");
+        assert!(
+            text.contains("(hidden)") && text.contains("beyond 7d"),
+            "{text}"
+        );
+        assert!(text.contains("over 32 forward runs"), "{text}");
+        assert!(text.contains("made in 1s"), "{text}");
+        assert!(
+            text.contains("runtimes drawn from 40 finished runs"),
+            "{text}"
+        );
+        assert!(
+            text.contains("0.25× the wait before, 0.50× after"),
+            "{text}"
+        );
+        assert!(text.contains("2 jobs announce no runtime"), "{text}");
+        assert!(
+            text.contains("1 of these jobs is in a namespace where you may not list GpuJobs"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_what_if_names_the_submitted_job_s_range_and_the_jobs_that_move() {
+        let a = answer(
+            vec![
+                job(Some("moved"), [Some(60), Some(60), Some(60)], Some(1_800)),
+                job(Some("same"), [Some(900), Some(900), Some(900)], Some(900)),
+                job(Some("big"), [Some(600), Some(1_200), Some(2_400)], None),
+            ],
+            None,
+        );
+        let text = render_what_if(&a, true, Timestamp::UNIX_EPOCH, false);
+        assert!(text.starts_with("If 2 h100 nodes added in b7:"), "{text}");
+        assert!(
+            text.contains("team-a/big (16 GPUs) would start between 00:10 and 00:40 UTC (in 10m–40m; likely 00:20)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("team-a/moved") && text.contains("29m sooner"),
+            "{text}"
+        );
+        assert!(!text.contains("team-a/same"), "{text}");
+        assert!(text.contains("not yet held to past starts"), "{text}");
+    }
 }

@@ -303,3 +303,15 @@ fn waiting_list(bencher: divan::Bencher, jobs: usize) {
             serde_json::to_string(&list.ok()).map(|json| json.len())
         });
 }
+
+/// Gathering what a start-time forecast is made from, for 1,000 and 15,000 waiting jobs on the
+/// fleet: the part of a forecast that holds the state's lock (the snapshot of every node, queue
+/// and held or waiting job copied; finished runs learned; ranges scored). The forward runs
+/// themselves go without the lock (see muster-sim's `forecast` bench).
+#[divan::bench(args = [JOBS, 15_000], sample_count = 5)]
+fn gather_forecast_input(bencher: divan::Bencher, jobs: usize) {
+    let now = Timestamp::from_second(1_767_225_700).unwrap_or_default();
+    bencher
+        .with_inputs(|| settled_fleet(jobs, now))
+        .bench_local_refs(|state| state.gather_forecast_input(now.as_second()));
+}

@@ -168,9 +168,4 @@ impl Forecasting {
     pub(crate) fn range_of(&self, job: &str) -> Option<StartRange> {
         self.latest.as_ref()?.range_of(job)
     }
-
-    /// Ranges scored against real starts so far.
-    pub fn scored(&self) -> usize {
-        self.scoring.scored()
-    }
 }

@@ -103,9 +103,4 @@ impl Scoring {
             .collect();
         (self.calibration.clone(), late)
     }
-
-    /// Ranges scored so far (of those kept).
-    pub(crate) fn scored(&self) -> usize {
-        self.calibration.len()
-    }
 }

@@ -21,8 +21,6 @@ pub struct WhatIf {
     pub(crate) changes: Vec<Change>,
     /// Each change as a person reads it.
     pub(crate) described: Vec<String>,
-    /// The job the what-if submits (`namespace/name`), if any.
-    pub(crate) submitted: Option<String>,
 }
 
 impl WhatIf {
@@ -56,11 +54,7 @@ pub fn parse(query: &str, index: &Index, now: i64) -> Result<WhatIf, String> {
                 },
                 param::DRAIN => return Err("drain: name a node (drain=NODE)".to_owned()),
                 param::QUOTA => quota(value)?,
-                _ => {
-                    let (job, id) = submitted(value, index, now)?;
-                    what.submitted = Some(id);
-                    Change::Submit(job)
-                }
+                _ => Change::Submit(submitted(value, index, now)?),
             };
             what.described.push(describe(&change));
             what.changes.push(change);
@@ -129,7 +123,7 @@ fn quota(value: &str) -> Result<Change, String> {
 }
 
 /// The GpuJob of `submit` (JSON), read as admission reads it, created at `now`.
-fn submitted(json: &str, index: &Index, now: i64) -> Result<(WaitingJob, String), String> {
+fn submitted(json: &str, index: &Index, now: i64) -> Result<WaitingJob, String> {
     let mut gpujob: GpuJob =
         serde_json::from_str(json).map_err(|e| format!("submit: not a GpuJob as JSON: {e}"))?;
     let meta = &mut gpujob.metadata;
@@ -148,16 +142,12 @@ fn submitted(json: &str, index: &Index, now: i64) -> Result<(WaitingJob, String)
         return Err(format!("submit: {invalid}"));
     }
     job.created = now;
-    let id = job.id.clone();
     let keys = super::history::keys(index, &gpujob);
-    Ok((
-        WaitingJob {
-            job,
-            keys,
-            queues_at: None,
-        },
-        id,
-    ))
+    Ok(WaitingJob {
+        job,
+        keys,
+        queues_at: None,
+    })
 }
 
 /// `change` as a person reads it.

@@ -102,17 +102,27 @@ impl Cluster {
     /// left as it is: filling it would change nothing a placement reads,
     /// and it would cost a journaled change per node for every job a cycle tries.
     pub fn fill(&mut self, flavor: &str, nodes: &[String], keep_off: &[PodSetRequest]) {
+        let requests: Vec<&Resources> = keep_off.iter().map(|set| &set.requests).collect();
+        let shared = self.flavors.len() > 1;
         for node in nodes {
-            let free = self
-                .flavors
-                .get(flavor)
-                .and_then(|f| Some(f.topology.free(f.topology.node_id(node)?)));
-            if let Some(free) = free {
-                let room = keep_off
-                    .iter()
-                    .any(|set| set.requests.iter().all(|(r, a)| free.get(r) >= a));
-                if room {
-                    self.add_usage(node, &free);
+            let Some(f) = self.flavors.get_mut(flavor) else {
+                return;
+            };
+            let Some(id) = f.topology.node_id(node) else {
+                continue;
+            };
+            let Some(taken) = f.topology.fill(id, &requests) else {
+                continue;
+            };
+            if shared {
+                // Book the same amounts in the other flavors that hold the node.
+                let taken = f.topology.resources_of(&taken);
+                for (name, other) in &mut self.flavors {
+                    if name != flavor
+                        && let Some(id) = other.topology.node_id(node)
+                    {
+                        other.topology.add_usage(id, &taken);
+                    }
                 }
             }
         }

@@ -551,6 +551,49 @@ impl Topology {
         self.journal.push(Change::Added(node, usage));
     }
 
+    /// Takes everything still free on `node` when it has room for one pod of any of
+    /// `keep_off` (each a request's amounts by name, as [`Topology::dense`] reads them, but
+    /// compared resource by resource as a node's free resources are, devices aside), and
+    /// returns what it took; `None` when the node has no room for any of them and stays as it
+    /// is. Journaled like [`Topology::add_usage`]. The dense twin of reading
+    /// [`Topology::free`] and adding it back as usage, without building either by name: a
+    /// cycle fills every reserved node for every job it tries.
+    pub fn fill(&mut self, node: NodeId, keep_off: &[&Resources]) -> Option<Vec<(usize, u64)>> {
+        if node >= self.nodes.len() {
+            return None;
+        }
+        let room = keep_off.iter().any(|requests| {
+            requests.iter().all(|(name, amount)| {
+                let free = self
+                    .resource_index(name)
+                    .map_or(0, |k| self.free_of(node, k));
+                free >= amount.milli()
+            })
+        });
+        if !room {
+            return None;
+        }
+        let free: Vec<(usize, u64)> = (0..self.width)
+            .map(|k| (k, self.free_of(node, k)))
+            .collect();
+        self.change(node, &free, true);
+        self.journal.push(Change::Added(node, free.clone()));
+        Some(free)
+    }
+
+    /// `usage` (dense, as [`Topology::fill`] returns it) by resource name.
+    pub fn resources_of(&self, usage: &[(usize, u64)]) -> Resources {
+        usage
+            .iter()
+            .filter_map(|&(k, milli)| {
+                Some((
+                    self.resources.get(k)?.clone(),
+                    muster_api::Amount::from_milli(milli),
+                ))
+            })
+            .collect()
+    }
+
     /// Records that a pod using `usage` left `node`.
     pub fn remove_usage(&mut self, node: NodeId, usage: &Resources) {
         let usage = self.known(usage);

@@ -135,6 +135,33 @@ proptest! {
     }
 
     #[test]
+    fn filling_a_node_takes_what_is_free_where_a_pod_fits_and_rolls_back(
+        f in fleet(), g in gang(), want in 1u64..=8,
+    ) {
+        let mut topo = build(&f);
+        let _ = place(&mut topo, &g, &BestFit);
+        let mut by_name = build(&f);
+        let _ = place(&mut by_name, &g, &BestFit);
+        let before = snapshot(&topo);
+        let mark = topo.mark();
+        let request = gpus(want);
+        for node in 0..topo.nodes().len() {
+            let free = by_name.free(node);
+            let room = request.iter().all(|(r, a)| free.get(r) >= a);
+            let taken = topo.fill(node, &[&request]);
+            prop_assert_eq!(taken.is_some(), room, "node {}", node);
+            if let Some(taken) = taken {
+                prop_assert_eq!(topo.resources_of(&taken), free.clone());
+                by_name.add_usage(node, &free);
+            }
+        }
+        // The same as reading each node's free resources and adding them back as usage.
+        prop_assert_eq!(snapshot(&topo), snapshot(&by_name));
+        topo.rollback(mark);
+        prop_assert_eq!(snapshot(&topo), before);
+    }
+
+    #[test]
     fn domain_free_is_the_sum_of_node_free(f in fleet(), g in gang()) {
         let mut topo = build(&f);
         let _ = place(&mut topo, &g, &BestFit);

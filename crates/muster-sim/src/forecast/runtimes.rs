@@ -22,6 +22,12 @@ pub const KEPT_PER_KEY: usize = 1_000;
 /// its pods can start and stop.
 pub const SHORTEST_RUN: i64 = 1;
 
+/// A job with an announced runtime draws its ratio from the runs of its history whose
+/// announcements were nearest its own: this many times the square root of how many there are
+/// ([`MIN_HISTORY`] at least; 63 of 1,000). Fewer follow how the ratio changes with the
+/// announcement more closely, more give the ratio's spread more runs to go on.
+pub const NEIGHBOURS: f64 = 2.0;
+
 /// One finished run, as the model learns from it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FinishedRun {
@@ -61,9 +67,11 @@ pub enum Basis {
 /// The bounded history of one key.
 #[derive(Clone, Debug, Default)]
 struct History {
-    /// Ratios ran ÷ announced of runs that announced a runtime, oldest first, and sorted.
-    ratios: VecDeque<f64>,
+    /// (announced, ran ÷ announced) of runs that announced a runtime, oldest first; their
+    /// ratios sorted; and the pairs sorted by announcement, for [`History::near`].
+    ratios: VecDeque<(i64, f64)>,
     sorted_ratios: Vec<f64>,
+    by_announced: Vec<(i64, f64)>,
     /// Runtimes of every run, oldest first, and sorted.
     durations: VecDeque<i64>,
     sorted_durations: Vec<i64>,
@@ -96,6 +104,45 @@ impl History {
         (n >= MIN_HISTORY).then(|| (below + 0.5) / (n as f64 + 1.0))
     }
 
+    /// The ratios, sorted, of the runs whose announcements lie nearest `announced` (by
+    /// factor, not by difference): [`NEIGHBOURS`] times the square root of the history's
+    /// runs, at least [`MIN_HISTORY`]. How wrong an announcement is depends on how large it
+    /// is — the longest announcements are, more often than the rest, generous ones — so a
+    /// ratio drawn from the whole family would make long announced jobs run too long and
+    /// short ones too short, and the sum of a queue's runtimes too long.
+    fn near(&self, announced: i64) -> Vec<f64> {
+        let runs = &self.by_announced;
+        #[expect(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a count far below 2^53"
+        )]
+        let want = ((NEIGHBOURS * (runs.len() as f64).sqrt()).round() as usize)
+            .max(MIN_HISTORY)
+            .min(runs.len());
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "runtimes in seconds are far below 2^53"
+        )]
+        let distance = |a: i64| ((a.max(1) as f64) / (announced.max(1) as f64)).ln().abs();
+        let mid = runs.partition_point(|(a, _)| *a < announced);
+        let (mut lo, mut hi) = (mid, mid);
+        while hi - lo < want {
+            let left = lo.checked_sub(1).map(|i| distance(runs[i].0));
+            let right = runs.get(hi).map(|(a, _)| distance(*a));
+            match (left, right) {
+                (Some(l), Some(r)) if l <= r => lo -= 1,
+                (Some(_), None) => lo -= 1,
+                (_, Some(_)) => hi += 1,
+                (None, None) => break,
+            }
+        }
+        let mut near: Vec<f64> = runs[lo..hi].iter().map(|(_, r)| *r).collect();
+        near.sort_by(f64::total_cmp);
+        near
+    }
+
     fn add(&mut self, run: &FinishedRun) {
         if let Some(announced) = run.announced.filter(|a| *a > 0) {
             #[expect(
@@ -103,13 +150,15 @@ impl History {
                 reason = "runtimes in seconds are far below 2^53"
             )]
             let ratio = run.ran as f64 / announced as f64;
-            keep_last(
-                KEPT_PER_KEY,
-                &mut self.ratios,
-                &mut self.sorted_ratios,
-                ratio,
-                f64::total_cmp,
-            );
+            if self.ratios.len() == KEPT_PER_KEY
+                && let Some(oldest) = self.ratios.pop_front()
+            {
+                remove_sorted(&mut self.sorted_ratios, &oldest.1, f64::total_cmp);
+                remove_sorted(&mut self.by_announced, &oldest, by_announcement);
+            }
+            self.ratios.push_back((announced, ratio));
+            insert_sorted(&mut self.sorted_ratios, ratio, f64::total_cmp);
+            insert_sorted(&mut self.by_announced, (announced, ratio), by_announcement);
         }
         keep_last(
             KEPT_PER_KEY,
@@ -119,6 +168,24 @@ impl History {
             i64::cmp,
         );
     }
+}
+
+/// The order of [`History::by_announced`]: by announcement, then ratio.
+fn by_announcement(x: &(i64, f64), y: &(i64, f64)) -> std::cmp::Ordering {
+    x.0.cmp(&y.0).then(x.1.total_cmp(&y.1))
+}
+
+/// Takes one `value` out of `sorted`, if it is there.
+fn remove_sorted<T>(sorted: &mut Vec<T>, value: &T, cmp: impl Fn(&T, &T) -> std::cmp::Ordering) {
+    if let Ok(at) = sorted.binary_search_by(|v| cmp(v, value)) {
+        sorted.remove(at);
+    }
+}
+
+/// Puts `value` into `sorted` where it belongs.
+fn insert_sorted<T>(sorted: &mut Vec<T>, value: T, cmp: impl Fn(&T, &T) -> std::cmp::Ordering) {
+    let at = sorted.partition_point(|v| cmp(v, &value).is_lt());
+    sorted.insert(at, value);
 }
 
 /// Appends `value` to `order` (oldest first) and `sorted`, dropping the oldest once `kept`
@@ -317,8 +384,12 @@ impl RuntimeModel {
                     reason = "runtimes in seconds are far below 2^53"
                 )]
                 let (a, e) = (announced as f64, elapsed as f64);
-                let sorted = &self.histories[&key].sorted_ratios;
-                pick_above(sorted, |r| a * r <= e, quantile).map(|r| round(a * r))
+                let history = &self.histories[&key];
+                // Nearest announcements first; a job that has run longer than any of those
+                // would falls back on the family's every run.
+                pick_above(&history.near(announced), |r| a * r <= e, quantile)
+                    .or_else(|| pick_above(&history.sorted_ratios, |r| a * r <= e, quantile))
+                    .map(|r| round(a * r))
             }
             Basis::Duration { key, .. } => {
                 let sorted = &self.histories[&key].sorted_durations;

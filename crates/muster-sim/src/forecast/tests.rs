@@ -332,6 +332,67 @@ fn the_history_of_a_key_stays_bounded_and_recent() {
 }
 
 #[test]
+fn a_ratio_is_drawn_from_runs_that_announced_about_as_much() {
+    // Short announcements were honest, long ones five times too generous: drawn from the
+    // family as a whole, a job announcing ten hours would run anything from two to ten.
+    let mut model = RuntimeModel::new();
+    let k = vec!["k".to_owned()];
+    for i in 0..200 {
+        let (announced, ran) = if i % 2 == 0 {
+            (3_600 + i, 3_600 + i)
+        } else {
+            (36_000 + i, 7_200 + i / 5)
+        };
+        model.learn(&FinishedRun {
+            keys: k.clone(),
+            announced: Some(announced),
+            ran,
+        });
+    }
+    let mut rng = Rng::new(5);
+    for _ in 0..300 {
+        let long = model
+            .draw(&k, Some(36_100), 0, &mut rng)
+            .unwrap_or_default();
+        assert!((7_100..=7_400).contains(&long), "{long}");
+        let short = model.draw(&k, Some(3_700), 0, &mut rng).unwrap_or_default();
+        assert!((3_500..=3_900).contains(&short), "{short}");
+    }
+    // A job that has run past every near run falls back on the family's every ratio.
+    let overdue = model
+        .draw(&k, Some(3_700), 5_000, &mut rng)
+        .unwrap_or_default();
+    assert!(overdue > 5_000);
+}
+
+#[test]
+fn the_ratios_of_a_key_stay_bounded_and_recent() {
+    let mut model = RuntimeModel::new();
+    let k = vec!["k".to_owned()];
+    let kept = i64::try_from(runtimes::KEPT_PER_KEY).unwrap_or(i64::MAX);
+    for i in 0..kept + 500 {
+        // The first 500 runs ran ten times what they announced; the rest what they did.
+        let ran = if i < 500 { 10_000 } else { 1_000 };
+        model.learn(&FinishedRun {
+            keys: k.clone(),
+            announced: Some(1_000),
+            ran,
+        });
+    }
+    assert_eq!(
+        model.basis(&k, Some(1_000)),
+        Basis::Ratio {
+            key: "k".into(),
+            runs: runtimes::KEPT_PER_KEY
+        }
+    );
+    let mut rng = Rng::new(1);
+    for _ in 0..500 {
+        assert_eq!(model.draw(&k, Some(1_000), 0, &mut rng), Some(1_000));
+    }
+}
+
+#[test]
 fn the_announced_baseline_trusts_announcements_and_ends_overdue_jobs_now() {
     let model = RuntimeModel::announced_only(Some(300));
     let mut rng = Rng::new(1);

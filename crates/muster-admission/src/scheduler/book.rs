@@ -87,7 +87,15 @@ impl Scheduler {
             return;
         }
         if let Ok(cq) = self.cluster_queue_of(&job) {
-            self.lists.insert(&cq, waiting::Queued { job, shape });
+            let runtime = job.expected_runtime;
+            self.lists.insert(
+                &cq,
+                waiting::Queued {
+                    job,
+                    shape,
+                    runtime,
+                },
+            );
         }
     }
 

@@ -188,7 +188,7 @@ impl CycleState {
     fn ruled_out(&self, queued: &waiting::Queued) -> bool {
         self.ruled_out_from
             .get(&queued.shape)
-            .is_some_and(|from| queued.job.expected_runtime.is_none_or(|r| r >= *from))
+            .is_some_and(|from| queued.runtime.is_none_or(|r| r >= *from))
     }
 }
 

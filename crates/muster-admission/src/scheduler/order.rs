@@ -277,7 +277,7 @@ fn first_to_serve(
             run.shortest_from = vec![i64::MAX; run.at.len()];
             let mut shortest = i64::MAX;
             for (k, i) in run.at.iter().enumerate().rev() {
-                let runtime = q.list[*i].job.expected_runtime.unwrap_or(i64::MAX);
+                let runtime = q.list[*i].runtime.unwrap_or(i64::MAX);
                 shortest = shortest.min(runtime);
                 run.shortest_from[k] = shortest;
             }

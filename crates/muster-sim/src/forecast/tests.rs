@@ -677,3 +677,24 @@ fn a_what_if_naming_what_is_not_there_is_an_error() {
         );
     }
 }
+
+#[test]
+fn a_range_from_32_runs_ends_at_the_3rd_and_30th_so_one_more_run_falls_inside_82_percent() {
+    let starts: Vec<Option<i64>> = (1..=32).map(Some).collect();
+    assert_eq!(super::range_end(&starts, 10, false), Some(3));
+    assert_eq!(super::range_end(&starts, 90, true), Some(30));
+    // One more run falls below the k-th of n with chance k / (n + 1): 3 / 33 below, 3 / 33
+    // above, whatever the runs' distribution. Counted over every place it can take:
+    let (mut below, mut above) = (0, 0);
+    for place in 0..=32 {
+        let drawn = i64::from(place) * 2 + 1; // the runs at 2, 4, …, 64; one more between
+        let scaled: Vec<Option<i64>> = (1..=32).map(|t| Some(t * 2)).collect();
+        below += usize::from(drawn < super::range_end(&scaled, 10, false).unwrap_or(0));
+        above += usize::from(drawn > super::range_end(&scaled, 90, true).unwrap_or(0));
+    }
+    assert_eq!((below, above), (3, 3));
+    // Few runs: the first and the last; runs past the horizon sort last and stay `None`.
+    assert_eq!(super::range_end(&[Some(5), Some(9)], 10, false), Some(5));
+    assert_eq!(super::range_end(&[Some(5), None], 90, true), None);
+    assert_eq!(super::range_end(&[], 10, false), None);
+}

@@ -311,23 +311,27 @@ fn the_history_of_a_key_stays_bounded_and_recent() {
     let k = vec!["k".to_owned()];
     let kept = i64::try_from(runtimes::KEPT_PER_KEY).unwrap_or(i64::MAX);
     for i in 0..kept + 500 {
+        // The oldest 500 runs ran 1..=500 s of the 1,000 s they announced; the rest 2,000 s.
+        let ran = if i < 500 { i + 1 } else { 2_000 };
         model.learn(&FinishedRun {
             keys: k.clone(),
-            announced: None,
-            ran: i + 1,
+            announced: Some(1_000),
+            ran,
         });
     }
+    let runs = runtimes::KEPT_PER_KEY;
+    let key = || "k".to_owned();
+    assert_eq!(model.basis(&k, None), Basis::Duration { key: key(), runs });
     assert_eq!(
-        model.basis(&k, None),
-        Basis::Duration {
-            key: "k".into(),
-            runs: runtimes::KEPT_PER_KEY
-        }
+        model.basis(&k, Some(1_000)),
+        Basis::Ratio { key: key(), runs }
     );
-    // The oldest 500 runs (1..=500 s) are gone: nothing shorter than 501 s is drawn.
+    // The oldest 500 runs are gone from both the durations and the ratios (and the ratios'
+    // order by announcement): every draw is of the 2,000 s runs.
     let mut rng = Rng::new(1);
     for _ in 0..500 {
-        assert!(model.draw(&k, None, 0, &mut rng).is_some_and(|d| d > 500));
+        assert_eq!(model.draw(&k, None, 0, &mut rng), Some(2_000));
+        assert_eq!(model.draw(&k, Some(1_000), 0, &mut rng), Some(2_000));
     }
 }
 
@@ -363,33 +367,6 @@ fn a_ratio_is_drawn_from_runs_that_announced_about_as_much() {
         .draw(&k, Some(3_700), 5_000, &mut rng)
         .unwrap_or_default();
     assert!(overdue > 5_000);
-}
-
-#[test]
-fn the_ratios_of_a_key_stay_bounded_and_recent() {
-    let mut model = RuntimeModel::new();
-    let k = vec!["k".to_owned()];
-    let kept = i64::try_from(runtimes::KEPT_PER_KEY).unwrap_or(i64::MAX);
-    for i in 0..kept + 500 {
-        // The first 500 runs ran ten times what they announced; the rest what they did.
-        let ran = if i < 500 { 10_000 } else { 1_000 };
-        model.learn(&FinishedRun {
-            keys: k.clone(),
-            announced: Some(1_000),
-            ran,
-        });
-    }
-    assert_eq!(
-        model.basis(&k, Some(1_000)),
-        Basis::Ratio {
-            key: "k".into(),
-            runs: runtimes::KEPT_PER_KEY
-        }
-    );
-    let mut rng = Rng::new(1);
-    for _ in 0..500 {
-        assert_eq!(model.draw(&k, Some(1_000), 0, &mut rng), Some(1_000));
-    }
 }
 
 #[test]

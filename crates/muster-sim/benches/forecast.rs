@@ -167,12 +167,14 @@ fn snapshot(label: &str) -> Snapshot {
                 },
                 job: j,
                 keys: vec![String::new()],
+                batch: None,
                 provisioning: false,
             }),
             None => waiting.push(WaitingJob {
                 job: j,
                 keys: vec![String::new()],
                 queues_at: None,
+                batch: None,
             }),
         }
     }

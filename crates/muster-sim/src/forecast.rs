@@ -15,7 +15,9 @@
 //! the change's, not chance's.
 
 pub mod accuracy;
+pub mod batches;
 pub mod calibration;
+mod normal;
 mod run;
 pub mod runtimes;
 #[cfg(test)]
@@ -40,10 +42,23 @@ pub struct RunningJob {
     pub holding: Holding,
     /// Its runtime keys, most specific first (see [`FinishedRun::keys`]).
     pub keys: Vec<String>,
+    /// The batch it was submitted in ([`batches::batches`]), if known.
+    pub batch: Option<String>,
     /// Capacity was bought for it from the autoscaler: while its holding names no nodes it
     /// waits for that capacity, which comes when the autoscaler says, so a forward run never
     /// ends it; placed on the capacity that came, it runs like any other job.
     pub provisioning: bool,
+}
+
+impl RunningJob {
+    /// How long it has run at `now`, seconds (an unknown admission time counts as now);
+    /// `None` while it waits for capacity bought for it and holds no nodes: it has not
+    /// started.
+    pub fn ran_for(&self, now: i64) -> Option<i64> {
+        let waits_for_capacity =
+            self.provisioning && self.holding.pod_sets.iter().all(|p| p.nodes.is_empty());
+        (!waits_for_capacity).then(|| now - self.holding.since.unwrap_or(now).min(now))
+    }
 }
 
 /// A job that waits at the snapshot.
@@ -55,6 +70,8 @@ pub struct WaitingJob {
     pub keys: Vec<String>,
     /// It backs off until this time and queues only then.
     pub queues_at: Option<i64>,
+    /// The batch it was submitted in ([`batches::batches`]), if known.
+    pub batch: Option<String>,
 }
 
 /// A job submitted shortly before the snapshot: forward runs submit copies of these, at the
@@ -189,13 +206,16 @@ pub fn forecast(
     // Each sample is independent; chunks keep their order, so the answer is the same for any
     // number of threads.
     let chunk = samples.len().div_ceil(threads);
+    let batches = &batches::BatchDraws::new(model.batches(), snapshot, |keys, announced| {
+        model.batch_prior(keys, announced)
+    });
     let starts: Vec<run::Starts> = std::thread::scope(|scope| {
         let handles: Vec<_> = samples
             .chunks(chunk)
             .map(|part| {
                 scope.spawn(move || {
                     part.iter()
-                        .map(|&i| run::forward(snapshot, model, options, i))
+                        .map(|&i| run::forward(snapshot, model, batches, options, i))
                         .collect::<Vec<_>>()
                 })
             })

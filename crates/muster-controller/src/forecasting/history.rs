@@ -8,8 +8,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use muster_api::GpuJob;
 use muster_api::gpujob::GpuJobPhase;
+use muster_api::{GpuJob, ObjectRef};
 use muster_sim::forecast::{FinishedRun, RuntimeModel};
 
 use crate::index::Index;
@@ -24,12 +24,41 @@ pub const FAMILY_LABEL: &str = "muster.dev/family";
 /// LocalQueue, then every job (see [`FinishedRun::keys`]).
 pub(crate) fn keys(index: &Index, job: &GpuJob) -> Vec<String> {
     let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
-    let family = family(index, job);
     vec![
-        format!("family {namespace}/{family}"),
+        family_key(index, job),
         format!("queue {namespace}/{}", job.spec.queue_name),
         String::new(),
     ]
+}
+
+/// Every job's batch: jobs of one family (in one namespace) each created within
+/// [`muster_sim::forecast::batches::BATCH_GAP`] seconds of the one before — a sweep, the
+/// shards of one experiment — which tend to run alike. Jobs without a creation time have
+/// none.
+pub(crate) fn batches(index: &Index) -> BTreeMap<&ObjectRef, String> {
+    let mut created: Vec<(i64, &ObjectRef, String)> = index
+        .jobs
+        .iter()
+        .filter_map(|(key, job)| {
+            let at = job.metadata.creation_timestamp.as_ref()?.0.as_second();
+            Some((at, key, family_key(index, job)))
+        })
+        .collect();
+    created.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let named = muster_sim::forecast::batches::batches(
+        created.iter().map(|(at, _, family)| (family.as_str(), *at)),
+    );
+    created
+        .into_iter()
+        .zip(named)
+        .map(|((_, key, _), batch)| (key, batch))
+        .collect()
+}
+
+/// The first of [`keys`]: `job`'s family in its namespace.
+fn family_key(index: &Index, job: &GpuJob) -> String {
+    let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
+    format!("family {namespace}/{}", family(index, job))
 }
 
 /// The family of `job`: [`FAMILY_LABEL`] on it or on its workload, else its name's prefix.
@@ -107,12 +136,13 @@ impl RunHistory {
     /// Learns every run the index's finished GpuJobs show that is not learned yet, in the
     /// order they ended (the model reads consecutive runs of a family for how alike they
     /// run).
-    pub(crate) fn observe(&mut self, index: &Index) {
+    /// `batches`: every job's batch ([`batches`]).
+    pub(crate) fn observe(&mut self, index: &Index, batches: &BTreeMap<&ObjectRef, String>) {
         let mut present = BTreeSet::new();
         // Keys are made only for runs not learned yet: the index keeps finished jobs until
         // they are deleted, and this runs before every forecast.
         let mut new: Vec<(i64, String, FinishedRun)> = Vec::new();
-        for job in index.jobs.values() {
+        for (key, job) in &index.jobs {
             let Some((uid, start, end)) = finished(job) else {
                 continue;
             };
@@ -121,6 +151,7 @@ impl RunHistory {
                     keys: keys(index, job),
                     announced: job.spec.expected_runtime_seconds,
                     ran: end - start,
+                    batch: batches.get(key).cloned(),
                 };
                 new.push((end, uid.to_owned(), run));
             }
@@ -148,7 +179,44 @@ impl RunHistory {
 
 #[cfg(test)]
 mod tests {
-    use super::name_prefix;
+    use muster_api::{GpuJob, ObjectRef};
+
+    use super::{batches, name_prefix};
+    use crate::index::Index;
+
+    fn created(name: &str, at: i64) -> GpuJob {
+        let time = k8s_openapi::jiff::Timestamp::from_second(1_800_000_000 + at)
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
+            "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}"),
+                         "creationTimestamp": time.to_string()},
+            "spec": {"queueName": "research", "podSets": []}
+        }))
+        .unwrap_or_else(|e| unreachable!("{e}"))
+    }
+
+    #[test]
+    fn a_batch_is_a_familys_jobs_each_created_close_to_the_one_before() {
+        let mut index = Index::new();
+        for (name, at) in [
+            ("sweep-1", 0),
+            ("sweep-2", 5),
+            ("eval-1", 6),
+            ("sweep-3", 20),
+        ] {
+            index.apply(created(name, at));
+        }
+        let named = batches(&index);
+        let of = |name: &str| named.get(&ObjectRef::new("team-a", name)).cloned();
+        assert_eq!(of("sweep-1"), of("sweep-2"));
+        assert_ne!(of("sweep-2"), of("sweep-3"));
+        assert_ne!(of("eval-1"), of("sweep-1"));
+        assert_eq!(
+            of("sweep-1").as_deref(),
+            Some("family team-a/sweep@1800000000")
+        );
+    }
 
     #[test]
     fn a_family_is_a_name_without_its_numbered_tail() {

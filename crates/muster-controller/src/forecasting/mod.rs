@@ -138,11 +138,12 @@ impl Forecasting {
     /// made from.
     pub(crate) fn gather(&mut self, index: &Index, seats: &Seats, now: i64) -> Input {
         let window = live_options().arrivals_window;
-        self.history.observe(index);
+        let batches = history::batches(index);
+        self.history.observe(index, &batches);
         self.scoring.settle(index);
         let (calibration, late) = self.scoring.calibration(now);
         Input {
-            snapshot: snapshot::of(index, seats, now, window),
+            snapshot: snapshot::of(index, seats, now, window, &batches),
             model: self.history.model().clone(),
             history: self.history.runs(),
             calibration,
@@ -153,7 +154,7 @@ impl Forecasting {
     /// Keeps `latest` as the forecast passes and the visibility API read, and notes its
     /// ranges for scoring (jobs named as in `index`).
     pub(crate) fn keep(&mut self, index: &Index, latest: Latest) {
-        self.scoring.note(&latest.raw, |job| {
+        self.scoring.note(&latest.raw, &latest.forecast, |job| {
             index.jobs.get(job).and_then(|j| j.metadata.uid.clone())
         });
         self.latest = Some(Arc::new(latest));

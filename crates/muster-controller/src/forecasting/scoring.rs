@@ -1,7 +1,7 @@
 //! How the ranges given fared: the ranges of waiting jobs, noted at most once per
 //! [`NOTE_EVERY`] seconds per job, scored when their jobs start (when their pods were
 //! released, as the status says) into a [`Calibration`] that widens later ranges by how far
-//! past ones missed. Jobs still waiting past their range count as late already (see
+//! past ones missed, and by how often the ranges given (margins applied) still missed. Jobs still waiting past their range count as late already (see
 //! [`Calibration::late`]).
 
 use std::collections::BTreeMap;
@@ -18,9 +18,9 @@ pub(crate) const NOTE_EVERY: i64 = 600;
 /// Ranges scored per job at most (the latest kept): a job that waits for days is one job.
 const NOTED_PER_JOB: usize = 24;
 
-/// One noted range: when it was made, and its 10th, 50th and 90th percentile start as the
-/// forward runs gave them (before any margin).
-type Noted = (i64, [Option<i64>; 3]);
+/// One noted range: when it was made, its 10th, 50th and 90th percentile start as the
+/// forward runs gave them (before any margin), and as it was given (margins applied).
+type Noted = (i64, [Option<i64>; 3], [Option<i64>; 3]);
 
 /// The ranges given and how they fared.
 #[derive(Clone, Debug, Default)]
@@ -31,11 +31,17 @@ pub(crate) struct Scoring {
 }
 
 impl Scoring {
-    /// Notes `forecast`'s ranges (the forward runs' own, before any margin) of jobs whose
-    /// last noted range is [`NOTE_EVERY`] old; `uid` names each job's uid in the index.
-    pub(crate) fn note(&mut self, forecast: &Forecast, uid: impl Fn(&str) -> Option<String>) {
-        let made_at = forecast.now;
-        for eta in &forecast.etas {
+    /// Notes the ranges of jobs whose last noted range is [`NOTE_EVERY`] old: `raw`'s (the
+    /// forward runs' own, before any margin) and `given`'s (the same forecast, margins
+    /// applied); `uid` names each job's uid in the index.
+    pub(crate) fn note(
+        &mut self,
+        raw: &Forecast,
+        given: &Forecast,
+        uid: impl Fn(&str) -> Option<String>,
+    ) {
+        let made_at = raw.now;
+        for (eta, shown) in raw.etas.iter().zip(&given.etas) {
             let Some(uid) = uid(&eta.job) else {
                 continue;
             };
@@ -49,9 +55,13 @@ impl Scoring {
             let due = entry
                 .1
                 .last()
-                .is_none_or(|(at, _)| made_at - at >= NOTE_EVERY);
+                .is_none_or(|(at, _, _)| made_at - at >= NOTE_EVERY);
             if due {
-                entry.1.push((made_at, [eta.p10, eta.p50, eta.p90]));
+                entry.1.push((
+                    made_at,
+                    [eta.p10, eta.p50, eta.p90],
+                    [shown.p10, shown.p50, shown.p90],
+                ));
                 if entry.1.len() > NOTED_PER_JOB {
                     entry.1.remove(0);
                 }
@@ -76,13 +86,14 @@ impl Scoring {
                 .and_then(|s| s.start_time.as_ref())
                 .map(|t| t.0.as_second())
                 // A start before every range noted is an earlier attempt's: the job waits again.
-                .filter(|start| ranges.iter().any(|(made_at, _)| start >= made_at));
+                .filter(|start| ranges.iter().any(|(made_at, _, _)| start >= made_at));
             match started {
                 Some(start) => {
-                    for (made_at, range) in ranges.iter() {
+                    for (made_at, range, given) in ranges.iter() {
                         // A start before the range was made is an earlier attempt's.
                         if start >= *made_at {
                             calibration.record(*made_at, *range, start);
+                            calibration.judge(*given, start);
                         }
                     }
                     false
@@ -99,7 +110,7 @@ impl Scoring {
             .noted
             .values()
             .flat_map(|(_, ranges)| ranges)
-            .filter_map(|(made_at, range)| Calibration::late(*made_at, *range, now))
+            .filter_map(|(made_at, range, _)| Calibration::late(*made_at, *range, now))
             .collect();
         (self.calibration.clone(), late)
     }

@@ -5,7 +5,9 @@
 //! and the jobs submitted lately, which a forward run keeps submitting at their rate.
 
 use muster_admission::Job;
-use muster_api::GpuJob;
+use std::collections::BTreeMap;
+
+use muster_api::{GpuJob, ObjectRef};
 use muster_sim::forecast::{RecentJob, RunningJob, Snapshot, WaitingJob};
 
 use crate::index::Index;
@@ -15,8 +17,15 @@ use crate::seats::Seats;
 use super::history;
 
 /// The cluster as `index` and `seats` show it at `now` (seconds); jobs created within
-/// `window` seconds before `now` are its recent submissions.
-pub(crate) fn of(index: &Index, seats: &Seats, now: i64, window: i64) -> Snapshot {
+/// `window` seconds before `now` are its recent submissions; `batches`: every job's batch
+/// ([`history::batches`]).
+pub(crate) fn of(
+    index: &Index,
+    seats: &Seats,
+    now: i64,
+    window: i64,
+    batches: &BTreeMap<&ObjectRef, String>,
+) -> Snapshot {
     let mut snapshot = Snapshot {
         now,
         flavors: index
@@ -42,17 +51,20 @@ pub(crate) fn of(index: &Index, seats: &Seats, now: i64, window: i64) -> Snapsho
             continue;
         };
         let keys = history::keys(index, gpujob);
+        let batch = batches.get(key).cloned();
         match seat.wanted() {
             Some((job, Some((holding, provisioning)))) => snapshot.running.push(RunningJob {
                 job: job.clone(),
                 holding: holding.clone(),
                 keys,
+                batch,
                 provisioning,
             }),
             Some((job, None)) => snapshot.waiting.push(WaitingJob {
                 job: job.clone(),
                 keys,
                 queues_at: None,
+                batch,
             }),
             None => {
                 if let InCycle::BackingOff { .. } = seat.in_cycle {
@@ -66,6 +78,7 @@ pub(crate) fn of(index: &Index, seats: &Seats, now: i64, window: i64) -> Snapsho
                         job: seat.job.clone().unwrap_or_else(|| read(gpujob)),
                         keys,
                         queues_at,
+                        batch,
                     });
                 }
             }

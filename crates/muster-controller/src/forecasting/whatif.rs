@@ -147,6 +147,7 @@ fn submitted(json: &str, index: &Index, now: i64) -> Result<WaitingJob, String> 
         job,
         keys,
         queues_at: None,
+        batch: None,
     })
 }
 

@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use muster_admission::{Holding, JobState, Scheduler};
 use muster_api::ObjectRef;
 
+use super::batches::batches;
 use super::calibration::Calibration;
 use super::runtimes::{FinishedRun, RuntimeModel};
 use super::{Options, RecentJob, RunningJob, Snapshot, WaitingJob, forecast};
@@ -197,6 +198,25 @@ struct Past<'a> {
     /// LocalQueue (`namespace/name`) → ClusterQueue.
     queue_of: BTreeMap<String, String>,
     first: i64,
+    /// Every trace job's batch ([`batches`]).
+    batch: Vec<String>,
+}
+
+/// Every trace job's batch: submissions of one family (its first runtime key) close together.
+fn trace_batches(jobs: &[TraceJob]) -> Vec<String> {
+    let families: Vec<String> = jobs.iter().map(|j| trace_keys(j).swap_remove(0)).collect();
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by_key(|&i| (jobs[i].submit, i));
+    let named = batches(
+        order
+            .iter()
+            .map(|&i| (families[i].as_str(), jobs[i].submit)),
+    );
+    let mut batch = vec![String::new(); jobs.len()];
+    for (&i, name) in order.iter().zip(named) {
+        batch[i] = name;
+    }
+    batch
 }
 
 impl<'a> Past<'a> {
@@ -221,6 +241,7 @@ impl<'a> Past<'a> {
             admissions,
             queue_of: loaded.local_queues.iter().cloned().collect(),
             first: loaded.jobs.first().map_or(0, |j| j.submit),
+            batch: trace_batches(&loaded.jobs),
         }
     }
 
@@ -234,6 +255,7 @@ impl<'a> Past<'a> {
                 keys: trace_keys(job),
                 announced: job.expected_runtime,
                 ran: job.duration,
+                batch: Some(self.batch[i].clone()),
             });
             let at = self.durations.partition_point(|d| *d < job.duration);
             self.durations.insert(at, job.duration);
@@ -282,6 +304,7 @@ impl Scored {
             self.unstarted.pop();
             let pair = &self.pairs[k];
             self.calibration.record(pair.moment, pair.raw, start);
+            self.calibration.judge(pair.range, start);
         }
     }
 
@@ -374,7 +397,13 @@ pub fn evaluate(
     for (done, t) in moments.iter().enumerate() {
         past.advance(t.moment);
         scored.catch_up(t.moment);
-        let snapshot = snapshot_at(loaded, &namespace, t, options.forecast.arrivals_window);
+        let snapshot = snapshot_at(
+            loaded,
+            &namespace,
+            t,
+            options.forecast.arrivals_window,
+            &past.batch,
+        );
         let raw = forecast(&snapshot, &past.model, &options.forecast)?;
         let ranges = scored.calibrated(&raw);
         let announced = forecast(
@@ -431,7 +460,13 @@ pub fn evaluate(
 }
 
 /// The replay's state `t` as a forecast's snapshot.
-fn snapshot_at(loaded: &Loaded, namespace: &str, t: &Taken, window: i64) -> Snapshot {
+fn snapshot_at(
+    loaded: &Loaded,
+    namespace: &str,
+    t: &Taken,
+    window: i64,
+    batch: &[String],
+) -> Snapshot {
     let from = loaded
         .jobs
         .partition_point(|j| j.submit < t.moment - window);
@@ -451,6 +486,7 @@ fn snapshot_at(loaded: &Loaded, namespace: &str, t: &Taken, window: i64) -> Snap
                 job: admission_job(&loaded.jobs[*i], namespace),
                 holding: holding.clone(),
                 keys: trace_keys(&loaded.jobs[*i]),
+                batch: Some(batch[*i].clone()),
                 provisioning: false,
             })
             .collect(),
@@ -461,6 +497,7 @@ fn snapshot_at(loaded: &Loaded, namespace: &str, t: &Taken, window: i64) -> Snap
                 job: admission_job(&loaded.jobs[*i], namespace),
                 keys: trace_keys(&loaded.jobs[*i]),
                 queues_at: None,
+                batch: Some(batch[*i].clone()),
             })
             .collect(),
         recent: loaded.jobs[from..to]

@@ -33,6 +33,8 @@ pub const SCALE_FLOOR: i64 = 600;
 pub struct Calibration {
     early: Scores,
     late: Scores,
+    /// How far each side's level has moved from [`side_level`] ([`STEP`]): early, late.
+    shift: [f64; 2],
 }
 
 /// One side's scores, oldest first, and sorted.
@@ -92,6 +94,18 @@ fn side_level() -> f64 {
     1.0 - (1.0 - LEVEL) / 2.0
 }
 
+/// How far one range given moves its side's level (adaptive conformal inference, Gibbs and
+/// Candès, 2021): up by `STEP × 0.9` when its job started beyond that end, down by
+/// `STEP × 0.1` when not, so that the level settles where a tenth of the ranges given miss
+/// at each end. Margins from past scores hold 80 % only while the future is like the past;
+/// on a cluster whose load comes in episodes, ranges given in a busy week miss more than
+/// the weeks before them said, and the level rises until they no longer do.
+pub const STEP: f64 = 0.002;
+
+/// The most a side's level rises to: the largest score. It never falls below where it
+/// started: a range is not narrowed because the ranges given lately held.
+const TOP_LEVEL: f64 = 1.0;
+
 impl Calibration {
     /// Nothing known yet.
     pub fn new() -> Calibration {
@@ -122,6 +136,23 @@ impl Calibration {
             .push(p90.map_or(f64::NEG_INFINITY, |p90| ratio(started - p90, scale)));
     }
 
+    /// A range `[p10, p50, p90]` as it was given (margins applied) for a job that started at
+    /// `started`: each side's level moves by [`STEP`] towards where a tenth of the ranges
+    /// given miss at that end. A range without a 10th percentile is not judged.
+    pub fn judge(&mut self, given: [Option<i64>; 3], started: i64) {
+        let [Some(p10), _, p90] = given else {
+            return;
+        };
+        let target = 1.0 - side_level();
+        for (side, missed) in [started < p10, p90.is_some_and(|p| started > p)]
+            .into_iter()
+            .enumerate()
+        {
+            let moved = self.shift[side] + STEP * (f64::from(u8::from(missed)) - target);
+            self.shift[side] = moved.clamp(0.0, TOP_LEVEL - side_level());
+        }
+    }
+
     /// The late score of a range made at `made_at` whose job still waits at `now`, past the
     /// range's 90th percentile: at least this, whenever it starts. `None` while the job is
     /// not yet late.
@@ -140,10 +171,10 @@ impl Calibration {
     pub fn margins(&self, late: &[f64]) -> Option<(f64, f64)> {
         // Only ever wider: a range narrowed because the past was kinder than the runs (jobs
         // stopped arriving, say) would miss as soon as it no longer is.
-        let level = side_level();
+        let level = |side: usize| side_level() + self.shift[side];
         Some((
-            self.early.quantile(&[], level)?.max(0.0),
-            self.late.quantile(late, level)?.max(0.0),
+            self.early.quantile(&[], level(0))?.max(0.0),
+            self.late.quantile(late, level(1))?.max(0.0),
         ))
     }
 

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 use muster_admission::{Cluster, Decision, Job, Scheduler};
 use muster_topology::Rng;
 
+use super::batches::{self, BatchDraws};
 use super::{Options, RuntimeModel, Snapshot};
 
 /// The most cycles one instant runs: an eviction frees capacity at once, so the cycle runs
@@ -103,6 +104,8 @@ fn gap_seconds(gap: f64) -> i64 {
 struct Run<'a> {
     snapshot: &'a Snapshot,
     model: &'a RuntimeModel,
+    /// What the snapshot's batches showed.
+    batches: &'a BatchDraws,
     seed: u64,
     sample: u32,
     /// The chance a job runs at its family's quantile rather than its own.
@@ -121,7 +124,7 @@ struct Run<'a> {
     left: usize,
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
     fn number(&self, id: &str) -> Option<usize> {
         self.index
             .get(id)
@@ -129,19 +132,33 @@ impl Run<'_> {
             .copied()
     }
 
-    /// Job `i`: its id, runtime keys and announced runtime.
-    fn job(&self, i: usize) -> (&str, &[String], Option<i64>) {
+    /// Job `i`'s id.
+    fn id(&self, i: usize) -> &str {
         let (r, w) = (self.snapshot.running.len(), self.snapshot.waiting.len());
         if i < r {
-            let job = &self.snapshot.running[i];
-            (&job.job.id, &job.keys, job.job.expected_runtime)
+            &self.snapshot.running[i].job.id
         } else if i < r + w {
-            let job = &self.snapshot.waiting[i - r];
-            (&job.job.id, &job.keys, job.job.expected_runtime)
+            &self.snapshot.waiting[i - r].job.id
         } else {
-            let (job, pick) = &self.arrivals.arrived[i - r - w];
-            let keys = &self.snapshot.recent[*pick].keys;
-            (&job.id, keys, job.expected_runtime)
+            &self.arrivals.arrived[i - r - w].0.id
+        }
+    }
+
+    /// Job `i`'s runtime keys and announced runtime, as the snapshot holds them (an
+    /// arrival's are those of the recent job it copies),
+    /// and its batch (an arrival is of none).
+    fn runtime_of(&self, i: usize) -> (&'a [String], Option<i64>, Option<&'a str>) {
+        let snapshot = self.snapshot;
+        let (r, w) = (snapshot.running.len(), snapshot.waiting.len());
+        if i < r {
+            let job = &snapshot.running[i];
+            (&job.keys, job.job.expected_runtime, job.batch.as_deref())
+        } else if i < r + w {
+            let job = &snapshot.waiting[i - r];
+            (&job.keys, job.job.expected_runtime, job.batch.as_deref())
+        } else {
+            let recent = &snapshot.recent[self.arrivals.arrived[i - r - w].1];
+            (&recent.keys, recent.job.expected_runtime, None)
         }
     }
 
@@ -149,8 +166,8 @@ impl Run<'_> {
     /// nothing can tell never ends within the run.
     fn starts_running(&mut self, i: usize, since: i64, elapsed: i64) {
         self.running[i] = true;
-        let (id, keys, announced) = self.job(i);
-        let mut rng = Rng::new(seed_of(self.seed, self.sample, id));
+        let mut rng = Rng::new(seed_of(self.seed, self.sample, self.id(i)));
+        let (keys, announced, batch) = self.runtime_of(i);
         // With probability `correlation` the job runs at its family's quantile of this run
         // (jobs of one family submitted together tend to run alike), else at its own: each
         // job's runtime keeps its distribution, and a family's jobs move together.
@@ -160,10 +177,17 @@ impl Run<'_> {
             _ => own,
         };
         let beyond = rng.unit();
-        if let Some(total) = self
-            .model
-            .at_quantile(keys, announced, elapsed, quantile, beyond)
-        {
+        // A batch that showed how it runs answers before the family, with its own μ in this
+        // run for every job of it, so they move together.
+        let from_batch = batch.and_then(|b| {
+            let mu = batches::mu_draw(seed_of(self.seed, self.sample, "batches"), b);
+            let running = i < self.snapshot.running.len();
+            self.batches.draw(b, announced, elapsed, running, mu, own)
+        });
+        if let Some(total) = from_batch.or_else(|| {
+            self.model
+                .at_quantile(keys, announced, elapsed, quantile, beyond)
+        }) {
             self.ends.push(Reverse((since + total, i, self.attempt[i])));
         }
     }
@@ -193,13 +217,14 @@ impl Run<'_> {
         }
     }
 
-    /// Runs the cycle at `now` and applies its decisions, again while evictions happen.
-    fn decide(&mut self, s: &mut Scheduler, now: i64) {
+    /// Runs the cycle at `now` and applies its decisions, again while evictions happen. The
+    /// jobs it admits start at `stamp` (see [`stamp`]).
+    fn decide(&mut self, s: &mut Scheduler, now: i64, stamp: i64) {
         for _ in 0..CYCLES_PER_INSTANT {
             let mut evicted = false;
             for d in s.step(now) {
                 match d {
-                    Decision::Admit(a) => self.admitted(&a.job, now),
+                    Decision::Admit(a) => self.admitted(&a.job, stamp),
                     Decision::Preempt { victims, .. } => {
                         for v in victims {
                             self.evicted(s, &v);
@@ -265,8 +290,10 @@ fn scheduler(snapshot: &Snapshot, policy: &str) -> Scheduler {
 /// The forward runs' clock gets coarser the further ahead it looks: beyond
 /// [`EXACT_AHEAD`], events at most `1 / CLOCK_STEPS` of their distance apart are taken
 /// together. A range hours out is minutes wide, so taking a job's end (and the admissions it
-/// allows) that little later costs the range nothing it can show, and a run makes as many
-/// cycles fewer as events share a step.
+/// allows) that little apart costs the range nothing it can show, and a run makes as many
+/// cycles fewer as events share a step. What the step's cycle admits starts mid-step
+/// ([`stamp`]), not at its end: every job admitted at a step's end would start late by half a
+/// step on average, and a job that waits on a chain of others' ends, late by as many.
 const CLOCK_STEPS: i64 = 64;
 
 /// Seconds ahead within which the forward runs' clock keeps every second.
@@ -285,10 +312,20 @@ fn coarse(now: i64, t: i64) -> i64 {
     now + (t - now + step - 1) / step * step
 }
 
+/// When the jobs admitted at `at`, the instant the events from `first` on were taken at
+/// ([`coarse`]), start: halfway between. The events that freed their room came somewhere in
+/// that span; taken at its end every time, every start (and the end it leads to, and the
+/// starts that waited on that) would come late. Never before `first`, so never before the
+/// instant taken before.
+fn stamp(first: i64, at: i64) -> i64 {
+    first + (at - first) / 2
+}
+
 /// Forward run number `sample`.
 pub(super) fn forward(
     snapshot: &Snapshot,
     model: &RuntimeModel,
+    batches: &BatchDraws,
     options: &Options,
     sample: u32,
 ) -> Starts {
@@ -297,6 +334,7 @@ pub(super) fn forward(
     let total = snapshot.running.len() + snapshot.waiting.len();
     let mut run = Run {
         snapshot,
+        batches,
         model,
         seed: options.seed,
         sample,
@@ -329,11 +367,9 @@ pub(super) fn forward(
     for (i, r) in snapshot.running.iter().enumerate() {
         // A job still waiting for bought capacity holds no nodes: when it comes is the
         // autoscaler's to say. One placed on the capacity that came runs like any other.
-        if r.provisioning && r.holding.pod_sets.iter().all(|p| p.nodes.is_empty()) {
-            continue;
+        if let Some(ran) = r.ran_for(now) {
+            run.starts_running(i, now - ran, ran);
         }
-        let since = r.holding.since.unwrap_or(now).min(now);
-        run.starts_running(i, since, now - since);
     }
     // Waiting jobs queue now, or when their backoff ends.
     let mut queueing: Vec<(i64, usize)> = snapshot
@@ -345,7 +381,7 @@ pub(super) fn forward(
     queueing.sort_unstable();
     let mut next_queueing = 0;
     let horizon = now.saturating_add(options.horizon);
-    let mut at = now;
+    let (mut at, mut start) = (now, now);
     loop {
         while let Some(Reverse((t, i, a))) = run.ends.peek().copied()
             && t <= at
@@ -353,8 +389,7 @@ pub(super) fn forward(
             run.ends.pop();
             if a == run.attempt[i] && run.running[i] {
                 run.running[i] = false;
-                let (id, _, _) = run.job(i);
-                s.finish(id);
+                s.finish(run.id(i));
             }
         }
         while let Some(&(t, i)) = queueing.get(next_queueing)
@@ -366,12 +401,13 @@ pub(super) fn forward(
         while run.arrivals.next.is_some_and(|t| t <= at) {
             run.arrive(&mut s, at);
         }
-        run.decide(&mut s, at);
+        run.decide(&mut s, at, start);
         if run.left == 0 {
             break;
         }
         let next = [
-            run.ends.peek().map(|Reverse((t, _, _))| *t),
+            // A job started mid-step may end before the step's instant: at the next second.
+            run.ends.peek().map(|Reverse((t, _, _))| (*t).max(at + 1)),
             queueing.get(next_queueing).map(|(t, _)| *t),
             run.arrivals.next,
             s.reweigh_at(at),
@@ -381,7 +417,10 @@ pub(super) fn forward(
         .filter(|t| *t > at)
         .min();
         match next {
-            Some(t) if t <= horizon => at = coarse(now, t),
+            Some(t) if t <= horizon => {
+                at = coarse(now, t);
+                start = stamp(t, at);
+            }
             _ => break,
         }
     }

@@ -10,6 +10,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use muster_topology::Rng;
 
+use super::batches::Batches;
+
 /// Runs of a family (or of a coarser key) needed before its history is used: fewer say too
 /// little about the spread, and the next coarser key answers instead.
 pub const MIN_HISTORY: usize = 5;
@@ -38,6 +40,8 @@ pub struct FinishedRun {
     pub announced: Option<i64>,
     /// What it ran, seconds.
     pub ran: i64,
+    /// The batch it was submitted in ([`super::batches::batches`]), if known.
+    pub batch: Option<String>,
 }
 
 /// Which history a job's runtimes are drawn from.
@@ -254,6 +258,7 @@ impl Alike {
 #[derive(Clone, Debug, Default)]
 pub struct RuntimeModel {
     histories: BTreeMap<String, History>,
+    batches: Batches,
     alike: Alike,
     mode: Mode,
 }
@@ -312,6 +317,50 @@ impl RuntimeModel {
         for key in &run.keys {
             self.histories.entry(key.clone()).or_default().add(run);
         }
+        if let (Some(batch), Some(family)) = (&run.batch, run.keys.first()) {
+            self.batches.learn(batch, family, run.ran, run.announced);
+        }
+    }
+
+    /// What batches ran.
+    pub(super) fn batches(&self) -> &Batches {
+        &self.batches
+    }
+
+    /// The history that answers for a job with `keys` that announced `announced`, as points
+    /// on the batch model's scale: whether it is ratios to announced runtimes, and the log of
+    /// every ratio or runtime. `None` when no history answers.
+    pub(super) fn batch_prior(
+        &self,
+        keys: &[String],
+        announced: Option<i64>,
+    ) -> Option<(bool, Vec<f64>)> {
+        let (key, ratio) = match self.basis(keys, announced) {
+            Basis::Ratio { key, .. } => (key, true),
+            Basis::Duration { key, .. } => (key, false),
+            Basis::Announced | Basis::Unknown => return None,
+        };
+        let history = self.histories.get(&key)?;
+        let points = if ratio {
+            history
+                .sorted_ratios
+                .iter()
+                .filter(|r| **r > 0.0)
+                .map(|r| r.ln())
+                .collect()
+        } else {
+            #[expect(
+                clippy::cast_precision_loss,
+                reason = "runtimes in seconds are far below 2^53"
+            )]
+            history
+                .sorted_durations
+                .iter()
+                .filter(|d| **d > 0)
+                .map(|d| (*d as f64).ln())
+                .collect()
+        };
+        Some((ratio, points))
     }
 
     /// How alike the runtimes of one family's consecutive runs have been, from 0 (no more

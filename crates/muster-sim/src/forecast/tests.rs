@@ -93,6 +93,7 @@ fn running(snapshot: &mut Snapshot, job: muster_admission::Job, since: i64) {
             pod_sets: a.pod_sets,
         },
         keys: keys(),
+        batch: None,
         provisioning: false,
     });
 }
@@ -102,6 +103,7 @@ fn waiting(snapshot: &mut Snapshot, job: muster_admission::Job) {
         job,
         keys: keys(),
         queues_at: None,
+        batch: None,
     });
 }
 
@@ -119,6 +121,7 @@ fn spread_model() -> RuntimeModel {
             keys: keys(),
             announced: Some(1_000),
             ran: 500 + 1_500 * i / 19,
+            batch: None,
         })
         .collect();
     RuntimeModel::learned(&runs)
@@ -286,6 +289,7 @@ fn a_family_with_too_little_history_answers_from_a_coarser_key() {
         keys: lone.clone(),
         announced: Some(10),
         ran: 10,
+        batch: None,
     });
     // One run of team-b is too little: every job's history (the 21 runs of "") answers.
     assert_eq!(
@@ -317,6 +321,7 @@ fn the_history_of_a_key_stays_bounded_and_recent() {
             keys: k.clone(),
             announced: Some(1_000),
             ran,
+            batch: None,
         });
     }
     let runs = runtimes::KEPT_PER_KEY;
@@ -351,6 +356,7 @@ fn a_ratio_is_drawn_from_runs_that_announced_about_as_much() {
             keys: k.clone(),
             announced: Some(announced),
             ran,
+            batch: None,
         });
     }
     let mut rng = Rng::new(5);
@@ -434,6 +440,7 @@ fn how_alike_a_familys_runs_are_is_learned() {
                 keys: family(usize::from(stretch % 3)),
                 announced: None,
                 ran: length + i64::try_from(rng.below(10)).unwrap_or(0),
+                batch: None,
             });
         }
     }
@@ -444,6 +451,7 @@ fn how_alike_a_familys_runs_are_is_learned() {
             keys: family(i % 3),
             announced: None,
             ran: 100 + i64::try_from(rng.below(6_000)).unwrap_or(0),
+            batch: None,
         });
     }
     assert!(alike.correlation() > 0.6, "{}", alike.correlation());
@@ -511,6 +519,37 @@ fn jobs_still_waiting_past_their_range_count_as_late() {
     assert_eq!(c.margins(&[]), Some((0.0, 0.0)));
     let late = vec![1.0; 30];
     assert_eq!(c.margins(&late), Some((0.0, 1.0)));
+}
+
+#[test]
+fn ranges_given_that_keep_missing_raise_their_sides_level_until_ranges_hold_again() {
+    // A hundred past ranges whose jobs started from 0.00 to 0.99 of a forecast wait after
+    // their 90th percentile: the late margin is their 90th percentile, 0.9 or so.
+    let mut c = Calibration::new();
+    for k in 0..100 {
+        c.record(0, [Some(100), Some(1_000), Some(1_900)], 1_900 + 10 * k);
+    }
+    let late = |c: &Calibration| c.margins(&[]).map_or(f64::NAN, |m| m.1);
+    let base = late(&c);
+    assert!((0.85..=0.95).contains(&base), "{base}");
+    // Ranges given with that margin keep missing late (the future is busier than the
+    // past): the late side's level rises, and its margin with it, up to the largest score.
+    for _ in 0..100 {
+        c.judge([Some(100), Some(1_000), Some(3_700)], 4_000);
+    }
+    let raised = late(&c);
+    assert!(raised > base && raised <= 0.99, "{base} → {raised}");
+    assert_eq!(
+        c.margins(&[]).map(|m| m.0),
+        Some(0.0),
+        "the early side held"
+    );
+    // Then they hold, a long while: the level falls back to where it started, and no
+    // further (a range is not narrowed because the ranges given lately held).
+    for _ in 0..100_000 {
+        c.judge([Some(100), Some(1_000), Some(3_700)], 1_000);
+    }
+    assert_eq!(late(&c).to_bits(), base.to_bits());
 }
 
 fn what_if(s: &Snapshot, changes: &[whatif::Change]) -> Snapshot {
@@ -613,6 +652,7 @@ fn a_job_not_yet_submitted_gets_a_range_of_its_own() {
         job: job("planned", 2, Some(600)),
         keys: keys(),
         queues_at: None,
+        batch: None,
     };
     let changed = what_if(&s, &[whatif::Change::Submit(planned.clone())]);
     let f = run(&changed, &spread_model());
@@ -674,4 +714,116 @@ fn a_range_from_32_runs_ends_at_the_3rd_and_30th_so_one_more_run_falls_inside_82
     assert_eq!(super::range_end(&[Some(5), Some(9)], 10, false), Some(5));
     assert_eq!(super::range_end(&[Some(5), None], 90, true), None);
     assert_eq!(super::range_end(&[], 10, false), None);
+}
+
+/// A family whose jobs run anywhere from a minute to half a day, in batches of four whose
+/// jobs run within a few percent of each other (as the jobs of one sweep do): 60 batches,
+/// their means spread evenly in log from 60 s to 43,200 s.
+fn batched_model(batches_alike: bool) -> RuntimeModel {
+    let mut model = RuntimeModel::new();
+    let mut rng = Rng::new(7);
+    for b in 0..60_i32 {
+        for j in 0..4_i32 {
+            // Alike: the batch's mean within ±7.5 %. Not: every run on its own, anywhere in
+            // the family's span, so a batch is jobs submitted together by chance.
+            let at = if batches_alike {
+                f64::from(b) / 59.0
+            } else {
+                rng.unit()
+            };
+            let mean = 60.0 * 720.0_f64.powf(at);
+            let spread = if batches_alike {
+                1.0 + 0.05 * (f64::from(j) - 1.5)
+            } else {
+                1.0
+            };
+            #[expect(clippy::cast_possible_truncation, reason = "seconds, rounded")]
+            let ran = (mean * spread).round() as i64;
+            model.learn(&FinishedRun {
+                keys: keys(),
+                announced: None,
+                ran,
+                batch: Some(format!("past@{b}")),
+            });
+        }
+    }
+    model
+}
+
+#[test]
+fn a_batch_whose_first_job_ran_long_makes_the_job_running_beside_it_long() {
+    // "first" holds the fleet and has run 100 s; "second" waits for all of it. A job of
+    // their batch ran 30,000 s. The family alone says most of its jobs are done within an
+    // hour; the batch says "first" runs about 30,000 s.
+    let mut model = batched_model(true);
+    model.learn(&FinishedRun {
+        keys: keys(),
+        announced: None,
+        ran: 30_000,
+        batch: Some("now@1".to_owned()),
+    });
+    let snapshot = |batch: Option<&str>| {
+        let mut s = fleet();
+        running(&mut s, job("first", 4, None), NOW - 100);
+        waiting(&mut s, job("second", 4, None));
+        s.running[0].batch = batch.map(str::to_owned);
+        s.waiting[0].batch = batch.map(str::to_owned);
+        s
+    };
+    let with = run(&snapshot(Some("now@1")), &model).etas[0].clone();
+    let p = |t: Option<i64>| t.unwrap_or(i64::MAX) - NOW;
+    assert!(
+        p(with.p10) > 25_000 && p(with.p90) < 40_000,
+        "{with:?}: the batch's run says about 30,000 s"
+    );
+    let without = run(&snapshot(None), &model).etas[0].clone();
+    assert!(
+        p(without.p10) < 5_000,
+        "{without:?}: the family alone says most runs are short"
+    );
+}
+
+/// "a" holding the whole fleet, having run `ran` seconds; "b" waiting next, of a's
+/// `batch`; "c" (of no batch) waiting behind "b".
+fn queue_behind(ran: i64, batch: Option<&str>) -> Snapshot {
+    let mut s = fleet();
+    running(&mut s, job("a", 4, None), NOW - ran);
+    waiting(&mut s, job("b", 4, None));
+    waiting(&mut s, job("c", 4, None));
+    s.running[0].batch = batch.map(str::to_owned);
+    s.waiting[0].batch = batch.map(str::to_owned);
+    s
+}
+
+#[test]
+fn a_batch_still_running_long_makes_its_waiting_jobs_long_too() {
+    // "a" has run 20,000 s and holds the fleet; "b" of its batch waits next, and "c" (of no
+    // batch) behind "b". Nothing of the batch has finished: that "a" is still running is
+    // all it shows, and it says "b" will run long as well, so "c" starts late.
+    let model = batched_model(true);
+    let p = |t: Option<i64>| t.unwrap_or(i64::MAX) - NOW;
+    let with = run(&queue_behind(20_000, Some("now@2")), &model);
+    let without = run(&queue_behind(20_000, None), &model);
+    assert_eq!(with.etas[1].job, "default/c");
+    assert!(
+        p(with.etas[1].p10) > 15_000,
+        "{:?}: b runs about as long as a has",
+        with.etas[1]
+    );
+    assert!(
+        p(without.etas[1].p10) < 10_000,
+        "{:?}: the family alone says b is likely short",
+        without.etas[1]
+    );
+}
+
+#[test]
+fn batches_of_jobs_submitted_together_by_chance_leave_the_family_to_answer() {
+    // Jobs grouped in batches that run no more alike than any two of the family: the
+    // batches explain nothing, and the ranges are the family's.
+    let model = batched_model(false);
+    assert_eq!(
+        run(&queue_behind(2_000, Some("past@3")), &model).etas,
+        run(&queue_behind(2_000, None), &model).etas
+    );
 }

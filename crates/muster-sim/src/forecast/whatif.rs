@@ -239,6 +239,7 @@ fn remove_nodes(
         job: r.job,
         keys: r.keys,
         queues_at: None,
+        batch: r.batch,
     }));
     Ok(())
 }

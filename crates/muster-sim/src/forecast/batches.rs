@@ -6,8 +6,9 @@
 //!
 //! The model: a batch's jobs run `x = μ + σ z` (x the log of the runtime, or of its ratio to
 //! the announced runtime for a job that announced one), z standard normal, σ the spread
-//! within batches pooled over every batch learned, μ the batch's own and unknown. μ's prior
-//! is the family's history (each of its runs one point); its posterior weighs each point by
+//! within the family's batches, pooled (every family's, while its own are too few), μ the
+//! batch's own and unknown. μ's prior is the family's history (each of its runs one point,
+//! drawn in toward their mean as far as σ accounts for); its posterior weighs each point by
 //! how likely it makes what the batch showed: the runtimes of its jobs that finished, and
 //! that those still running have run as long as they have (a censored run: it says "longer
 //! than this", which counts jobs still running rather than only the short ones that are

@@ -255,15 +255,16 @@ impl BatchDraws {
             if finished.is_empty() && censored.is_empty() {
                 continue;
             }
-            if let Some(posterior) = posterior(&points, &finished, &censored, sd) {
+            if let Some(cum) = posterior(&points, &finished, &censored, sd) {
                 draws.posteriors.insert(
                     batch.to_owned(),
                     Posterior {
+                        points,
+                        cum,
                         ratio,
                         sd,
                         finished: finished.len(),
                         running: censored.len(),
-                        ..posterior
                     },
                 );
             }
@@ -325,13 +326,13 @@ impl BatchDraws {
 /// horizon all mean the same, and the exponent stays finite.
 const MAX_LN_SECONDS: f64 = 20.7;
 
-/// μ's posterior over `points` (the prior's, one per run of the family) given the batch's
-/// `finished` runs and its `censored` ones (ran at least that), on one scale with spread
-/// `sd`. `None` when no point makes what was seen possible at all.
-fn posterior(points: &[f64], finished: &[f64], censored: &[f64], sd: f64) -> Option<Posterior> {
-    let mut sorted = points.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let logs: Vec<f64> = sorted
+/// μ's posterior over `points` (the prior's, one per run of the family, sorted: the
+/// history's order, which neither the logarithm nor drawing in toward the mean changes) given
+/// the batch's `finished` runs and its `censored` ones (ran at least that), on one scale with
+/// spread `sd`: the running sums of the points' weights. `None` when no point makes what was
+/// seen possible at all.
+fn posterior(points: &[f64], finished: &[f64], censored: &[f64], sd: f64) -> Option<Vec<f64>> {
+    let logs: Vec<f64> = points
         .iter()
         .map(|m| {
             finished
@@ -345,21 +346,14 @@ fn posterior(points: &[f64], finished: &[f64], censored: &[f64], sd: f64) -> Opt
     if !top.is_finite() {
         return None;
     }
-    let mut cum = Vec::with_capacity(sorted.len() + 1);
+    let mut cum = Vec::with_capacity(points.len() + 1);
     let mut total = 0.0;
     cum.push(total);
     for l in &logs {
         total += (l - top).exp();
         cum.push(total);
     }
-    Some(Posterior {
-        points: sorted,
-        cum,
-        ratio: false,
-        sd,
-        finished: 0,
-        running: 0,
-    })
+    Some(cum)
 }
 
 /// Where μ of `batch` lies in its posterior, in the forward run seeded `seed`: one uniform

@@ -552,8 +552,9 @@ async fn scheduling_loop(
 const FORECAST_IDLE_FACTOR: u32 = 3;
 
 /// Forecasts every waiting job's start every `every` while this replica leads and a pass
-/// has run: gathered under the state's lock, made on a blocking thread without it (a large
-/// fleet's forecast takes seconds to minutes of one core), kept for the passes and the
+/// has run: gathered under the state's lock, made without it on a thread set [`aside`] at
+/// the lowest priority (a large fleet's forecast takes seconds to minutes of one core), kept
+/// for the passes and the
 /// visibility API. After a forecast that took long, the next waits
 /// [`FORECAST_IDLE_FACTOR`] times as long as it took, when that is longer than `every`.
 async fn forecaster(
@@ -584,10 +585,14 @@ async fn forecaster(
         };
         wait = every;
         let started = Instant::now();
-        let made = tokio::task::spawn_blocking(move || {
+        let made = match aside("forecast", move || {
             crate::forecasting::make(input, crate::forecasting::live_options())
-        })
-        .await;
+        }) {
+            Ok(made) => made
+                .await
+                .map_err(|_| "its thread ended without an answer".to_owned()),
+            Err(e) => Err(format!("no thread to make it on: {e}")),
+        };
         let took = started.elapsed();
         match made {
             Ok(Ok(mut latest)) => {
@@ -605,6 +610,34 @@ async fn forecaster(
             Err(e) => tracing::error!("the start-time forecast stopped: {e}"),
         }
     }
+}
+
+/// The nice value work set [`aside`] runs at: the lowest priority, so that a forecast's
+/// forward runs take only CPU time that the passes, the writes and whatever shares the host
+/// (an API server on a small control plane) leave. On a busy host forecasts then take longer
+/// and, by [`FORECAST_IDLE_FACTOR`], come less often; admissions never wait for them.
+pub const ASIDE_NICE: i32 = 19;
+
+/// Runs `work` on a thread of its own (named `name`) at [`ASIDE_NICE`]; its answer comes
+/// through the receiver. Linux keeps a nice value per thread, so only that thread's priority
+/// falls. A thread that may not lower its priority (a seccomp profile forbidding it, say)
+/// runs at the priority it has: slower forecasts are no reason to have none.
+pub fn aside<T, F>(name: &str, work: F) -> std::io::Result<tokio::sync::oneshot::Receiver<T>>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let (send, receive) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            if let Err(e) = rustix::process::nice(ASIDE_NICE) {
+                tracing::debug!(error = %e, "work set aside runs at the controller's priority");
+            }
+            // The caller may have stopped meanwhile; then nobody wants the answer.
+            let _ = send.send(work());
+        })?;
+    Ok(receive)
 }
 
 /// A pass's actions: waiting jobs' statuses queued for the deferred sender (woken when any

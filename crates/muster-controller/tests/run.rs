@@ -793,3 +793,18 @@ async fn a_release_whose_answer_is_lost_is_read_back_before_the_quota_is_given_a
     let _ = stop.send(());
     let _ = controller.await;
 }
+
+/// A forecast's forward runs take only CPU time nothing else wants: the thread they run on is
+/// set aside at the lowest priority, and the thread that set it aside keeps its own.
+#[tokio::test]
+async fn work_set_aside_runs_at_the_lowest_priority_and_leaves_the_caller_alone() {
+    use muster_controller::run::{ASIDE_NICE, aside};
+    use rustix::process::getpriority_process;
+    let before = getpriority_process(None);
+    let inside = match aside("aside-test", || getpriority_process(None)) {
+        Ok(answer) => answer.await.ok(),
+        Err(_) => None,
+    };
+    assert_eq!(inside, Some(Ok(ASIDE_NICE)));
+    assert_eq!(getpriority_process(None), before);
+}

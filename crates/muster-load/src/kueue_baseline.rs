@@ -66,6 +66,9 @@ pub struct RunOptions {
     /// Take a 30-second CPU profile of kube-apiserver this long after the first job is
     /// created, into `apiserver.pprof` (read with `go tool pprof`).
     pub profile_api_server: Option<Duration>,
+    /// Further arguments for `muster controller` (`--forecast-every 0`, say), after the ones
+    /// the run needs.
+    pub controller_args: Vec<String>,
 }
 
 /// What the run submits each of the baseline's jobs as.
@@ -117,6 +120,10 @@ pub struct Summary {
     /// kube-scheduler's `--kube-api-qps` when set (Kubernetes' default, 50, when absent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scheduler_qps: Option<u32>,
+    /// The further arguments the controller was started with (see
+    /// [`RunOptions::controller_args`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub controller_args: Vec<String>,
     /// CPU seconds of the control plane's programs over the run, by program (`etcd`,
     /// `kube-apiserver`, `kube-scheduler`, `kube-controller-manager`): what the API requests
     /// cost the machine.
@@ -174,12 +181,30 @@ pub struct Summary {
     pub kubelet_writes: u64,
     /// The controller's scheduling passes (its `muster_cycle_duration_seconds_count`).
     pub passes: u64,
+    /// Start-time forecasts the controller made over the run (its
+    /// `muster_forecast_seconds_count`): they share its CPU with the passes.
+    pub forecasts: u64,
+    /// Seconds those forecasts took, in all (`muster_forecast_seconds_sum`; each runs on one
+    /// core, so about as many CPU-seconds).
+    pub forecast_seconds: f64,
     /// Passes that built the admission scheduler afresh, by cause (its
     /// `muster_scheduler_rebuilds_total`).
     pub scheduler_rebuilds: BTreeMap<String, u64>,
     /// CPU-seconds of work the jobs ask for, divided by the nominal quota: the shortest
     /// possible wall time if every queue ran at its nominal quota.
     pub work_seconds_at_nominal: f64,
+}
+
+impl RunOptions {
+    /// Notes in `summary` how the run was set up: the control plane's rates that applied to
+    /// its workload, and the controller's further arguments.
+    fn note_in(&self, summary: &mut Summary) {
+        let batch = self.workload == Workload::Job;
+        summary.controller_manager_qps = self.controller_manager_qps.filter(|_| batch);
+        summary.controller_manager_job_syncs = self.controller_manager_job_syncs.filter(|_| batch);
+        summary.scheduler_qps = self.scheduler_qps;
+        summary.controller_args.clone_from(&self.controller_args);
+    }
 }
 
 /// Runs the baseline and writes `summary.json` and `jobs.csv` into `options.out`.
@@ -206,7 +231,12 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
             ..KubeletOptions::default()
         },
     );
-    let mut controller = Controller::start(&options.muster, &cluster, &options.out)?;
+    let mut controller = Controller::start(
+        &options.muster,
+        &options.controller_args,
+        &cluster,
+        &options.out,
+    )?;
     controller.wait_ready(Duration::from_secs(120)).await?;
 
     let served_before = api_server_requests(&client).await;
@@ -274,13 +304,7 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
         &control_plane_before,
         &control_plane_after,
     );
-    summary.controller_manager_qps = options
-        .controller_manager_qps
-        .filter(|_| options.workload == Workload::Job);
-    summary.controller_manager_job_syncs = options
-        .controller_manager_job_syncs
-        .filter(|_| options.workload == Workload::Job);
-    summary.scheduler_qps = options.scheduler_qps;
+    options.note_in(&mut summary);
     write_reports(&options.out, &summary, &recorder)?;
     Ok(summary)
 }
@@ -369,6 +393,7 @@ fn summarize(
         controller_manager_qps: None,
         controller_manager_job_syncs: None,
         scheduler_qps: None,
+        controller_args: Vec::new(),
         control_plane_cpu_seconds: BTreeMap::new(),
         api_server_cpu_ms_per_request: None,
         pods_per_job: baseline.pods_per_job,
@@ -400,6 +425,8 @@ fn summarize(
         waiting_status_writes: counter(metrics, "muster_waiting_status_writes_total", "change"),
         kubelet_writes,
         passes: gauge(metrics, "muster_cycle_duration_seconds_count"),
+        forecasts: gauge(metrics, "muster_forecast_seconds_count"),
+        forecast_seconds: value(metrics, "muster_forecast_seconds_sum"),
         scheduler_rebuilds: counter(metrics, "muster_scheduler_rebuilds_total", "cause"),
         work_seconds_at_nominal: baseline.work_cpu_seconds()
             / f64::from(baseline.nominal_cpus * baseline.cohorts * baseline.queues_per_cohort),
@@ -767,7 +794,12 @@ struct Controller {
 }
 
 impl Controller {
-    fn start(muster: &Path, cluster: &TestCluster, out: &Path) -> anyhow::Result<Controller> {
+    fn start(
+        muster: &Path,
+        args: &[String],
+        cluster: &TestCluster,
+        out: &Path,
+    ) -> anyhow::Result<Controller> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .context("picking a port for the controller's metrics")?
@@ -781,6 +813,7 @@ impl Controller {
             .arg(cluster.kubeconfig_path())
             .arg("--metrics-addr")
             .arg(metrics.to_string())
+            .args(args)
             .env("RUST_LOG", "info")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
@@ -876,6 +909,14 @@ fn gauge(text: &str, name: &str) -> u64 {
         .filter_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
         .find_map(|v| v.trim().parse::<u64>().ok())
         .unwrap_or(0)
+}
+
+/// The value of the unlabelled series `name` in `text` as a real number (0 when absent).
+fn value(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .find_map(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
 }
 
 fn counter(text: &str, name: &str, label: &str) -> BTreeMap<String, u64> {

@@ -192,6 +192,10 @@ struct BaselineArgs {
     /// other, and write both side by side with their ratios (OUT/comparison.md).
     #[arg(long)]
     against_kueue: Option<PathBuf>,
+    /// A further argument for `muster controller`, after the ones the run needs (repeat it:
+    /// `--controller-arg=--forecast-every --controller-arg=0`).
+    #[arg(long = "controller-arg", allow_hyphen_values = true)]
+    controller_args: Vec<String>,
 }
 
 fn main_inner() -> anyhow::Result<()> {
@@ -288,6 +292,7 @@ fn kueue_baseline(args: BaselineArgs) -> anyhow::Result<()> {
         scheduler_qps,
         profile_api_server,
         against_kueue,
+        controller_args,
     } = args;
     let workload = Workload::parse(&workload)?;
     let muster = match muster {
@@ -323,6 +328,7 @@ fn kueue_baseline(args: BaselineArgs) -> anyhow::Result<()> {
         controller_manager_job_syncs,
         scheduler_qps,
         profile_api_server: profile_api_server.map(Duration::from_secs),
+        controller_args,
     };
     let summary = until_interrupted(run(&options))?;
     println!(

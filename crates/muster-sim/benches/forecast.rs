@@ -5,6 +5,9 @@
 //! rest 16 × 8 in one block; three priorities over ten queues. No history: runtimes are the
 //! announced ones, spread by nothing, so every run costs what a learned one does.
 //!
+//! `kueue_baseline_flood`: one forecast as the controller makes it (one thread) of Kueue's
+//! scheduler-performance baseline just after its 15,000 jobs were submitted.
+//!
 //! Run: `cargo bench -p muster-sim --bench forecast`
 
 use std::collections::BTreeMap;
@@ -12,9 +15,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use muster_admission::{Cluster, Decision, Holding, Job, Scheduler};
-use muster_api::cluster_queue::{FlavorQuotas, ResourceGroup, ResourceQuota};
+use muster_api::cluster_queue::{
+    FlavorQuotas, PreemptionPolicy, ReclaimWithinCohort, ResourceGroup, ResourceQuota,
+    WithinClusterQueue,
+};
 use muster_api::{Amount, ClusterQueueSpec, ResourceFlavorSpec, Resources};
-use muster_sim::forecast::{self, Options, RunningJob, RuntimeModel, Snapshot, WaitingJob};
+use muster_sim::forecast::{
+    self, Options, RecentJob, RunningJob, RuntimeModel, Snapshot, WaitingJob,
+};
 use muster_topology::{Constraint, NodeInfo, PodSetRequest};
 
 fn main() {
@@ -125,7 +133,6 @@ fn snapshot(label: &str) -> Snapshot {
         topology_levels: vec![BLOCK.to_owned(), HOST.to_owned()],
         ..ResourceFlavorSpec::default()
     };
-    let nodes = nodes(hosts);
     let per_queue = u64::from(hosts) * 8 / u64::try_from(QUEUES).unwrap_or(1);
     let queues: Vec<(String, ClusterQueueSpec)> = (0..QUEUES)
         .map(|q| (format!("q{q:02}"), queue(per_queue)))
@@ -133,14 +140,39 @@ fn snapshot(label: &str) -> Snapshot {
     let local: Vec<(String, String)> = (0..QUEUES)
         .map(|q| (format!("ns/q{q:02}"), format!("q{q:02}")))
         .collect();
-    let flavors = vec![("h100".to_owned(), flavor)];
+    let fleet = Fleet {
+        flavors: vec![("h100".to_owned(), flavor)],
+        nodes: nodes(hosts),
+        queues,
+        local,
+    };
+    settle(fleet, (0..jobs).map(job), 3_600)
+}
+
+/// A cluster's nodes and queue objects.
+struct Fleet {
+    flavors: Vec<(String, ResourceFlavorSpec)>,
+    nodes: Vec<NodeInfo>,
+    queues: Vec<(String, ClusterQueueSpec)>,
+    local: Vec<(String, String)>,
+}
+
+/// The snapshot at `now` of `jobs` submitted to `fleet` at time 0: what admission took then
+/// runs since, the rest waits.
+fn settle(fleet: Fleet, jobs: impl Iterator<Item = Job> + Clone, now: i64) -> Snapshot {
+    let Fleet {
+        flavors,
+        nodes,
+        queues,
+        local,
+    } = fleet;
     let mut s = Scheduler::new(
         Cluster::new(flavors.clone(), &nodes),
         queues.clone(),
         local.clone(),
     );
-    for i in 0..jobs {
-        s.submit(job(i));
+    for j in jobs.clone() {
+        s.submit(j);
     }
     let mut admitted = BTreeMap::new();
     for _ in 0..8 {
@@ -156,8 +188,7 @@ fn snapshot(label: &str) -> Snapshot {
     }
     let mut running = Vec::new();
     let mut waiting = Vec::new();
-    for i in 0..jobs {
-        let j = job(i);
+    for j in jobs {
         match admitted.remove(&j.id) {
             Some(a) => running.push(RunningJob {
                 holding: Holding {
@@ -179,7 +210,7 @@ fn snapshot(label: &str) -> Snapshot {
         }
     }
     Snapshot {
-        now: 3_600,
+        now,
         flavors,
         nodes,
         outside_usage: BTreeMap::new(),
@@ -190,6 +221,114 @@ fn snapshot(label: &str) -> Snapshot {
         waiting,
         recent: Vec::new(),
     }
+}
+
+/// Kueue's scheduler-performance baseline as a forecast sees it a few seconds in: 5 cohorts
+/// of 6 ClusterQueues (20 CPUs nominal, 100 more borrowable, lower priorities preempted in
+/// the queue, lent quota reclaimed from anyone), 12 nodes of 64 CPUs, and per queue 350 small
+/// (1 CPU, priority 50), 100 medium (5 CPUs, 100) and 50 large (20 CPUs, 200) one-pod jobs,
+/// all submitted at once. Announced runtimes of 5, 8 and 12 s stand for what the controller
+/// learns such jobs really hold their quota for (their pods run 0.2–1 s).
+fn kueue_flood() -> Snapshot {
+    let pool = BTreeMap::from([("pool".to_owned(), "cpu".to_owned())]);
+    let nodes = (0..12)
+        .map(|i| NodeInfo {
+            name: format!("node-{i:02}"),
+            labels: pool.clone(),
+            taints: Vec::new(),
+            allocatable: res(&[("cpu", 64), ("pods", 110)]),
+            schedulable: true,
+        })
+        .collect();
+    let queue = |cohort: usize| ClusterQueueSpec {
+        cohort: Some(format!("cohort-{cohort}")),
+        namespace_selector: Some(LabelSelector::default()),
+        resource_groups: vec![ResourceGroup {
+            covered_resources: vec!["cpu".to_owned()],
+            flavors: vec![FlavorQuotas {
+                name: "default".into(),
+                resources: vec![ResourceQuota {
+                    name: "cpu".into(),
+                    nominal_quota: Quantity("20".to_owned()),
+                    borrowing_limit: Some(Quantity("100".to_owned())),
+                    lending_limit: None,
+                }],
+            }],
+        }],
+        preemption: Some(PreemptionPolicy {
+            within_cluster_queue: WithinClusterQueue::LowerPriority,
+            reclaim_within_cohort: ReclaimWithinCohort::Any,
+            wait_when_cheaper: None,
+            max_wait_when_cheaper_seconds: None,
+        }),
+        ..ClusterQueueSpec::default()
+    };
+    let names: Vec<String> = (0..5)
+        .flat_map(|c| (0..6).map(move |q| format!("cq-{q}-cohort-{c}")))
+        .collect();
+    let fleet = Fleet {
+        flavors: vec![(
+            "default".to_owned(),
+            ResourceFlavorSpec {
+                node_labels: pool,
+                ..ResourceFlavorSpec::default()
+            },
+        )],
+        nodes,
+        queues: names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), queue(i / 6)))
+            .collect(),
+        local: names
+            .iter()
+            .map(|n| (format!("ns/{n}"), n.clone()))
+            .collect(),
+    };
+    // (class, jobs per queue, CPUs, priority, announced runtime in seconds).
+    let classes = [
+        ("small", 350, 1, 50, 5),
+        ("medium", 100, 5, 100, 8),
+        ("large", 50, 20, 200, 12),
+    ];
+    let jobs = names.into_iter().flat_map(move |cq| {
+        classes
+            .into_iter()
+            .flat_map(move |(class, count, cpus, priority, runtime)| {
+                let cq = cq.clone();
+                (0..count).map(move |n| Job {
+                    id: format!("ns/{cq}-{class}-{n:03}"),
+                    uid: format!("uid-{cq}-{class}-{n:03}"),
+                    local_queue: format!("ns/{cq}"),
+                    priority,
+                    created: i64::from(n),
+                    expected_runtime: Some(runtime),
+                    pod_sets: vec![PodSetRequest {
+                        name: "main".into(),
+                        count: 1,
+                        requests: res(&[("cpu", cpus), ("pods", 1)]),
+                        node_selector: BTreeMap::new(),
+                        affinity: Vec::new(),
+                        tolerations: Vec::new(),
+                        constraint: Constraint::None,
+                        whole_gpus: false,
+                    }],
+                    invalid: None,
+                    suspended: false,
+                    provisioned: false,
+                })
+            })
+    });
+    let mut snapshot = settle(fleet, jobs.clone(), 5);
+    // Every job was submitted moments ago: the forward runs have copies of them arrive, at
+    // 15,000 per six hours, as the controller's do.
+    snapshot.recent = jobs
+        .map(|job| RecentJob {
+            job,
+            keys: vec![String::new()],
+        })
+        .collect();
+    snapshot
 }
 
 #[divan::bench(args = SIZES, sample_count = 1, sample_size = 1)]
@@ -203,4 +342,17 @@ fn every_waiting_job(bencher: divan::Bencher, label: &str) {
         .bench_local_refs(|s| {
             forecast::forecast(s, &RuntimeModel::new(), &options).map_or(0, |f| f.etas.len())
         });
+}
+
+/// What one forecast of the controller costs on Kueue's baseline (see [`kueue_flood`]): 32
+/// forward runs on one thread, as the controller makes them.
+#[divan::bench(sample_count = 1, sample_size = 1)]
+fn kueue_baseline_flood(bencher: divan::Bencher) {
+    let options = Options {
+        threads: 1,
+        ..Options::default()
+    };
+    bencher.with_inputs(kueue_flood).bench_local_refs(|s| {
+        forecast::forecast(s, &RuntimeModel::new(), &options).map_or(0, |f| f.etas.len())
+    });
 }

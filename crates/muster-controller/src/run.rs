@@ -554,8 +554,7 @@ const FORECAST_IDLE_FACTOR: u32 = 3;
 /// Forecasts every waiting job's start every `every` while this replica leads and a pass
 /// has run: gathered under the state's lock, made without it on a thread set [`aside`] at
 /// the lowest priority (a large fleet's forecast takes seconds to minutes of one core), kept
-/// for the passes and the
-/// visibility API. After a forecast that took long, the next waits
+/// for the passes and the visibility API. After a forecast that took long, the next waits
 /// [`FORECAST_IDLE_FACTOR`] times as long as it took, when that is longer than `every`.
 async fn forecaster(
     shared: Arc<Shared>,
@@ -612,16 +611,18 @@ async fn forecaster(
     }
 }
 
-/// The nice value work set [`aside`] runs at: the lowest priority, so that a forecast's
-/// forward runs take only CPU time that the passes, the writes and whatever shares the host
-/// (an API server on a small control plane) leave. On a busy host forecasts then take longer
-/// and, by [`FORECAST_IDLE_FACTOR`], come less often; admissions never wait for them.
+/// How much work set [`aside`] raises its thread's nice value: from the usual 0 to 19, the
+/// lowest priority (the kernel caps it there), so that a forecast's forward runs take only
+/// CPU time that the passes, the writes and whatever shares the host (an API server on a
+/// small control plane) leave. On a busy host forecasts then take longer and, by
+/// [`FORECAST_IDLE_FACTOR`], come less often; admissions never wait for them.
 pub const ASIDE_NICE: i32 = 19;
 
-/// Runs `work` on a thread of its own (named `name`) at [`ASIDE_NICE`]; its answer comes
-/// through the receiver. Linux keeps a nice value per thread, so only that thread's priority
-/// falls. A thread that may not lower its priority (a seccomp profile forbidding it, say)
-/// runs at the priority it has: slower forecasts are no reason to have none.
+/// Runs `work` on a thread of its own (named `name`), its nice value raised by
+/// [`ASIDE_NICE`]; its answer comes through the receiver. Linux keeps a nice value per
+/// thread, so only that thread's priority falls. A thread that may not lower its priority (a
+/// seccomp profile forbidding it, say) runs at the priority it has: slower forecasts are no
+/// reason to have none.
 pub fn aside<T, F>(name: &str, work: F) -> std::io::Result<tokio::sync::oneshot::Receiver<T>>
 where
     T: Send + 'static,

@@ -63,23 +63,61 @@ fn nodes(count: u32) -> Vec<NodeInfo> {
         .collect()
 }
 
-fn queue(gpus: u64) -> ClusterQueueSpec {
+/// A ClusterQueue of `cohort` with `nominal` of `resource` in `flavor` (and `borrowing` more
+/// when set).
+fn queue(
+    cohort: &str,
+    flavor: &str,
+    resource: &str,
+    nominal: u64,
+    borrowing: Option<u64>,
+) -> ClusterQueueSpec {
     ClusterQueueSpec {
-        cohort: Some("all".to_owned()),
+        cohort: Some(cohort.to_owned()),
         namespace_selector: Some(LabelSelector::default()),
         resource_groups: vec![ResourceGroup {
-            covered_resources: vec![GPU.to_owned()],
+            covered_resources: vec![resource.to_owned()],
             flavors: vec![FlavorQuotas {
-                name: "h100".into(),
+                name: flavor.into(),
                 resources: vec![ResourceQuota {
-                    name: GPU.into(),
-                    nominal_quota: Quantity(gpus.to_string()),
-                    borrowing_limit: None,
+                    name: resource.into(),
+                    nominal_quota: Quantity(nominal.to_string()),
+                    borrowing_limit: borrowing.map(|b| Quantity(b.to_string())),
                     lending_limit: None,
                 }],
             }],
         }],
         ..ClusterQueueSpec::default()
+    }
+}
+
+/// A job of one pod set of `count` pods, each asking for `amount` of `resource`.
+fn one_set_job(
+    id: String,
+    local_queue: String,
+    (count, resource, amount): (u32, &str, u64),
+    constraint: Constraint,
+) -> Job {
+    Job {
+        uid: format!("uid-{id}"),
+        id,
+        local_queue,
+        priority: 0,
+        created: 0,
+        expected_runtime: None,
+        pod_sets: vec![PodSetRequest {
+            name: "workers".into(),
+            count,
+            requests: res(&[(resource, amount), ("pods", 1)]),
+            node_selector: BTreeMap::new(),
+            affinity: Vec::new(),
+            tolerations: Vec::new(),
+            constraint,
+            whole_gpus: false,
+        }],
+        invalid: None,
+        suspended: false,
+        provisioned: false,
     }
 }
 
@@ -91,25 +129,15 @@ fn job(i: usize) -> Job {
         _ => (16, 8, Constraint::Required(BLOCK.into())),
     };
     Job {
-        id: format!("ns/job-{i:06}"),
-        uid: format!("uid-{i:06}"),
-        local_queue: format!("ns/q{:02}", i % QUEUES),
         priority: i32::try_from(i % 3).unwrap_or(0),
         created: i64::try_from(i).unwrap_or(0),
         expected_runtime: Some(3600 + i64::try_from(i % 7).unwrap_or(0) * 600),
-        pod_sets: vec![PodSetRequest {
-            name: "workers".into(),
-            count: pods,
-            requests: res(&[(GPU, gpus), ("pods", 1)]),
-            node_selector: BTreeMap::new(),
-            affinity: Vec::new(),
-            tolerations: Vec::new(),
+        ..one_set_job(
+            format!("ns/job-{i:06}"),
+            format!("ns/q{:02}", i % QUEUES),
+            (pods, GPU, gpus),
             constraint,
-            whole_gpus: false,
-        }],
-        invalid: None,
-        suspended: false,
-        provisioned: false,
+        )
     }
 }
 
@@ -135,7 +163,12 @@ fn snapshot(label: &str) -> Snapshot {
     };
     let per_queue = u64::from(hosts) * 8 / u64::try_from(QUEUES).unwrap_or(1);
     let queues: Vec<(String, ClusterQueueSpec)> = (0..QUEUES)
-        .map(|q| (format!("q{q:02}"), queue(per_queue)))
+        .map(|q| {
+            (
+                format!("q{q:02}"),
+                queue("all", "h100", GPU, per_queue, None),
+            )
+        })
         .collect();
     let local: Vec<(String, String)> = (0..QUEUES)
         .map(|q| (format!("ns/q{q:02}"), format!("q{q:02}")))
@@ -241,27 +274,13 @@ fn kueue_flood() -> Snapshot {
         })
         .collect();
     let queue = |cohort: usize| ClusterQueueSpec {
-        cohort: Some(format!("cohort-{cohort}")),
-        namespace_selector: Some(LabelSelector::default()),
-        resource_groups: vec![ResourceGroup {
-            covered_resources: vec!["cpu".to_owned()],
-            flavors: vec![FlavorQuotas {
-                name: "default".into(),
-                resources: vec![ResourceQuota {
-                    name: "cpu".into(),
-                    nominal_quota: Quantity("20".to_owned()),
-                    borrowing_limit: Some(Quantity("100".to_owned())),
-                    lending_limit: None,
-                }],
-            }],
-        }],
         preemption: Some(PreemptionPolicy {
             within_cluster_queue: WithinClusterQueue::LowerPriority,
             reclaim_within_cohort: ReclaimWithinCohort::Any,
             wait_when_cheaper: None,
             max_wait_when_cheaper_seconds: None,
         }),
-        ..ClusterQueueSpec::default()
+        ..queue(&format!("cohort-{cohort}"), "default", "cpu", 20, Some(100))
     };
     let names: Vec<String> = (0..5)
         .flat_map(|c| (0..6).map(move |q| format!("cq-{q}-cohort-{c}")))
@@ -297,25 +316,15 @@ fn kueue_flood() -> Snapshot {
             .flat_map(move |(class, count, cpus, priority, runtime)| {
                 let cq = cq.clone();
                 (0..count).map(move |n| Job {
-                    id: format!("ns/{cq}-{class}-{n:03}"),
-                    uid: format!("uid-{cq}-{class}-{n:03}"),
-                    local_queue: format!("ns/{cq}"),
                     priority,
                     created: i64::from(n),
                     expected_runtime: Some(runtime),
-                    pod_sets: vec![PodSetRequest {
-                        name: "main".into(),
-                        count: 1,
-                        requests: res(&[("cpu", cpus), ("pods", 1)]),
-                        node_selector: BTreeMap::new(),
-                        affinity: Vec::new(),
-                        tolerations: Vec::new(),
-                        constraint: Constraint::None,
-                        whole_gpus: false,
-                    }],
-                    invalid: None,
-                    suspended: false,
-                    provisioned: false,
+                    ..one_set_job(
+                        format!("ns/{cq}-{class}-{n:03}"),
+                        format!("ns/{cq}"),
+                        (1, "cpu", cpus),
+                        Constraint::None,
+                    )
                 })
             })
     });

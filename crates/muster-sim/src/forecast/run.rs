@@ -40,8 +40,10 @@ struct Arrivals {
     rng: Rng,
     /// Mean seconds between arrivals; `None`: none arrive.
     mean_gap: Option<f64>,
-    /// When the next one arrives.
+    /// When the next one is drawn to arrive; it is taken at [`Arrivals::due`].
     next: Option<i64>,
+    /// The run's start: arrival ticks count from it.
+    from: i64,
     /// Arrivals stop here: the recent rate says nothing about what comes later than the
     /// window it was measured over.
     until: i64,
@@ -66,9 +68,22 @@ impl Arrivals {
             rng,
             mean_gap,
             next,
+            from: snapshot.now,
             until,
             arrived: Vec::new(),
         }
+    }
+
+    /// The instant the next arrival is taken at: its drawn time on the nearest tick of
+    /// [`ARRIVAL_TICK`] seconds from the run's start, never the start itself. Arrivals are
+    /// copies of recent submissions at their recent rate, so the second each is drawn at is
+    /// noise; taken together, they share the cycles of one instant a tick instead of a cycle
+    /// each (a flood of small jobs draws one arrival every second or two, and each would run
+    /// a whole cycle over every queue). Rounding to the nearest tick, not up, keeps them
+    /// coming at their rate, neither late nor early on average.
+    fn due(&self) -> Option<i64> {
+        let ticks = |t: i64| ((t - self.from + ARRIVAL_TICK / 2) / ARRIVAL_TICK).max(1);
+        self.next.map(|t| self.from + ticks(t) * ARRIVAL_TICK)
     }
 
     /// The job arriving at `at`: a recent submission's copy under a name of its own.
@@ -82,13 +97,21 @@ impl Arrivals {
             ..template.clone()
         };
         self.arrived.push((job.clone(), pick));
+        // The next is drawn from when this one was drawn to come, not from the tick it was
+        // taken at, so that ticks leave the rate as it was.
+        let drawn = self.next.unwrap_or(at);
         self.next = self
             .mean_gap
-            .map(|gap| at + gap_seconds(self.rng.exponential(gap)))
+            .map(|gap| drawn + gap_seconds(self.rng.exponential(gap)))
             .filter(|t| *t <= self.until);
         job
     }
 }
+
+/// Seconds between the instants arrivals are taken at ([`Arrivals::due`]): a minute, little
+/// beside the waits a range is read for (the accuracy checks judge jobs that waited over ten
+/// minutes), and few cycles for a fleet that draws arrivals every second.
+const ARRIVAL_TICK: i64 = 60;
 
 /// A gap between arrivals in whole seconds, at least one.
 #[expect(
@@ -398,7 +421,7 @@ pub(super) fn forward(
             s.submit(snapshot.waiting[i].job.clone());
             next_queueing += 1;
         }
-        while run.arrivals.next.is_some_and(|t| t <= at) {
+        while run.arrivals.due().is_some_and(|t| t <= at) {
             run.arrive(&mut s, at);
         }
         run.decide(&mut s, at, start);
@@ -409,7 +432,7 @@ pub(super) fn forward(
             // A job started mid-step may end before the step's instant: at the next second.
             run.ends.peek().map(|Reverse((t, _, _))| (*t).max(at + 1)),
             queueing.get(next_queueing).map(|(t, _)| *t),
-            run.arrivals.next,
+            run.arrivals.due(),
             s.reweigh_at(at),
         ]
         .into_iter()
@@ -429,7 +452,58 @@ pub(super) fn forward(
 
 #[cfg(test)]
 mod tests {
-    use super::{CLOCK_STEPS, EXACT_AHEAD, coarse};
+    use super::{ARRIVAL_TICK, Arrivals, CLOCK_STEPS, EXACT_AHEAD, coarse};
+    use crate::forecast::{Options, RecentJob, Snapshot};
+
+    #[test]
+    fn arrivals_come_on_minute_ticks_at_the_rate_they_recently_came() {
+        // 600 submissions in the last hour: one every six seconds, for an hour ahead.
+        let now = 7_000;
+        let snapshot = Snapshot {
+            now,
+            recent: (0..600)
+                .map(|i| RecentJob {
+                    job: muster_admission::Job {
+                        id: format!("ns/job-{i}"),
+                        uid: format!("uid-{i}"),
+                        local_queue: "ns/queue".to_owned(),
+                        priority: 0,
+                        created: now - 3_600 + i,
+                        expected_runtime: Some(600),
+                        pod_sets: Vec::new(),
+                        invalid: None,
+                        suspended: false,
+                        provisioned: false,
+                    },
+                    keys: Vec::new(),
+                })
+                .collect(),
+            ..Snapshot::default()
+        };
+        let options = Options {
+            arrivals_window: 3_600,
+            ..Options::default()
+        };
+        let mut arrivals = Arrivals::new(&snapshot, &options, 0);
+        let mut ticks = Vec::new();
+        while let Some(at) = arrivals.due() {
+            assert!(at > now && (at - now) % ARRIVAL_TICK == 0, "{at}");
+            let drawn = arrivals.next.unwrap_or(at);
+            assert!((drawn - at).abs() <= ARRIVAL_TICK / 2 || at == now + ARRIVAL_TICK);
+            let job = arrivals.arrive(&snapshot, 0, at);
+            assert_eq!(job.created, at);
+            ticks.push(at);
+        }
+        // Each taken at the tick nearest its draw; the count is the rate's (600 expected,
+        // Poisson spread about 25), not one a tick.
+        assert!((540..=660).contains(&ticks.len()), "{}", ticks.len());
+        assert!(ticks.windows(2).all(|w| w[0] <= w[1]));
+        assert!(
+            ticks
+                .last()
+                .is_some_and(|t| *t <= now + 3_600 + ARRIVAL_TICK / 2)
+        );
+    }
 
     #[test]
     fn the_clock_keeps_every_second_near_now_and_coarsens_in_proportion_further_ahead() {

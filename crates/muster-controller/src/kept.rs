@@ -22,6 +22,7 @@
 //! restart keeps its status's time) has the scheduler built afresh.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use muster_admission::{Job, JobState, Scheduler};
 use muster_api::{ClusterQueueSpec, ObjectRef, Resources};
@@ -196,12 +197,12 @@ pub(crate) fn scheduler_for(
     let mut scheduler = build(index, &usage.total());
     for (_, seat) in seats.iter() {
         if let Some((job, Some((holding, provisioning)))) = seat.wanted() {
-            scheduler.restore(job.clone(), holding.clone(), provisioning);
+            scheduler.restore(Arc::clone(job), holding.clone(), provisioning);
         }
     }
     for (_, seat) in seats.iter() {
         if let Some((job, None)) = seat.wanted() {
-            scheduler.submit(job.clone());
+            scheduler.submit(Arc::clone(job));
         }
     }
     preemptors.resume(&mut scheduler, index);
@@ -257,7 +258,7 @@ impl Kept {
         }
         let s = &self.scheduler;
         let mut gone: Vec<&str> = Vec::new();
-        let mut arrived: Vec<&Job> = Vec::new();
+        let mut arrived: Vec<&Arc<Job>> = Vec::new();
         for id in changes {
             let wanted = seats.get(id).and_then(crate::seats::Seat::wanted);
             let (state, known) = (s.state(id), s.job(id));
@@ -266,17 +267,17 @@ impl Kept {
                 (None, Some(_)) => gone.push(id),
                 (Some((job, None)), None) => arrived.push(job),
                 (Some((job, None)), Some(JobState::Pending)) => {
-                    if known != Some(job) {
+                    if known != Some(&**job) {
                         arrived.push(job);
                     }
                 }
                 (Some((job, Some((h, false)))), Some(JobState::Admitted(k)))
-                    if known == Some(job)
+                    if known == Some(&**job)
                         && k.cluster_queue == h.cluster_queue
                         && k.pod_sets == h.pod_sets
                         && k.since == h.since => {}
                 (Some((job, Some((h, true)))), Some(JobState::Provisioning(k)))
-                    if known == Some(job)
+                    if known == Some(&**job)
                         && k.cluster_queue == h.cluster_queue
                         && k.pod_sets == h.pod_sets => {}
                 // It held and waits again (its eviction landed, its release was undone or
@@ -287,7 +288,7 @@ impl Kept {
                 }
                 (_, Some(JobState::Evicting(_))) => return Err("evicting"),
                 (Some((_, Some(_))), None | Some(JobState::Pending)) => return Err("held"),
-                (Some((job, Some(_))), Some(_)) if known != Some(job) => return Err("changed"),
+                (Some((job, Some(_))), Some(_)) if known != Some(&**job) => return Err("changed"),
                 (Some((_, Some(_))), Some(_)) => return Err("holding"),
             }
         }
@@ -295,7 +296,7 @@ impl Kept {
             self.scheduler.finish(id);
         }
         for job in arrived {
-            self.scheduler.submit(job.clone());
+            self.scheduler.submit(Arc::clone(job));
         }
         Ok(())
     }

@@ -278,7 +278,7 @@ fn settle_changed(state: &mut State, now_t: &Time, summary: &mut Summary) -> Set
                         holding: holding(&admitted, now_s),
                         provisioning: false,
                     },
-                    job: Some(job),
+                    job: Some(std::sync::Arc::new(job)),
                     read_at: None,
                     attempt,
                 };

@@ -9,6 +9,7 @@
 //! `tests/kept.rs` uses to compare every pass against one that settles everything.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use muster_admission::{Decision, Holding, Job};
 use muster_api::ObjectRef;
@@ -16,13 +17,18 @@ use muster_api::ObjectRef;
 use crate::index::Index;
 use crate::job::InCycle;
 
+/// What the scheduler is to hold for a job ([`Seat::wanted`]): the job, and its holding
+/// with whether capacity is bought for it, or `None` while it waits.
+pub(crate) type Wanted<'a> = (&'a Arc<Job>, Option<(&'a Holding, bool)>);
+
 /// One job as the last pass that settled it left it.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Seat {
     /// How admission's cycle sees it.
     pub(crate) in_cycle: InCycle,
-    /// The job as admission reads it, when the cycle sees it at all (queued or holding).
-    pub(crate) job: Option<Job>,
+    /// The job as admission reads it, when the cycle sees it at all (queued or holding):
+    /// one copy, shared with the scheduler that holds it and with forecasts' snapshots.
+    pub(crate) job: Option<Arc<Job>>,
     /// The GpuJob's `metadata.generation` that `job` was read from, when `job` is read from
     /// it alone (queued or holding, not narrowed to bought capacity): a job settled again at
     /// the same generation reads the same (its spec is unchanged, and a change of priority
@@ -36,7 +42,7 @@ pub(crate) struct Seat {
 impl Seat {
     /// The job as admission read it from `gpujob` when this seat was settled, if `gpujob`
     /// is still that object at that generation.
-    pub(crate) fn read_of(&self, gpujob: &muster_api::GpuJob) -> Option<&Job> {
+    pub(crate) fn read_of(&self, gpujob: &muster_api::GpuJob) -> Option<&Arc<Job>> {
         let job = self.job.as_ref()?;
         let same = self.read_at.is_some()
             && self.read_at == gpujob.metadata.generation
@@ -46,7 +52,7 @@ impl Seat {
 
     /// What the scheduler is to hold for this job: waiting (no holding) or holding; `None`
     /// when it is not in the cycle at all.
-    pub(crate) fn wanted(&self) -> Option<(&Job, Option<(&Holding, bool)>)> {
+    pub(crate) fn wanted(&self) -> Option<Wanted<'_>> {
         let job = self.job.as_ref()?;
         match &self.in_cycle {
             InCycle::Queued => Some((job, None)),

@@ -4,6 +4,7 @@
 //! cut short to finish.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use muster_admission::{Admitted, Job};
@@ -70,7 +71,9 @@ pub(crate) fn settle(
             .cloned();
         let admission_job = || {
             read_before.clone().unwrap_or_else(|| {
-                Job::from_gpujob(gpujob, |c| index.priority_classes.get(c).copied())
+                Arc::new(Job::from_gpujob(gpujob, |c| {
+                    index.priority_classes.get(c).copied()
+                }))
             })
         };
         if step.add_finalizer {
@@ -98,7 +101,10 @@ pub(crate) fn settle(
             InCycle::Queued | InCycle::Holds { .. } => Some(admission_job()),
             InCycle::OnBoughtCapacity { node_selector, .. } => {
                 out.provisioned.insert(key.clone(), node_selector.clone());
-                Some(provision::provisioned_job(admission_job(), node_selector))
+                Some(Arc::new(provision::provisioned_job(
+                    Arc::unwrap_or_clone(admission_job()),
+                    node_selector,
+                )))
             }
             InCycle::FinishRelease(admitted) => {
                 // The pass holds it once the release is under way.

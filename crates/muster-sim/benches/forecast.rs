@@ -11,6 +11,7 @@
 //! Run: `cargo bench -p muster-sim --bench forecast`
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -229,13 +230,13 @@ fn settle(fleet: Fleet, jobs: impl Iterator<Item = Job> + Clone, now: i64) -> Sn
                     since: Some(0),
                     pod_sets: a.pod_sets,
                 },
-                job: j,
+                job: Arc::new(j),
                 keys: vec![String::new()],
                 batch: None,
                 provisioning: false,
             }),
             None => waiting.push(WaitingJob {
-                job: j,
+                job: Arc::new(j),
                 keys: vec![String::new()],
                 queues_at: None,
                 batch: None,
@@ -333,7 +334,7 @@ fn kueue_flood() -> Snapshot {
     // 15,000 per six hours, as the controller's do.
     snapshot.recent = jobs
         .map(|job| RecentJob {
-            job,
+            job: Arc::new(job),
             keys: vec![String::new()],
         })
         .collect();

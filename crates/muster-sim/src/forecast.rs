@@ -25,6 +25,7 @@ mod tests;
 pub mod whatif;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use muster_admission::{Holding, Job};
 use muster_api::{ClusterQueueSpec, ResourceFlavorSpec, Resources};
@@ -36,8 +37,9 @@ pub use self::runtimes::{Basis, FinishedRun, RuntimeModel};
 /// A job that holds quota and nodes at the snapshot.
 #[derive(Clone, Debug)]
 pub struct RunningJob {
-    /// The job as admission sees it.
-    pub job: Job,
+    /// The job as admission sees it, shared: every forward run's scheduler holds this one
+    /// copy (a flood's snapshot holds thousands).
+    pub job: Arc<Job>,
     /// What it holds, and since when (`since`: when it was admitted; unknown counts as now).
     pub holding: Holding,
     /// Its runtime keys, most specific first (see [`FinishedRun::keys`]).
@@ -64,8 +66,8 @@ impl RunningJob {
 /// A job that waits at the snapshot.
 #[derive(Clone, Debug)]
 pub struct WaitingJob {
-    /// The job as admission sees it.
-    pub job: Job,
+    /// The job as admission sees it, shared as [`RunningJob::job`] is.
+    pub job: Arc<Job>,
     /// Its runtime keys, most specific first.
     pub keys: Vec<String>,
     /// It backs off until this time and queues only then.
@@ -78,8 +80,9 @@ pub struct WaitingJob {
 /// rate they came in, so that jobs arriving after the snapshot are not left out.
 #[derive(Clone, Debug)]
 pub struct RecentJob {
-    /// The job as admission saw it when it was submitted.
-    pub job: Job,
+    /// The job as admission saw it when it was submitted (often the same copy as a
+    /// running or waiting job's).
+    pub job: Arc<Job>,
     /// Its runtime keys, most specific first.
     pub keys: Vec<String>,
 }

@@ -40,5 +40,5 @@ pub use policy::{
 pub use request::{
     Constraint, Eligibility, Mismatch, PodSetRequest, RequestError, needs_whole_gpus, tolerated,
 };
-pub use rng::Rng;
+pub use rng::{Rng, text_seed};
 pub use tree::{Domain, DomainId, Mark, NodeId, NodeState, Topology};

@@ -1,6 +1,14 @@
 //! A deterministic pseudo-random sequence (SplitMix64): the same seed gives the same draws on
 //! every machine. The simulator's workloads and the seeded placement policies draw from it.
 
+/// FNV-1a of `text`: a seed named by a string (a job, a batch, a request), the same on every
+/// machine, in every run and on every thread count.
+pub fn text_seed(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// SplitMix64 from a seed.
 #[derive(Clone, Debug)]
 pub struct Rng(u64);

@@ -364,7 +364,8 @@ impl Scheduler {
 
     /// Adds a pending job, or replaces a pending job of the same id. A job that holds
     /// capacity keeps its state; only its definition is updated.
-    pub fn submit(&mut self, job: Job) {
+    pub fn submit(&mut self, job: impl Into<Arc<Job>>) {
+        let job: Arc<Job> = job.into();
         let shape = self.shape_of(&job);
         self.generation += 1;
         let (state, old_job) = match self.jobs.remove(&job.id) {
@@ -376,7 +377,6 @@ impl Scheduler {
             }
             None => (JobState::Pending, None),
         };
-        let job = Arc::new(job);
         let id = job.id.clone();
         if let Some(old) = &old_job {
             self.unfile(&id, old, &state);
@@ -402,7 +402,8 @@ impl Scheduler {
 
     /// Records a job admitted before this scheduler existed (a restart): books its quota and
     /// nodes. Node usage given to the [`Cluster`] must not already count its pods.
-    pub fn restore(&mut self, job: Job, holding: Holding, provisioning: bool) {
+    pub fn restore(&mut self, job: impl Into<Arc<Job>>, holding: Holding, provisioning: bool) {
+        let job: Arc<Job> = job.into();
         let id = job.id.clone();
         self.submit(job);
         self.hold(&id, &holding);

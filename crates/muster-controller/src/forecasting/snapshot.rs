@@ -6,6 +6,7 @@
 
 use muster_admission::Job;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use muster_api::{GpuJob, ObjectRef};
 use muster_sim::forecast::{RecentJob, RunningJob, Snapshot, WaitingJob};
@@ -75,7 +76,7 @@ pub(crate) fn of(
                         .and_then(|r| r.eta.as_ref())
                         .map(|t| t.0.as_second());
                     snapshot.waiting.push(WaitingJob {
-                        job: seat.job.clone().unwrap_or_else(|| read(gpujob)),
+                        job: seat.job.clone().unwrap_or_else(|| Arc::new(read(gpujob))),
                         keys,
                         queues_at,
                         batch,
@@ -97,7 +98,7 @@ pub(crate) fn of(
         let job = seats
             .get(key.as_str())
             .and_then(|s| s.job.clone())
-            .unwrap_or_else(|| read(gpujob));
+            .unwrap_or_else(|| Arc::new(read(gpujob)));
         snapshot.recent.push(RecentJob {
             job,
             keys: history::keys(index, gpujob),

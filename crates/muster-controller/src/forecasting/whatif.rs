@@ -144,7 +144,7 @@ fn submitted(json: &str, index: &Index, now: i64) -> Result<WaitingJob, String> 
     job.created = now;
     let keys = super::history::keys(index, &gpujob);
     Ok(WaitingJob {
-        job,
+        job: std::sync::Arc::new(job),
         keys,
         queues_at: None,
         batch: None,

@@ -135,7 +135,7 @@ async fn run(
                     namespace,
                     name,
                     u32::try_from(pods).unwrap_or(0),
-                    seed ^ fnv(&key),
+                    seed ^ muster_topology::text_seed(&key),
                     Arc::clone(&counters),
                     Arc::clone(&pending),
                 ));
@@ -274,11 +274,4 @@ async fn scale_down(client: Client, prefix: String, counters: Arc<Counters>) {
             }
         }
     }
-}
-
-/// FNV-1a of `text`: a stable per-request seed.
-fn fnv(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }

@@ -15,6 +15,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::Arc;
 
 use muster_admission::{Holding, JobState, Scheduler};
 use muster_api::ObjectRef;
@@ -483,7 +484,7 @@ fn snapshot_at(
             .running
             .iter()
             .map(|(i, holding)| RunningJob {
-                job: admission_job(&loaded.jobs[*i], namespace),
+                job: Arc::new(admission_job(&loaded.jobs[*i], namespace)),
                 holding: holding.clone(),
                 keys: trace_keys(&loaded.jobs[*i]),
                 batch: Some(batch[*i].clone()),
@@ -494,7 +495,7 @@ fn snapshot_at(
             .waiting
             .iter()
             .map(|(i, _, _)| WaitingJob {
-                job: admission_job(&loaded.jobs[*i], namespace),
+                job: Arc::new(admission_job(&loaded.jobs[*i], namespace)),
                 keys: trace_keys(&loaded.jobs[*i]),
                 queues_at: None,
                 batch: Some(batch[*i].clone()),
@@ -503,7 +504,7 @@ fn snapshot_at(
         recent: loaded.jobs[from..to]
             .iter()
             .map(|j| RecentJob {
-                job: admission_job(j, namespace),
+                job: Arc::new(admission_job(j, namespace)),
                 keys: trace_keys(j),
             })
             .collect(),

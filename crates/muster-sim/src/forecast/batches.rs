@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use muster_topology::Rng;
+use muster_topology::{Rng, text_seed};
 
 use super::normal;
 use super::{RunningJob, Snapshot};
@@ -359,12 +359,7 @@ fn posterior(points: &[f64], finished: &[f64], censored: &[f64], sd: f64) -> Opt
 /// Where μ of `batch` lies in its posterior, in the forward run seeded `seed`: one uniform
 /// draw per batch and run.
 pub(super) fn mu_draw(seed: u64, batch: &str) -> f64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in batch.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    Rng::new(h ^ seed.rotate_left(29)).unit()
+    Rng::new(text_seed(batch) ^ seed.rotate_left(29)).unit()
 }
 
 /// Of the entries whose weights sum, for the first `i`, to `cum[i]` (`cum[0]` = 0, one more

@@ -4,9 +4,10 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::Arc;
 
 use muster_admission::{Cluster, Decision, Job, Scheduler};
-use muster_topology::Rng;
+use muster_topology::{Rng, text_seed};
 
 use super::batches::{self, BatchDraws};
 use super::{Options, RuntimeModel, Snapshot};
@@ -26,12 +27,7 @@ pub(super) struct Starts {
 
 /// A seed for `name` in run `sample`: FNV-1a over the name, mixed with the run's seed.
 fn seed_of(seed: u64, sample: u32, name: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(sample).rotate_left(32)
+    text_seed(name) ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(sample).rotate_left(32)
 }
 
 /// Jobs that arrive during the run: copies of the snapshot's recent submissions, at the rate
@@ -48,7 +44,7 @@ struct Arrivals {
     /// window it was measured over.
     until: i64,
     /// Arrived so far: (job, index into `recent` it copies).
-    arrived: Vec<(Job, usize)>,
+    arrived: Vec<(Arc<Job>, usize)>,
 }
 
 impl Arrivals {
@@ -87,16 +83,16 @@ impl Arrivals {
     }
 
     /// The job arriving at `at`: a recent submission's copy under a name of its own.
-    fn arrive(&mut self, snapshot: &Snapshot, sample: u32, at: i64) -> Job {
+    fn arrive(&mut self, snapshot: &Snapshot, sample: u32, at: i64) -> Arc<Job> {
         let pick = self.rng.below(snapshot.recent.len());
         let template = &snapshot.recent[pick].job;
-        let job = Job {
+        let job = Arc::new(Job {
             id: format!("{}~{sample}.{}", template.id, self.arrived.len()),
             uid: format!("{}~{sample}.{}", template.uid, self.arrived.len()),
             created: at,
-            ..template.clone()
-        };
-        self.arrived.push((job.clone(), pick));
+            ..(**template).clone()
+        });
+        self.arrived.push((Arc::clone(&job), pick));
         // The next is drawn from when this one was drawn to come, not from the tick it was
         // taken at, so that ticks leave the rate as it was.
         let drawn = self.next.unwrap_or(at);
@@ -305,7 +301,7 @@ fn scheduler(snapshot: &Snapshot, policy: &str) -> Scheduler {
         s.set_namespace(name, labels.clone());
     }
     for r in &snapshot.running {
-        s.restore(r.job.clone(), r.holding.clone(), r.provisioning);
+        s.restore(Arc::clone(&r.job), r.holding.clone(), r.provisioning);
     }
     s
 }
@@ -418,7 +414,7 @@ pub(super) fn forward(
         while let Some(&(t, i)) = queueing.get(next_queueing)
             && t <= at
         {
-            s.submit(snapshot.waiting[i].job.clone());
+            s.submit(Arc::clone(&snapshot.waiting[i].job));
             next_queueing += 1;
         }
         while run.arrivals.due().is_some_and(|t| t <= at) {
@@ -452,6 +448,8 @@ pub(super) fn forward(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::{ARRIVAL_TICK, Arrivals, CLOCK_STEPS, EXACT_AHEAD, coarse};
     use crate::forecast::{Options, RecentJob, Snapshot};
 
@@ -463,7 +461,7 @@ mod tests {
             now,
             recent: (0..600)
                 .map(|i| RecentJob {
-                    job: muster_admission::Job {
+                    job: Arc::new(muster_admission::Job {
                         id: format!("ns/job-{i}"),
                         uid: format!("uid-{i}"),
                         local_queue: "ns/queue".to_owned(),
@@ -474,7 +472,7 @@ mod tests {
                         invalid: None,
                         suspended: false,
                         provisioned: false,
-                    },
+                    }),
                     keys: Vec::new(),
                 })
                 .collect(),

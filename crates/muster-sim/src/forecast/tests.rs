@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use muster_admission::{Cluster, Decision, Holding, Scheduler};
@@ -86,7 +87,7 @@ fn running(snapshot: &mut Snapshot, job: muster_admission::Job, since: i64) {
         unreachable!("{} does not fit", job.id)
     };
     snapshot.running.push(RunningJob {
-        job,
+        job: Arc::new(job),
         holding: Holding {
             cluster_queue: a.cluster_queue,
             since: Some(since),
@@ -100,7 +101,7 @@ fn running(snapshot: &mut Snapshot, job: muster_admission::Job, since: i64) {
 
 fn waiting(snapshot: &mut Snapshot, job: muster_admission::Job) {
     snapshot.waiting.push(WaitingJob {
-        job,
+        job: Arc::new(job),
         keys: keys(),
         queues_at: None,
         batch: None,
@@ -403,7 +404,7 @@ fn jobs_arriving_as_they_recently_did_go_ahead_when_they_rank_higher() {
         let mut urgent = job(&format!("urgent-{i}"), 4, Some(300));
         urgent.priority = 10;
         s.recent.push(RecentJob {
-            job: urgent,
+            job: Arc::new(urgent),
             keys: keys(),
         });
     }
@@ -649,7 +650,7 @@ fn a_job_not_yet_submitted_gets_a_range_of_its_own() {
     let mut s = fleet();
     running(&mut s, job("big", 4, Some(1_000)), NOW - 400);
     let planned = WaitingJob {
-        job: job("planned", 2, Some(600)),
+        job: Arc::new(job("planned", 2, Some(600))),
         keys: keys(),
         queues_at: None,
         batch: None,

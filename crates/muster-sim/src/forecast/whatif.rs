@@ -125,7 +125,7 @@ pub fn apply(snapshot: &Snapshot, changes: &[Change]) -> Result<Snapshot, String
                     return Err(format!("submit: a job {} exists already", job.job.id));
                 }
                 let mut job = job.clone();
-                job.job.created = s.now;
+                std::sync::Arc::make_mut(&mut job.job).created = s.now;
                 s.waiting.push(job);
             }
         }

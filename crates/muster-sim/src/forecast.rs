@@ -63,6 +63,22 @@ impl RunningJob {
     }
 }
 
+impl Snapshot {
+    /// The same snapshot with copies of its running and waiting jobs of its own, shared
+    /// with nothing else.
+    #[must_use]
+    pub fn with_own_jobs(&self) -> Snapshot {
+        let mut own = self.clone();
+        for r in &mut own.running {
+            r.job = Arc::new((*r.job).clone());
+        }
+        for w in &mut own.waiting {
+            w.job = Arc::new((*w.job).clone());
+        }
+        own
+    }
+}
+
 /// A job that waits at the snapshot.
 #[derive(Clone, Debug)]
 pub struct WaitingJob {
@@ -212,11 +228,18 @@ pub fn forecast(
     let batches = &batches::BatchDraws::new(model.batches(), snapshot, |keys, announced| {
         model.batch_prior(keys, announced)
     });
+    let shared = threads == 1;
     let starts: Vec<run::Starts> = std::thread::scope(|scope| {
         let handles: Vec<_> = samples
             .chunks(chunk)
             .map(|part| {
                 scope.spawn(move || {
+                    // Every forward run's scheduler holds the snapshot's jobs, counting each
+                    // hold on the job's shared count: threads sharing them would pass those
+                    // counts' cache lines between cores at every hold (10k × 1k on two
+                    // threads: 12.3 s against 9.4 s with a copy each). One copy per thread.
+                    let own = (!shared).then(|| snapshot.with_own_jobs());
+                    let snapshot = own.as_ref().unwrap_or(snapshot);
                     part.iter()
                         .map(|&i| run::forward(snapshot, model, batches, options, i))
                         .collect::<Vec<_>>()

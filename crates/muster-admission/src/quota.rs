@@ -40,6 +40,27 @@ pub enum QuotaCheck {
     Short(Shortfall),
 }
 
+/// A quota check's verdict alone (see [`QuotaBook::fit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuotaFit {
+    /// Fits within the queue's nominal quota.
+    Fits,
+    /// Fits, but only by borrowing from the cohort.
+    Borrows,
+    /// Does not fit.
+    Short,
+}
+
+/// The first resource a check found short, borrowed from the usage checked.
+struct Short<'u> {
+    resource: &'u str,
+    needed: Amount,
+    /// Milli-units left of the queue's own nominal quota.
+    free: u64,
+    /// Milli-units it could still borrow.
+    borrowable: u64,
+}
+
 /// Why quota does not fit, for one resource.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Shortfall {
@@ -244,22 +265,53 @@ impl QuotaBook {
     /// Whether `usage` (a job's, in `flavor`) fits `queue` now: within nominal, by borrowing,
     /// or not at all. Resources the queue has no quota for in this flavor are short.
     pub fn check(&self, queue: &str, flavor: &str, usage: &Resources) -> QuotaCheck {
-        let Some(q) = self.queue(queue) else {
-            return QuotaCheck::Short(Shortfall {
+        match self.measure(queue, flavor, usage) {
+            Ok(false) => QuotaCheck::Fits,
+            Ok(true) => QuotaCheck::Borrows,
+            Err(short) => QuotaCheck::Short(Shortfall {
                 flavor: flavor.to_owned(),
-                resource: String::new(),
+                resource: short.resource.to_owned(),
+                needed: short.needed,
+                free: Amount::from_milli(short.free),
+                borrowable: Amount::from_milli(short.borrowable),
+            }),
+        }
+    }
+
+    /// [`QuotaBook::check`]'s verdict without the shortfall: for callers that only choose
+    /// (it allocates nothing, and the cycle asks it for every queue's key).
+    pub fn fit(&self, queue: &str, flavor: &str, usage: &Resources) -> QuotaFit {
+        match self.measure(queue, flavor, usage) {
+            Ok(false) => QuotaFit::Fits,
+            Ok(true) => QuotaFit::Borrows,
+            Err(_) => QuotaFit::Short,
+        }
+    }
+
+    /// Whether `usage` fits `queue` in `flavor`: `Ok(borrows)`, or the first resource short.
+    fn measure<'u>(
+        &self,
+        queue: &str,
+        flavor: &str,
+        usage: &'u Resources,
+    ) -> Result<bool, Short<'u>> {
+        let Some(q) = self.queue(queue) else {
+            return Err(Short {
+                resource: "",
                 needed: Amount::ZERO,
-                free: Amount::ZERO,
-                borrowable: Amount::ZERO,
+                free: 0,
+                borrowable: 0,
             });
         };
+        let resources = self.layout.slots.get(flavor);
         let mut borrows = false;
         for (resource, amount) in usage.iter() {
             let need = amount.milli();
             if need == 0 {
                 continue;
             }
-            let (available, nominal_left) = match self.slot(flavor, resource) {
+            let slot = resources.and_then(|r| r.get(resource)).copied();
+            let (available, nominal_left) = match slot {
                 Some(slot) if self.layout.limits[q][slot].is_some() => {
                     let nominal = self.layout.limits[q][slot].map_or(0, |l| l.nominal);
                     (
@@ -271,23 +323,18 @@ impl QuotaBook {
             };
             if need > available {
                 let free = nominal_left.min(available);
-                return QuotaCheck::Short(Shortfall {
-                    flavor: flavor.to_owned(),
-                    resource: resource.to_owned(),
+                return Err(Short {
+                    resource,
                     needed: amount,
-                    free: Amount::from_milli(free),
-                    borrowable: Amount::from_milli(available - free),
+                    free,
+                    borrowable: available - free,
                 });
             }
             if need > nominal_left {
                 borrows = true;
             }
         }
-        if borrows {
-            QuotaCheck::Borrows
-        } else {
-            QuotaCheck::Fits
-        }
+        Ok(borrows)
     }
 
     /// Per resource of `usage`, how much of it `queue` could not get now (zero when it could).

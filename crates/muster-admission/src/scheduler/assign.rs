@@ -10,7 +10,7 @@ use muster_topology::{NoFit, PodSetRequest};
 use super::{Assignment, Blocked, Options, Scheduler};
 use crate::cluster::with_flavor;
 use crate::decision::PodSetPlacement;
-use crate::job::{Job, quota_usage};
+use crate::job::Job;
 use crate::quota::{QuotaCheck, Shortfall};
 use crate::reservation::Reservation;
 
@@ -101,9 +101,9 @@ impl Scheduler {
         let mut usage_by_flavor: BTreeMap<String, Resources> = BTreeMap::new();
         let mut pod_sets = Vec::with_capacity(job.pod_sets.len());
         let mut borrowing = false;
-        for set in &job.pod_sets {
-            let usage = quota_usage(set);
-            let Some(group) = covering_group(&spec, &usage) else {
+        let usages = self.usage_of(job);
+        for (set, usage) in job.pod_sets.iter().zip(&*usages) {
+            let Some(group) = covering_group(&spec, usage) else {
                 let covered: BTreeSet<&String> = spec
                     .resource_groups
                     .iter()
@@ -119,13 +119,13 @@ impl Scheduler {
                     resources,
                 });
             };
-            let chosen = self.assign_one(cq, set, &usage, group, &usage_by_flavor, opts);
+            let chosen = self.assign_one(cq, set, usage, group, &usage_by_flavor, opts);
             let (placement, borrowed) = chosen?;
             borrowing |= borrowed;
             usage_by_flavor
                 .entry(placement.flavor.clone())
                 .or_default()
-                .add_all(&usage);
+                .add_all(usage);
             pod_sets.push(placement);
         }
         Ok(Assignment {

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::{Holding, JobState, Scheduler, waiting};
+use super::{Holding, JobState, Scheduler, ShapeUsage, waiting};
 use crate::job::{Job, quota_usage};
 
 impl Scheduler {
@@ -136,19 +136,35 @@ impl Scheduler {
         if let Some((_, shape)) = known.iter().find(|(sets, _)| *sets == job.pod_sets) {
             return *shape;
         }
-        let shape = self.shape_count;
-        self.shape_count += 1;
+        let shape = self.shape_usage.len();
+        self.shape_usage
+            .push(job.pod_sets.iter().map(quota_usage).collect());
         known.push((job.pod_sets.clone(), shape));
         shape
     }
 
+    /// `job`'s quota usage per pod set: its entry's when it has one (shared with its shape),
+    /// else worked out.
+    pub(super) fn usage_of(&self, job: &Job) -> ShapeUsage {
+        match self.jobs.get(&job.id) {
+            Some(e) if std::ptr::eq(Arc::as_ptr(&e.job), job) || e.job.pod_sets == job.pod_sets => {
+                Arc::clone(&e.usage)
+            }
+            _ => job.pod_sets.iter().map(quota_usage).collect(),
+        }
+    }
+
     pub(super) fn hold(&mut self, id: &str, holding: &Holding) {
-        let Some(job) = self.jobs.get(id).map(|e| Arc::clone(&e.job)) else {
+        let Some((job, usage)) = self
+            .jobs
+            .get(id)
+            .map(|e| (Arc::clone(&e.job), Arc::clone(&e.usage)))
+        else {
             return;
         };
-        for (set, placement) in job.pod_sets.iter().zip(&holding.pod_sets) {
+        for ((set, usage), placement) in job.pod_sets.iter().zip(&*usage).zip(&holding.pod_sets) {
             self.quota
-                .add(&holding.cluster_queue, &placement.flavor, &quota_usage(set));
+                .add(&holding.cluster_queue, &placement.flavor, usage);
             for (pod, node) in placement.nodes.iter().enumerate() {
                 self.cluster
                     .add_usage(node, &placement.usage_of(pod, &set.requests));

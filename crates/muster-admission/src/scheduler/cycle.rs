@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use muster_api::Resources;
 use muster_api::cluster_queue::{QueueingStrategy, StopPolicy};
 
 use super::{
@@ -11,8 +12,8 @@ use super::{
     Scheduler, assign, blocked_reason, order, waiting,
 };
 use crate::decision::{Admitted, Decision, PendingReason};
-use crate::job::{Job, JobId, quota_usage};
-use crate::quota::QuotaCheck;
+use crate::job::{Job, JobId};
+use crate::quota::QuotaFit;
 
 impl Scheduler {
     /// How many cycles ran in full, not skipped as quiet (see [`Scheduler::step`]). While it
@@ -67,7 +68,12 @@ impl Scheduler {
         let (nominated, positions) = self.serve_nominated(now, &mut state, &mut out);
 
         let lists = std::mem::take(&mut self.lists);
-        let mut walk = order::Walk::new(&lists.by_queue, &positions, &self.quota, self.shape_count);
+        let mut walk = order::Walk::new(
+            &lists.by_queue,
+            &positions,
+            &self.quota,
+            self.shape_usage.len(),
+        );
         while let Some(next) = self.next_job(&mut walk, &state, &nominated) {
             let job = Arc::clone(&next.queued.job);
             let before = out.len();
@@ -367,29 +373,32 @@ impl Scheduler {
 
     /// Whether `job` could start in `cq` only by borrowing: some pod set has no flavor with
     /// room within the queue's nominal quota, but one with room in the cohort.
-    pub(super) fn needs_borrowing(&self, cq: &str, job: &Job) -> bool {
+    /// `usage`: the job's quota usage per pod set (its shape's).
+    pub(super) fn needs_borrowing(&self, cq: &str, usage: &[Resources]) -> bool {
         let Some(spec) = self.queues.get(cq).map(|q| &q.spec) else {
             return false;
         };
         let mut borrows = false;
-        for set in &job.pod_sets {
-            let usage = quota_usage(set);
+        for usage in usage {
             // The flavors assignment would try: those of the group covering the pod set.
-            let Some(group) = assign::covering_group(spec, &usage) else {
+            let Some(group) = assign::covering_group(spec, usage) else {
                 return false;
             };
-            let checks: Vec<QuotaCheck> = group
-                .flavors
-                .iter()
-                .map(|f| self.quota.check(cq, &f.name, &usage))
-                .collect();
-            if checks.contains(&QuotaCheck::Fits) {
-                continue;
+            let mut fits = QuotaFit::Short;
+            for f in &group.flavors {
+                match self.quota.fit(cq, &f.name, usage) {
+                    QuotaFit::Fits => {
+                        fits = QuotaFit::Fits;
+                        break;
+                    }
+                    QuotaFit::Borrows => fits = QuotaFit::Borrows,
+                    QuotaFit::Short => {}
+                }
             }
-            if checks.contains(&QuotaCheck::Borrows) {
-                borrows = true;
-            } else {
-                return false;
+            match fits {
+                QuotaFit::Fits => {}
+                QuotaFit::Borrows => borrows = true,
+                QuotaFit::Short => return false,
             }
         }
         borrows

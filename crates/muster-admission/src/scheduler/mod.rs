@@ -9,7 +9,7 @@ use muster_topology::{BestFit, NoFit, PodSetRequest, Policy};
 
 use crate::cluster::Cluster;
 use crate::decision::{Decision, PendingReason, PodSetPlacement};
-use crate::job::{Job, JobId, quota_usage};
+use crate::job::{Job, JobId};
 use crate::namespaces::selects;
 use crate::quota::{QuotaBook, Shortfall};
 use crate::reservation::Reservation;
@@ -64,8 +64,9 @@ struct Entry {
     /// an index into the scheduler's shape table.
     shape: usize,
     state: JobState,
-    /// Its quota usage per pod set (what a release gives back), worked out once.
-    usage: Vec<Resources>,
+    /// Its quota usage per pod set (what a release gives back): its shape's, worked out
+    /// once per shape.
+    usage: Arc<[Resources]>,
 }
 
 impl Entry {
@@ -75,7 +76,7 @@ impl Entry {
             &self.state
         {
             for ((set, usage), placement) in
-                self.job.pod_sets.iter().zip(&self.usage).zip(&h.pod_sets)
+                self.job.pod_sets.iter().zip(&*self.usage).zip(&h.pod_sets)
             {
                 quota.remove(&h.cluster_queue, &placement.flavor, usage);
                 for (pod, node) in placement.nodes.iter().enumerate() {
@@ -103,6 +104,10 @@ pub(super) type SharedId = Arc<str>;
 
 /// A job shape's pod sets and its index.
 type Shape = (Vec<PodSetRequest>, usize);
+
+/// Quota usage per pod set of a job shape: every job of the shape shares it, and the cycle
+/// reads it for every assignment it tries and every queue key it takes.
+type ShapeUsage = Arc<[Resources]>;
 
 #[derive(Clone, Debug)]
 struct QueueConfig {
@@ -193,8 +198,8 @@ impl CycleState {
 }
 
 /// A queue head's place in the cycle's order: (borrows, dominant share, priority, creation,
-/// UID, id).
-type HeadKey = (bool, u64, std::cmp::Reverse<i32>, i64, String, String);
+/// UID, id), the strings borrowed from the job the key is taken from.
+type HeadKey<'a> = (bool, u64, std::cmp::Reverse<i32>, i64, &'a str, &'a str);
 
 /// A job shape (which includes its queue).
 type MemoKey = usize;
@@ -229,8 +234,8 @@ pub struct Scheduler {
     /// Every job shape seen (LocalQueue, priority, pod sets) with its index, by LocalQueue
     /// and priority: a queue and priority hold a handful of shapes, compared in place.
     shapes: BTreeMap<(String, i32), Vec<Shape>>,
-    /// How many shapes there are.
-    shape_count: usize,
+    /// Per shape (its index): quota usage per pod set.
+    shape_usage: Vec<ShapeUsage>,
     /// Preemptors waiting for their victims to leave, with what they counted on.
     nominations: BTreeMap<JobId, nominate::Nomination>,
     /// Preemptors waiting because waiting was cheaper than evicting (see [`weigh`]), with
@@ -315,7 +320,7 @@ impl Scheduler {
             jobs: BTreeMap::new(),
             namespaces: BTreeMap::new(),
             shapes: BTreeMap::new(),
-            shape_count: 0,
+            shape_usage: Vec::new(),
             nominations: BTreeMap::new(),
             deferred: BTreeMap::new(),
             policy: Box::new(BestFit),
@@ -388,7 +393,7 @@ impl Scheduler {
         } else {
             self.holders.insert(id.clone());
         }
-        let usage = job.pod_sets.iter().map(quota_usage).collect();
+        let usage = Arc::clone(&self.shape_usage[shape]);
         self.jobs.insert(
             id,
             Entry {

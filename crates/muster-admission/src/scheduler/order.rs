@@ -57,7 +57,7 @@ struct QueueWalk<'a> {
     /// cursor, and the memo of this queue's shapes, change only then).
     at: Option<usize>,
     /// Its key, while usage stays as it is.
-    key: Option<HeadKey>,
+    key: Option<HeadKey<'a>>,
     /// Jobs served so far this cycle, preemptors served first included.
     served: u32,
 }
@@ -213,7 +213,12 @@ impl Scheduler {
 
     /// The key of queue `q` whose next job to serve is at `at`: the largest key of its jobs
     /// from the cursor up to that one (see the module's documentation).
-    fn queue_key(&self, q: &mut QueueWalk<'_>, at: usize, nominated: &BTreeSet<JobId>) -> HeadKey {
+    fn queue_key<'a>(
+        &self,
+        q: &mut QueueWalk<'a>,
+        at: usize,
+        nominated: &BTreeSet<JobId>,
+    ) -> HeadKey<'a> {
         let share = if self.quota.fair_sharing(q.cq) {
             self.quota.dominant_share(q.cq)
         } else {
@@ -239,24 +244,18 @@ impl Scheduler {
             let would = *q
                 .borrows
                 .entry(run.shape)
-                .or_insert_with(|| self.needs_borrowing(q.cq, &q.list[last].job));
+                .or_insert_with(|| self.needs_borrowing(q.cq, &self.shape_usage[run.shape]));
             if would {
                 last_borrower = Some(last);
             }
         }
+        let list: &'a [Queued] = q.list;
         let (borrowing, by) = match last_borrower {
-            Some(b) => (true, &q.list[b].job),
-            None => (false, &q.list[at].job),
+            Some(b) => (true, &list[b].job),
+            None => (false, &list[at].job),
         };
         let (priority, created, uid, id) = by.order_key();
-        (
-            borrowing,
-            share,
-            priority,
-            created,
-            uid.to_owned(),
-            id.to_owned(),
-        )
+        (borrowing, share, priority, created, uid, id)
     }
 }
 

@@ -277,6 +277,7 @@ fn settle_changed(state: &mut State, now_t: &Time, summary: &mut Summary) -> Set
                     in_cycle: InCycle::Holds {
                         holding: holding(&admitted, now_s),
                         provisioning: false,
+                        leaving: None,
                     },
                     job: Some(std::sync::Arc::new(job)),
                     read_at: None,

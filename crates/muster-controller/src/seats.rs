@@ -59,6 +59,7 @@ impl Seat {
             InCycle::Holds {
                 holding,
                 provisioning,
+                ..
             } => Some((job, Some((holding, *provisioning)))),
             InCycle::OnBoughtCapacity { holding, .. } => Some((job, Some((holding, true)))),
             InCycle::Out | InCycle::FinishRelease(_) | InCycle::BackingOff { .. } => None,

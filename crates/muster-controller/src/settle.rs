@@ -122,6 +122,7 @@ pub(crate) fn settle(
             InCycle::Holds {
                 mut holding,
                 provisioning,
+                leaving,
             } => {
                 if let Some(at) = ledger.releasing_since(key) {
                     holding.since = Some(at);
@@ -129,6 +130,7 @@ pub(crate) fn settle(
                 InCycle::Holds {
                     holding,
                     provisioning,
+                    leaving,
                 }
             }
             other => other,

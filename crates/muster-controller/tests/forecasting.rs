@@ -300,3 +300,65 @@ fn report(state: &mut State, release: &muster_controller::plan::Action, phase: &
         state.apply(support::with_phase(pod.clone(), phase, ready));
     }
 }
+
+/// A gang not Ready within its pods-ready timeout is evicted and backs off; while its pods
+/// are still leaving, the controller holds its quota (hold-until-landed). A forecast made
+/// then takes it as what it is — done with this attempt, queuing again when its backoff ends
+/// — not as a job running on to its announced end: the job behind it starts once the pods
+/// are gone, and the evicted one gets a range of its own after that.
+#[test]
+fn a_gang_evicted_while_its_pods_leave_is_forecast_to_queue_again_not_to_run_on() {
+    let mut stuck = announcing(job("stuck", 2, 0), 600);
+    stuck.spec.pods_ready_timeout_seconds = Some(60);
+    let mut state = cluster(16, vec![stuck, announcing(job("next", 2, 1), 300)]);
+    let mut evicted_at = None;
+    for t in 10..200 {
+        let pass = plan(&mut state, at(t));
+        for action in &pass.actions {
+            match action {
+                // Its pods never become Ready.
+                muster_controller::plan::Action::Release { .. } => {
+                    support::land(&mut state, action, t);
+                    report(&mut state, action, "Running", false);
+                }
+                // The eviction's status lands; its pods are still there.
+                muster_controller::plan::Action::Evict { .. } => {
+                    support::land_as(&mut state, action, support::Landing::CutShort, t);
+                    evicted_at = Some(t);
+                }
+                _ => support::land(&mut state, action, t),
+            }
+        }
+        if evicted_at.is_some() {
+            break;
+        }
+    }
+    let Some(evicted) = evicted_at else {
+        unreachable!("the gang times out within 200 s")
+    };
+    assert_eq!(evicted, 70, "admitted at 10, 60 s to be Ready");
+    let now = evicted + 1;
+    let pass = plan(&mut state, at(now));
+    land_all(&mut state, &pass.actions, now);
+    assert!(
+        !pass
+            .actions
+            .iter()
+            .any(|a| matches!(a, muster_controller::plan::Action::Release { .. })),
+        "nothing starts while the evicted gang's pods are there"
+    );
+    let latest = forecast_at(&mut state, now);
+    let answer = visibility::forecast(&latest, None, &|_| true);
+    let likely = |name: &str| {
+        answer
+            .items
+            .iter()
+            .find(|j| j.name.as_deref() == Some(name))
+            .and_then(|j| j.range.likely.as_ref())
+            .map(|t| t.0.as_second() - at(0).as_second())
+    };
+    // `next` starts now, not when `stuck` would have run its 600 s; `stuck` queues again at
+    // the end of its 30 s backoff and starts once `next` has run its 300 s.
+    assert_eq!(likely("next"), Some(now));
+    assert_eq!(likely("stuck"), Some(now + 300));
+}

@@ -3,16 +3,22 @@
 //! queues, namespaces, the usage of pods outside any held admission, every held job with its
 //! holding, every waiting job — plus jobs backing off (they queue when their backoff ends)
 //! and the jobs submitted lately, which a forward run keeps submitting at their rate.
+//!
+//! A job whose attempt is over but whose pods are still leaving (an eviction, a restart, a
+//! pods-ready timeout: the controller holds its quota until they are gone) is not running:
+//! it is taken as gone already (its pods take seconds to leave, a range is minutes wide) and,
+//! when it will queue again, as waiting from when it will (the end of its backoff).
 
 use muster_admission::Job;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use muster_api::gpujob::PendingReasonKind;
 use muster_api::{GpuJob, ObjectRef};
 use muster_sim::forecast::{RecentJob, RunningJob, Snapshot, WaitingJob};
 
 use crate::index::Index;
-use crate::job::InCycle;
+use crate::job::{AfterLeaving, InCycle};
 use crate::seats::Seats;
 
 use super::history;
@@ -53,6 +59,21 @@ pub(crate) fn of(
         };
         let keys = history::keys(index, gpujob);
         let batch = batches.get(key).cloned();
+        if let InCycle::Holds {
+            leaving: Some(after),
+            ..
+        } = &seat.in_cycle
+        {
+            if let (AfterLeaving::Queues, Some(job)) = (after, &seat.job) {
+                snapshot.waiting.push(WaitingJob {
+                    job: Arc::clone(job),
+                    keys,
+                    queues_at: backoff_end(gpujob),
+                    batch,
+                });
+            }
+            continue;
+        }
         match seat.wanted() {
             Some((job, Some((holding, provisioning)))) => snapshot.running.push(RunningJob {
                 job: job.clone(),
@@ -69,16 +90,10 @@ pub(crate) fn of(
             }),
             None => {
                 if let InCycle::BackingOff { .. } = seat.in_cycle {
-                    let queues_at = gpujob
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.pending_reason.as_ref())
-                        .and_then(|r| r.eta.as_ref())
-                        .map(|t| t.0.as_second());
                     snapshot.waiting.push(WaitingJob {
                         job: seat.job.clone().unwrap_or_else(|| Arc::new(read(gpujob))),
                         keys,
-                        queues_at,
+                        queues_at: backoff_end(gpujob),
                         batch,
                     });
                 }
@@ -105,4 +120,22 @@ pub(crate) fn of(
         });
     }
     snapshot
+}
+
+/// When the backoff `gpujob`'s status names ends, seconds: the eta of its pending reason when
+/// that is a backoff (after an eviction) or a wait on an unreachable node (which keeps the
+/// backoff the gang was evicted with), as the job's step reads it.
+fn backoff_end(gpujob: &GpuJob) -> Option<i64> {
+    gpujob
+        .status
+        .as_ref()
+        .and_then(|s| s.pending_reason.as_ref())
+        .filter(|r| {
+            matches!(
+                r.kind,
+                PendingReasonKind::Backoff | PendingReasonKind::NodeUnreachable
+            )
+        })
+        .and_then(|r| r.eta.as_ref())
+        .map(|t| t.0.as_second())
 }

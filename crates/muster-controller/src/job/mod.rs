@@ -78,6 +78,10 @@ pub enum InCycle {
         holding: Holding,
         /// Whether capacity is being bought for it (it holds quota, no nodes).
         provisioning: bool,
+        /// `Some` when its attempt is over and it holds only until that is carried out: an
+        /// eviction or a finish whose status write has not landed, or pods of the attempt
+        /// still leaving (see [`step`]). What it does once they are gone.
+        leaving: Option<AfterLeaving>,
     },
     /// It holds quota for capacity the autoscaler provisioned, and is placed there first,
     /// on nodes matching `node_selector`.
@@ -94,6 +98,15 @@ pub enum InCycle {
         /// Its ClusterQueue ("" without one).
         cluster_queue: String,
     },
+}
+
+/// What a job whose attempt is over does once what it still holds is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterLeaving {
+    /// It queues again (once its backoff, if its status names one, ends).
+    Queues,
+    /// It is done (finished, failed or deleted).
+    Ends,
 }
 
 /// What a pass does for one job.
@@ -142,6 +155,7 @@ impl Step {
         self.with(InCycle::Holds {
             holding,
             provisioning,
+            leaving: None,
         })
     }
 
@@ -256,12 +270,14 @@ pub fn step(index: &Index, ledger: &Ledger, key: &ObjectRef, now: &Time) -> Opti
     ) {
         let job = index.jobs.get(key)?;
         let status = job.status.as_ref();
+        let leaving = Some(after_leaving(&step));
         if let Some(status) = status.filter(|s| s.admission.is_some()) {
             let (current, _) = split_pods(index, key, status.requeue_count);
             if let Some(holding) = holding_of(job, status, &current) {
                 step.in_cycle = InCycle::Holds {
                     holding,
                     provisioning: provision::is_provisioning(status),
+                    leaving,
                 };
                 return Some(step);
             }
@@ -272,10 +288,22 @@ pub fn step(index: &Index, ledger: &Ledger, key: &ObjectRef, now: &Time) -> Opti
             step.in_cycle = InCycle::Holds {
                 holding,
                 provisioning: false,
+                leaving,
             };
         }
     }
     Some(step)
+}
+
+/// What a job whose step holds nothing does once what it still holds is gone: what the step
+/// says it does now (queue or back off), or, while its eviction or the removal of an earlier
+/// attempt's pods is being written, queue again; anything else is done.
+fn after_leaving(step: &Step) -> AfterLeaving {
+    match (&step.in_cycle, step.phase) {
+        (InCycle::Queued | InCycle::BackingOff { .. }, _)
+        | (InCycle::Out, Phase::Evicting | Phase::Restarting) => AfterLeaving::Queues,
+        _ => AfterLeaving::Ends,
+    }
 }
 
 /// [`step`] before the pods that may still run are counted.

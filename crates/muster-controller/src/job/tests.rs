@@ -904,7 +904,8 @@ fn a_held_job_holds_what_its_status_and_pods_say() {
         step.in_cycle,
         InCycle::Holds {
             holding: expected,
-            provisioning: false
+            provisioning: false,
+            leaving: None,
         }
     );
 }

@@ -9,7 +9,7 @@ use muster_api::cluster_queue::{QueueingStrategy, StopPolicy};
 
 use super::{
     Assignment, Blocked, CycleState, Holding, JobState, MemoKey, Options, REASONS_REFRESH_SECONDS,
-    Scheduler, assign, blocked_reason, order, waiting,
+    Scheduler, assign, blocked_reason, book, order, waiting,
 };
 use crate::decision::{Admitted, Decision, PendingReason};
 use crate::job::{Job, JobId};
@@ -93,13 +93,45 @@ impl Scheduler {
                 // Usage changed (or was held for a preemptor): shares, borrowing and the
                 // release timeline may have too.
                 walk.usage_changed(next.cq);
-                state.release = None;
+                self.release_after(&mut state, &out[before..], now);
             }
         }
         self.release_holds(&mut state);
         self.cluster.commit();
         self.lists = lists;
         self.settle_cycle(now, out, state, &nominated_before)
+    }
+
+    /// The release order kept for reservations, after `decided` changed usage: an admission
+    /// alone puts its job in place (see [`super::reserve::ReleaseOrder::admitted`]); anything else
+    /// (capacity bought, victims told to leave, quota held for a preemptor) drops it, to be
+    /// built again when a reservation is next searched for.
+    fn release_after(&self, state: &mut CycleState, decided: &[Decision], now: i64) {
+        let [Decision::Admit(a)] = decided else {
+            state.release = None;
+            return;
+        };
+        let end = self.jobs.get(&a.job).and_then(|e| match &e.state {
+            JobState::Admitted(h) => book::expected_end(&e.job, h),
+            _ => None,
+        });
+        let patched = state
+            .release
+            .as_mut()
+            .and_then(std::rc::Rc::get_mut)
+            .is_some_and(|order| order.admitted(&a.job, end, now));
+        if !patched {
+            state.release = None;
+        }
+        #[cfg(debug_assertions)]
+        if let Some(order) = &state.release {
+            let rebuilt = self.release_order(now, true);
+            debug_assert!(
+                order.ends == rebuilt.ends && order.order == rebuilt.order,
+                "the release order after admitting {} is not the one rebuilt",
+                a.job
+            );
+        }
     }
 
     /// The end of a cycle: waiting jobs come off the lists when they start, what the cycle

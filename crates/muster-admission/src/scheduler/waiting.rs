@@ -66,27 +66,56 @@ impl Lists {
         let Some(cq) = self.queue_of.remove(&job.id) else {
             return;
         };
-        if let Some(list) = self.by_queue.get_mut(&cq) {
-            let key = job.order_key();
-            let at = list.partition_point(|q| q.job.order_key() < key);
-            if list.get(at).is_some_and(|q| q.job.id == job.id) {
-                list.remove(at);
-            } else if let Some(at) = list.iter().position(|q| q.job.id == job.id) {
-                list.remove(at);
-            }
+        if let Some(list) = self.by_queue.get_mut(&cq)
+            && let Some(at) = position(list, job)
+        {
+            list.remove(at);
         }
     }
 
-    /// Takes every job in `gone` off the lists (those a cycle admitted or sent provisioning).
+    /// Takes every job in `gone` off the lists (those a cycle admitted or sent provisioning):
+    /// each list is compacted once, however many of its jobs go (a cycle that admits a
+    /// hundred jobs from a list of thousands would otherwise shift the list a hundred times).
     pub(super) fn remove_all<'a>(&mut self, gone: impl IntoIterator<Item = &'a Job>) {
+        let mut at_by_queue: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for job in gone {
-            self.remove(job);
+            let Some(cq) = self.queue_of.remove(&job.id) else {
+                continue;
+            };
+            if let Some(at) = self.by_queue.get(&cq).and_then(|list| position(list, job)) {
+                at_by_queue.entry(cq).or_default().push(at);
+            }
+        }
+        for (cq, mut ats) in at_by_queue {
+            ats.sort_unstable();
+            ats.dedup();
+            if let Some(list) = self.by_queue.get_mut(&cq) {
+                let (mut i, mut next) = (0usize, 0usize);
+                list.retain(|_| {
+                    let gone = ats.get(next) == Some(&i);
+                    next += usize::from(gone);
+                    i += 1;
+                    !gone
+                });
+            }
         }
     }
 
     /// The queue `id` is listed in.
     pub(super) fn queue_of(&self, id: &str) -> Option<&str> {
         self.queue_of.get(id).map(String::as_str)
+    }
+}
+
+/// Where `job` (as it was listed) is in `list`: found by its order key, or by its id when
+/// its key changed since it was listed.
+fn position(list: &[Queued], job: &Job) -> Option<usize> {
+    let key = job.order_key();
+    let at = list.partition_point(|q| q.job.order_key() < key);
+    if list.get(at).is_some_and(|q| q.job.id == job.id) {
+        Some(at)
+    } else {
+        list.iter().position(|q| q.job.id == job.id)
     }
 }
 

@@ -13,12 +13,11 @@ use muster_admission::Job;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use muster_api::gpujob::PendingReasonKind;
 use muster_api::{GpuJob, ObjectRef};
 use muster_sim::forecast::{RecentJob, RunningJob, Snapshot, WaitingJob};
 
 use crate::index::Index;
-use crate::job::{AfterLeaving, InCycle};
+use crate::job::{self, AfterLeaving, InCycle};
 use crate::seats::Seats;
 
 use super::history;
@@ -122,20 +121,7 @@ pub(crate) fn of(
     snapshot
 }
 
-/// When the backoff `gpujob`'s status names ends, seconds: the eta of its pending reason when
-/// that is a backoff (after an eviction) or a wait on an unreachable node (which keeps the
-/// backoff the gang was evicted with), as the job's step reads it.
+/// When the backoff `gpujob`'s status names ends ([`job::backoff_end`]).
 fn backoff_end(gpujob: &GpuJob) -> Option<i64> {
-    gpujob
-        .status
-        .as_ref()
-        .and_then(|s| s.pending_reason.as_ref())
-        .filter(|r| {
-            matches!(
-                r.kind,
-                PendingReasonKind::Backoff | PendingReasonKind::NodeUnreachable
-            )
-        })
-        .and_then(|r| r.eta.as_ref())
-        .map(|t| t.0.as_second())
+    gpujob.status.as_ref().and_then(job::backoff_end)
 }

@@ -306,6 +306,18 @@ fn after_leaving(step: &Step) -> AfterLeaving {
     }
 }
 
+/// When the backoff `status` names ends, seconds: the eta of its pending reason when that is
+/// a backoff (after an eviction) or a wait on an unreachable node (which keeps the backoff
+/// the gang was evicted with as its eta).
+pub(crate) fn backoff_end(status: &GpuJobStatus) -> Option<i64> {
+    let reason = status.pending_reason.as_ref()?;
+    let backs_off = matches!(
+        reason.kind,
+        PendingReasonKind::Backoff | PendingReasonKind::NodeUnreachable
+    );
+    reason.eta.as_ref().filter(|_| backs_off).map(seconds)
+}
+
 /// [`step`] before the pods that may still run are counted.
 fn step_by_status(index: &Index, ledger: &Ledger, key: &ObjectRef, now: &Time) -> Option<Step> {
     let job = index.jobs.get(key)?;
@@ -468,13 +480,7 @@ fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
         });
     }
     // A wait on an unreachable node keeps the backoff the gang was evicted with as its eta.
-    if let Some(reason) = &status.pending_reason
-        && matches!(
-            reason.kind,
-            PendingReasonKind::Backoff | PendingReasonKind::NodeUnreachable
-        )
-        && reason.eta.as_ref().is_some_and(|eta| seconds(eta) > now_s)
-    {
+    if let Some(end) = backoff_end(status).filter(|end| *end > now_s) {
         let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
         let cluster_queue = index
             .local_queues
@@ -482,7 +488,7 @@ fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
             .map(|q| q.spec.cluster_queue.clone())
             .unwrap_or_default();
         let mut step = Step::new(Phase::Waiting).with(InCycle::BackingOff { cluster_queue });
-        step.until = reason.eta.as_ref().map(seconds);
+        step.until = Some(end);
         return step;
     }
     Step::new(Phase::Waiting).with(InCycle::Queued)

@@ -98,8 +98,22 @@ impl OutsideUsage {
     /// What `index` shows, with `held` naming each held job's current attempt (its pods are
     /// booked through its admission).
     fn members_of(index: &Index, held: &BTreeMap<ObjectRef, i32>) -> BTreeMap<String, Resources> {
+        debug_assert!(
+            index.pods_by_job.iter().all(|(job, pods)| pods
+                .iter()
+                .filter(|k| index
+                    .pods
+                    .get(*k)
+                    .is_some_and(|p| p.node.is_some() && p.usage.is_some()))
+                .eq(index.holding_pods_of(job)))
+                && index
+                    .pods_holding
+                    .keys()
+                    .all(|job| index.pods_by_job.contains_key(job)),
+            "the index's pods holding something differ from its pods bound and not finished"
+        );
         let mut members: BTreeMap<String, Resources> = BTreeMap::new();
-        for (job, pods) in &index.pods_by_job {
+        for (job, pods) in &index.pods_holding {
             let attempt = held.get(job);
             for pod in pods.iter().filter_map(|k| index.pods.get(k)) {
                 let booked = pod

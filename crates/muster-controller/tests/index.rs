@@ -276,6 +276,34 @@ fn a_running_gang_is_counted_once_not_as_pods_and_admission() {
 }
 
 #[test]
+fn a_gang_pod_holds_its_node_until_it_finishes() {
+    let mut index = cluster(32, vec![job("a", 2, 0)]);
+    let pass = plan(&mut index, at(10));
+    let Some(Action::Release { gang, .. }) = pass
+        .actions
+        .iter()
+        .find(|a| matches!(a, Action::Release { .. }))
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    let holding = |index: &State| index.index().holding_pods_of("team-a/a").count();
+    for pod in &gang.pods {
+        index.apply(with_phase(pod.clone(), "Running", true));
+    }
+    assert_eq!(holding(&index), 2);
+    // Updated in place: counted once.
+    index.apply(with_phase(gang.pods[0].clone(), "Running", true));
+    assert_eq!(holding(&index), 2);
+    index.apply(with_phase(gang.pods[0].clone(), "Succeeded", false));
+    assert_eq!(holding(&index), 1);
+    assert_eq!(index.index().pods_of("team-a/a").count(), 2);
+    index.delete(&gang.pods[1]);
+    assert_eq!(holding(&index), 0);
+    assert_eq!(index.index().pods_of("team-a/a").count(), 1);
+    let _ = plan(&mut index, at(20));
+}
+
+#[test]
 fn an_invalid_job_gets_a_condition_naming_the_field_and_others_still_run() {
     let mut bad = job("bad", 1, 0);
     bad.spec.pod_sets[0].count = 0;

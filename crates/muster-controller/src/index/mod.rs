@@ -238,6 +238,10 @@ pub struct Index {
     pub(crate) pods: BTreeMap<ObjectRef, PodRecord>,
     /// Job → its pods' keys.
     pub(crate) pods_by_job: BTreeMap<ObjectRef, BTreeSet<ObjectRef>>,
+    /// Job → its pods that hold something on a node (bound, not finished): the few of
+    /// `pods_by_job` a pass books, kept apart because finished pods linger in their
+    /// thousands after their jobs end.
+    pub(crate) pods_holding: BTreeMap<ObjectRef, BTreeSet<ObjectRef>>,
     /// Per node, what pods outside any gang hold there: kept as pods come and go, so a pass
     /// books one sum per node instead of one entry per pod.
     pub(crate) base_usage: BTreeMap<String, Resources>,
@@ -473,6 +477,12 @@ impl Index {
             .filter_map(|k| self.pods.get(k).map(|p| (k, p)))
     }
 
+    /// The pods Muster released for `job` (any attempt) that hold something on a node: bound
+    /// and not finished.
+    pub fn holding_pods_of(&self, job: &str) -> impl Iterator<Item = &ObjectRef> {
+        self.pods_holding.get(job).into_iter().flatten()
+    }
+
     /// What pods outside any gang hold on `node`, summed.
     pub fn base_usage(&self, node: &str) -> Option<&Resources> {
         self.base_usage.get(node)
@@ -594,10 +604,12 @@ impl Index {
         match old.member {
             Some(member) => {
                 self.changed_jobs.insert(member.job.clone());
-                if let Some(set) = self.pods_by_job.get_mut(&member.job) {
-                    set.remove(key);
-                    if set.is_empty() {
-                        self.pods_by_job.remove(&member.job);
+                for by_job in [&mut self.pods_by_job, &mut self.pods_holding] {
+                    if let Some(set) = by_job.get_mut(&member.job) {
+                        set.remove(key);
+                        if set.is_empty() {
+                            by_job.remove(&member.job);
+                        }
                     }
                 }
             }
@@ -656,6 +668,12 @@ impl Index {
                     .entry(member.job.clone())
                     .or_default()
                     .insert(key.clone());
+                if record.node.is_some() && record.usage.is_some() {
+                    self.pods_holding
+                        .entry(member.job.clone())
+                        .or_default()
+                        .insert(key.clone());
+                }
             }
             None => {
                 if let (Some(node), Some(usage)) = (&record.node, &record.usage) {

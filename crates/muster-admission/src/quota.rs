@@ -418,6 +418,18 @@ impl QuotaBook {
         })
     }
 
+    /// Whether `queue` uses more than its nominal quota of any resource of any flavor: only
+    /// then may a reclaiming queue of its cohort take any of its jobs.
+    pub fn is_borrowing_anything(&self, queue: &str) -> bool {
+        let Some(q) = self.queue(queue) else {
+            return false;
+        };
+        self.layout.limits[q]
+            .iter()
+            .enumerate()
+            .any(|(slot, l)| self.usage[(q, slot)] > l.map_or(0, |l| l.nominal))
+    }
+
     /// Whether fair sharing is configured for any queue of `queue`'s cohort.
     pub fn fair_sharing(&self, queue: &str) -> bool {
         let Some(c) = self.queue(queue).and_then(|q| self.layout.cohort_of[q]) else {

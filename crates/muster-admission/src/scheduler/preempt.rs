@@ -63,6 +63,9 @@ impl Scheduler {
         let ids = |victims: &[&Candidate]| -> Vec<JobId> {
             victims.iter().map(|c| c.4.clone()).collect()
         };
+        if !self.fits_with_every_candidate_gone(cq, job, &candidates, reservations, now) {
+            return None;
+        }
         // Remove candidates in order until the preemptor fits. Another queue's job is taken
         // only while that queue still borrows: reclaiming stops at its nominal quota, so a
         // victim can never come straight back within its own quota and evict in turn.
@@ -71,17 +74,8 @@ impl Scheduler {
         let mut found = false;
         for c in candidates.iter() {
             let id = &c.4;
-            if c.0 && !c.1 {
-                let still_borrowing = self.jobs.get(id).is_some_and(|e| match &e.state {
-                    JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) => h
-                        .pod_sets
-                        .iter()
-                        .any(|p| self.quota.is_borrowing(&h.cluster_queue, &p.flavor)),
-                    JobState::Pending => false,
-                });
-                if !still_borrowing {
-                    continue;
-                }
+            if c.0 && !c.1 && !self.still_borrowing(id) {
+                continue;
             }
             self.release_tentatively(std::slice::from_ref(id), true);
             victims.push(c);
@@ -128,67 +122,149 @@ impl Scheduler {
         Some((ids(&victims), leaving, assignment))
     }
 
+    /// Whether another queue's job `id` still holds quota its queue borrows: reclaiming takes
+    /// it only then.
+    fn still_borrowing(&self, id: &str) -> bool {
+        self.jobs.get(id).is_some_and(|e| match &e.state {
+            JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) => h
+                .pod_sets
+                .iter()
+                .any(|p| self.quota.is_borrowing(&h.cluster_queue, &p.flavor)),
+            JobState::Pending => false,
+        })
+    }
+
+    /// Whether `job` fits once every candidate the search in [`Scheduler::preempt`] could
+    /// choose is gone, as that search chooses them (in order, another queue's job only while
+    /// its queue still borrows). Releasing more never makes a job fit less, so when it does
+    /// not fit then, no set the search tries makes it fit either: a search that is bound to
+    /// fail costs one or two tries instead of one per candidate. Two, because the search
+    /// lets the preemptor borrow only until it takes another queue's job: the largest set
+    /// before that is tried with borrowing, the whole set without. Changes nothing.
+    fn fits_with_every_candidate_gone(
+        &mut self,
+        cq: &str,
+        job: &Job,
+        candidates: &[Candidate],
+        reservations: &[Reservation],
+        now: i64,
+    ) -> bool {
+        let start = (self.cluster.mark(), self.quota.clone());
+        let mut chosen = 0_usize;
+        let mut reclaims = false;
+        let mut fits = false;
+        let try_now = |scheduler: &mut Scheduler, no_borrow: bool| {
+            let mark = scheduler.cluster.mark();
+            let opts = Options {
+                place: true,
+                no_borrow,
+            };
+            let ok = scheduler
+                .try_assign(cq, job, opts, reservations, now)
+                .is_ok();
+            scheduler.cluster.rollback(&mark);
+            ok
+        };
+        for c in candidates {
+            let reclaim = c.0 && !c.1;
+            if reclaim && !self.still_borrowing(&c.4) {
+                continue;
+            }
+            if reclaim && !reclaims {
+                if chosen > 0 && try_now(self, false) {
+                    fits = true;
+                    break;
+                }
+                reclaims = true;
+            }
+            self.release_tentatively(std::slice::from_ref(&c.4), true);
+            chosen += 1;
+        }
+        if !fits && chosen > 0 {
+            fits = try_now(self, reclaims);
+        }
+        self.cluster.rollback(&start.0);
+        self.quota = start.1;
+        fits
+    }
+
     /// Jobs whose eviction the queue's policy allows for `job`, plus every job already
     /// leaving, as (not leaving, same queue, priority, newest first, id): sorted, that is
     /// Kueue's order — already leaving, other queues' borrowers, lowest priority, newest.
     fn preemption_candidates(&self, cq: &str, job: &Job) -> Option<Vec<Candidate>> {
         let policy = self.queues.get(cq)?.spec.preemption.clone()?;
-        let cohort = self.quota.cohort(cq).map(str::to_owned);
-        let related = |queue: &str| {
-            queue == cq || (cohort.is_some() && self.quota.cohort(queue) == cohort.as_deref())
-        };
-        let queue_of = |id: &str| match self.jobs.get(id).map(|e| &e.state) {
-            Some(JobState::Admitted(h) | JobState::Evicting(h)) => Some(h.cluster_queue.as_str()),
-            _ => None,
-        };
-        // Only the queue's own jobs and, when it has one, its cohort's can be chosen; jobs
-        // already leaving count wherever they are (those of other queues are looked at apart,
-        // so that unrelated queues' running jobs cost nothing).
-        let chosen = self
-            .running_in
-            .iter()
-            .filter(|(queue, _)| related(queue))
-            .flat_map(|(_, ids)| ids.iter().map(String::as_str));
-        let leaving_elsewhere = self
-            .evicting
-            .iter()
-            .map(|id| &**id)
-            .filter(|id| queue_of(id).is_some_and(|q| !related(q)));
+        let cohort = self.quota.cohort(cq);
         let mut candidates: Vec<Candidate> = Vec::new();
-        for id in chosen.chain(leaving_elsewhere) {
-            let Some(e) = self.jobs.get(id) else {
-                continue;
-            };
-            let (h, leaving) = match &e.state {
-                JobState::Admitted(h) => (h, false),
-                JobState::Evicting(h) => (h, true),
-                _ => continue,
-            };
-            let same_queue = h.cluster_queue == cq;
-            let lower = e.job.priority < job.priority;
-            let eligible = if same_queue {
-                policy.within_cluster_queue == WithinClusterQueue::LowerPriority && lower
-            } else {
-                let reclaims = match policy.reclaim_within_cohort {
-                    ReclaimWithinCohort::Never => false,
-                    ReclaimWithinCohort::LowerPriority => lower,
-                    ReclaimWithinCohort::Any => true,
-                };
-                related(&h.cluster_queue)
-                    && reclaims
-                    && (leaving
-                        || h.pod_sets
-                            .iter()
-                            .any(|p| self.quota.is_borrowing(&h.cluster_queue, &p.flavor)))
-            };
-            if eligible || leaving {
+        // Jobs already leaving count wherever they are.
+        for id in &self.evicting {
+            if let Some(e) = self.jobs.get(&**id)
+                && let JobState::Evicting(h) = &e.state
+            {
                 candidates.push((
-                    !leaving,
-                    same_queue,
+                    false,
+                    h.cluster_queue == cq,
                     e.job.priority,
                     std::cmp::Reverse(h.since),
-                    id.to_owned(),
+                    id.to_string(),
                 ));
+            }
+        }
+        // Of the rest, only the queue's own jobs and, when it has one, its cohort's can be
+        // chosen. A queue whose jobs the policy can never choose for this job — another
+        // queue borrowing nothing, say — is passed over whole, so that the running jobs of
+        // queues that cannot lose any cost nothing.
+        for (queue, ids) in &self.running_in {
+            let same_queue = queue == cq;
+            let may_choose = if same_queue {
+                policy.within_cluster_queue == WithinClusterQueue::LowerPriority
+            } else {
+                cohort.is_some()
+                    && self.quota.cohort(queue) == cohort
+                    && policy.reclaim_within_cohort != ReclaimWithinCohort::Never
+                    && self.quota.is_borrowing_anything(queue)
+            };
+            if !may_choose {
+                continue;
+            }
+            // Whether this queue borrows each flavor its jobs run on, asked once per flavor.
+            let mut borrowing: Vec<(&str, bool)> = Vec::new();
+            for id in ids {
+                let Some(e) = self.jobs.get(id.as_str()) else {
+                    continue;
+                };
+                let JobState::Admitted(h) = &e.state else {
+                    continue;
+                };
+                let lower = e.job.priority < job.priority;
+                let eligible = if same_queue {
+                    lower
+                } else {
+                    let reclaims = match policy.reclaim_within_cohort {
+                        ReclaimWithinCohort::Never => false,
+                        ReclaimWithinCohort::LowerPriority => lower,
+                        ReclaimWithinCohort::Any => true,
+                    };
+                    reclaims
+                        && h.pod_sets.iter().any(|p| {
+                            match borrowing.iter().find(|(f, _)| *f == p.flavor) {
+                                Some(&(_, b)) => b,
+                                None => {
+                                    let b = self.quota.is_borrowing(queue, &p.flavor);
+                                    borrowing.push((&p.flavor, b));
+                                    b
+                                }
+                            }
+                        })
+                };
+                if eligible {
+                    candidates.push((
+                        true,
+                        same_queue,
+                        e.job.priority,
+                        std::cmp::Reverse(h.since),
+                        id.clone(),
+                    ));
+                }
             }
         }
         Some(candidates)

@@ -211,13 +211,11 @@ fn latest_snapshot(
     }
 }
 
-/// The controller's own lifecycle, driven second by second (every gang Ready at once, each
-/// ending when its announced runtime is up), starts every job at the second the forecast's
-/// forward runs say: with runtimes known exactly, the two agree to the second. Jobs of two
-/// sizes in two blocks, a queue order, and a small job that starts before a larger one
-/// ahead of it can: j3 when j2 ends, j4 beside it when j3 ends, j5 when j1 ends.
-#[test]
-fn the_controller_starts_jobs_when_the_forward_runs_say_when_runtimes_are_exact() {
+/// Five gangs with exact announced runtimes on 32 GPUs, driven second by second from 10 to
+/// 700 as the kubelet would run them, forecast (and the forecast kept, as the controller's
+/// forecaster keeps it) at each second of `forecasts_at`: when each job was released, and the
+/// forecasts made.
+fn drive_exact_runtimes(forecasts_at: &[i64]) -> (BTreeMap<String, i64>, Vec<forecasting::Latest>) {
     let spec = [
         ("j1", 2, 600),
         ("j2", 2, 300),
@@ -233,7 +231,7 @@ fn the_controller_starts_jobs_when_the_forward_runs_say_when_runtimes_are_exact(
     let mut state = cluster(32, jobs);
     let mut started: BTreeMap<String, i64> = BTreeMap::new();
     let mut released: Vec<(String, i64, muster_controller::plan::Action)> = Vec::new();
-    let mut forecast = None;
+    let mut forecasts = Vec::new();
     for t in 10..700 {
         // Gangs whose runtime is up end now.
         for (job, since, release) in &released {
@@ -261,11 +259,22 @@ fn the_controller_starts_jobs_when_the_forward_runs_say_when_runtimes_are_exact(
                 break;
             }
         }
-        if t == 11 {
-            forecast = Some(forecast_at(&mut state, 11));
+        if forecasts_at.contains(&t) {
+            forecasts.push(forecast_at(&mut state, t));
         }
     }
-    let Some(latest) = forecast else {
+    (started, forecasts)
+}
+
+/// The controller's own lifecycle, driven second by second (every gang Ready at once, each
+/// ending when its announced runtime is up), starts every job at the second the forecast's
+/// forward runs say: with runtimes known exactly, the two agree to the second. Jobs of two
+/// sizes in two blocks, a queue order, and a small job that starts before a larger one
+/// ahead of it can: j3 when j2 ends, j4 beside it when j3 ends, j5 when j1 ends.
+#[test]
+fn the_controller_starts_jobs_when_the_forward_runs_say_when_runtimes_are_exact() {
+    let (started, forecasts) = drive_exact_runtimes(&[11]);
+    let Some(latest) = forecasts.into_iter().next() else {
         unreachable!("forecast at 11")
     };
     let answer = visibility::forecast(&latest, None, &|_| true);
@@ -289,6 +298,27 @@ fn the_controller_starts_jobs_when_the_forward_runs_say_when_runtimes_are_exact(
     );
     assert_eq!(real, forecast_starts);
     assert_eq!(forecast_starts["team-a/j3"], 310);
+}
+
+/// Forecasts only read the controller's state and write ranges: with one kept every 7
+/// seconds, each pass writing the ranges into waiting jobs' statuses, every job is
+/// released at the same second as with none.
+#[test]
+fn forecasts_leave_every_release_where_it_was() {
+    let (without, none) = drive_exact_runtimes(&[]);
+    assert!(none.is_empty());
+    let every_7: Vec<i64> = (11..700).step_by(7).collect();
+    let (with, made) = drive_exact_runtimes(&every_7);
+    assert_eq!(made.len(), every_7.len());
+    assert!(
+        made.iter()
+            .any(|latest| !visibility::forecast(latest, None, &|_| true)
+                .items
+                .is_empty()),
+        "some forecast saw a waiting job"
+    );
+    assert_eq!(without.len(), 5, "{without:?}");
+    assert_eq!(with, without);
 }
 
 /// Reports the pods `release` created as the kubelet would: in `phase`, Ready or not.

@@ -300,3 +300,75 @@ fn a_preemptor_that_waits_for_leaving_victims_evicts_no_more() {
     ));
     assert!(second.iter().all(|d| !matches!(d, Decision::Admit(_))));
 }
+
+/// `job` restored as admitted to `queue` at second 0, its one pod on the first host.
+fn restore_on_first_host(s: &mut Scheduler, job: muster_admission::Job, queue: &str) {
+    let holding = muster_admission::Holding {
+        cluster_queue: queue.to_owned(),
+        since: Some(0),
+        pod_sets: vec![muster_admission::PodSetPlacement {
+            name: "workers".into(),
+            flavor: "default".into(),
+            domain: vec![(BLOCK.to_owned(), "default-b0".to_owned())],
+            nodes: vec!["default-b0-h00".to_owned()],
+            devices: Vec::new(),
+        }],
+    };
+    s.restore(job, holding, false);
+}
+
+#[test]
+fn a_preemptor_that_fits_by_borrowing_once_a_leaving_job_is_gone_waits_for_it_and_reclaims_nothing()
+{
+    // Cohort of 12 CPUs, all in use: a (priority 10) holds `team-a`'s 4; b1 and d1 hold 4
+    // each in queues of 2, borrowing the idle lender's. `drained` stops and drains, so d1
+    // leaves. urgent (priority 5) needs 4 beyond `team-a`'s own, borrowed: d1's 4, once d1
+    // is gone. Reclaiming b1 as well would forbid borrowing (reclaiming is only for quota the
+    // preemptor owns), and it would not fit then: evicting every candidate does not make it
+    // fit, yet waiting for the one already leaving does.
+    let reclaiming = PreemptionPolicy {
+        within_cluster_queue: WithinClusterQueue::LowerPriority,
+        reclaim_within_cohort: ReclaimWithinCohort::Any,
+        ..PreemptionPolicy::default()
+    };
+    let mut drained = cq(Some("all"), &[("default", &[(CPU, 2, None, None)])]);
+    drained.stop_policy = muster_api::cluster_queue::StopPolicy::HoldAndDrain;
+    let mut s = cpu_scheduler(vec![
+        (
+            "team-a",
+            preempting(
+                cq(Some("all"), &[("default", &[(CPU, 4, None, None)])]),
+                reclaiming,
+            ),
+        ),
+        (
+            "team-b",
+            cq(Some("all"), &[("default", &[(CPU, 2, None, None)])]),
+        ),
+        ("drained", drained),
+        (
+            "lender",
+            cq(Some("all"), &[("default", &[(CPU, 4, None, None)])]),
+        ),
+    ]);
+    restore_on_first_host(&mut s, cpu_job("a", "team-a", 10, 0, 4), "team-a");
+    restore_on_first_host(&mut s, cpu_job("b1", "team-b", 0, 0, 4), "team-b");
+    restore_on_first_host(&mut s, cpu_job("d1", "drained", 0, 0, 4), "drained");
+    let drain = s.cycle(1);
+    assert!(
+        drain
+            .iter()
+            .any(|d| matches!(d, Decision::Evict { job, .. } if job == "ns/d1")),
+        "{drain:?}"
+    );
+    s.submit(cpu_job("urgent", "team-a", 5, 2, 4));
+    let next = s.cycle(2);
+    assert!(preempted(&next).is_empty(), "{next:?}");
+    assert!(
+        matches!(
+            reason_of(&next, "urgent"),
+            Some(PendingReason::Preempting { victims }) if victims == &["ns/d1".to_owned()]
+        ),
+        "{next:?}"
+    );
+}

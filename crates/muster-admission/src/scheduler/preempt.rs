@@ -79,12 +79,7 @@ impl Scheduler {
             }
             self.release_tentatively(std::slice::from_ref(id), true);
             victims.push(c);
-            let mark = self.cluster.mark();
-            let fits = self
-                .try_assign(cq, job, opts_for(&victims), reservations, now)
-                .is_ok();
-            self.cluster.rollback(&mark);
-            if fits {
+            if self.fits_now(cq, job, opts_for(&victims), reservations, now) {
                 found = true;
                 break;
             }
@@ -122,6 +117,22 @@ impl Scheduler {
         Some((ids(&victims), leaving, assignment))
     }
 
+    /// Whether `job` fits as things stand (after any tentative releases), leaving the nodes
+    /// as they were.
+    fn fits_now(
+        &mut self,
+        cq: &str,
+        job: &Job,
+        opts: Options,
+        reservations: &[Reservation],
+        now: i64,
+    ) -> bool {
+        let mark = self.cluster.mark();
+        let fits = self.try_assign(cq, job, opts, reservations, now).is_ok();
+        self.cluster.rollback(&mark);
+        fits
+    }
+
     /// Whether another queue's job `id` still holds quota its queue borrows: reclaiming takes
     /// it only then.
     fn still_borrowing(&self, id: &str) -> bool {
@@ -153,17 +164,9 @@ impl Scheduler {
         let mut chosen = 0_usize;
         let mut reclaims = false;
         let mut fits = false;
-        let try_now = |scheduler: &mut Scheduler, no_borrow: bool| {
-            let mark = scheduler.cluster.mark();
-            let opts = Options {
-                place: true,
-                no_borrow,
-            };
-            let ok = scheduler
-                .try_assign(cq, job, opts, reservations, now)
-                .is_ok();
-            scheduler.cluster.rollback(&mark);
-            ok
+        let opts = |no_borrow| Options {
+            place: true,
+            no_borrow,
         };
         for c in candidates {
             let reclaim = c.0 && !c.1;
@@ -171,7 +174,7 @@ impl Scheduler {
                 continue;
             }
             if reclaim && !reclaims {
-                if chosen > 0 && try_now(self, false) {
+                if chosen > 0 && self.fits_now(cq, job, opts(false), reservations, now) {
                     fits = true;
                     break;
                 }
@@ -181,7 +184,7 @@ impl Scheduler {
             chosen += 1;
         }
         if !fits && chosen > 0 {
-            fits = try_now(self, reclaims);
+            fits = self.fits_now(cq, job, opts(reclaims), reservations, now);
         }
         self.cluster.rollback(&start.0);
         self.quota = start.1;

@@ -7,8 +7,10 @@
 //! left of the pool, capped by `nominal + borrowingLimit` when a borrowing limit is set. Usage
 //! beyond a queue's nominal quota is *borrowed*.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+
+use foldhash::fast::FixedState;
 
 use muster_api::cluster_queue::FairSharing;
 use muster_api::{Amount, ClusterQueueSpec, Resources};
@@ -80,7 +82,9 @@ pub struct Shortfall {
 /// weights. Shared, never copied, by every copy of a [`QuotaBook`].
 #[derive(Debug, Default)]
 struct Layout {
-    queues: BTreeMap<String, usize>,
+    /// Queue name → number: looked up for every quota change and check, never walked in
+    /// order, so hashed (with a fixed seed: the same on every run).
+    queues: HashMap<String, usize, FixedState>,
     cohort_of: Vec<Option<usize>>,
     cohorts: Vec<String>,
     /// flavor → resource → slot.
@@ -233,6 +237,19 @@ impl QuotaBook {
 
     fn queue(&self, name: &str) -> Option<usize> {
         self.layout.queues.get(name).copied()
+    }
+
+    /// The number of the queue's cohort, if it has one: equal for queues of one cohort,
+    /// cheaper to compare than its name.
+    pub(crate) fn cohort_number(&self, queue: &str) -> Option<usize> {
+        self.layout.cohort_of[self.queue(queue)?]
+    }
+
+    /// Whether `other` books the same usage as this book (debug builds compare books kept
+    /// up to date with rebuilt ones).
+    #[cfg(debug_assertions)]
+    pub(crate) fn same_usage(&self, other: &QuotaBook) -> bool {
+        self.usage.cells == other.usage.cells && self.pool_used.cells == other.pool_used.cells
     }
 
     /// The queue's cohort, if it has one.

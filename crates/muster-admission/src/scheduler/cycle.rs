@@ -92,7 +92,7 @@ impl Scheduler {
             }) {
                 // Usage changed (or was held for a preemptor): shares, borrowing and the
                 // release timeline may have too.
-                walk.usage_changed(next.cq);
+                walk.usage_changed(&next);
                 self.release_after(&mut state, &out[before..], now);
             }
         }
@@ -111,15 +111,24 @@ impl Scheduler {
             state.release = None;
             return;
         };
-        let end = self.jobs.get(&a.job).and_then(|e| match &e.state {
-            JobState::Admitted(h) => book::expected_end(&e.job, h),
+        let entry = self.jobs.get(&a.job);
+        let holding = entry.and_then(|e| match &e.state {
+            JobState::Admitted(h) => Some((e, h)),
             _ => None,
         });
+        let end = holding.and_then(|(e, h)| book::expected_end(&e.job, h));
+        let add = |book: &mut crate::quota::QuotaBook| {
+            if let Some((e, h)) = holding {
+                for (usage, p) in e.usage.iter().zip(&h.pod_sets) {
+                    book.add(&h.cluster_queue, &p.flavor, usage);
+                }
+            }
+        };
         let patched = state
             .release
             .as_mut()
             .and_then(std::rc::Rc::get_mut)
-            .is_some_and(|order| order.admitted(&a.job, end, now));
+            .is_some_and(|order| order.admitted(&a.job, end, now, add));
         if !patched {
             state.release = None;
         }
@@ -131,6 +140,13 @@ impl Scheduler {
                 "the release order after admitting {} is not the one rebuilt",
                 a.job
             );
+            for (t, book) in order.books() {
+                debug_assert!(
+                    book.same_usage(&self.book_at(&rebuilt, t)),
+                    "the quota book at {t} after admitting {} is not the one rebuilt",
+                    a.job
+                );
+            }
         }
     }
 

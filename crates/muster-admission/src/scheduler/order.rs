@@ -28,29 +28,45 @@ use super::{CycleState, HeadKey, MemoKey, Scheduler};
 use crate::job::JobId;
 use crate::quota::QuotaBook;
 
-/// One queue's jobs of one shape: their indices in the queue's list.
+/// One queue's jobs of one shape: a run of its indices in the queue's list, kept in
+/// [`QueueWalk::order`] (`order[start..start + len]`, rising).
 struct ShapeRun {
     shape: MemoKey,
-    at: Vec<usize>,
-    /// Per entry of `at`, the shortest expected runtime from there to the end of the run
-    /// (`i64::MAX` for none announced): the memo rules out a job of the shape whose runtime
-    /// reaches a bound, so the whole rest of the run at once when this does. Worked out the
-    /// first time the memo rules the shape out (empty until then).
-    shortest_from: Vec<i64>,
-    /// The first entry of `at` not yet known to be passed over (the cursor and the memo only
-    /// move forward within a cycle).
+    start: usize,
+    len: usize,
+    /// Whether [`QueueWalk::shortest`] holds this run's part (see there): worked out the
+    /// first time the memo rules the shape out.
+    shortest_ready: bool,
+    /// The first entry of the run not yet known to be passed over (the cursor and the memo
+    /// only move forward within a cycle).
     scan: usize,
+}
+
+impl ShapeRun {
+    /// The run's indices into the queue's list, rising.
+    fn at<'o>(&self, order: &'o [usize]) -> &'o [usize] {
+        &order[self.start..self.start + self.len]
+    }
 }
 
 /// One queue's progress through a cycle.
 struct QueueWalk<'a> {
     cq: &'a str,
-    /// Its cohort: its key depends only on its own and its cohort's usage.
-    cohort: Option<String>,
+    /// Its cohort's number in the quota book: its key depends only on its own and its
+    /// cohort's usage.
+    cohort: Option<usize>,
     /// Per job shape, whether it would borrow, while that usage stays as it is.
     borrows: BTreeMap<MemoKey, bool>,
     list: &'a [Queued],
     shapes: Vec<ShapeRun>,
+    /// The indices of `list` grouped by shape, each shape's run rising: one block per queue
+    /// per cycle, sized once, rather than a growing vector per shape.
+    order: Vec<usize>,
+    /// Per entry of `order`, the shortest expected runtime from there to the end of its run
+    /// (`i64::MAX` for none announced): the memo rules out a job of the shape whose runtime
+    /// reaches a bound, so the whole rest of the run at once when this does. Empty until a
+    /// run needs it; a run's part is filled when it does ([`ShapeRun::shortest_ready`]).
+    shortest: Vec<i64>,
     cursor: usize,
     done: bool,
     /// The index of its next job to serve: it moves only when this queue is served (the
@@ -89,14 +105,15 @@ impl<'a> Walk<'a> {
         shapes: usize,
     ) -> Walk<'a> {
         // Each queue's jobs grouped by shape: `slot[shape]` is the shape's run in the queue
-        // being grouped (shapes are small dense numbers), reset after each queue.
+        // being grouped (shapes are small dense numbers), reset after each queue. Runs come
+        // in the order of their shapes' first jobs; counted first, then filled in place.
         let mut slot: Vec<usize> = vec![usize::MAX; shapes];
         let queues = lists
             .iter()
             .filter(|(_, list)| !list.is_empty())
             .map(|(cq, list)| {
                 let mut runs: Vec<ShapeRun> = Vec::new();
-                for (i, q) in list.iter().enumerate() {
+                for q in list {
                     if q.shape >= slot.len() {
                         slot.resize(q.shape + 1, usize::MAX);
                     }
@@ -105,22 +122,38 @@ impl<'a> Walk<'a> {
                         *r = runs.len();
                         runs.push(ShapeRun {
                             shape: q.shape,
-                            at: Vec::new(),
-                            shortest_from: Vec::new(),
+                            start: 0,
+                            len: 0,
+                            shortest_ready: false,
                             scan: 0,
                         });
                     }
-                    runs[*r].at.push(i);
+                    runs[*r].len += 1;
                 }
-                for run in &runs {
+                let mut start = 0;
+                for run in &mut runs {
+                    run.start = start;
+                    start += run.len;
+                }
+                // `scan` counts each run's entries filled so far, then starts at zero.
+                let mut order = vec![0; list.len()];
+                for (i, q) in list.iter().enumerate() {
+                    let run = &mut runs[slot[q.shape]];
+                    order[run.start + run.scan] = i;
+                    run.scan += 1;
+                }
+                for run in &mut runs {
                     slot[run.shape] = usize::MAX;
+                    run.scan = 0;
                 }
                 QueueWalk {
                     cq: cq.as_str(),
-                    cohort: quota.cohort(cq).map(str::to_owned),
+                    cohort: quota.cohort_number(cq),
                     borrows: BTreeMap::new(),
                     list: list.as_slice(),
                     shapes: runs,
+                    order,
+                    shortest: Vec::new(),
                     cursor: 0,
                     done: false,
                     at: None,
@@ -132,16 +165,15 @@ impl<'a> Walk<'a> {
         Walk { queues }
     }
 
-    /// Usage changed in queue `cq`: the keys of the queues that share its quota (itself and
-    /// its cohort) may have; no other queue's did.
-    pub(super) fn usage_changed(&mut self, cq: &str) {
-        let cohort = self
-            .queues
-            .iter()
-            .find(|q| q.cq == cq)
-            .and_then(|q| q.cohort.clone());
-        for q in &mut self.queues {
-            if q.cq == cq || (cohort.is_some() && q.cohort == cohort) {
+    /// Usage changed in the queue `next` was served from: the keys of the queues that share
+    /// its quota (itself and its cohort) may have; no other queue's did.
+    pub(super) fn usage_changed(&mut self, next: &Next<'_>) {
+        let Some(changed) = self.queues.get(next.queue) else {
+            return;
+        };
+        let cohort = changed.cohort;
+        for (i, q) in self.queues.iter_mut().enumerate() {
+            if i == next.queue || (cohort.is_some() && q.cohort == cohort) {
                 q.key = None;
                 q.borrows.clear();
             }
@@ -227,15 +259,16 @@ impl Scheduler {
         // The last job up to `at` whose shape would borrow.
         let mut last_borrower: Option<usize> = None;
         for run in &q.shapes {
+            let run_at = run.at(&q.order);
             // Preemptors served first are not in the queue's order.
-            let mut upto = run.at.partition_point(|i| *i <= at);
+            let mut upto = run_at.partition_point(|i| *i <= at);
             while !nominated.is_empty()
                 && upto > 0
-                && nominated.contains(&q.list[run.at[upto - 1]].job.id)
+                && nominated.contains(&q.list[run_at[upto - 1]].job.id)
             {
                 upto -= 1;
             }
-            let Some(&last) = upto.checked_sub(1).and_then(|k| run.at.get(k)) else {
+            let Some(&last) = upto.checked_sub(1).and_then(|k| run_at.get(k)) else {
                 continue;
             };
             if last < q.cursor || last_borrower.is_some_and(|b| b > last) {
@@ -268,26 +301,30 @@ fn first_to_serve(
 ) -> Option<usize> {
     let mut first: Option<usize> = None;
     for run in &mut q.shapes {
+        let run_at = &q.order[run.start..run.start + run.len];
         // Jobs before the cursor have been served.
         let cursor = q.cursor;
-        run.scan += run.at[run.scan..].partition_point(|i| *i < cursor);
+        run.scan += run_at[run.scan..].partition_point(|i| *i < cursor);
         let from = state.ruled_out_from.get(&run.shape).copied();
-        if from.is_some() && run.shortest_from.is_empty() {
-            run.shortest_from = vec![i64::MAX; run.at.len()];
+        if from.is_some() && !run.shortest_ready {
+            if q.shortest.is_empty() {
+                q.shortest = vec![i64::MAX; q.order.len()];
+            }
             let mut shortest = i64::MAX;
-            for (k, i) in run.at.iter().enumerate().rev() {
+            for (k, i) in run_at.iter().enumerate().rev() {
                 let runtime = q.list[*i].runtime.unwrap_or(i64::MAX);
                 shortest = shortest.min(runtime);
-                run.shortest_from[k] = shortest;
+                q.shortest[run.start + k] = shortest;
             }
+            run.shortest_ready = true;
         }
-        while run.scan < run.at.len() {
-            if from.is_some_and(|f| run.shortest_from[run.scan] >= f) {
+        while run.scan < run.len {
+            if from.is_some_and(|f| q.shortest[run.start + run.scan] >= f) {
                 // Every job left of this shape is ruled out.
-                run.scan = run.at.len();
+                run.scan = run.len;
                 break;
             }
-            let queued = &q.list[run.at[run.scan]];
+            let queued = &q.list[run_at[run.scan]];
             let passed = state.ruled_out(queued)
                 || (!nominated.is_empty() && nominated.contains(&queued.job.id));
             if !passed {
@@ -295,7 +332,7 @@ fn first_to_serve(
             }
             run.scan += 1;
         }
-        if let Some(&i) = run.at.get(run.scan) {
+        if let Some(&i) = run_at.get(run.scan) {
             first = Some(first.map_or(i, |f| f.min(i)));
         }
     }

@@ -196,7 +196,7 @@ impl Scheduler {
     /// Kueue's order — already leaving, other queues' borrowers, lowest priority, newest.
     fn preemption_candidates(&self, cq: &str, job: &Job) -> Option<Vec<Candidate>> {
         let policy = self.queues.get(cq)?.spec.preemption.clone()?;
-        let cohort = self.quota.cohort(cq);
+        let cohort = self.quota.cohort_number(cq);
         let mut candidates: Vec<Candidate> = Vec::new();
         // Jobs already leaving count wherever they are.
         for id in &self.evicting {
@@ -222,7 +222,7 @@ impl Scheduler {
                 policy.within_cluster_queue == WithinClusterQueue::LowerPriority
             } else {
                 cohort.is_some()
-                    && self.quota.cohort(queue) == cohort
+                    && self.quota.cohort_number(queue) == cohort
                     && policy.reclaim_within_cohort != ReclaimWithinCohort::Never
                     && self.quota.is_borrowing_anything(queue)
             };

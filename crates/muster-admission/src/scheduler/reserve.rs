@@ -30,12 +30,20 @@ pub(super) struct ReleaseOrder {
 impl ReleaseOrder {
     /// Job `id`, just admitted, joins the order where a rebuilt order would have it: on the
     /// timeline at its expected end `end` (after `now`), or among the jobs without a known
-    /// end, by id. The quota books asked for so far go (usage changed). Cheaper than a
-    /// rebuild by as much as a shift of the order is than a copy of every holder, which a
-    /// cycle admitting hundreds of jobs among thousands that run would pay for each.
-    /// `false` (nothing changed) when `end` is not after `now`: it would sort among the jobs
-    /// due now, and the caller rebuilds.
-    pub(super) fn admitted(&mut self, id: &str, end: Option<i64>, now: i64) -> bool {
+    /// end, by id. Cheaper than a rebuild by as much as a shift of the order is than a copy
+    /// of every holder, which a cycle admitting hundreds of jobs among thousands that run
+    /// would pay for each. The quota books asked for so far stay: `add` books the job's
+    /// usage into each that it is still running at (before `end`), which is what a rebuilt
+    /// book holds. In one that is at or past its end, a rebuild would book it and release
+    /// it again. `false` (nothing changed) when `end` is not after `now`: it would sort among
+    /// the jobs due now, and the caller rebuilds.
+    pub(super) fn admitted(
+        &mut self,
+        id: &str,
+        end: Option<i64>,
+        now: i64,
+        add: impl Fn(&mut QuotaBook),
+    ) -> bool {
         let id: SharedId = Arc::from(id);
         match end {
             Some(end) if end <= now => return false,
@@ -59,8 +67,23 @@ impl ReleaseOrder {
                 self.order.insert(at, id);
             }
         }
-        self.books.get_mut().clear();
+        for (t, book) in self.books.get_mut().iter_mut() {
+            if end.is_none_or(|end| end > *t) {
+                add(book);
+            }
+        }
         true
+    }
+
+    /// The quota books asked for so far, by time (for debug builds to compare with rebuilt
+    /// ones).
+    #[cfg(debug_assertions)]
+    pub(super) fn books(&self) -> Vec<(i64, QuotaBook)> {
+        self.books
+            .borrow()
+            .iter()
+            .map(|(t, b)| (*t, b.clone()))
+            .collect()
     }
 }
 
@@ -68,7 +91,7 @@ impl Scheduler {
     /// The quota book at time `t`: today's, less every job on `release`'s timeline that ends
     /// by then. Reservations in one cycle mostly start at the same few times (jobs admitted
     /// together end together), so each book is built once, from the latest earlier one.
-    fn book_at(&self, release: &ReleaseOrder, t: i64) -> QuotaBook {
+    pub(super) fn book_at(&self, release: &ReleaseOrder, t: i64) -> QuotaBook {
         let mut books = release.books.borrow_mut();
         if let Some(book) = books.get(&t) {
             return book.clone();
@@ -292,7 +315,7 @@ impl Scheduler {
             return Some(0);
         }
         let saved = self.quota.clone();
-        let cohort = self.quota.cohort(cq).map(str::to_owned);
+        let cohort = self.quota.cohort_number(cq);
         let mut found = None;
         for (i, id) in order.iter().enumerate() {
             let Some(e) = self.jobs.get(&**id) else {
@@ -301,8 +324,7 @@ impl Scheduler {
             let shares = match &e.state {
                 JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) => {
                     h.cluster_queue == cq
-                        || cohort.is_some()
-                            && self.quota.cohort(&h.cluster_queue) == cohort.as_deref()
+                        || cohort.is_some() && self.quota.cohort_number(&h.cluster_queue) == cohort
                 }
                 JobState::Pending => false,
             };

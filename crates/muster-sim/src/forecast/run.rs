@@ -3,9 +3,10 @@
 //! or the horizon is reached.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
+use foldhash::fast::FixedState;
 use muster_admission::{Cluster, Decision, Job, Scheduler};
 use muster_topology::{Rng, text_seed};
 
@@ -129,10 +130,11 @@ struct Run<'a> {
     sample: u32,
     /// The chance a job runs at its family's quantile rather than its own.
     correlation: f64,
-    /// Job id → number, for the snapshot's jobs.
-    index: BTreeMap<&'a str, usize>,
+    /// Job id → number, for the snapshot's jobs: looked up for every decision, never walked
+    /// in order, so hashed (with a fixed seed).
+    index: HashMap<&'a str, usize, FixedState>,
     /// Job id → number, for arrivals.
-    arrived_index: BTreeMap<String, usize>,
+    arrived_index: HashMap<String, usize, FixedState>,
     arrivals: Arrivals,
     /// (end, job, attempt): an eviction bumps the attempt, so its stale end is ignored.
     ends: BinaryHeap<Reverse<(i64, usize, u32)>>,
@@ -372,7 +374,7 @@ pub(super) fn forward(
             .enumerate()
             .map(|(i, id)| (id, i))
             .collect(),
-        arrived_index: BTreeMap::new(),
+        arrived_index: HashMap::default(),
         arrivals: Arrivals::new(snapshot, options, sample),
         ends: BinaryHeap::new(),
         attempt: vec![0; total],

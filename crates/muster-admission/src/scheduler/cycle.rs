@@ -111,8 +111,7 @@ impl Scheduler {
             state.release = None;
             return;
         };
-        let entry = self.jobs.get(&a.job);
-        let holding = entry.and_then(|e| match &e.state {
+        let holding = self.jobs.get(&a.job).and_then(|e| match &e.state {
             JobState::Admitted(h) => Some((e, h)),
             _ => None,
         });

@@ -301,7 +301,7 @@ fn first_to_serve(
 ) -> Option<usize> {
     let mut first: Option<usize> = None;
     for run in &mut q.shapes {
-        let run_at = &q.order[run.start..run.start + run.len];
+        let run_at = run.at(&q.order);
         // Jobs before the cursor have been served.
         let cursor = q.cursor;
         run.scan += run_at[run.scan..].partition_point(|i| *i < cursor);

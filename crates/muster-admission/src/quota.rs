@@ -1,34 +1,41 @@
-//! Quota: what each ClusterQueue owns per flavor and resource, what it uses, and what its cohort
-//! lends and borrows. All amounts are exact milli-units; nothing here is floating point.
+//! Quota: what each ClusterQueue owns per flavor and resource, what it uses, and what the
+//! cohort tree lends and borrows. All amounts are exact milli-units; nothing here is floating
+//! point.
 //!
-//! The model is Kueue's. In a cohort, each queue's nominal quota splits into a *guaranteed*
-//! part only it may use (`nominal - lendingLimit`, zero without a lending limit) and a
-//! *lendable* part pooled with the cohort. A queue may use its guaranteed part plus whatever is
-//! left of the pool, capped by `nominal + borrowingLimit` when a borrowing limit is set. Usage
-//! beyond a queue's nominal quota is *borrowed*.
+//! ClusterQueues and cohorts are the nodes of trees: a queue's parent is its cohort, a
+//! cohort's is the cohort its `Cohort` object names (see [`crate::CohortTree`]). Per
+//! (flavor, resource), a node's *subtree quota* is its own nominal quota plus what each child
+//! lends it; a node with a parent keeps a *guaranteed* part of its subtree quota that only
+//! its subtree may use (`subtree - lendingLimit`, zero without a lending limit) and lends the
+//! rest up. A node may use its guaranteed remainder plus what its parent could still give
+//! it, capped by its borrowing limit: at most `borrowingLimit` beyond what it lends up. What a
+//! node uses beyond its guaranteed part is stored in its parent, and so on up to the root,
+//! which can give out at most its subtree quota. Usage of a queue beyond its nominal quota
+//! is *borrowed*.
+//!
+//! With one level (flat cohorts with no quota of their own) this is Kueue's model: each
+//! queue's nominal quota splits into a guaranteed part only it may use and a lendable part
+//! pooled with the cohort.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use foldhash::fast::FixedState;
 
-use muster_api::cluster_queue::FairSharing;
+use muster_api::cluster_queue::{FairSharing, ResourceGroup};
 use muster_api::{Amount, ClusterQueueSpec, Resources};
 
-/// The limits of one queue on one (flavor, resource).
+use crate::cohorts::CohortTree;
+
+/// The limits of one queue or cohort on one (flavor, resource).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Limits {
+    /// Its own quota (for a cohort: on top of what its children lend it).
     nominal: u64,
-    /// `None`: unlimited.
+    /// The most it may take from its parent beyond what it lends up; `None`: unlimited.
     borrowing_limit: Option<u64>,
-    /// The part of `nominal` pooled with the cohort (all of it without a lending limit).
-    lendable: u64,
-}
-
-impl Limits {
-    fn guaranteed(self) -> u64 {
-        self.nominal - self.lendable
-    }
+    /// The most of its subtree quota it lends up; `None`: all of it.
+    lending_limit: Option<u64>,
 }
 
 /// The answer of a quota check for one job in one flavor.
@@ -78,23 +85,34 @@ pub struct Shortfall {
     pub borrowable: Amount,
 }
 
-/// What the queues' specs fix: queues, cohorts, (flavor, resource) slots, limits, pools and
-/// weights. Shared, never copied, by every copy of a [`QuotaBook`].
+/// What the queues' and cohorts' specs fix: the nodes (queues first, then cohorts), the
+/// tree, (flavor, resource) slots, limits, subtree quotas and weights. Shared, never copied,
+/// by every copy of a [`QuotaBook`].
 #[derive(Debug, Default)]
 struct Layout {
-    /// Queue name → number: looked up for every quota change and check, never walked in
-    /// order, so hashed (with a fixed seed: the same on every run).
+    /// Queue name → node number: looked up for every quota change and check, never walked
+    /// in order, so hashed (with a fixed seed: the same on every run).
     queues: HashMap<String, usize, FixedState>,
-    cohort_of: Vec<Option<usize>>,
+    /// Cohort names, in name order; cohort `i` is node `queue_count + i`.
     cohorts: Vec<String>,
+    queue_count: usize,
+    /// Per node: its parent (a queue's cohort, a cohort's parent cohort).
+    parent: Vec<Option<usize>>,
+    /// Per node: the root of its tree (itself for a root).
+    root: Vec<usize>,
+    /// Per node: edges up to its root.
+    depth: Vec<u32>,
     /// flavor → resource → slot.
     slots: BTreeMap<String, BTreeMap<String, usize>>,
     slot_count: usize,
-    /// Per queue, per slot: limits (`None`: the queue has no quota for it).
+    /// Per node, per slot: limits (`None`: no quota entry; a queue without one cannot use
+    /// the slot, a cohort without one only passes on what its children lend).
     limits: Vec<Vec<Option<Limits>>>,
-    /// Per cohort, per slot: Σ lendable.
-    pool: Vec<Vec<u64>>,
-    /// Per queue: fair-sharing weight in milli-units (`None`: fair sharing not configured).
+    /// Per node, per slot: its own quota plus what its children lend it.
+    subtree: Vec<Vec<u64>>,
+    /// Per node, per slot: the part of `subtree` it does not lend up (all of it at a root).
+    guaranteed: Vec<Vec<u64>>,
+    /// Per node: fair-sharing weight in milli-units (`None`: fair sharing not configured).
     weight: Vec<Option<u64>>,
 }
 
@@ -102,20 +120,111 @@ impl Layout {
     fn slot(&self, flavor: &str, resource: &str) -> Option<usize> {
         self.slots.get(flavor)?.get(resource).copied()
     }
+
+    /// The slots `groups` give quota for, numbered as they are first seen.
+    fn add_slots(&mut self, groups: &[ResourceGroup]) {
+        for group in groups {
+            for flavor in &group.flavors {
+                for r in &flavor.resources {
+                    let next = self.slot_count;
+                    let slot = self
+                        .slots
+                        .entry(flavor.name.clone())
+                        .or_default()
+                        .entry(r.name.clone())
+                        .or_insert(next);
+                    if *slot == next {
+                        self.slot_count += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Per slot, the limits `groups` set. Quantities that do not parse count as zero
+    /// (validation rejects such objects before they get here).
+    fn limits_of(&self, groups: &[ResourceGroup]) -> Vec<Option<Limits>> {
+        let parse = |q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
+            Amount::parse(&q.0).map_or(0, Amount::milli)
+        };
+        let mut limits = vec![None; self.slot_count];
+        for group in groups {
+            for flavor in &group.flavors {
+                for r in &flavor.resources {
+                    if let Some(slot) = self.slot(&flavor.name, &r.name) {
+                        limits[slot] = Some(Limits {
+                            nominal: parse(&r.nominal_quota),
+                            borrowing_limit: r.borrowing_limit.as_ref().map(parse),
+                            lending_limit: r.lending_limit.as_ref().map(parse),
+                        });
+                    }
+                }
+            }
+        }
+        limits
+    }
+
+    /// Node `n`'s nominal quota of `slot` (zero where it has no entry).
+    fn nominal(&self, n: usize, slot: usize) -> u64 {
+        self.limits[n][slot].map_or(0, |l| l.nominal)
+    }
+
+    /// Works out every node's depth and root, then subtree quotas and guaranteed parts from
+    /// the deepest nodes up (a node's subtree is complete once all its children, which are
+    /// deeper, have lent to it).
+    fn settle_tree(&mut self) {
+        let nodes = self.parent.len();
+        self.depth = vec![0; nodes];
+        self.root = (0..nodes).collect();
+        for n in 0..nodes {
+            let mut at = n;
+            let mut depth = 0;
+            // The tree is checked for cycles before it gets here; the bound is a guard.
+            while let Some(p) = self.parent[at]
+                && depth <= nodes
+            {
+                at = p;
+                depth += 1;
+            }
+            self.depth[n] = u32::try_from(depth).unwrap_or(u32::MAX);
+            self.root[n] = at;
+        }
+        let mut deepest_first: Vec<usize> = (0..nodes).collect();
+        deepest_first.sort_by_key(|n| std::cmp::Reverse(self.depth[*n]));
+        self.subtree = (0..nodes)
+            .map(|n| (0..self.slot_count).map(|s| self.nominal(n, s)).collect())
+            .collect();
+        self.guaranteed = vec![vec![0; self.slot_count]; nodes];
+        for n in deepest_first {
+            for slot in 0..self.slot_count {
+                let subtree = self.subtree[n][slot];
+                let guaranteed = match self.parent[n] {
+                    None => subtree,
+                    Some(_) => self.limits[n][slot]
+                        .and_then(|l| l.lending_limit)
+                        .map_or(0, |l| subtree.saturating_sub(l)),
+                };
+                self.guaranteed[n][slot] = guaranteed;
+                if let Some(p) = self.parent[n] {
+                    self.subtree[p][slot] =
+                        self.subtree[p][slot].saturating_add(subtree - guaranteed);
+                }
+            }
+        }
+    }
 }
 
-/// Quota and usage of every ClusterQueue, with cohort aggregates kept up to date on every change.
-/// A copy (for a tentative what-if) copies only the usage: the layout is shared.
+/// Quota and usage of every ClusterQueue, with what each cohort gives out kept up to date on
+/// every change. A copy (for a tentative what-if) copies only the usage: the layout is shared.
 #[derive(Clone, Debug, Default)]
 pub struct QuotaBook {
     layout: Arc<Layout>,
-    /// Per queue, per slot.
+    /// Per node, per slot: a queue's usage; a cohort's is what its children use beyond their
+    /// guaranteed parts.
     usage: Grid,
-    /// Per cohort, per slot: Σ over members of usage beyond their guaranteed part.
-    pool_used: Grid,
 }
 
-/// A table of amounts, one row per queue (or cohort) and one column per slot, in one block:
+/// A table of amounts, one row per node (queue or cohort) and one column per slot, in one block:
 /// a book is copied for every tentative what-if, so a copy is one allocation.
 #[derive(Clone, Debug, Default)]
 struct Grid {
@@ -146,88 +255,71 @@ impl std::ops::IndexMut<(usize, usize)> for Grid {
 }
 
 impl QuotaBook {
-    /// Books every queue's quota. Quantities that do not parse count as zero (validation
-    /// rejects such queues before they get here).
+    /// Books every queue's quota, with flat cohorts (those the queues name, without quota of
+    /// their own). Quantities that do not parse count as zero (validation rejects such queues
+    /// before they get here).
     pub fn new<'a>(queues: impl IntoIterator<Item = (&'a str, &'a ClusterQueueSpec)>) -> QuotaBook {
-        let mut book = Layout::default();
-        let mut rows = 0usize;
+        QuotaBook::with_cohorts(queues, &CohortTree::default())
+    }
+
+    /// Books every queue's quota within the cohort `tree`: the cohorts it defines with their
+    /// parents, quota and limits, and those the queues name without an object as roots with
+    /// no quota of their own.
+    pub fn with_cohorts<'a>(
+        queues: impl IntoIterator<Item = (&'a str, &'a ClusterQueueSpec)>,
+        tree: &CohortTree,
+    ) -> QuotaBook {
         let queues: Vec<(&str, &ClusterQueueSpec)> = queues.into_iter().collect();
+        let mut layout = Layout::default();
         for (_, spec) in &queues {
-            for group in &spec.resource_groups {
-                for flavor in &group.flavors {
-                    for r in &flavor.resources {
-                        let next = book.slot_count;
-                        let slot = book
-                            .slots
-                            .entry(flavor.name.clone())
-                            .or_default()
-                            .entry(r.name.clone())
-                            .or_insert(next);
-                        if *slot == next {
-                            book.slot_count += 1;
-                        }
-                    }
-                }
+            layout.add_slots(&spec.resource_groups);
+        }
+        for node in tree.nodes.values() {
+            if let Some(spec) = &node.spec {
+                layout.add_slots(&spec.resource_groups);
             }
         }
-        let width = book.slot_count;
-        let mut cohort_ids: BTreeMap<String, usize> = BTreeMap::new();
-        for (name, spec) in &queues {
-            let id = book.limits.len();
-            book.queues.insert((*name).to_owned(), id);
-            let cohort = spec.cohort.as_ref().map(|c| {
-                let next = cohort_ids.len();
-                *cohort_ids.entry(c.clone()).or_insert(next)
-            });
-            book.cohort_of.push(cohort);
-            let mut limits = vec![None; width];
-            for group in &spec.resource_groups {
-                for flavor in &group.flavors {
-                    for r in &flavor.resources {
-                        let Some(slot) = book.slot(&flavor.name, &r.name) else {
-                            continue;
-                        };
-                        let parse =
-                            |q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
-                                Amount::parse(&q.0).map_or(0, Amount::milli)
-                            };
-                        let nominal = parse(&r.nominal_quota);
-                        limits[slot] = Some(Limits {
-                            nominal,
-                            borrowing_limit: r.borrowing_limit.as_ref().map(parse),
-                            lendable: r
-                                .lending_limit
-                                .as_ref()
-                                .map_or(nominal, |l| parse(l).min(nominal)),
-                        });
-                    }
-                }
-            }
-            book.limits.push(limits);
-            rows += 1;
-            book.weight
+        let mut cohorts: Vec<String> = tree.nodes.keys().cloned().collect();
+        cohorts.extend(queues.iter().filter_map(|(_, spec)| spec.cohort.clone()));
+        cohorts.sort_unstable();
+        cohorts.dedup();
+        let q = queues.len();
+        layout.queue_count = q;
+        let cohort_node = |name: &str| cohorts.binary_search_by(|c| c.as_str().cmp(name)).ok();
+        for (i, (name, spec)) in queues.iter().enumerate() {
+            layout.queues.insert((*name).to_owned(), i);
+            layout
+                .parent
+                .push(spec.cohort.as_deref().and_then(cohort_node).map(|c| q + c));
+            let limits = layout.limits_of(&spec.resource_groups);
+            layout.limits.push(limits);
+            layout
+                .weight
                 .push(spec.fair_sharing.as_ref().map(fair_weight));
         }
-        book.cohorts = vec![String::new(); cohort_ids.len()];
-        for (name, id) in cohort_ids {
-            book.cohorts[id] = name;
+        for name in &cohorts {
+            let node = tree.nodes.get(name);
+            let spec = node.and_then(|n| n.spec.as_deref());
+            layout.parent.push(
+                node.and_then(|n| n.parent.as_deref())
+                    .and_then(cohort_node)
+                    .map(|c| q + c),
+            );
+            let limits = spec.map_or_else(
+                || vec![None; layout.slot_count],
+                |s| layout.limits_of(&s.resource_groups),
+            );
+            layout.limits.push(limits);
+            layout
+                .weight
+                .push(spec.and_then(|s| s.fair_sharing.as_ref()).map(fair_weight));
         }
-        book.pool = vec![vec![0; width]; book.cohorts.len()];
-        let pool_used = Grid::new(book.cohorts.len(), width);
-        let usage = Grid::new(rows, width);
-        for q in 0..book.limits.len() {
-            if let Some(c) = book.cohort_of[q] {
-                for (slot, l) in book.limits[q].iter().enumerate() {
-                    if let Some(l) = l {
-                        book.pool[c][slot] = book.pool[c][slot].saturating_add(l.lendable);
-                    }
-                }
-            }
-        }
+        layout.cohorts = cohorts;
+        layout.settle_tree();
+        let usage = Grid::new(layout.parent.len(), layout.slot_count);
         QuotaBook {
-            layout: Arc::new(book),
+            layout: Arc::new(layout),
             usage,
-            pool_used,
         }
     }
 
@@ -239,44 +331,90 @@ impl QuotaBook {
         self.layout.queues.get(name).copied()
     }
 
-    /// The number of the queue's cohort, if it has one: equal for queues of one cohort,
-    /// cheaper to compare than its name.
-    pub(crate) fn cohort_number(&self, queue: &str) -> Option<usize> {
-        self.layout.cohort_of[self.queue(queue)?]
+    /// The number of the root of the queue's cohort tree, if it is in a cohort: equal for
+    /// queues that lend to and borrow from each other (however far apart in the tree),
+    /// cheaper to compare than names.
+    pub(crate) fn tree_number(&self, queue: &str) -> Option<usize> {
+        let q = self.queue(queue)?;
+        self.layout.parent[q].map(|_| self.layout.root[q])
+    }
+
+    /// How many edges lead up from queue `from` to the nearest cohort it shares with queue
+    /// `to` (1 for queues of one cohort); `None` when they share none. Reclaiming takes from
+    /// the nearest queues first.
+    pub(crate) fn distance(&self, from: &str, to: &str) -> Option<u32> {
+        let (mut a, mut b) = (self.queue(from)?, self.queue(to)?);
+        let layout = &self.layout;
+        if layout.parent[a].is_none() || layout.root[a] != layout.root[b] {
+            return None;
+        }
+        let mut up = 0;
+        while layout.depth[a] > layout.depth[b] {
+            a = layout.parent[a]?;
+            up += 1;
+        }
+        while layout.depth[b] > layout.depth[a] {
+            b = layout.parent[b]?;
+        }
+        while a != b {
+            a = layout.parent[a]?;
+            b = layout.parent[b]?;
+            up += 1;
+        }
+        Some(up)
     }
 
     /// Whether `other` books the same usage as this book (debug builds compare books kept
     /// up to date with rebuilt ones).
     #[cfg(debug_assertions)]
     pub(crate) fn same_usage(&self, other: &QuotaBook) -> bool {
-        self.usage.cells == other.usage.cells && self.pool_used.cells == other.pool_used.cells
+        self.usage.cells == other.usage.cells
     }
 
     /// The queue's cohort, if it has one.
     pub fn cohort(&self, queue: &str) -> Option<&str> {
         let q = self.queue(queue)?;
-        self.layout.cohort_of[q].map(|c| self.layout.cohorts[c].as_str())
+        self.layout.parent[q].map(|c| self.layout.cohorts[c - self.layout.queue_count].as_str())
     }
 
-    /// What `queue` could still take of one slot: its guaranteed remainder plus what is left
-    /// of the cohort's pool, capped by its borrowing limit.
-    fn available(&self, q: usize, slot: usize) -> u64 {
-        let Some(l) = self.layout.limits[q][slot] else {
-            return 0;
-        };
-        let used = self.usage[(q, slot)];
-        match self.layout.cohort_of[q] {
-            None => l.nominal.saturating_sub(used),
-            Some(c) => {
-                let own = l.guaranteed().saturating_sub(used);
-                let pool_left = self.layout.pool[c][slot].saturating_sub(self.pool_used[(c, slot)]);
-                let mut available = own.saturating_add(pool_left);
-                if let Some(limit) = l.borrowing_limit {
-                    available = available.min(l.nominal.saturating_add(limit).saturating_sub(used));
-                }
-                available
-            }
+    /// The chain of cohorts above the queue, nearest first (empty without a cohort).
+    pub fn ancestors(&self, queue: &str) -> Vec<&str> {
+        let mut out = Vec::new();
+        let mut at = self.queue(queue).and_then(|q| self.layout.parent[q]);
+        while let Some(c) = at {
+            out.push(self.layout.cohorts[c - self.layout.queue_count].as_str());
+            at = self.layout.parent[c];
         }
+        out
+    }
+
+    /// What node `n` could still take of one slot: its guaranteed remainder plus what its
+    /// parent could still give it, capped by its borrowing limit; at a root, what is left of
+    /// its subtree quota.
+    fn available(&self, n: usize, slot: usize) -> u64 {
+        let layout = &self.layout;
+        let used = self.usage[(n, slot)];
+        let Some(parent) = layout.parent[n] else {
+            return layout.subtree[n][slot].saturating_sub(used);
+        };
+        let guaranteed = layout.guaranteed[n][slot];
+        let own = guaranteed.saturating_sub(used);
+        let mut from_parent = self.available(parent, slot);
+        if let Some(limit) = layout.limits[n][slot].and_then(|l| l.borrowing_limit) {
+            // What it lends up, plus the limit, less what it already stores in the parent.
+            let lent = layout.subtree[n][slot] - guaranteed;
+            let stored = used.saturating_sub(guaranteed);
+            from_parent = from_parent.min(lent.saturating_add(limit).saturating_sub(stored));
+        }
+        own.saturating_add(from_parent)
+    }
+
+    /// What `queue` could still take of one slot (zero where it has no quota entry).
+    fn available_to_queue(&self, q: usize, slot: usize) -> u64 {
+        if self.layout.limits[q][slot].is_none() {
+            return 0;
+        }
+        self.available(q, slot)
     }
 
     /// Whether `usage` (a job's, in `flavor`) fits `queue` now: within nominal, by borrowing,
@@ -332,7 +470,7 @@ impl QuotaBook {
                 Some(slot) if self.layout.limits[q][slot].is_some() => {
                     let nominal = self.layout.limits[q][slot].map_or(0, |l| l.nominal);
                     (
-                        self.available(q, slot),
+                        self.available_to_queue(q, slot),
                         nominal.saturating_sub(self.usage[(q, slot)]),
                     )
                 }
@@ -361,7 +499,7 @@ impl QuotaBook {
             .iter()
             .map(|(resource, amount)| {
                 let available = match (q, self.slot(flavor, resource)) {
-                    (Some(q), Some(slot)) => self.available(q, slot),
+                    (Some(q), Some(slot)) => self.available_to_queue(q, slot),
                     _ => 0,
                 };
                 amount.milli().saturating_sub(available)
@@ -385,19 +523,29 @@ impl QuotaBook {
             let Some(slot) = self.slot(flavor, resource) else {
                 continue;
             };
-            let guaranteed = self.layout.limits[q][slot].map_or(0, Limits::guaranteed);
-            let before = self.usage[(q, slot)];
-            let after = if add {
-                before.saturating_add(amount.milli())
-            } else {
-                before.saturating_sub(amount.milli())
-            };
-            self.usage[(q, slot)] = after;
-            if let Some(c) = self.layout.cohort_of[q] {
-                let pooled = &mut self.pool_used[(c, slot)];
-                *pooled = pooled
-                    .saturating_sub(before.saturating_sub(guaranteed))
-                    .saturating_add(after.saturating_sub(guaranteed));
+            let (mut n, mut by, mut add) = (q, amount.milli(), add);
+            // Up the tree: each node stores in its parent what it uses beyond its guaranteed
+            // part, so the parent's usage moves by how much that changed.
+            loop {
+                let before = self.usage[(n, slot)];
+                let after = if add {
+                    before.saturating_add(by)
+                } else {
+                    before.saturating_sub(by)
+                };
+                self.usage[(n, slot)] = after;
+                let Some(parent) = self.layout.parent[n] else {
+                    break;
+                };
+                let guaranteed = self.layout.guaranteed[n][slot];
+                let (was, is) = (
+                    before.saturating_sub(guaranteed),
+                    after.saturating_sub(guaranteed),
+                );
+                if was == is {
+                    break;
+                }
+                (n, by, add) = (parent, was.abs_diff(is), is > was);
             }
         }
     }
@@ -447,28 +595,30 @@ impl QuotaBook {
             .any(|(slot, l)| self.usage[(q, slot)] > l.map_or(0, |l| l.nominal))
     }
 
-    /// Whether fair sharing is configured for any queue of `queue`'s cohort.
+    /// Whether fair sharing is configured for any queue or cohort that shares `queue`'s
+    /// cohort with it.
     pub fn fair_sharing(&self, queue: &str) -> bool {
-        let Some(c) = self.queue(queue).and_then(|q| self.layout.cohort_of[q]) else {
+        let Some(c) = self.queue(queue).and_then(|q| self.layout.parent[q]) else {
             return false;
         };
-        (0..self.layout.cohort_of.len())
-            .any(|q| self.layout.cohort_of[q] == Some(c) && self.layout.weight[q].is_some())
+        (0..self.layout.parent.len())
+            .any(|n| self.layout.parent[n] == Some(c) && self.layout.weight[n].is_some())
     }
 
     /// The queue's dominant resource share: the largest, over its resources, of what it borrows
-    /// divided by what its cohort pools, per mille, divided by its weight. Weight zero: no
-    /// share when not borrowing, the largest share when it is (it borrows last).
+    /// divided by what its cohort has to give out (its own quota and what its members lend),
+    /// per mille, divided by its weight. Weight zero: no share when not borrowing, the
+    /// largest share when it is (it borrows last).
     pub fn dominant_share(&self, queue: &str) -> u64 {
         let Some(q) = self.queue(queue) else { return 0 };
-        let Some(c) = self.layout.cohort_of[q] else {
+        let Some(c) = self.layout.parent[q] else {
             return 0;
         };
         let mut share: u128 = 0;
         for slot in 0..self.usage.width {
-            let nominal = self.layout.limits[q][slot].map_or(0, |l| l.nominal);
+            let nominal = self.layout.nominal(q, slot);
             let borrowed = self.usage[(q, slot)].saturating_sub(nominal);
-            let pool = self.layout.pool[c][slot];
+            let pool = self.layout.subtree[c][slot];
             if borrowed > 0 && pool > 0 {
                 share = share.max(u128::from(borrowed) * 1000 / u128::from(pool));
             } else if borrowed > 0 {
@@ -501,7 +651,7 @@ impl QuotaBook {
 
     /// Whether no queue uses anything.
     pub fn is_idle(&self) -> bool {
-        self.usage.cells.iter().all(|u| *u == 0) && self.pool_used.cells.iter().all(|u| *u == 0)
+        self.usage.cells.iter().all(|u| *u == 0)
     }
 }
 

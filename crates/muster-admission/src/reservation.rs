@@ -16,8 +16,9 @@ pub(crate) struct Reservation {
     pub(crate) job: JobId,
     /// The job's ClusterQueue.
     pub(crate) cluster_queue: String,
-    /// That queue's cohort.
-    pub(crate) cohort: Option<String>,
+    /// The root of that queue's cohort tree, as the quota book numbers it: every queue of
+    /// the tree shares quota with it.
+    pub(crate) tree: Option<usize>,
     /// When the capacity frees up; `None` when only jobs without a known runtime would free it.
     pub(crate) until: Option<i64>,
     /// (flavor, node names) it will take.
@@ -37,7 +38,7 @@ impl Reservation {
 
     fn shares_quota(&self, quota: &QuotaBook, cluster_queue: &str) -> bool {
         cluster_queue == self.cluster_queue
-            || (self.cohort.is_some() && quota.cohort(cluster_queue) == self.cohort.as_deref())
+            || (self.tree.is_some() && quota.tree_number(cluster_queue) == self.tree)
     }
 
     /// Whether booking `usage` (per flavor) to `cluster_queue` would leave the reserved job

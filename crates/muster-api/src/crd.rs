@@ -9,7 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
-use crate::{ClusterQueue, GpuJob, LocalQueue, ResourceFlavor};
+use crate::{ClusterQueue, Cohort, GpuJob, LocalQueue, ResourceFlavor};
 
 /// Number formats the Kubernetes API server understands; any other is dropped from the schemas.
 pub const SUPPORTED_FORMATS: &[&str] = &[
@@ -46,6 +46,7 @@ pub fn all() -> Result<Vec<GeneratedCrd>, serde_json::Error> {
     [
         finish(&GpuJob::crd(), gpujob_rules)?,
         finish(&ClusterQueue::crd(), cluster_queue_rules)?,
+        finish(&Cohort::crd(), cluster_queue_rules)?,
         finish(&LocalQueue::crd(), |_| {})?,
         finish(&ResourceFlavor::crd(), |_| {})?,
     ]

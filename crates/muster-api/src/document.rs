@@ -4,7 +4,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::validation::{FieldError, Validate};
-use crate::{API_VERSION, ClusterQueue, GpuJob, LocalQueue, ResourceFlavor};
+use crate::{API_VERSION, ClusterQueue, Cohort, GpuJob, LocalQueue, ResourceFlavor};
 
 /// One object of any Muster kind.
 #[derive(Clone, Debug)]
@@ -13,6 +13,8 @@ pub enum MusterObject {
     GpuJob(Box<GpuJob>),
     /// A ClusterQueue.
     ClusterQueue(Box<ClusterQueue>),
+    /// A Cohort.
+    Cohort(Box<Cohort>),
     /// A LocalQueue.
     LocalQueue(Box<LocalQueue>),
     /// A ResourceFlavor.
@@ -20,7 +22,13 @@ pub enum MusterObject {
 }
 
 /// The kinds [`MusterObject`] reads.
-pub const KINDS: &[&str] = &["GpuJob", "ClusterQueue", "LocalQueue", "ResourceFlavor"];
+pub const KINDS: &[&str] = &[
+    "GpuJob",
+    "ClusterQueue",
+    "Cohort",
+    "LocalQueue",
+    "ResourceFlavor",
+];
 
 impl MusterObject {
     /// Reads an object, dispatching on `apiVersion` and `kind`. Unknown fields are errors (the
@@ -49,6 +57,7 @@ impl MusterObject {
         match kind.as_str() {
             "GpuJob" => read(value).map(|o| MusterObject::GpuJob(Box::new(o))),
             "ClusterQueue" => read(value).map(|o| MusterObject::ClusterQueue(Box::new(o))),
+            "Cohort" => read(value).map(|o| MusterObject::Cohort(Box::new(o))),
             "LocalQueue" => read(value).map(|o| MusterObject::LocalQueue(Box::new(o))),
             "ResourceFlavor" => read(value).map(|o| MusterObject::ResourceFlavor(Box::new(o))),
             _ => Err(vec![FieldError {
@@ -66,6 +75,7 @@ impl MusterObject {
         match self {
             MusterObject::GpuJob(_) => "GpuJob",
             MusterObject::ClusterQueue(_) => "ClusterQueue",
+            MusterObject::Cohort(_) => "Cohort",
             MusterObject::LocalQueue(_) => "LocalQueue",
             MusterObject::ResourceFlavor(_) => "ResourceFlavor",
         }
@@ -76,6 +86,7 @@ impl MusterObject {
         let meta = match self {
             MusterObject::GpuJob(o) => &o.metadata,
             MusterObject::ClusterQueue(o) => &o.metadata,
+            MusterObject::Cohort(o) => &o.metadata,
             MusterObject::LocalQueue(o) => &o.metadata,
             MusterObject::ResourceFlavor(o) => &o.metadata,
         };
@@ -88,6 +99,7 @@ impl Validate for MusterObject {
         match self {
             MusterObject::GpuJob(o) => o.validate(),
             MusterObject::ClusterQueue(o) => o.validate(),
+            MusterObject::Cohort(o) => o.validate(),
             MusterObject::LocalQueue(o) => o.validate(),
             MusterObject::ResourceFlavor(o) => o.validate(),
         }

@@ -1,8 +1,9 @@
 //! Muster's Kubernetes API, group `muster.dev`, version `v1alpha1`.
 //!
 //! - [`GpuJob`]: what teams submit — pod sets that start together or not at all.
-//! - [`ClusterQueue`], [`LocalQueue`], [`ResourceFlavor`]: what admins define — quota per flavor,
-//!   cohorts, ordering, preemption, provisioning, and the topology of the capacity.
+//! - [`ClusterQueue`], [`Cohort`], [`LocalQueue`], [`ResourceFlavor`]: what admins define —
+//!   quota per flavor, the tree of cohorts that lend and borrow it, ordering, preemption,
+//!   provisioning, and the topology of the capacity.
 //! - [`ProvisioningRequest`]: the cluster autoscaler's API, written by hand to match upstream.
 //! - [`quantity`] and [`resources`]: exact, saturating resource arithmetic shared by every crate.
 //! - [`validation`]: every semantic error of an object, with field paths and fixes.
@@ -16,6 +17,7 @@
 //! No I/O happens here.
 
 pub mod cluster_queue;
+pub mod cohort;
 pub mod crd;
 pub mod document;
 pub mod gpujob;
@@ -34,6 +36,7 @@ pub mod wire;
 pub mod workload;
 
 pub use cluster_queue::{ClusterQueue, ClusterQueueSpec, ClusterQueueStatus};
+pub use cohort::{Cohort, CohortSpec, CohortStatus};
 pub use gpujob::{
     GpuJob, GpuJobPhase, GpuJobSpec, GpuJobStatus, PodSet, TopologyRequest, TpuSliceRequest,
 };

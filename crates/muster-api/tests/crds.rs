@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 fn schemas() -> Vec<(String, Value)> {
     let crds = crd::all().unwrap_or_default();
-    assert_eq!(crds.len(), 4);
+    assert_eq!(crds.len(), 5);
     crds.iter()
         .map(|g| {
             let v = serde_json::to_value(&g.crd).unwrap_or_default();

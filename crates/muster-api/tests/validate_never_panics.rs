@@ -74,17 +74,21 @@ fn gpu_job() -> impl Strategy<Value = Value> {
     )
 }
 
-fn cluster_queue() -> impl Strategy<Value = Value> {
+/// Resource groups of any text: what a ClusterQueue and a Cohort both hold.
+fn resource_group() -> impl Strategy<Value = Value> {
     let quota = (text(), text(), text(), text())
         .prop_map(|(name, n, b, l)| json!({"name": name, "nominalQuota": n, "borrowingLimit": b, "lendingLimit": l}));
     let flavor = (text(), proptest::collection::vec(quota, 0..3))
         .prop_map(|(name, r)| json!({"name": name, "resources": r}));
-    let group = (
+    (
         proptest::collection::vec(text(), 0..3),
         proptest::collection::vec(flavor, 0..3),
     )
-        .prop_map(|(c, f)| json!({"coveredResources": c, "flavors": f}));
-    (text(), proptest::option::of(text()), proptest::collection::vec(group, 0..3), number(), number()).prop_map(
+        .prop_map(|(c, f)| json!({"coveredResources": c, "flavors": f}))
+}
+
+fn cluster_queue() -> impl Strategy<Value = Value> {
+    (text(), proptest::option::of(text()), proptest::collection::vec(resource_group(), 0..3), number(), number()).prop_map(
         |(name, cohort, groups, base, max)| {
             json!({
                 "apiVersion": "muster.dev/v1alpha1", "kind": "ClusterQueue",
@@ -96,12 +100,33 @@ fn cluster_queue() -> impl Strategy<Value = Value> {
     )
 }
 
+fn cohort() -> impl Strategy<Value = Value> {
+    (text(), proptest::option::of(text()), proptest::collection::vec(resource_group(), 0..3), text()).prop_map(
+        |(name, parent, groups, weight)| {
+            json!({
+                "apiVersion": "muster.dev/v1alpha1", "kind": "Cohort",
+                "metadata": {"name": name},
+                "spec": {"parent": parent, "resourceGroups": groups, "fairSharing": {"weight": weight}}
+            })
+        },
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
     fn gpu_jobs(job in gpu_job()) {
         if let Ok(object) = MusterObject::from_value(job) {
+            for error in object.validate() {
+                prop_assert!(!error.path.is_empty() && !error.message.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn cohorts(cohort in cohort()) {
+        if let Ok(object) = MusterObject::from_value(cohort) {
             for error in object.validate() {
                 prop_assert!(!error.path.is_empty() && !error.message.is_empty());
             }

@@ -181,6 +181,48 @@ spec:
 }
 
 #[test]
+fn a_cohort_lends_what_its_subtree_has_but_only_with_a_parent_to_lend_to() {
+    let cohort = |parent: &str, lending: &str| {
+        format!(
+            r#"
+apiVersion: muster.dev/v1alpha1
+kind: Cohort
+metadata: {{name: ml}}
+spec:
+  {parent}
+  resourceGroups:
+  - coveredResources: [nvidia.com/gpu]
+    flavors:
+    - name: h100
+      resources:
+      - {{name: nvidia.com/gpu, nominalQuota: "8", lendingLimit: "{lending}", borrowingLimit: "4"}}
+"#
+        )
+    };
+    // More than its own 8: it lends what its teams lend it too.
+    assert_eq!(check(&cohort("parent: org", "24")), Vec::new());
+    let errors = check(&cohort("", "24"));
+    assert_eq!(
+        paths(&errors),
+        vec![
+            "spec.resourceGroups[0].flavors[0].resources[0].borrowingLimit",
+            "spec.resourceGroups[0].flavors[0].resources[0].lendingLimit",
+        ],
+        "{errors:#?}"
+    );
+    assert!(errors[0].message.contains("set spec.parent"), "{errors:#?}");
+    let errors = check(&cohort("parent: ml", "-1"));
+    assert_eq!(
+        paths(&errors),
+        vec![
+            "spec.parent",
+            "spec.resourceGroups[0].flavors[0].resources[0].lendingLimit",
+        ],
+        "{errors:#?}"
+    );
+}
+
+#[test]
 fn namespace_selectors_use_known_operators() {
     let errors = check(
         r"

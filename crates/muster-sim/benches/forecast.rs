@@ -249,6 +249,7 @@ fn settle(fleet: Fleet, jobs: impl Iterator<Item = Job> + Clone, now: i64) -> Sn
         nodes,
         outside_usage: BTreeMap::new(),
         cluster_queues: queues,
+        cohorts: Vec::new(),
         local_queues: local,
         namespaces: BTreeMap::from([("ns".to_owned(), BTreeMap::new())]),
         running,

@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::time::{Duration, Instant};
 
-use muster_admission::{Cluster, Decision, Job, PendingReason, Scheduler};
+use muster_admission::{Cluster, CohortTree, Decision, Job, PendingReason, Scheduler};
 use muster_api::{Amount, ObjectRef, Resources};
 use muster_topology::{Constraint, PodSetRequest};
 
@@ -178,6 +178,7 @@ pub fn scheduler(loaded: &Loaded, policy: &str) -> Result<Scheduler, String> {
         loaded.cluster_queues.clone(),
         loaded.local_queues.clone(),
     )
+    .with_cohorts(CohortTree::new(loaded.cohorts.clone()))
     .with_policy(policy);
     s.set_namespace(&loaded.scenario.namespace, BTreeMap::new());
     Ok(s)

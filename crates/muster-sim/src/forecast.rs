@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use muster_admission::{Holding, Job};
-use muster_api::{ClusterQueueSpec, ResourceFlavorSpec, Resources};
+use muster_api::{ClusterQueueSpec, CohortSpec, ResourceFlavorSpec, Resources};
 use muster_topology::NodeInfo;
 
 pub use self::calibration::Calibration;
@@ -117,6 +117,8 @@ pub struct Snapshot {
     pub outside_usage: BTreeMap<String, Resources>,
     /// ClusterQueues (name, spec).
     pub cluster_queues: Vec<(String, ClusterQueueSpec)>,
+    /// Cohorts (name, spec): the tree the ClusterQueues lend and borrow through.
+    pub cohorts: Vec<(String, CohortSpec)>,
     /// LocalQueues (`namespace/name`, ClusterQueue).
     pub local_queues: Vec<(String, String)>,
     /// Namespaces and their labels.

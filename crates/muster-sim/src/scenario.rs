@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use muster_api::document::MusterObject;
-use muster_api::{Amount, ClusterQueueSpec, ObjectRef, ResourceFlavorSpec};
+use muster_api::{Amount, ClusterQueueSpec, CohortSpec, ObjectRef, ResourceFlavorSpec};
 use muster_topology::NodeInfo;
 use serde::Deserialize;
 use serde_json::Value;
@@ -405,6 +405,9 @@ pub struct Loaded {
     pub flavors: Vec<(String, ResourceFlavorSpec)>,
     /// ClusterQueues by name.
     pub cluster_queues: Vec<(String, ClusterQueueSpec)>,
+    /// Cohorts by name: the tree the ClusterQueues lend and borrow through (cohorts the
+    /// queues name without an object are roots without quota of their own).
+    pub cohorts: Vec<(String, CohortSpec)>,
     /// LocalQueues: (`namespace/name`, ClusterQueue).
     pub local_queues: Vec<(String, String)>,
     /// The jobs, by submission time then id.
@@ -455,6 +458,7 @@ impl Loaded {
             nodes: nodes(&scenario.cluster).map_err(&invalid)?,
             flavors: Vec::new(),
             cluster_queues: Vec::new(),
+            cohorts: Vec::new(),
             local_queues: Vec::new(),
             jobs: Vec::new(),
             scenario,
@@ -543,6 +547,9 @@ impl Loaded {
                 MusterObject::ClusterQueue(q) => self
                     .cluster_queues
                     .push((q.metadata.name.clone().unwrap_or_default(), q.spec)),
+                MusterObject::Cohort(c) => self
+                    .cohorts
+                    .push((c.metadata.name.clone().unwrap_or_default(), c.spec)),
                 MusterObject::LocalQueue(q) => {
                     let namespace = q
                         .metadata

@@ -8,6 +8,7 @@ use muster_api::{ClusterQueue, ClusterQueueSpec, Resources, Validate};
 use muster_topology::{BestFit, NoFit, PodSetRequest, Policy};
 
 use crate::cluster::Cluster;
+use crate::cohorts::CohortTree;
 use crate::decision::{Decision, PendingReason, PodSetPlacement};
 use crate::job::{Job, JobId};
 use crate::namespaces::selects;
@@ -227,6 +228,8 @@ pub struct Scheduler {
     cluster: Cluster,
     quota: QuotaBook,
     queues: BTreeMap<String, QueueConfig>,
+    /// The cohorts Cohort objects define: parents, quota, limits, and what is wrong.
+    cohorts: CohortTree,
     local_queues: BTreeMap<String, String>,
     jobs: BTreeMap<JobId, Entry>,
     /// Namespace labels, for ClusterQueues' namespace selectors (unknown: no labels).
@@ -316,6 +319,7 @@ impl Scheduler {
             cluster,
             quota,
             queues,
+            cohorts: CohortTree::default(),
             local_queues: local_queues.into_iter().collect(),
             jobs: BTreeMap::new(),
             namespaces: BTreeMap::new(),
@@ -344,6 +348,39 @@ impl Scheduler {
     pub fn with_policy(mut self, policy: Box<dyn Policy>) -> Scheduler {
         self.policy = policy;
         self
+    }
+
+    /// Lends and borrows through the cohort `tree` (cohorts with parents, quota of their own
+    /// and limits at every edge) rather than through flat cohorts. The quota the jobs
+    /// already admitted hold is booked again in the new tree.
+    #[must_use]
+    pub fn with_cohorts(mut self, tree: CohortTree) -> Scheduler {
+        self.quota = QuotaBook::with_cohorts(
+            self.queues
+                .iter()
+                .filter(|(_, q)| q.invalid.is_none())
+                .map(|(n, q)| (n.as_str(), &*q.spec)),
+            &tree,
+        );
+        for id in &self.holders {
+            if let Some(e) = self.jobs.get(id)
+                && let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
+                    &e.state
+            {
+                for (usage, p) in e.usage.iter().zip(&h.pod_sets) {
+                    self.quota.add(&h.cluster_queue, &p.flavor, usage);
+                }
+            }
+        }
+        self.cohorts = tree;
+        self.generation += 1;
+        self.quiet = None;
+        self
+    }
+
+    /// The cohort tree, as checked: each cohort's parent and what is wrong with any.
+    pub fn cohorts(&self) -> &CohortTree {
+        &self.cohorts
     }
 
     /// Sets the labels of a namespace (ClusterQueues admit LocalQueues by their namespace's

@@ -17,7 +17,8 @@
 //! the borrowing flag in front, so the largest key is that of the last job up to there whose
 //! shape would borrow, or else that of the job itself: found per shape by bisection, not by
 //! walking the jobs passed over. A key depends on usage only through the queue's own quota
-//! and its cohort's, so an admission takes again only the keys of the queues that share them.
+//! and its cohort tree's, so an admission takes again only the keys of the queues that share
+//! them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -52,9 +53,9 @@ impl ShapeRun {
 /// One queue's progress through a cycle.
 struct QueueWalk<'a> {
     cq: &'a str,
-    /// Its cohort's number in the quota book: its key depends only on its own and its
-    /// cohort's usage.
-    cohort: Option<usize>,
+    /// The number of its cohort tree's root in the quota book: its key depends only on its
+    /// own usage and its tree's.
+    tree: Option<usize>,
     /// Per job shape, whether it would borrow, while that usage stays as it is.
     borrows: BTreeMap<MemoKey, bool>,
     list: &'a [Queued],
@@ -148,7 +149,7 @@ impl<'a> Walk<'a> {
                 }
                 QueueWalk {
                     cq: cq.as_str(),
-                    cohort: quota.cohort_number(cq),
+                    tree: quota.tree_number(cq),
                     borrows: BTreeMap::new(),
                     list: list.as_slice(),
                     shapes: runs,
@@ -166,14 +167,14 @@ impl<'a> Walk<'a> {
     }
 
     /// Usage changed in the queue `next` was served from: the keys of the queues that share
-    /// its quota (itself and its cohort) may have; no other queue's did.
+    /// its quota (itself and its cohort tree) may have; no other queue's did.
     pub(super) fn usage_changed(&mut self, next: &Next<'_>) {
         let Some(changed) = self.queues.get(next.queue) else {
             return;
         };
-        let cohort = changed.cohort;
+        let tree = changed.tree;
         for (i, q) in self.queues.iter_mut().enumerate() {
-            if i == next.queue || (cohort.is_some() && q.cohort == cohort) {
+            if i == next.queue || (tree.is_some() && q.tree == tree) {
                 q.key = None;
                 q.borrows.clear();
             }

@@ -10,9 +10,11 @@ use super::{Assignment, JobState, Options, Scheduler};
 use crate::job::{Job, JobId};
 use crate::reservation::Reservation;
 
-/// A preemption candidate: (not already leaving, in the preemptor's queue, priority, newest
-/// admission first — an unknown admission time last, as if the oldest — id).
-pub(super) type Candidate = (bool, bool, i32, std::cmp::Reverse<Option<i64>>, JobId);
+/// A preemption candidate: (not already leaving, in the preemptor's queue, edges up from the
+/// preemptor's queue to the nearest cohort it shares with the candidate's — nearest first;
+/// 0 for its own queue and for jobs already leaving —, priority, newest admission first — an
+/// unknown admission time last, as if the oldest — id).
+pub(super) type Candidate = (bool, bool, u32, i32, std::cmp::Reverse<Option<i64>>, JobId);
 
 /// Preemption candidates per (ClusterQueue, preemptor priority), sorted, while usage stays as
 /// it is: identical preemptors in one cycle look at the same jobs.
@@ -53,7 +55,7 @@ impl Scheduler {
         let leaving: BTreeSet<JobId> = candidates
             .iter()
             .filter(|c| !c.0)
-            .map(|c| c.4.clone())
+            .map(|c| c.5.clone())
             .collect();
         // Reclaiming from other queues is only for quota the preemptor owns: no borrowing.
         let opts_for = |victims: &[&Candidate]| Options {
@@ -61,7 +63,7 @@ impl Scheduler {
             no_borrow: victims.iter().any(|c| c.0 && !c.1),
         };
         let ids = |victims: &[&Candidate]| -> Vec<JobId> {
-            victims.iter().map(|c| c.4.clone()).collect()
+            victims.iter().map(|c| c.5.clone()).collect()
         };
         if !self.fits_with_every_candidate_gone(cq, job, &candidates, reservations, now) {
             return None;
@@ -73,7 +75,7 @@ impl Scheduler {
         let mut victims: Vec<&Candidate> = Vec::new();
         let mut found = false;
         for c in candidates.iter() {
-            let id = &c.4;
+            let id = &c.5;
             if c.0 && !c.1 && !self.still_borrowing(id) {
                 continue;
             }
@@ -170,7 +172,7 @@ impl Scheduler {
         };
         for c in candidates {
             let reclaim = c.0 && !c.1;
-            if reclaim && !self.still_borrowing(&c.4) {
+            if reclaim && !self.still_borrowing(&c.5) {
                 continue;
             }
             if reclaim && !reclaims {
@@ -180,7 +182,7 @@ impl Scheduler {
                 }
                 reclaims = true;
             }
-            self.release_tentatively(std::slice::from_ref(&c.4), true);
+            self.release_tentatively(std::slice::from_ref(&c.5), true);
             chosen += 1;
         }
         if !fits && chosen > 0 {
@@ -192,11 +194,11 @@ impl Scheduler {
     }
 
     /// Jobs whose eviction the queue's policy allows for `job`, plus every job already
-    /// leaving, as (not leaving, same queue, priority, newest first, id): sorted, that is
-    /// Kueue's order — already leaving, other queues' borrowers, lowest priority, newest.
+    /// leaving, as [`Candidate`]s: sorted, that is Kueue's order — already leaving, other
+    /// queues' borrowers (the nearest in the cohort tree first), lowest priority, newest.
     fn preemption_candidates(&self, cq: &str, job: &Job) -> Option<Vec<Candidate>> {
         let policy = self.queues.get(cq)?.spec.preemption.clone()?;
-        let cohort = self.quota.cohort_number(cq);
+        let tree = self.quota.tree_number(cq);
         let mut candidates: Vec<Candidate> = Vec::new();
         // Jobs already leaving count wherever they are.
         for id in &self.evicting {
@@ -206,14 +208,15 @@ impl Scheduler {
                 candidates.push((
                     false,
                     h.cluster_queue == cq,
+                    0,
                     e.job.priority,
                     std::cmp::Reverse(h.since),
                     id.to_string(),
                 ));
             }
         }
-        // Of the rest, only the queue's own jobs and, when it has one, its cohort's can be
-        // chosen. A queue whose jobs the policy can never choose for this job — another
+        // Of the rest, only the queue's own jobs and, when it has a cohort, those of the
+        // queues of its cohort tree can be chosen, the nearest queues' first. A queue whose jobs the policy can never choose for this job — another
         // queue borrowing nothing, say — is passed over whole, so that the running jobs of
         // queues that cannot lose any cost nothing.
         for (queue, ids) in &self.running_in {
@@ -221,14 +224,19 @@ impl Scheduler {
             let may_choose = if same_queue {
                 policy.within_cluster_queue == WithinClusterQueue::LowerPriority
             } else {
-                cohort.is_some()
-                    && self.quota.cohort_number(queue) == cohort
+                tree.is_some()
+                    && self.quota.tree_number(queue) == tree
                     && policy.reclaim_within_cohort != ReclaimWithinCohort::Never
                     && self.quota.is_borrowing_anything(queue)
             };
             if !may_choose {
                 continue;
             }
+            let distance = if same_queue {
+                0
+            } else {
+                self.quota.distance(cq, queue).unwrap_or(u32::MAX)
+            };
             // Whether this queue borrows each flavor its jobs run on, asked once per flavor.
             let mut borrowing: Vec<(&str, bool)> = Vec::new();
             for id in ids {
@@ -263,6 +271,7 @@ impl Scheduler {
                     candidates.push((
                         true,
                         same_queue,
+                        distance,
                         e.job.priority,
                         std::cmp::Reverse(h.since),
                         id.clone(),

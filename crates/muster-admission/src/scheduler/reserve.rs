@@ -287,7 +287,7 @@ impl Scheduler {
         Some(Reservation {
             job: job.id.clone(),
             cluster_queue: cq.to_owned(),
-            cohort: self.quota.cohort(cq).map(str::to_owned),
+            tree: self.quota.tree_number(cq),
             until,
             nodes,
             need,
@@ -297,7 +297,7 @@ impl Scheduler {
 
     /// The smallest `k` such that `job`'s quota fits once the first `k` jobs of `order` are
     /// gone — a lower bound of where it fits at all, found without touching the nodes: only
-    /// the releases of jobs that share quota with `cq` (its own and its cohort's) can change
+    /// the releases of jobs that share quota with `cq` (its own and its cohort tree's) can change
     /// the answer, so only after those is it asked again. `None` when the quota does not fit
     /// even with all of them gone. Changes nothing.
     fn first_quota_prefix(
@@ -315,7 +315,7 @@ impl Scheduler {
             return Some(0);
         }
         let saved = self.quota.clone();
-        let cohort = self.quota.cohort_number(cq);
+        let tree = self.quota.tree_number(cq);
         let mut found = None;
         for (i, id) in order.iter().enumerate() {
             let Some(e) = self.jobs.get(&**id) else {
@@ -324,7 +324,7 @@ impl Scheduler {
             let shares = match &e.state {
                 JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) => {
                     h.cluster_queue == cq
-                        || cohort.is_some() && self.quota.cohort_number(&h.cluster_queue) == cohort
+                        || tree.is_some() && self.quota.tree_number(&h.cluster_queue) == tree
                 }
                 JobState::Pending => false,
             };

@@ -1,4 +1,4 @@
-//! Validation of the admin objects: ClusterQueue, LocalQueue, ResourceFlavor.
+//! Validation of the admin objects: ClusterQueue, Cohort, LocalQueue, ResourceFlavor.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::{Errors, FieldError, NameRule, Validate, at};
 use crate::cluster_queue::{ClusterQueue, ProvisioningPolicy, ResourceGroup, RetryPolicy};
+use crate::cohort::Cohort;
 use crate::local_queue::LocalQueue;
 use crate::quantity::Amount;
 use crate::resource_flavor::{HOSTNAME_LABEL, ResourceFlavor};
@@ -22,7 +23,13 @@ impl Validate for ClusterQueue {
         if let Some(selector) = &spec.namespace_selector {
             label_selector(&mut e, "spec.namespaceSelector", selector);
         }
-        resource_groups(&mut e, &spec.resource_groups, spec.cohort.is_some());
+        resource_groups(
+            &mut e,
+            &spec.resource_groups,
+            Owner::Queue {
+                in_cohort: spec.cohort.is_some(),
+            },
+        );
         if let Some(weight) = spec.fair_sharing.as_ref().and_then(|f| f.weight.as_ref()) {
             quantity(&mut e, "spec.fairSharing.weight", weight);
         }
@@ -44,7 +51,61 @@ impl Validate for ClusterQueue {
     }
 }
 
-fn resource_groups(e: &mut Errors, groups: &[ResourceGroup], has_cohort: bool) {
+impl Validate for Cohort {
+    fn validate(&self) -> Vec<FieldError> {
+        let mut e = Errors::default();
+        e.object_name(&self.metadata, NameRule::Subdomain);
+        let spec = &self.spec;
+        if let Some(parent) = &spec.parent {
+            e.name("spec.parent", parent, NameRule::Subdomain);
+            if self.metadata.name.as_deref() == Some(parent.as_str()) {
+                e.push(
+                    "spec.parent",
+                    "names the cohort itself; name another cohort, or remove spec.parent to make it a root",
+                );
+            }
+        }
+        resource_groups(
+            &mut e,
+            &spec.resource_groups,
+            Owner::Cohort {
+                has_parent: spec.parent.is_some(),
+            },
+        );
+        if let Some(weight) = spec.fair_sharing.as_ref().and_then(|f| f.weight.as_ref()) {
+            quantity(&mut e, "spec.fairSharing.weight", weight);
+        }
+        e.into_vec()
+    }
+}
+
+/// Whose resource groups are checked: the limits mean different things.
+#[derive(Clone, Copy)]
+enum Owner {
+    /// A ClusterQueue: it lends at most its nominal quota, and only within a cohort.
+    Queue { in_cohort: bool },
+    /// A Cohort: it lends what its subtree has (so more than its own quota), and only to a
+    /// parent.
+    Cohort { has_parent: bool },
+}
+
+impl Owner {
+    /// The error for a borrowing or lending limit with nobody to borrow from or lend to
+    /// (`what`: "borrow" or "lend"; `field`: the limit's name).
+    fn unlinked(self, what: &str, field: &str) -> Option<String> {
+        match self {
+            Owner::Queue { in_cohort: false } => Some(format!(
+                "only a queue in a cohort can {what}; set spec.cohort or remove {field}"
+            )),
+            Owner::Cohort { has_parent: false } => Some(format!(
+                "only a cohort with a parent can {what}; set spec.parent or remove {field}"
+            )),
+            _ => None,
+        }
+    }
+}
+
+fn resource_groups(e: &mut Errors, groups: &[ResourceGroup], owner: Owner) {
     let mut resources_seen: BTreeMap<&str, usize> = BTreeMap::new();
     let mut flavors_seen: BTreeMap<&str, usize> = BTreeMap::new();
     for (g, group) in groups.iter().enumerate() {
@@ -100,22 +161,17 @@ fn resource_groups(e: &mut Errors, groups: &[ResourceGroup], has_cohort: bool) {
                 let nominal = quantity(e, &format!("{qpath}.nominalQuota"), &quota.nominal_quota);
                 if let Some(limit) = &quota.borrowing_limit {
                     quantity(e, &format!("{qpath}.borrowingLimit"), limit);
-                    if !has_cohort {
-                        e.push(
-                            format!("{qpath}.borrowingLimit"),
-                            "only a queue in a cohort can borrow; set spec.cohort or remove borrowingLimit",
-                        );
+                    if let Some(why) = owner.unlinked("borrow", "borrowingLimit") {
+                        e.push(format!("{qpath}.borrowingLimit"), why);
                     }
                 }
                 if let Some(limit) = &quota.lending_limit {
                     let lending = quantity(e, &format!("{qpath}.lendingLimit"), limit);
-                    if !has_cohort {
-                        e.push(
-                            format!("{qpath}.lendingLimit"),
-                            "only a queue in a cohort can lend; set spec.cohort or remove lendingLimit",
-                        );
+                    if let Some(why) = owner.unlinked("lend", "lendingLimit") {
+                        e.push(format!("{qpath}.lendingLimit"), why);
                     }
-                    if let (Some(n), Some(l)) = (nominal, lending)
+                    // A cohort lends what its subtree has, which may be more than its own.
+                    if let (Owner::Queue { .. }, Some(n), Some(l)) = (owner, nominal, lending)
                         && l > n
                     {
                         e.push(

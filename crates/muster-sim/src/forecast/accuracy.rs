@@ -478,6 +478,7 @@ fn snapshot_at(
         nodes: loaded.nodes.clone(),
         outside_usage: BTreeMap::new(),
         cluster_queues: loaded.cluster_queues.clone(),
+        cohorts: loaded.cohorts.clone(),
         local_queues: loaded.local_queues.clone(),
         namespaces: BTreeMap::from([(namespace.to_owned(), BTreeMap::new())]),
         running: t

@@ -7,7 +7,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use foldhash::fast::FixedState;
-use muster_admission::{Cluster, Decision, Job, Scheduler};
+use muster_admission::{Cluster, CohortTree, Decision, Job, Scheduler};
 use muster_topology::{Rng, text_seed};
 
 use super::batches::{self, BatchDraws};
@@ -298,6 +298,7 @@ fn scheduler(snapshot: &Snapshot, policy: &str) -> Scheduler {
         snapshot.cluster_queues.clone(),
         snapshot.local_queues.clone(),
     )
+    .with_cohorts(CohortTree::new(snapshot.cohorts.clone()))
     .with_policy(policy);
     for (name, labels) in &snapshot.namespaces {
         s.set_namespace(name, labels.clone());

@@ -29,6 +29,7 @@ fn fleet() -> Snapshot {
         nodes: loaded.nodes,
         outside_usage: BTreeMap::new(),
         cluster_queues: loaded.cluster_queues,
+        cohorts: loaded.cohorts,
         local_queues: loaded.local_queues,
         namespaces: BTreeMap::from([("default".to_owned(), BTreeMap::new())]),
         running: Vec::new(),

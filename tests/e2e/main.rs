@@ -8,6 +8,7 @@
 
 mod admission_policy;
 mod chaos;
+mod cohort_trees;
 mod dashboard;
 mod deploy;
 mod forecast;

@@ -215,6 +215,10 @@ pub struct ClusterQueueSummary {
     /// Its cohort.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cohort: Option<String>,
+    /// The cohorts above it, nearest first: its cohort, that cohort's parent, up to the root
+    /// of its tree (empty without a cohort).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ancestors: Vec<String>,
     /// Its stop policy (`None`, `Hold`, `HoldAndDrain`).
     pub stop_policy: String,
     /// Jobs waiting in its order.

@@ -3,7 +3,9 @@
 //! them out; the ledger keeps track of those in flight.
 
 use muster_api::gpujob::GpuJobStatus;
-use muster_api::{ClusterQueueStatus, GpuJob, LocalQueueStatus, ObjectRef, ResourceFlavorStatus};
+use muster_api::{
+    ClusterQueueStatus, CohortStatus, GpuJob, LocalQueueStatus, ObjectRef, ResourceFlavorStatus,
+};
 
 use crate::release::Gang;
 use crate::summary::Summary;
@@ -147,6 +149,13 @@ pub enum Action {
         /// The new status.
         status: ResourceFlavorStatus,
     },
+    /// Write a Cohort's status.
+    CohortStatus {
+        /// The cohort.
+        name: String,
+        /// The new status.
+        status: CohortStatus,
+    },
 }
 
 impl Action {
@@ -167,7 +176,8 @@ impl Action {
             | Action::PinPods { job, .. } => Some(job),
             Action::ClusterQueueStatus { .. }
             | Action::LocalQueueStatus { .. }
-            | Action::FlavorStatus { .. } => None,
+            | Action::FlavorStatus { .. }
+            | Action::CohortStatus { .. } => None,
         }
     }
 
@@ -225,6 +235,7 @@ impl Action {
             Action::ClusterQueueStatus { .. } => "cluster_queue_status",
             Action::LocalQueueStatus { .. } => "local_queue_status",
             Action::FlavorStatus { .. } => "flavor_status",
+            Action::CohortStatus { .. } => "cohort_status",
         }
     }
 }

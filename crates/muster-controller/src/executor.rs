@@ -33,7 +33,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Client, Resource};
 use muster_api::wire::FINALIZER;
 use muster_api::{
-    API_VERSION, ClusterQueue, GpuJob, GpuJobStatus, LocalQueue, ObjectRef, ResourceFlavor,
+    API_VERSION, ClusterQueue, Cohort, GpuJob, GpuJobStatus, LocalQueue, ObjectRef, ResourceFlavor,
 };
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -371,6 +371,11 @@ impl Executor {
                 let api: Api<ResourceFlavor> = Api::all(self.client.clone());
                 let flavor = self.write_whole_status(&api, name, name, status).await?;
                 written.push(Written::ResourceFlavor(Box::new(flavor)));
+            }
+            Action::CohortStatus { name, status } => {
+                let api: Api<Cohort> = Api::all(self.client.clone());
+                let cohort = self.write_whole_status(&api, name, name, status).await?;
+                written.push(Written::Cohort(Box::new(cohort)));
             }
         }
         Ok(written)

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use muster_admission::{Job, JobState, Scheduler};
-use muster_api::{ClusterQueueSpec, ObjectRef, Resources};
+use muster_api::{ClusterQueueSpec, CohortSpec, ObjectRef, Resources};
 
 use crate::index::Index;
 use crate::preemptors::Preemptors;
@@ -45,6 +45,7 @@ struct Inputs {
     topology: u64,
     buys: bool,
     cluster_queues: BTreeMap<String, ClusterQueueSpec>,
+    cohorts: BTreeMap<String, CohortSpec>,
     local_queues: BTreeMap<ObjectRef, String>,
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
 }
@@ -58,6 +59,11 @@ impl Inputs {
                 .cluster_queues
                 .iter()
                 .map(|(name, q)| (name.clone(), q.spec.clone()))
+                .collect(),
+            cohorts: index
+                .cohorts
+                .iter()
+                .map(|(name, c)| (name.clone(), c.spec.clone()))
                 .collect(),
             local_queues: index
                 .local_queues
@@ -76,6 +82,10 @@ impl Inputs {
                 .cluster_queues
                 .iter()
                 .eq(index.cluster_queues.iter().map(|(n, q)| (n, &q.spec)))
+            && self
+                .cohorts
+                .iter()
+                .eq(index.cohorts.iter().map(|(n, c)| (n, &c.spec)))
             && self.local_queues.iter().eq(index
                 .local_queues
                 .iter()
@@ -229,7 +239,7 @@ pub(crate) fn scheduler_for(
 
 impl Basis {
     /// Why the scheduler was built afresh, `None` when the kept one was brought up to date:
-    /// `first` (no scheduler kept), `inputs` (a queue, flavor, node or namespace changed),
+    /// `first` (no scheduler kept), `inputs` (a queue, cohort, flavor, node or namespace changed),
     /// `preemption` (one in progress the kept scheduler does not hold), or a job's seat the
     /// kept scheduler cannot take in — `held` (the seat holds what the scheduler does not),
     /// `holding` (both hold, but not the same), `changed` (its definition changed while

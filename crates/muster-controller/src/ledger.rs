@@ -78,6 +78,8 @@ pub(crate) enum QueueWrite {
     Local(ObjectRef),
     /// A ResourceFlavor's `Valid` condition, by name.
     Flavor(String),
+    /// A Cohort's `Valid` condition, by name.
+    Cohort(String),
 }
 
 impl QueueWrite {
@@ -87,6 +89,7 @@ impl QueueWrite {
             Action::ClusterQueueStatus { name, .. } => Some(QueueWrite::Cluster(name.clone())),
             Action::LocalQueueStatus { key, .. } => Some(QueueWrite::Local(key.clone())),
             Action::FlavorStatus { name, .. } => Some(QueueWrite::Flavor(name.clone())),
+            Action::CohortStatus { name, .. } => Some(QueueWrite::Cohort(name.clone())),
             _ => None,
         }
     }

@@ -319,7 +319,8 @@ fn scheduler(
             .local_queues
             .iter()
             .map(|(key, q)| (key.to_string(), q.spec.cluster_queue.clone())),
-    );
+    )
+    .with_cohorts(index.cohort_tree());
     for (name, labels) in &index.namespaces {
         scheduler.set_namespace(name, labels.clone());
     }

@@ -1,5 +1,5 @@
 //! Step 4 of a pass: ClusterQueue and LocalQueue statuses from the cycle's scheduler, and
-//! ResourceFlavors' `Valid` condition, written where they changed and no write of them is in
+//! ResourceFlavors' and Cohorts' `Valid` condition, written where they changed and no write of them is in
 //! flight. A queue whose conditions changed is written at once; one whose figures alone moved
 //! (pending and admitted counts, usage — which every admission and finish moves) at most once
 //! every [`status::QUEUE_FIGURES_EVERY_SECONDS`], and within the controller's budget of
@@ -103,6 +103,20 @@ pub(crate) fn queue_statuses(
         let generation = flavor.metadata.generation;
         if let Some(status) = status::flavor(&current, problem.as_ref(), generation, now) {
             actions.push(Action::FlavorStatus {
+                name: name.clone(),
+                status,
+            });
+        }
+    }
+    let tree = scheduler.cohorts();
+    for (name, cohort) in &index.cohorts {
+        if ledger.is_writing_queue(&QueueWrite::Cohort(name.clone())) {
+            continue;
+        }
+        let current = cohort.status.clone().unwrap_or_default();
+        let generation = cohort.metadata.generation;
+        if let Some(status) = status::cohort(&current, tree.problem(name), generation, now) {
+            actions.push(Action::CohortStatus {
                 name: name.clone(),
                 status,
             });

@@ -21,7 +21,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::watcher::{self, Event};
 use muster_api::jobset::JobSet;
-use muster_api::{ClusterQueue, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
+use muster_api::{ClusterQueue, Cohort, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
 use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, watch};
 
@@ -175,6 +175,7 @@ async fn start_watches(client: &Client, options: &Options, shared: &Arc<Shared>)
     tokio::spawn(watch_kind(scoped::<LocalQueue>(client, ns), s()));
     tokio::spawn(watch_kind(Api::<ClusterQueue>::all(client.clone()), s()));
     tokio::spawn(watch_kind(Api::<ResourceFlavor>::all(client.clone()), s()));
+    tokio::spawn(watch_kind(Api::<Cohort>::all(client.clone()), s()));
     tokio::spawn(watch_kind(Api::<Node>::all(client.clone()), s()));
     tokio::spawn(watch_kind(Api::<Pod>::all(client.clone()), s()));
     tokio::spawn(watch_kind(Api::<Namespace>::all(client.clone()), s()));

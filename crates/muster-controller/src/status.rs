@@ -253,18 +253,44 @@ pub fn flavor(
     now: &Time,
 ) -> Option<muster_api::ResourceFlavorStatus> {
     let mut next = current.clone();
+    let problem = problem.map(|e| format!("{}: {}", e.path, e.message));
+    set_valid(&mut next.conditions, problem.as_deref(), generation, now);
+    (next != *current).then_some(next)
+}
+
+/// A Cohort's status: `Valid` (False, reason `InvalidSpec`, with `problem`: the field, what
+/// is wrong — an invalid spec, a parent that does not exist or leads back to it — and the
+/// fix). `None` when it would not change.
+pub fn cohort(
+    current: &muster_api::CohortStatus,
+    problem: Option<&str>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<muster_api::CohortStatus> {
+    let mut next = current.clone();
+    set_valid(&mut next.conditions, problem, generation, now);
+    (next != *current).then_some(next)
+}
+
+/// Sets `Valid`: False with reason `InvalidSpec` and `problem` as the message, else True.
+fn set_valid(
+    conditions: &mut Vec<Condition>,
+    problem: Option<&str>,
+    generation: Option<i64>,
+    now: &Time,
+) {
     match problem {
-        Some(error) => set_condition(
-            &mut next.conditions,
+        Some(problem) => set_condition(
+            conditions,
             conditions::VALID,
             false,
             "InvalidSpec",
-            &format!("{}: {}", error.path, error.message),
+            problem,
             generation,
             now,
         ),
         None => set_condition(
-            &mut next.conditions,
+            conditions,
             conditions::VALID,
             true,
             "Valid",
@@ -273,7 +299,6 @@ pub fn flavor(
             now,
         ),
     }
-    (next != *current).then_some(next)
 }
 
 /// A ClusterQueue's status from the scheduler: jobs waiting and holding quota (`counts`,

@@ -538,6 +538,11 @@ pub fn cluster_queues(state: &State) -> Result<ClusterQueueSummaryList, Unanswer
         items.push(ClusterQueueSummary {
             name: name.clone(),
             cohort,
+            ancestors: quota
+                .ancestors(name)
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
             stop_policy: format!("{:?}", queue.spec.stop_policy),
             waiting: waiting.get(name).copied().unwrap_or(0),
             admitted: admitted.get(name.as_str()).copied().unwrap_or(0),

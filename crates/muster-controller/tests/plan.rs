@@ -1395,3 +1395,49 @@ fn the_figures_of_many_shown_positions_are_written_within_the_budget() {
     // 60 jobs, 20 at once and two a second: all rewritten within the refresh interval.
     assert_eq!(rewritten.len(), n, "{rewritten:?}");
 }
+
+#[test]
+fn a_queue_borrows_its_cohorts_own_quota_and_a_cohort_with_a_missing_parent_is_told_why() {
+    let cohort = |name: &str, spec: serde_json::Value| -> muster_api::Cohort {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "muster.dev/v1alpha1", "kind": "Cohort",
+            "metadata": {"name": name}, "spec": spec}))
+        .unwrap_or_default()
+    };
+    let gpus = |n: u32| {
+        serde_json::json!({"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
+            "flavors": [{"name": "h100", "resources": [
+                {"name": "nvidia.com/gpu", "nominalQuota": n.to_string()}]}]}]})
+    };
+    // The queue has no quota of its own; its cohort ml none yet either.
+    let mut index = cluster(0, vec![job("a", 2, 0)]);
+    let mut queue = cluster_queue(0);
+    queue.spec.cohort = Some("ml".to_owned());
+    index.apply(queue);
+    index.apply(cohort("ml", gpus(0)));
+    let first = plan(&mut index, at(10));
+    assert!(releases(&first.actions).is_empty());
+    land_all(&mut index, &first.actions, 11);
+    // Only the Cohort changes: ml now holds 16 GPUs, which the queue may use.
+    index.apply(cohort("ml", gpus(16)));
+    index.apply(cohort("stray", serde_json::json!({"parent": "nowhere"})));
+    let pass = plan(&mut index, at(20));
+    assert_eq!(releases(&pass.actions).len(), 1, "{:#?}", pass.actions);
+    let valid = |name: &str| {
+        pass.actions.iter().find_map(|a| match a {
+            Action::CohortStatus { name: n, status } if n == name => status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Valid")
+                .map(|c| (c.status.clone(), c.message.clone())),
+            _ => None,
+        })
+    };
+    assert_eq!(valid("ml").map(|v| v.0), Some("True".to_owned()));
+    let (status, message) = valid("stray").unwrap_or_default();
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("spec.parent") && message.contains("create a Cohort named nowhere"),
+        "{message}"
+    );
+}

@@ -38,6 +38,10 @@ fn lists() -> BTreeMap<&'static str, (&'static str, Vec<Value>)> {
             ("ResourceFlavorList", vec![value(&support::flavor())]),
         ),
         (
+            "/apis/muster.dev/v1alpha1/cohorts",
+            ("CohortList", Vec::new()),
+        ),
+        (
             "/api/v1/nodes",
             (
                 "NodeList",

@@ -64,6 +64,26 @@ fn the_simulator_decides_what_the_cycle_decides() {
 }
 
 #[test]
+fn a_scenarios_cohort_tree_lets_a_team_borrow_across_departments_within_its_departments_limit() {
+    let loaded = load(&manifest().join("tests/fixtures/cohort-tree.yaml"));
+    assert_eq!(loaded.cohorts.len(), 3);
+    let result = run(&loaded, "best-fit");
+    let start = |id: &str| {
+        result
+            .records
+            .iter()
+            .find(|r| r.id == id)
+            .and_then(|r| r.start)
+    };
+    // vision's own 16 and the 8 ml may take from org: three jobs at once, though web's 32
+    // lie idle; the fourth starts when the first ends.
+    assert_eq!(
+        (start("v1"), start("v2"), start("v3"), start("v4")),
+        (Some(0), Some(0), Some(0), Some(100))
+    );
+}
+
+#[test]
 fn virtual_clusters_become_hard_quotas_of_their_nodes() {
     let text = "vc,node num\nalpha,4\nbeta,2\n";
     let vcs = trace::read_virtual_clusters("vcs.csv", text);

@@ -42,6 +42,11 @@ pub(crate) fn of(
         nodes: index.nodes.values().cloned().collect(),
         outside_usage: crate::kept::outside_usage(index, seats),
         cluster_queues: index.admission_cluster_queues().collect(),
+        cohorts: index
+            .cohorts
+            .iter()
+            .map(|(name, c)| (name.clone(), c.spec.clone()))
+            .collect(),
         local_queues: index
             .local_queues
             .iter()

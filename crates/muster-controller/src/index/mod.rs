@@ -16,8 +16,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
+use muster_admission::CohortTree;
 use muster_api::{
-    ClusterQueue, GpuJob, LocalQueue, ObjectRef, ProvisioningRequest, ResourceFlavor, Resources,
+    ClusterQueue, Cohort, GpuJob, LocalQueue, ObjectRef, ProvisioningRequest, ResourceFlavor,
+    Resources,
 };
 use muster_topology::NodeInfo;
 
@@ -32,6 +34,8 @@ pub enum Kind {
     LocalQueue,
     /// `ResourceFlavor`.
     ResourceFlavor,
+    /// `Cohort`.
+    Cohort,
     /// `Node`.
     Node,
     /// `Pod`.
@@ -57,11 +61,12 @@ pub enum Kind {
 impl Kind {
     /// Every kind whose cache must be synced before the first cycle. ProvisioningRequests
     /// are optional: the CRD may not be installed.
-    pub const REQUIRED: [Kind; 9] = [
+    pub const REQUIRED: [Kind; 10] = [
         Kind::GpuJob,
         Kind::ClusterQueue,
         Kind::LocalQueue,
         Kind::ResourceFlavor,
+        Kind::Cohort,
         Kind::Node,
         Kind::Pod,
         Kind::Namespace,
@@ -216,6 +221,8 @@ pub enum Written {
     LocalQueue(Box<LocalQueue>),
     /// A ResourceFlavor with its new status.
     ResourceFlavor(Box<ResourceFlavor>),
+    /// A Cohort with its new status.
+    Cohort(Box<Cohort>),
     /// The Job behind a queue entry.
     Workload(Box<Job>),
     /// The JobSet behind a queue entry.
@@ -229,6 +236,7 @@ pub struct Index {
     pub(crate) cluster_queues: BTreeMap<String, ClusterQueue>,
     pub(crate) local_queues: BTreeMap<ObjectRef, LocalQueue>,
     pub(crate) flavors: BTreeMap<String, ResourceFlavor>,
+    pub(crate) cohorts: BTreeMap<String, Cohort>,
     pub(crate) nodes: BTreeMap<String, NodeInfo>,
     /// The nodes whose Ready condition is not True (absent: Ready).
     pub(crate) not_ready: BTreeMap<String, NotReady>,
@@ -378,6 +386,7 @@ impl Index {
             Kind::ClusterQueue => Box::new(self.cluster_queues.keys().cloned()),
             Kind::LocalQueue => Box::new(self.local_queues.keys().map(|k| k.as_str().to_owned())),
             Kind::ResourceFlavor => Box::new(self.flavors.keys().cloned()),
+            Kind::Cohort => Box::new(self.cohorts.keys().cloned()),
             Kind::Node => Box::new(self.nodes.keys().cloned()),
             Kind::Pod => Box::new(self.pods.keys().map(|k| k.as_str().to_owned())),
             Kind::Namespace => Box::new(self.namespaces.keys().cloned()),
@@ -444,6 +453,11 @@ impl Index {
     /// The ResourceFlavor `name`, as last seen.
     pub fn flavor(&self, name: &str) -> Option<&ResourceFlavor> {
         self.flavors.get(name)
+    }
+
+    /// The Cohort `name`, as last seen.
+    pub fn cohort(&self, name: &str) -> Option<&Cohort> {
+        self.cohorts.get(name)
     }
 
     /// A ClusterQueue by name.
@@ -526,6 +540,7 @@ impl Index {
                 Written::ClusterQueue(queue) => self.apply_written(*queue),
                 Written::LocalQueue(queue) => self.apply_written(*queue),
                 Written::ResourceFlavor(flavor) => self.apply_written(*flavor),
+                Written::Cohort(cohort) => self.apply_written(*cohort),
                 Written::Workload(job) => self.apply_written(*job),
                 Written::JobSet(jobset) => self.apply_written(*jobset),
             }
@@ -586,6 +601,15 @@ impl Index {
             }
             (name.clone(), spec)
         })
+    }
+
+    /// The cohort tree the Cohort objects define, checked (see [`CohortTree`]).
+    pub fn cohort_tree(&self) -> CohortTree {
+        CohortTree::new(
+            self.cohorts
+                .iter()
+                .map(|(name, c)| (name.clone(), c.spec.clone())),
+        )
     }
 
     fn remove_pod(&mut self, key: &str) {

@@ -12,7 +12,7 @@ use muster_api::wire::{
     POD_INDEX_LABEL, POD_SET_LABEL, QUEUE_NAME_LABEL,
 };
 use muster_api::{
-    ClusterQueue, GpuJob, LocalQueue, ObjectRef, ProvisioningRequest, ResourceFlavor,
+    ClusterQueue, Cohort, GpuJob, LocalQueue, ObjectRef, ProvisioningRequest, ResourceFlavor,
 };
 use muster_topology::{NodeInfo, pod_usage};
 
@@ -87,6 +87,26 @@ impl Indexed for LocalQueue {
             index.shared_version += 1;
         }
         index.queues_version += 1;
+    }
+}
+
+impl Indexed for Cohort {
+    const KIND: Kind = Kind::Cohort;
+    fn apply(self, index: &mut Index) {
+        let key = Indexed::key(&self);
+        if index.cohorts.get(&key).map(|c| &c.spec) != Some(&self.spec) {
+            // The tree admission lends and borrows through.
+            index.shared_version += 1;
+        }
+        // Cohorts carry a status the queue step writes.
+        index.queues_version += 1;
+        index.cohorts.insert(key, self);
+    }
+    fn remove(index: &mut Index, key: &str) {
+        if index.cohorts.remove(key).is_some() {
+            index.shared_version += 1;
+            index.queues_version += 1;
+        }
     }
 }
 

@@ -107,6 +107,8 @@ pub fn cluster(gpus: u32, jobs: Vec<GpuJob>) -> State {
     index.relist_begin::<ClusterQueue>();
     index.apply(cluster_queue(gpus));
     index.relist_done::<ClusterQueue>();
+    index.relist_begin::<muster_api::Cohort>();
+    index.relist_done::<muster_api::Cohort>();
     index.relist_begin::<LocalQueue>();
     index.apply(local_queue());
     index.relist_done::<LocalQueue>();
@@ -354,6 +356,11 @@ fn carried_out(index: &mut State, action: &Action) -> (Vec<Written>, Vec<muster_
             let mut f = index.index().flavor(name).cloned().unwrap_or_default();
             f.status = Some(status.clone());
             index.apply(f);
+        }
+        Action::CohortStatus { name, status } => {
+            let mut c = index.index().cohort(name).cloned().unwrap_or_default();
+            c.status = Some(status.clone());
+            index.apply(c);
         }
         Action::CreateEntry { entry, .. } => {
             let mut made = (**entry).clone();

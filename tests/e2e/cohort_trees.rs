@@ -3,12 +3,11 @@
 //! department wants it (reclaimed across two levels), and every Cohort says whether its tree
 //! holds — one whose parent does not exist says which field and what to do.
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use muster_api::Cohort;
 use serde_json::json;
 
-use crate::support::{Env, eventually, gpu_job, phase, reason};
+use crate::support::{Env, eventually, gpu_job, phase, team_b_reclaims_the_borrowed_gang};
 
 /// `Valid`'s (status, message) on Cohort `name`, once written.
 async fn valid(cohorts: &Api<Cohort>, name: &str) -> Option<(String, String)> {
@@ -89,31 +88,7 @@ async fn a_gang_borrowed_through_the_organisation_is_reclaimed_whole_across_two_
     assert_eq!(borrowed_pods.len(), 2);
 
     // Team b wants its quota back: the borrowing gang, two levels away, leaves whole.
-    env.submit(&gpu_job("team-b", "reclaim", 2, 8, &json!({}), json!({})))
-        .await;
-    env.until_status("team-b", "reclaim", "Running", 90, |s| {
-        phase(s) == "Running"
-    })
-    .await;
-    let evicted = env
-        .until_status("team-a", "borrowed", "requeued", 30, |s| {
-            s.requeue_count >= 1 && s.admission.is_none()
-        })
-        .await;
-    assert!(
-        matches!(
-            reason(&evicted).as_str(),
-            "QuotaShort" | "NoTopologyFit" | "Backoff"
-        ),
-        "{evicted:?}"
-    );
-    let pods: Api<Pod> = env.api("team-a");
-    for name in &borrowed_pods {
-        eventually(&format!("victim pod {name} gone"), 30, || async {
-            pods.get_opt(name).await.ok()?.is_none().then_some(())
-        })
-        .await;
-    }
+    team_b_reclaims_the_borrowed_gang(&env, &borrowed_pods).await;
     // Team a's own gang, within its quota, was never touched.
     let own = env.status("team-a", "own").await.unwrap_or_default();
     assert_eq!((phase(&own).as_str(), own.requeue_count), ("Running", 0));

@@ -4,12 +4,14 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use muster_api::ClusterQueue;
 use serde_json::json;
 
-use crate::support::{Env, bound_node, eventually, gated, gpu_job, phase, reason, runs_for};
+use crate::support::{
+    Env, bound_node, eventually, gated, gpu_job, phase, reason, runs_for,
+    team_b_reclaims_the_borrowed_gang,
+};
 
 /// The block each test node is in: nodes `n1`, `n2` in `b1`; `n3`, `n4` in `b2`.
 fn block_of(node: &str) -> &'static str {
@@ -144,31 +146,7 @@ async fn borrowing_reclaim_and_priority_preemption_move_whole_gangs() {
         .collect();
 
     // Team b wants its quota back: the borrowing gang is evicted whole and requeued.
-    env.submit(&gpu_job("team-b", "reclaim", 2, 8, &json!({}), json!({})))
-        .await;
-    env.until_status("team-b", "reclaim", "Running", 90, |s| {
-        phase(s) == "Running"
-    })
-    .await;
-    let evicted = env
-        .until_status("team-a", "borrowed", "requeued", 30, |s| {
-            s.requeue_count >= 1 && s.admission.is_none()
-        })
-        .await;
-    assert!(
-        matches!(
-            reason(&evicted).as_str(),
-            "QuotaShort" | "NoTopologyFit" | "Backoff"
-        ),
-        "{evicted:?}"
-    );
-    let pods: Api<Pod> = env.api("team-a");
-    for name in &borrowed_pods {
-        eventually(&format!("victim pod {name} gone"), 30, || async {
-            pods.get_opt(name).await.ok()?.is_none().then_some(())
-        })
-        .await;
-    }
+    team_b_reclaims_the_borrowed_gang(&env, &borrowed_pods).await;
 
     // A higher-priority job of team a preempts team a's own lower-priority gang.
     env.submit(&gpu_job(

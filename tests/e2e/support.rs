@@ -289,6 +289,37 @@ impl Drop for Controller {
     }
 }
 
+/// Team b's gang `reclaim` (2 × 8 GPUs, in `team-b`) takes back the quota team a's gang
+/// `borrowed` (in `team-a`, with pods `borrowed_pods`) borrows: `reclaim` runs, and
+/// `borrowed` is evicted whole — requeued, told why it waits, every one of its pods deleted.
+pub async fn team_b_reclaims_the_borrowed_gang(env: &Env, borrowed_pods: &[String]) {
+    env.submit(&gpu_job("team-b", "reclaim", 2, 8, &json!({}), json!({})))
+        .await;
+    env.until_status("team-b", "reclaim", "Running", 90, |s| {
+        phase(s) == "Running"
+    })
+    .await;
+    let evicted = env
+        .until_status("team-a", "borrowed", "requeued", 30, |s| {
+            s.requeue_count >= 1 && s.admission.is_none()
+        })
+        .await;
+    assert!(
+        matches!(
+            reason(&evicted).as_str(),
+            "QuotaShort" | "NoTopologyFit" | "Backoff"
+        ),
+        "{evicted:?}"
+    );
+    let pods: Api<Pod> = env.api("team-a");
+    for name in borrowed_pods {
+        eventually(&format!("victim pod {name} gone"), 30, || async {
+            pods.get_opt(name).await.ok()?.is_none().then_some(())
+        })
+        .await;
+    }
+}
+
 /// Polls `check` every 250 ms until it returns `Some`, for at most `seconds`.
 pub async fn eventually<T, F, Fut>(what: &str, seconds: u64, check: F) -> T
 where

@@ -55,27 +55,12 @@ pub fn render(list: &ClusterQueueSummaryList, wide: bool, colour: bool) -> Strin
         "LENT",
     ]);
     for queue in items {
-        let gpu = queue
-            .usage
-            .iter()
-            .filter(|u| u.resource == muster_api::resources::names::NVIDIA_GPU);
-        let sum =
-            |f: fn(&muster_api::visibility::FlavorUsage) -> f64| gpu.clone().map(f).sum::<f64>();
-        table.row(vec![
+        let mut row = vec![
             queue.cohort.clone().unwrap_or_else(|| "-".to_owned()),
             queue.name.clone(),
-            if queue.problem.is_some() {
-                "Invalid".to_owned()
-            } else {
-                queue.stop_policy.clone()
-            },
-            queue.waiting.to_string(),
-            queue.admitted.to_string(),
-            gpus(sum(|u| u.used)),
-            gpus(sum(|u| u.nominal)),
-            gpus(sum(|u| u.borrowed)),
-            gpus(sum(|u| u.lent)),
-        ]);
+        ];
+        row.extend(figures(queue));
+        table.row(row);
         if wide {
             for usage in &queue.usage {
                 table.row(vec![
@@ -99,6 +84,32 @@ pub fn render(list: &ClusterQueueSummaryList, wide: bool, colour: bool) -> Strin
         return "No ClusterQueues.\n".to_owned();
     }
     table.render(colour)
+}
+
+/// A queue's cells after its name: stop policy (or `Invalid`), waiting, admitted, and its
+/// GPUs (every flavor's `nvidia.com/gpu` summed) used, nominal, borrowed and lent.
+fn figures(queue: &ClusterQueueSummary) -> Vec<String> {
+    let sum = |f: fn(&muster_api::visibility::FlavorUsage) -> f64| -> f64 {
+        queue
+            .usage
+            .iter()
+            .filter(|u| u.resource == muster_api::resources::names::NVIDIA_GPU)
+            .map(f)
+            .sum()
+    };
+    vec![
+        if queue.problem.is_some() {
+            "Invalid".to_owned()
+        } else {
+            queue.stop_policy.clone()
+        },
+        queue.waiting.to_string(),
+        queue.admitted.to_string(),
+        gpus(sum(|u| u.used)),
+        gpus(sum(|u| u.nominal)),
+        gpus(sum(|u| u.borrowed)),
+        gpus(sum(|u| u.lent)),
+    ]
 }
 
 /// The table `muster queues --tree` prints: every cohort tree from its root down, a cohort
@@ -152,27 +163,9 @@ pub fn render_tree(list: &ClusterQueueSummaryList, colour: bool) -> String {
         let depth = path.len();
         match (name, queue) {
             (Some(name), Some(queue)) => {
-                let gpu = queue
-                    .usage
-                    .iter()
-                    .filter(|u| u.resource == muster_api::resources::names::NVIDIA_GPU);
-                let sum = |f: fn(&muster_api::visibility::FlavorUsage) -> f64| {
-                    gpu.clone().map(f).sum::<f64>()
-                };
-                table.row(vec![
-                    format!("{}{name}", "  ".repeat(depth)),
-                    if queue.problem.is_some() {
-                        "Invalid".to_owned()
-                    } else {
-                        queue.stop_policy.clone()
-                    },
-                    queue.waiting.to_string(),
-                    queue.admitted.to_string(),
-                    gpus(sum(|u| u.used)),
-                    gpus(sum(|u| u.nominal)),
-                    gpus(sum(|u| u.borrowed)),
-                    gpus(sum(|u| u.lent)),
-                ]);
+                let mut row = vec![format!("{}{name}", "  ".repeat(depth))];
+                row.extend(figures(queue));
+                table.row(row);
             }
             _ => {
                 let (waiting, admitted, used) = totals.get(&path).copied().unwrap_or_default();

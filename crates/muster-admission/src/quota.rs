@@ -38,6 +38,16 @@ struct Limits {
     lending_limit: Option<u64>,
 }
 
+/// How many levels of a cohort tree, from the top, fair sharing tells apart: deeper levels
+/// are ordered as if their shares were equal.
+pub(crate) const STANDING_LEVELS: usize = 8;
+
+/// A queue's fair-sharing standing ([`QuotaBook::standing`]). Compared in order, two queues
+/// are first told apart where their paths from the top of the tree part — by the shares of
+/// the two sibling subtrees there, as hierarchical fair sharing judges a subtree against its
+/// siblings — and with one level (flat cohorts) by their own shares.
+pub(crate) type Standing = [u64; STANDING_LEVELS];
+
 /// The answer of a quota check for one job in one flavor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum QuotaCheck {
@@ -114,6 +124,9 @@ struct Layout {
     guaranteed: Vec<Vec<u64>>,
     /// Per node: fair-sharing weight in milli-units (`None`: fair sharing not configured).
     weight: Vec<Option<u64>>,
+    /// Per node: whether any of its children sets a fair-sharing weight, so that they share
+    /// what it gives out fairly.
+    fair: Vec<bool>,
 }
 
 impl Layout {
@@ -188,6 +201,14 @@ impl Layout {
             }
             self.depth[n] = u32::try_from(depth).unwrap_or(u32::MAX);
             self.root[n] = at;
+        }
+        self.fair = vec![false; nodes];
+        for n in 0..nodes {
+            if let Some(p) = self.parent[n]
+                && self.weight[n].is_some()
+            {
+                self.fair[p] = true;
+            }
         }
         let mut deepest_first: Vec<usize> = (0..nodes).collect();
         deepest_first.sort_by_key(|n| std::cmp::Reverse(self.depth[*n]));
@@ -598,11 +619,9 @@ impl QuotaBook {
     /// Whether fair sharing is configured for any queue or cohort that shares `queue`'s
     /// cohort with it.
     pub fn fair_sharing(&self, queue: &str) -> bool {
-        let Some(c) = self.queue(queue).and_then(|q| self.layout.parent[q]) else {
-            return false;
-        };
-        (0..self.layout.parent.len())
-            .any(|n| self.layout.parent[n] == Some(c) && self.layout.weight[n].is_some())
+        self.queue(queue)
+            .and_then(|q| self.layout.parent[q])
+            .is_some_and(|c| self.layout.fair[c])
     }
 
     /// The queue's dominant resource share: the largest, over its resources, of what it borrows
@@ -610,26 +629,53 @@ impl QuotaBook {
     /// per mille, divided by its weight. Weight zero: no share when not borrowing, the
     /// largest share when it is (it borrows last).
     pub fn dominant_share(&self, queue: &str) -> u64 {
-        let Some(q) = self.queue(queue) else { return 0 };
-        let Some(c) = self.layout.parent[q] else {
+        self.queue(queue).map_or(0, |q| self.node_share(q))
+    }
+
+    /// Node `n`'s dominant share among its siblings: the largest, over resources, of what it
+    /// takes from its parent beyond its subtree quota divided by the parent's subtree quota,
+    /// per mille, divided by its weight (see [`QuotaBook::dominant_share`]); 0 at a root.
+    fn node_share(&self, n: usize) -> u64 {
+        let layout = &self.layout;
+        let Some(parent) = layout.parent[n] else {
             return 0;
         };
         let mut share: u128 = 0;
         for slot in 0..self.usage.width {
-            let nominal = self.layout.nominal(q, slot);
-            let borrowed = self.usage[(q, slot)].saturating_sub(nominal);
-            let pool = self.layout.subtree[c][slot];
+            let borrowed = self.usage[(n, slot)].saturating_sub(layout.subtree[n][slot]);
+            let pool = layout.subtree[parent][slot];
             if borrowed > 0 && pool > 0 {
                 share = share.max(u128::from(borrowed) * 1000 / u128::from(pool));
             } else if borrowed > 0 {
                 share = share.max(1000);
             }
         }
-        let weight = self.layout.weight[q].unwrap_or(1000);
+        let weight = layout.weight[n].unwrap_or(1000);
         if weight == 0 {
             return if share > 0 { u64::MAX } else { 0 };
         }
         u64::try_from(share * 1000 / u128::from(weight)).unwrap_or(u64::MAX)
+    }
+
+    /// The queue's fair-sharing standing (see [`Standing`]): per level from the top of its
+    /// tree down to the queue, the dominant share of the node on its path among its
+    /// siblings, where those siblings share fairly (0 where none of them sets a weight).
+    pub(crate) fn standing(&self, queue: &str) -> Standing {
+        let mut standing = [0; STANDING_LEVELS];
+        let Some(q) = self.queue(queue) else {
+            return standing;
+        };
+        let layout = &self.layout;
+        // Up from the queue: a node `depth` edges below the root stands at level `depth - 1`.
+        let mut at = q;
+        while let Some(parent) = layout.parent[at] {
+            let level = usize::try_from(layout.depth[at]).unwrap_or(usize::MAX) - 1;
+            if level < STANDING_LEVELS && layout.fair[parent] {
+                standing[level] = self.node_share(at);
+            }
+            at = parent;
+        }
+        standing
     }
 
     /// Every queue's (flavor, resource, used, borrowed) with a quota entry, for status.

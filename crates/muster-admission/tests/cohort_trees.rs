@@ -190,6 +190,44 @@ fn reclaiming_takes_from_the_nearest_borrower_first() {
 }
 
 #[test]
+fn fair_sharing_judges_a_department_against_its_siblings_before_its_teams() {
+    // org holds 24 GPUs; ml (vision, nlp) and infra (web) hold none and share org's fairly,
+    // as do ml's two teams. vision runs 16. nlp's job is older than web's, and neither team
+    // has borrowed anything: alone, the teams would tie and nlp's would go first. But ml
+    // already holds 16 of org's 24 and infra none, so web's job takes the last 8.
+    let fair = || {
+        Some(muster_api::cluster_queue::FairSharing {
+            weight: Some(Quantity("1".to_owned())),
+        })
+    };
+    let team = |cohort: &str| ClusterQueueSpec {
+        fair_sharing: fair(),
+        ..cq(Some(cohort), &[("h100", &[(GPU, 0, None, None)])])
+    };
+    let department = || CohortSpec {
+        fair_sharing: fair(),
+        ..cohort(Some("org"), 0, None, None)
+    };
+    let tree = CohortTree::new([
+        ("org".to_owned(), cohort(None, 24, None, None)),
+        ("ml".to_owned(), department()),
+        ("infra".to_owned(), department()),
+    ]);
+    let queues = vec![
+        ("vision", team("ml")),
+        ("nlp", team("ml")),
+        ("web", team("infra")),
+    ];
+    let mut s = scheduler(&fleet("h100", 2, 2), vec![flavor("h100")], queues).with_cohorts(tree);
+    s.submit(job("v1", "vision", 0, 0, 1, 8));
+    s.submit(job("v2", "vision", 0, 0, 1, 8));
+    assert_eq!(admitted(&cycle(&mut s, 0)).len(), 2);
+    s.submit(job("n1", "nlp", 0, 1, 1, 8));
+    s.submit(job("w1", "web", 0, 2, 1, 8));
+    assert_eq!(admitted(&cycle(&mut s, 1)), vec!["w1".to_owned()]);
+}
+
+#[test]
 fn a_cycle_of_parents_is_an_error_on_each_cohort_and_their_queues_keep_their_own_quota() {
     let queues = vec![
         ("qa", cq(Some("a"), &[("h100", &[(GPU, 8, None, None)])])),

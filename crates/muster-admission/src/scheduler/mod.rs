@@ -198,9 +198,16 @@ impl CycleState {
     }
 }
 
-/// A queue head's place in the cycle's order: (borrows, dominant share, priority, creation,
-/// UID, id), the strings borrowed from the job the key is taken from.
-type HeadKey<'a> = (bool, u64, std::cmp::Reverse<i32>, i64, &'a str, &'a str);
+/// A queue head's place in the cycle's order: (borrows, fair-sharing standing, priority,
+/// creation, UID, id), the strings borrowed from the job the key is taken from.
+type HeadKey<'a> = (
+    bool,
+    crate::quota::Standing,
+    std::cmp::Reverse<i32>,
+    i64,
+    &'a str,
+    &'a str,
+);
 
 /// A job shape (which includes its queue).
 type MemoKey = usize;

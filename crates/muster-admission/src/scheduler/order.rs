@@ -1,8 +1,8 @@
 //! The cycle's order: which ClusterQueue's job is served next.
 //!
 //! The rule: the queue whose head has the least key goes next — jobs that fit without
-//! borrowing before jobs that would borrow, then the lowest dominant share where the cohort
-//! shares fairly, then priority, creation time and UID (see [`HeadKey`]). Keys hold while
+//! borrowing before jobs that would borrow, then the lowest fair-sharing standing (the
+//! dominant shares down the cohort tree, where cohorts share fairly), then priority, creation time and UID (see [`HeadKey`]). Keys hold while
 //! usage does; every admission (or hold for a preemptor) changes usage, and they are taken
 //! again.
 //!
@@ -252,11 +252,7 @@ impl Scheduler {
         at: usize,
         nominated: &BTreeSet<JobId>,
     ) -> HeadKey<'a> {
-        let share = if self.quota.fair_sharing(q.cq) {
-            self.quota.dominant_share(q.cq)
-        } else {
-            0
-        };
+        let share = self.quota.standing(q.cq);
         // The last job up to `at` whose shape would borrow.
         let mut last_borrower: Option<usize> = None;
         for run in &q.shapes {

@@ -105,6 +105,7 @@ struct Layout {
     queues: HashMap<String, usize, FixedState>,
     /// Cohort names, in name order; cohort `i` is node `queue_count + i`.
     cohorts: Vec<String>,
+    /// How many queues there are: nodes `0..queue_count` are queues.
     queue_count: usize,
     /// Per node: its parent (a queue's cohort, a cohort's parent cohort).
     parent: Vec<Option<usize>>,

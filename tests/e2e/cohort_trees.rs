@@ -7,7 +7,10 @@ use kube::api::Api;
 use muster_api::Cohort;
 use serde_json::json;
 
-use crate::support::{Env, eventually, gpu_job, phase, team_b_reclaims_the_borrowed_gang};
+use crate::support::{
+    Env, eventually, phase, team_a_runs_its_own_gang_then_a_borrowed_one,
+    team_b_reclaims_the_borrowed_gang,
+};
 
 /// `Valid`'s (status, message) on Cohort `name`, once written.
 async fn valid(cohorts: &Api<Cohort>, name: &str) -> Option<(String, String)> {
@@ -69,23 +72,7 @@ async fn a_gang_borrowed_through_the_organisation_is_reclaimed_whole_across_two_
     );
 
     // Team a runs its own 16 GPUs, then borrows team b's idle 16 through org.
-    env.submit(&gpu_job("team-a", "own", 2, 8, &json!({}), json!({})))
-        .await;
-    env.until_status("team-a", "own", "Running", 60, |s| phase(s) == "Running")
-        .await;
-    env.submit(&gpu_job("team-a", "borrowed", 2, 8, &json!({}), json!({})))
-        .await;
-    env.until_status("team-a", "borrowed", "Running", 60, |s| {
-        phase(s) == "Running"
-    })
-    .await;
-    let borrowed_pods: Vec<String> = env
-        .pods_of("team-a", "borrowed")
-        .await
-        .iter()
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
-    assert_eq!(borrowed_pods.len(), 2);
+    let borrowed_pods = team_a_runs_its_own_gang_then_a_borrowed_one(&env, json!({})).await;
 
     // Team b wants its quota back: the borrowing gang, two levels away, leaves whole.
     team_b_reclaims_the_borrowed_gang(&env, &borrowed_pods).await;

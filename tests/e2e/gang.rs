@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::support::{
     Env, bound_node, eventually, gated, gpu_job, phase, reason, runs_for,
-    team_b_reclaims_the_borrowed_gang,
+    team_a_runs_its_own_gang_then_a_borrowed_one, team_b_reclaims_the_borrowed_gang,
 };
 
 /// The block each test node is in: nodes `n1`, `n2` in `b1`; `n3`, `n4` in `b2`.
@@ -120,30 +120,8 @@ async fn borrowing_reclaim_and_priority_preemption_move_whole_gangs() {
     let controller = env.controller();
 
     // Team a uses its own 16 GPUs and borrows team b's idle 16.
-    let low = json!({"priority": 10});
-    env.submit(&gpu_job("team-a", "own", 2, 8, &json!({}), low.clone()))
-        .await;
-    env.until_status("team-a", "own", "Running", 60, |s| phase(s) == "Running")
-        .await;
-    env.submit(&gpu_job(
-        "team-a",
-        "borrowed",
-        2,
-        8,
-        &json!({}),
-        low.clone(),
-    ))
-    .await;
-    env.until_status("team-a", "borrowed", "Running", 60, |s| {
-        phase(s) == "Running"
-    })
-    .await;
-    let borrowed_pods: Vec<String> = env
-        .pods_of("team-a", "borrowed")
-        .await
-        .iter()
-        .filter_map(|p| p.metadata.name.clone())
-        .collect();
+    let borrowed_pods =
+        team_a_runs_its_own_gang_then_a_borrowed_one(&env, json!({"priority": 10})).await;
 
     // Team b wants its quota back: the borrowing gang is evicted whole and requeued.
     team_b_reclaims_the_borrowed_gang(&env, &borrowed_pods).await;

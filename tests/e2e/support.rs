@@ -289,6 +289,25 @@ impl Drop for Controller {
     }
 }
 
+/// Team a's gang `own` (2 × 8 GPUs, in `team-a`, with `extra` in its spec) runs, then its
+/// gang `borrowed` (the same) runs on quota it borrows; returns `borrowed`'s pod names.
+pub async fn team_a_runs_its_own_gang_then_a_borrowed_one(env: &Env, extra: Value) -> Vec<String> {
+    for name in ["own", "borrowed"] {
+        env.submit(&gpu_job("team-a", name, 2, 8, &json!({}), extra.clone()))
+            .await;
+        env.until_status("team-a", name, "Running", 60, |s| phase(s) == "Running")
+            .await;
+    }
+    let pods: Vec<String> = env
+        .pods_of("team-a", "borrowed")
+        .await
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(pods.len(), 2, "borrowed's gang is whole");
+    pods
+}
+
 /// Team b's gang `reclaim` (2 × 8 GPUs, in `team-b`) takes back the quota team a's gang
 /// `borrowed` (in `team-a`, with pods `borrowed_pods`) borrows: `reclaim` runs, and
 /// `borrowed` is evicted whole — requeued, told why it waits, every one of its pods deleted.

@@ -43,17 +43,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 pub fn render(list: &ClusterQueueSummaryList, wide: bool, colour: bool) -> String {
     let mut items: Vec<_> = list.items.iter().collect();
     items.sort_by(|a, b| (&a.cohort, &a.name).cmp(&(&b.cohort, &b.name)));
-    let mut table = Table::new(&[
-        "COHORT",
-        "CLUSTERQUEUE",
-        "STOP",
-        "WAITING",
-        "ADMITTED",
-        "GPUS USED",
-        "NOMINAL",
-        "BORROWED",
-        "LENT",
-    ]);
+    let mut table = Table::new(&[&["COHORT", "CLUSTERQUEUE"], FIGURES].concat());
     for queue in items {
         let mut row = vec![
             queue.cohort.clone().unwrap_or_else(|| "-".to_owned()),
@@ -86,17 +76,31 @@ pub fn render(list: &ClusterQueueSummaryList, wide: bool, colour: bool) -> Strin
     table.render(colour)
 }
 
+/// The headers of [`figures`]' cells.
+const FIGURES: &[&str] = &[
+    "STOP",
+    "WAITING",
+    "ADMITTED",
+    "GPUS USED",
+    "NOMINAL",
+    "BORROWED",
+    "LENT",
+];
+
+/// `f` of the queue's `nvidia.com/gpu` usage, summed over its flavors.
+fn gpu_sum(queue: &ClusterQueueSummary, f: fn(&muster_api::visibility::FlavorUsage) -> f64) -> f64 {
+    queue
+        .usage
+        .iter()
+        .filter(|u| u.resource == muster_api::resources::names::NVIDIA_GPU)
+        .map(f)
+        .sum()
+}
+
 /// A queue's cells after its name: stop policy (or `Invalid`), waiting, admitted, and its
 /// GPUs (every flavor's `nvidia.com/gpu` summed) used, nominal, borrowed and lent.
 fn figures(queue: &ClusterQueueSummary) -> Vec<String> {
-    let sum = |f: fn(&muster_api::visibility::FlavorUsage) -> f64| -> f64 {
-        queue
-            .usage
-            .iter()
-            .filter(|u| u.resource == muster_api::resources::names::NVIDIA_GPU)
-            .map(f)
-            .sum()
-    };
+    let sum = |f| gpu_sum(queue, f);
     vec![
         if queue.problem.is_some() {
             "Invalid".to_owned()
@@ -119,13 +123,6 @@ pub fn render_tree(list: &ClusterQueueSummaryList, colour: bool) -> String {
     /// A row's place: the cohorts from the root down, then the queue's name (`None` on a
     /// cohort's own row).
     type Path<'a> = (Vec<&'a str>, Option<&'a str>);
-    let gpus_used = |q: &ClusterQueueSummary| -> f64 {
-        q.usage
-            .iter()
-            .filter(|u| u.resource == muster_api::resources::names::NVIDIA_GPU)
-            .map(|u| u.used)
-            .sum()
-    };
     let mut rows: Vec<(Path<'_>, Option<&ClusterQueueSummary>)> = Vec::new();
     // Per cohort path: (waiting, admitted, GPUs used) summed over its subtree.
     let mut totals: BTreeMap<Vec<&str>, (u64, u64, f64)> = BTreeMap::new();
@@ -138,7 +135,7 @@ pub fn render_tree(list: &ClusterQueueSummaryList, colour: bool) -> String {
             let total = totals.entry(path[..depth].to_vec()).or_default();
             total.0 += u64::from(queue.waiting);
             total.1 += u64::from(queue.admitted);
-            total.2 += gpus_used(queue);
+            total.2 += gpu_sum(queue, |u| u.used);
         }
         rows.push(((path, Some(queue.name.as_str())), Some(queue)));
     }
@@ -149,16 +146,7 @@ pub fn render_tree(list: &ClusterQueueSummaryList, colour: bool) -> String {
     rows.sort_by(|(a, _), (b, _)| {
         (a.0.first() == Some(&"-"), a).cmp(&(b.0.first() == Some(&"-"), b))
     });
-    let mut table = Table::new(&[
-        "TREE",
-        "STOP",
-        "WAITING",
-        "ADMITTED",
-        "GPUS USED",
-        "NOMINAL",
-        "BORROWED",
-        "LENT",
-    ]);
+    let mut table = Table::new(&[&["TREE"], FIGURES].concat());
     for ((path, name), queue) in rows {
         let depth = path.len();
         match (name, queue) {

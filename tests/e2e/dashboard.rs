@@ -165,6 +165,18 @@ async fn busy_queue(env: &Env) -> (Controller, crate::visibility::User) {
     env.h100().await;
     env.gpu_nodes("b1", &["n1", "n2"]).await;
     shared_queue(env).await;
+    // A cohort tree beside it, org → ml → queue idle, which the page draws as a tree.
+    for (name, parent) in [("org", None), ("ml", Some("org"))] {
+        env.apply_all::<muster_api::Cohort>(json!({"apiVersion": "muster.dev/v1alpha1",
+            "kind": "Cohort", "metadata": {"name": name}, "spec": {"parent": parent}}))
+            .await;
+    }
+    env.apply_all::<muster_api::ClusterQueue>(json!({"apiVersion": "muster.dev/v1alpha1",
+        "kind": "ClusterQueue", "metadata": {"name": "idle"},
+        "spec": {"cohort": "ml", "namespaceSelector": {},
+            "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                {"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "4"}]}]}]}}))
+        .await;
     let port = free_port();
     let controller = Controller::start(
         env.client.clone(),
@@ -231,6 +243,18 @@ async fn first_view_agrees(browser: &Browser, shots: &std::path::Path) {
     // The queue bar: 8 of 8 GPUs used, two waiting, one admitted.
     let bar = until(browser, "the queue bar", 30, "const q = document.querySelector('.queue[data-name=shared]'); return q && q.dataset.waiting === '2' ? {used: q.dataset.used, nominal: q.dataset.nominal, admitted: q.dataset.admitted} : null;").await;
     assert_eq!(bar, json!({"used": "8", "nominal": "8", "admitted": "1"}));
+    // The tree: org, ml under it, idle under ml; shared, in no cohort, after them.
+    let tree = until(browser, "the cohort tree", 30, "const rows = [...document.querySelectorAll('#queue-bars > .cohort, #queue-bars > .queue')]; return rows.length === 5 ? rows.map(r => [r.className, r.dataset.name || '', r.dataset.depth, r.dataset.nominal || '']) : null;").await;
+    assert_eq!(
+        tree,
+        json!([
+            ["cohort", "org", "0", "4"],
+            ["cohort", "ml", "1", "4"],
+            ["queue", "idle", "2", "4"],
+            ["cohort", "", "0", ""],
+            ["queue", "shared", "0", "8"]
+        ])
+    );
     // The topology: first's 8 GPUs on one node, the other node free.
     let hosts = until(browser, "the topology", 30, "const h = [...document.querySelectorAll('.host')]; return h.length === 2 ? h.map(x => [x.dataset.node, x.querySelectorAll('.gpu[data-job=\"team-a/first\"]').length, x.querySelectorAll('.gpu[data-free]').length]) : null;").await;
     let hosts: Vec<(String, u64, u64)> = serde_json::from_value(hosts).unwrap_or_default();

@@ -226,6 +226,9 @@ impl PendingReason {
                     s.free.format_for(&s.resource),
                     s.borrowable.format_for(&s.resource)
                 );
+                if let Some(limit) = &s.limit {
+                    limit_message(&mut m, limit, &s.resource);
+                }
                 m
             }
             PendingReason::NoTopologyFit(no_fit) => no_fit.message.clone(),
@@ -255,6 +258,58 @@ impl PendingReason {
                 gpu_seconds(d.waiting_milli),
                 d.until
             ),
+        }
+    }
+}
+
+/// The level of the cohort tree that stops a queue borrowing more, in words.
+fn limit_message(m: &mut String, limit: &crate::quota::Limit, resource: &str) {
+    match limit {
+        crate::quota::Limit::BorrowingLimit {
+            node: _,
+            cohort: false,
+            limit,
+        } => {
+            let _ = write!(
+                m,
+                " (its borrowingLimit, {}, holds it)",
+                limit.format_for(resource)
+            );
+        }
+        crate::quota::Limit::BorrowingLimit {
+            node,
+            cohort: true,
+            limit,
+        } => {
+            let _ = write!(
+                m,
+                "; cohort {node} may take at most {} beyond what it lends (its borrowingLimit)",
+                limit.format_for(resource)
+            );
+        }
+        crate::quota::Limit::Pool {
+            cohort,
+            pool,
+            left,
+            borrowers,
+        } => {
+            let _ = write!(
+                m,
+                "; cohort {cohort} has {} of the {} it gives out left",
+                left.format_for(resource),
+                pool.format_for(resource)
+            );
+            for (i, (name, amount)) in borrowers.iter().enumerate() {
+                let _ = if i == 0 {
+                    write!(
+                        m,
+                        ": {name} uses {} beyond its own quota",
+                        amount.format_for(resource)
+                    )
+                } else {
+                    write!(m, ", {name} {}", amount.format_for(resource))
+                };
+            }
         }
     }
 }

@@ -27,6 +27,10 @@ use muster_api::{Amount, ClusterQueueSpec, Resources};
 
 use crate::cohorts::CohortTree;
 
+mod flows;
+
+pub use flows::Flow;
+
 /// The limits of one queue or cohort on one (flavor, resource).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Limits {
@@ -93,6 +97,37 @@ pub struct Shortfall {
     pub free: Amount,
     /// What the queue could still borrow from its cohort.
     pub borrowable: Amount,
+    /// Where, up the cohort tree, borrowing stops: `None` when the queue is in no cohort.
+    pub limit: Option<Box<Limit>>,
+}
+
+/// The level of a cohort tree that keeps a queue from borrowing more (see
+/// [`Shortfall::limit`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// A queue's or cohort's `borrowingLimit`: its subtree takes `limit` from its parent
+    /// beyond what it lends, already or with this job.
+    BorrowingLimit {
+        /// The queue or cohort whose limit it is.
+        node: String,
+        /// Whether it is a cohort.
+        cohort: bool,
+        /// The limit.
+        limit: Amount,
+    },
+    /// No borrowing limit on the way up binds: the top of the tree has only `left` of the
+    /// `pool` it gives out (its own quota and what its children lend).
+    Pool {
+        /// The cohort at the top of the tree.
+        cohort: String,
+        /// What it gives out.
+        pool: Amount,
+        /// What of that is not in use.
+        left: Amount,
+        /// Its children that use more than the quota within them, most first (at most
+        /// three), with how much more: whose jobs' ends give quota back.
+        borrowers: Vec<(String, Amount)>,
+    },
 }
 
 /// What the queues' and cohorts' specs fix: the nodes (queues first, then cohorts), the
@@ -103,6 +138,8 @@ struct Layout {
     /// Queue name → node number: looked up for every quota change and check, never walked
     /// in order, so hashed (with a fixed seed: the same on every run).
     queues: HashMap<String, usize, FixedState>,
+    /// Queue names by node number.
+    queue_names: Vec<String>,
     /// Cohort names, in name order; cohort `i` is node `queue_count + i`.
     cohorts: Vec<String>,
     /// How many queues there are: nodes `0..queue_count` are queues.
@@ -113,6 +150,8 @@ struct Layout {
     root: Vec<usize>,
     /// Per node: edges up to its root.
     depth: Vec<u32>,
+    /// Per node: its children, in node order.
+    children: Vec<Vec<usize>>,
     /// flavor → resource → slot.
     slots: BTreeMap<String, BTreeMap<String, usize>>,
     slot_count: usize,
@@ -202,6 +241,12 @@ impl Layout {
             }
             self.depth[n] = u32::try_from(depth).unwrap_or(u32::MAX);
             self.root[n] = at;
+        }
+        self.children = vec![Vec::new(); nodes];
+        for n in 0..nodes {
+            if let Some(p) = self.parent[n] {
+                self.children[p].push(n);
+            }
         }
         self.fair = vec![false; nodes];
         for n in 0..nodes {
@@ -310,6 +355,7 @@ impl QuotaBook {
         let cohort_node = |name: &str| cohorts.binary_search_by(|c| c.as_str().cmp(name)).ok();
         for (i, (name, spec)) in queues.iter().enumerate() {
             layout.queues.insert((*name).to_owned(), i);
+            layout.queue_names.push((*name).to_owned());
             layout
                 .parent
                 .push(spec.cohort.as_deref().and_then(cohort_node).map(|c| q + c));
@@ -399,6 +445,23 @@ impl QuotaBook {
         self.layout.parent[q].map(|c| self.layout.cohorts[c - self.layout.queue_count].as_str())
     }
 
+    /// The cohorts of the book's trees, in name order, each with its parent.
+    pub fn cohorts(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
+        let layout = &self.layout;
+        layout.cohorts.iter().enumerate().map(|(i, name)| {
+            let parent = layout.parent[layout.queue_count + i].map(|p| self.name(p));
+            (name.as_str(), parent)
+        })
+    }
+
+    /// The (flavor, resource) slots anything has quota for, in name order.
+    pub fn slots(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.layout
+            .slots
+            .iter()
+            .flat_map(|(f, rs)| rs.keys().map(move |r| (f.as_str(), r.as_str())))
+    }
+
     /// The chain of cohorts above the queue, nearest first (empty without a cohort).
     pub fn ancestors(&self, queue: &str) -> Vec<&str> {
         let mut out = Vec::new();
@@ -439,6 +502,63 @@ impl QuotaBook {
         self.available(q, slot)
     }
 
+    /// Node `n`'s name.
+    fn name(&self, n: usize) -> &str {
+        let layout = &self.layout;
+        if n < layout.queue_count {
+            &layout.queue_names[n]
+        } else {
+            &layout.cohorts[n - layout.queue_count]
+        }
+    }
+
+    /// Where, up `queue`'s cohort tree, borrowing of (`flavor`, `resource`) stops: the first
+    /// node on the way up whose borrowing limit caps what it may take, or else the top of the
+    /// tree, with what is left of its pool and who uses it.
+    fn limit(&self, queue: &str, flavor: &str, resource: &str) -> Option<Limit> {
+        let layout = &self.layout;
+        let (mut n, slot) = (self.queue(queue)?, self.slot(flavor, resource)?);
+        layout.parent[n]?;
+        while let Some(parent) = layout.parent[n] {
+            if let Some(limit) = layout.limits[n][slot].and_then(|l| l.borrowing_limit) {
+                let guaranteed = layout.guaranteed[n][slot];
+                let lent = layout.subtree[n][slot] - guaranteed;
+                let stored = self.usage[(n, slot)].saturating_sub(guaranteed);
+                let room = lent.saturating_add(limit).saturating_sub(stored);
+                if room < self.available(parent, slot) {
+                    return Some(Limit::BorrowingLimit {
+                        node: self.name(n).to_owned(),
+                        cohort: n >= layout.queue_count,
+                        limit: Amount::from_milli(limit),
+                    });
+                }
+            }
+            n = parent;
+        }
+        let mut borrowers: Vec<(u64, usize)> = layout.children[n]
+            .iter()
+            .map(|&k| {
+                (
+                    self.usage[(k, slot)].saturating_sub(layout.subtree[k][slot]),
+                    k,
+                )
+            })
+            .filter(|(borrowed, _)| *borrowed > 0)
+            .collect();
+        borrowers.sort_by_key(|&(borrowed, k)| (std::cmp::Reverse(borrowed), k));
+        let pool = layout.subtree[n][slot];
+        Some(Limit::Pool {
+            cohort: self.name(n).to_owned(),
+            pool: Amount::from_milli(pool),
+            left: Amount::from_milli(pool.saturating_sub(self.usage[(n, slot)])),
+            borrowers: borrowers
+                .into_iter()
+                .take(3)
+                .map(|(borrowed, k)| (self.name(k).to_owned(), Amount::from_milli(borrowed)))
+                .collect(),
+        })
+    }
+
     /// Whether `usage` (a job's, in `flavor`) fits `queue` now: within nominal, by borrowing,
     /// or not at all. Resources the queue has no quota for in this flavor are short.
     pub fn check(&self, queue: &str, flavor: &str, usage: &Resources) -> QuotaCheck {
@@ -451,6 +571,7 @@ impl QuotaBook {
                 needed: short.needed,
                 free: Amount::from_milli(short.free),
                 borrowable: Amount::from_milli(short.borrowable),
+                limit: self.limit(queue, flavor, short.resource).map(Box::new),
             }),
         }
     }

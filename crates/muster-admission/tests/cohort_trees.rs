@@ -111,6 +111,76 @@ fn a_queue_borrows_from_its_department_then_from_the_organisation() {
     assert!(book.is_idle());
 }
 
+/// (lent, borrowed) of each named node, in whole GPUs.
+fn flows(book: &QuotaBook) -> BTreeMap<String, (u64, u64)> {
+    book.flows("h100", GPU)
+        .into_iter()
+        .map(|f| (f.name.to_owned(), (f.lent / 1000, f.borrowed / 1000)))
+        .collect()
+}
+
+#[test]
+fn lending_is_counted_against_the_nearest_idle_quota_first() {
+    let ml = cohort(Some("org"), 0, None, None);
+    let infra = cohort(Some("org"), 0, None, None);
+    let mut book = department_book(ml, infra);
+    // vision takes 4 beyond its 8: its sibling nlp lends them, not web in the other department.
+    book.add("vision", "h100", &gpus(12));
+    let f = flows(&book);
+    assert_eq!(f["vision"], (0, 4));
+    assert_eq!(f["nlp"], (4, 0));
+    assert_eq!(f["web"], (0, 0));
+    // Beyond all of ml's quota, the rest comes from infra through the organisation.
+    book.add("vision", "h100", &gpus(10));
+    let f = flows(&book);
+    assert_eq!(f["vision"], (0, 14));
+    assert_eq!(f["nlp"], (8, 0));
+    assert_eq!(
+        f["ml"],
+        (0, 6),
+        "the department borrows 6 from the organisation"
+    );
+    assert_eq!(f["web"], (6, 0));
+    assert_eq!(
+        f["infra"],
+        (0, 0),
+        "infra lends web's quota, none of its own"
+    );
+}
+
+/// The message of a quota shortfall of `gpus` more GPUs for `queue`.
+fn short_message(book: &QuotaBook, queue: &str, gpus_wanted: u64) -> String {
+    match book.check(queue, "h100", &gpus(gpus_wanted)) {
+        QuotaCheck::Short(short) => muster_admission::PendingReason::QuotaShort(short).message(),
+        other => unreachable!("expected a shortfall, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_shortfall_names_the_level_of_the_tree_that_stops_borrowing() {
+    // No limit on the way: the organisation's pool is in use, and it says by whom.
+    let mut book = department_book(
+        cohort(Some("org"), 0, None, None),
+        cohort(Some("org"), 0, None, None),
+    );
+    book.add("vision", "h100", &gpus(8));
+    book.add("web", "h100", &gpus(24));
+    assert_eq!(
+        short_message(&book, "nlp", 1),
+        "not enough quota for nvidia.com/gpu in flavor h100: the job needs 1; the ClusterQueue has 0 of its own left and can borrow 0; cohort org has 0 of the 32 it gives out left: infra uses 8 beyond its own quota"
+    );
+    // The department's borrowing limit binds before the organisation runs dry.
+    let mut book = department_book(
+        cohort(Some("org"), 0, Some(4), None),
+        cohort(Some("org"), 0, None, None),
+    );
+    book.add("vision", "h100", &gpus(20));
+    assert_eq!(
+        short_message(&book, "nlp", 1),
+        "not enough quota for nvidia.com/gpu in flavor h100: the job needs 1; the ClusterQueue has 0 of its own left and can borrow 0; cohort ml may take at most 4 beyond what it lends (its borrowingLimit)"
+    );
+}
+
 #[test]
 fn a_departments_borrowing_limit_caps_what_all_its_teams_take_from_outside() {
     let ml = cohort(Some("org"), 0, Some(8), None);
@@ -465,6 +535,47 @@ impl Tree {
     }
 }
 
+impl Tree {
+    /// Checks the book's account of who lends to whom against per-queue usage (GPUs): each
+    /// queue borrows what it uses beyond its nominal quota, lends no more than its idle
+    /// lendable quota, a cohort no more than its own quota, and what is lent adds up to what
+    /// queues borrow (less at most a milli-GPU per share rounded down).
+    fn check_flows(&self, book: &QuotaBook, used: &[u64]) -> Result<(), TestCaseError> {
+        let flows = book.flows("h100", GPU);
+        let queue_flows: Vec<_> = flows.iter().filter(|f| !f.cohort).collect();
+        prop_assert_eq!(queue_flows.len(), self.queues.len());
+        let mut borrowed = 0;
+        for (q, flow) in queue_flows.iter().enumerate() {
+            let (nominal, _, lending) = self.limits(q);
+            prop_assert_eq!(flow.name, Tree::queue_name(q));
+            prop_assert_eq!(flow.borrowed, used[q].saturating_sub(nominal) * 1000);
+            let idle = nominal
+                .saturating_sub(used[q])
+                .min(lending.unwrap_or(nominal));
+            prop_assert!(
+                flow.lent <= idle * 1000,
+                "queue {q} lends {} of {idle} idle",
+                flow.lent
+            );
+            if self.queues[q].0.is_none() {
+                prop_assert_eq!((flow.borrowed, flow.lent), (0, 0));
+            }
+            borrowed += flow.borrowed;
+        }
+        for flow in flows.iter().filter(|f| f.cohort) {
+            let c: usize = flow.name[1..].parse().unwrap_or(usize::MAX);
+            prop_assert!(flow.lent <= self.cohorts[c].1 * 1000);
+        }
+        let lent: u64 = flows.iter().map(|f| f.lent).sum();
+        let shares = 2 * u64::try_from(self.nodes()).unwrap_or(u64::MAX);
+        prop_assert!(
+            lent <= borrowed && borrowed - lent <= shares,
+            "lent {lent} against {borrowed} borrowed (milli-GPUs)"
+        );
+        Ok(())
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -496,6 +607,7 @@ proptest! {
                 prop_assert_eq!(in_book, Amount::from_units(*u));
             }
             tree.check(&used)?;
+            tree.check_flows(&book, &used)?;
         }
         for (q, amount) in booked {
             book.remove(&Tree::queue_name(q), "h100", &gpus(amount));

@@ -119,7 +119,7 @@ fn a_borrowed_quota_report_names_flavor_resource_and_amounts() {
     let message = PendingReason::QuotaShort(short).message();
     assert_eq!(
         message,
-        "not enough quota for cpu in flavor default: the job needs 11; the ClusterQueue has 9 of its own left and can borrow 1"
+        "not enough quota for cpu in flavor default: the job needs 11; the ClusterQueue has 9 of its own left and can borrow 1 (its borrowingLimit, 1, holds it)"
     );
 }
 

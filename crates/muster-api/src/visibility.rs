@@ -201,9 +201,37 @@ pub struct FlavorUsage {
     pub used: f64,
     /// What it uses beyond its nominal quota, borrowed from its cohort.
     pub borrowed: f64,
-    /// Of its nominal quota, what other queues of its cohort use now: its unused nominal
-    /// quota, up to what the cohort as a whole borrows.
+    /// Of its nominal quota, what other queues of its cohort tree use now: the cohorts give
+    /// out their own quota and their members' idle lendable quota in proportion to what each
+    /// offers, nearest first (so what is lent adds up to what is borrowed).
     pub lent: f64,
+}
+
+/// One cohort's lending of one flavor and resource.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CohortUsage {
+    /// The flavor.
+    pub flavor: String,
+    /// The resource.
+    pub resource: String,
+    /// What its subtree takes from its parent beyond all the quota within it.
+    pub borrowed: f64,
+    /// Of its own quota (not its members'), what is in use by queues under it or elsewhere.
+    pub lent: f64,
+}
+
+/// One cohort of the tree: where it hangs and what it lends and borrows.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CohortSummary {
+    /// Its name.
+    pub name: String,
+    /// Its parent cohort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Per flavor and resource that anything under it has quota for.
+    pub usage: Vec<CohortUsage>,
 }
 
 /// One ClusterQueue's figures.
@@ -242,6 +270,9 @@ pub struct ClusterQueueSummaryList {
     pub kind: String,
     /// The queues, in name order.
     pub items: Vec<ClusterQueueSummary>,
+    /// The cohorts the queues are in, and their ancestors, in name order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cohorts: Vec<CohortSummary>,
 }
 
 /// One topology domain of a flavor, or one host.

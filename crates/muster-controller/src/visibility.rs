@@ -16,9 +16,9 @@ use muster_admission::{Decision, Job, JobState, PendingReason, Scheduler};
 use muster_api::gpujob::StartRange;
 use muster_api::resources::names::{GPU_SHARE, NVIDIA_GPU};
 use muster_api::visibility::{
-    API_VERSION, Block, BlockList, ClusterQueueSummary, ClusterQueueSummaryList, FlavorUsage,
-    ForecastAnswer, HIDDEN, Holder, JobForecast, JobStory, NearestBlock, PendingJob,
-    PendingJobList, STORY_AHEAD, STORY_HOLDERS, StoryStep,
+    API_VERSION, Block, BlockList, ClusterQueueSummary, ClusterQueueSummaryList, CohortSummary,
+    CohortUsage, FlavorUsage, ForecastAnswer, HIDDEN, Holder, JobForecast, JobStory, NearestBlock,
+    PendingJob, PendingJobList, STORY_AHEAD, STORY_HOLDERS, StoryStep,
 };
 use muster_api::{Amount, GpuJob, ObjectRef};
 use muster_sim::forecast::{Basis, Forecast, Snapshot};
@@ -452,6 +452,49 @@ impl serde::Serialize for Listing<'_> {
     }
 }
 
+/// Who lends to whom per (flavor, resource), over the whole tree, by queue or cohort name.
+type FlowsBySlot<'a> = BTreeMap<(&'a str, &'a str), BTreeMap<&'a str, muster_admission::Flow<'a>>>;
+
+fn flows_by_slot(quota: &muster_admission::QuotaBook) -> FlowsBySlot<'_> {
+    quota
+        .slots()
+        .map(|(flavor, resource)| {
+            let by_name = quota
+                .flows(flavor, resource)
+                .into_iter()
+                .map(|f| (f.name, f))
+                .collect();
+            ((flavor, resource), by_name)
+        })
+        .collect()
+}
+
+/// Every cohort of the book's trees: its parent, and what it borrows and lends per slot.
+fn cohort_summaries(
+    quota: &muster_admission::QuotaBook,
+    flows: &FlowsBySlot<'_>,
+) -> Vec<CohortSummary> {
+    quota
+        .cohorts()
+        .map(|(name, parent)| CohortSummary {
+            name: name.to_owned(),
+            parent: parent.map(str::to_owned),
+            usage: flows
+                .iter()
+                .filter_map(|((flavor, resource), by_name)| {
+                    let f = by_name.get(name).filter(|f| f.cohort)?;
+                    Some(CohortUsage {
+                        flavor: (*flavor).to_owned(),
+                        resource: (*resource).to_owned(),
+                        borrowed: gpus(Amount::from_milli(f.borrowed)),
+                        lent: gpus(Amount::from_milli(f.lent)),
+                    })
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 /// Every ClusterQueue's figures, from the last pass's scheduler: quota and use per flavor
 /// and resource, what it lends, and its waiting and admitted counts.
 pub fn cluster_queues(state: &State) -> Result<ClusterQueueSummaryList, Unanswered> {
@@ -479,30 +522,13 @@ pub fn cluster_queues(state: &State) -> Result<ClusterQueueSummaryList, Unanswer
             *admitted.entry(h.cluster_queue.as_str()).or_default() += 1;
         }
     }
-    // Per cohort and (flavor, resource): what its queues borrow, and what they leave unused
-    // of their nominal quota. A lender's `lent` is its part of the borrowing, in proportion
-    // to the unused quota it brings.
-    let mut cohort_totals: BTreeMap<(String, String, String), (u64, u64)> = BTreeMap::new();
+    let flows = flows_by_slot(quota);
     let reports: BTreeMap<&str, Vec<(String, String, Amount, Amount)>> = state
         .index
         .cluster_queues
         .keys()
         .map(|name| (name.as_str(), quota.report(name)))
         .collect();
-    for (name, report) in &reports {
-        let Some(cohort) = quota.cohort(name) else {
-            continue;
-        };
-        for (flavor, resource, used, borrowed) in report {
-            let nominal = quota.nominal(name, flavor, resource);
-            let unused = nominal.milli().saturating_sub(used.milli());
-            let totals = cohort_totals
-                .entry((cohort.to_owned(), flavor.clone(), resource.clone()))
-                .or_default();
-            totals.0 = totals.0.saturating_add(borrowed.milli());
-            totals.1 = totals.1.saturating_add(unused);
-        }
-    }
     let mut items = Vec::new();
     for (name, queue) in &state.index.cluster_queues {
         let cohort = quota.cohort(name).map(str::to_owned);
@@ -512,19 +538,11 @@ pub fn cluster_queues(state: &State) -> Result<ClusterQueueSummaryList, Unanswer
             .flatten()
             .map(|(flavor, resource, used, borrowed)| {
                 let nominal = quota.nominal(name, flavor, resource);
-                let unused = nominal.milli().saturating_sub(used.milli());
-                let lent = cohort
-                    .as_ref()
-                    .and_then(|c| cohort_totals.get(&(c.clone(), flavor.clone(), resource.clone())))
-                    .map_or(0, |&(borrowing, unused_all)| {
-                        if unused_all == 0 {
-                            0
-                        } else {
-                            let share = u128::from(unused) * u128::from(borrowing.min(unused_all))
-                                / u128::from(unused_all);
-                            u64::try_from(share).unwrap_or(u64::MAX)
-                        }
-                    });
+                let lent = flows
+                    .get(&(flavor.as_str(), resource.as_str()))
+                    .and_then(|by_name| by_name.get(name.as_str()))
+                    .filter(|f| !f.cohort)
+                    .map_or(0, |f| f.lent);
                 FlavorUsage {
                     flavor: flavor.clone(),
                     resource: resource.clone(),
@@ -550,10 +568,12 @@ pub fn cluster_queues(state: &State) -> Result<ClusterQueueSummaryList, Unanswer
             problem: scheduler.queue_problem(name).map(str::to_owned),
         });
     }
+    let cohorts = cohort_summaries(quota, &flows);
     Ok(ClusterQueueSummaryList {
         api_version: API_VERSION.to_owned(),
         kind: "ClusterQueueSummaryList".to_owned(),
         items,
+        cohorts,
     })
 }
 

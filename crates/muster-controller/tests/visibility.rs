@@ -237,4 +237,14 @@ fn a_queue_lends_what_its_cohort_borrows_of_its_unused_quota() {
     };
     assert_eq!(figures("other"), ["0", "8", "8", "0"]);
     assert_eq!(figures("research"), ["16", "0", "0", "8"]);
+    // The cohort is listed, a root with no quota of its own: it neither lends nor borrows.
+    let pool: Vec<_> = queues
+        .cohorts
+        .iter()
+        .map(|c| {
+            let usage: Vec<_> = c.usage.iter().map(|u| (u.borrowed, u.lent)).collect();
+            (c.name.as_str(), c.parent.as_deref(), usage)
+        })
+        .collect();
+    assert_eq!(pool, [("pool", None, vec![(0.0, 0.0)])]);
 }

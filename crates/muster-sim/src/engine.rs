@@ -14,6 +14,9 @@ use crate::scenario::Loaded;
 use crate::trace::TraceJob;
 
 mod fleet;
+mod lending;
+
+pub use self::lending::Lending;
 
 /// What happened to one job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,6 +87,8 @@ pub struct Run {
     pub wall: Duration,
     /// What the autoscaler did, when the scenario has capacity to buy.
     pub provisioning: Option<crate::autoscaler::ProvisioningStats>,
+    /// Per ClusterQueue and cohort that lent or borrowed accelerators, how much.
+    pub lending: BTreeMap<String, Lending>,
 }
 
 /// Converts a trace job to an admission job in `namespace`.
@@ -367,6 +372,18 @@ pub fn run(
     run_observed(loaded, policy, progress, None)
 }
 
+/// GPUs of the pools that exist (capacity bought from the autoscaler is reported apart).
+fn fleet_gpus(loaded: &Loaded) -> u64 {
+    loaded
+        .scenario
+        .cluster
+        .pools
+        .iter()
+        .filter(|p| p.autoscaler.is_none())
+        .map(|p| u64::from(p.blocks) * u64::from(p.hosts_per_block) * u64::from(p.gpus_per_host))
+        .sum()
+}
+
 /// [`run`], shown to `observer` at the moments it asks for.
 pub fn run_observed(
     loaded: &Loaded,
@@ -385,6 +402,7 @@ pub fn run_observed(
     let mut autoscaler =
         crate::autoscaler::Autoscaler::new(loaded, &mut s, &mut books.absent, originals)?;
     let mut timeline = Vec::new();
+    let mut ledger = lending::Ledger::new(loaded);
     let mut cycles = 0u64;
     let mut next = 0;
     let total = loaded.jobs.len();
@@ -449,6 +467,7 @@ pub fn run_observed(
                 running.get(i).copied().unwrap_or(false)
             });
         }
+        ledger.record(now, s.quota());
         timeline.push(Sample {
             time: now,
             allocated_milli: books.allocated,
@@ -458,24 +477,16 @@ pub fn run_observed(
         });
         progress(books.finished, total);
     }
-    // The fleet: pools that exist. Capacity bought from the autoscaler is reported apart.
-    let total_gpus = loaded
-        .scenario
-        .cluster
-        .pools
-        .iter()
-        .filter(|p| p.autoscaler.is_none())
-        .map(|p| u64::from(p.blocks) * u64::from(p.hosts_per_block) * u64::from(p.gpus_per_host))
-        .sum();
     Ok(Run {
         policy: policy.to_owned(),
         records: books.records,
         timeline,
-        total_gpus,
+        total_gpus: fleet_gpus(loaded),
         events: books.events,
         cycles,
         wall: started.elapsed(),
         provisioning: autoscaler.map(crate::autoscaler::Autoscaler::finish),
+        lending: ledger.finish(),
     })
 }
 

@@ -185,6 +185,11 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
     if let (Some(p), Value::Object(m)) = (&run.provisioning, &mut summary) {
         m.insert("provisioning".into(), provisioning(p));
     }
+    if !run.lending.is_empty()
+        && let Value::Object(m) = &mut summary
+    {
+        m.insert("lending".into(), Value::Object(lending(run)));
+    }
     if with_timing && let Value::Object(m) = &mut summary {
         let wall = run.wall.as_secs_f64();
         m.insert(
@@ -259,21 +264,23 @@ fn waste(run: &Run, finished: &[&crate::engine::JobRecord], capacity: u128) -> W
     }
 }
 
-/// Per LocalQueue: jobs, GPU-seconds of their finished runs, and the share of all of them.
+/// Per LocalQueue: jobs, GPU-seconds of their finished runs, the share of all of them, and
+/// the wait of its finished jobs.
 fn per_queue(run: &Run) -> serde_json::Map<String, Value> {
-    let mut queues: std::collections::BTreeMap<&str, (u64, u128)> =
+    let mut queues: std::collections::BTreeMap<&str, (u64, u128, Vec<i64>)> =
         std::collections::BTreeMap::new();
     for r in &run.records {
         let entry = queues.entry(r.queue.as_str()).or_default();
         entry.0 += 1;
         if let (Some(start), Some(end)) = (r.start, r.end) {
             entry.1 += u128::from(r.gpu_milli) * u128::try_from(end - start).unwrap_or(0) / 1000;
+            entry.2.push(start - r.submit);
         }
     }
     let used: u128 = queues.values().map(|q| q.1).sum();
     queues
         .into_iter()
-        .map(|(name, (jobs, gpu_seconds))| {
+        .map(|(name, (jobs, gpu_seconds, mut waits))| {
             #[expect(clippy::cast_precision_loss, reason = "a fraction for people to read")]
             let share = if used == 0 {
                 0.0
@@ -282,7 +289,32 @@ fn per_queue(run: &Run) -> serde_json::Map<String, Value> {
             };
             (
                 name.to_owned(),
-                json!({"jobs": jobs, "gpuSeconds": u64::try_from(gpu_seconds).unwrap_or(u64::MAX), "share": share}),
+                json!({
+                    "jobs": jobs,
+                    "gpuSeconds": u64::try_from(gpu_seconds).unwrap_or(u64::MAX),
+                    "share": share,
+                    "waitSeconds": stats(&mut waits),
+                }),
+            )
+        })
+        .collect()
+}
+
+/// Per ClusterQueue and cohort that lent or borrowed accelerators: GPU-hours of its quota
+/// others used and GPU-hours it used beyond its own quota.
+fn lending(run: &Run) -> serde_json::Map<String, Value> {
+    #[expect(clippy::cast_precision_loss, reason = "hours for people to read")]
+    let hours = |milli_seconds: u128| (milli_seconds as f64 / 3_600_000.0 * 10.0).round() / 10.0;
+    run.lending
+        .iter()
+        .map(|(name, l)| {
+            (
+                name.clone(),
+                json!({
+                    "kind": if l.cohort { "Cohort" } else { "ClusterQueue" },
+                    "lentGpuHours": hours(l.lent),
+                    "borrowedGpuHours": hours(l.borrowed),
+                }),
             )
         })
         .collect()

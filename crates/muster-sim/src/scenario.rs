@@ -51,7 +51,8 @@ pub struct Scenario {
 /// One ClusterQueue and one LocalQueue (both named after it) per virtual cluster of a
 /// `vc,node num` CSV — the Philly trace's `philly_vc_nodes_heliosartifact.csv` — with
 /// `nodes × gpusPerNode` GPUs of nominal quota in `flavor`: hard quotas, unless `cohort`
-/// puts them together to lend and borrow.
+/// puts them together to lend and borrow, or `cohorts` puts each in a cohort of its own
+/// choosing (the departments of a tree that `Cohort` objects in `queues` define).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct VirtualClustersSpec {
@@ -64,6 +65,10 @@ pub struct VirtualClustersSpec {
     /// A cohort for every queue. Default: none (hard quotas).
     #[serde(default)]
     pub cohort: Option<String>,
+    /// Virtual cluster → its cohort, for those not in `cohort`. Every name must be a
+    /// virtual cluster of the CSV.
+    #[serde(default)]
+    pub cohorts: BTreeMap<String, String>,
 }
 
 /// Node failures: each node fails after an exponentially distributed time with mean
@@ -503,10 +508,24 @@ impl Loaded {
                 ),
             });
         }
-        for (vc, nodes) in trace::read_virtual_clusters(&file, &text)? {
+        let clusters = trace::read_virtual_clusters(&file, &text)?;
+        if let Some(unknown) = spec
+            .cohorts
+            .keys()
+            .find(|vc| !clusters.iter().any(|(name, _)| name == *vc))
+        {
+            return Err(ScenarioError::Invalid {
+                path: file,
+                message: format!(
+                    "virtualClusters.cohorts names {unknown}, which is not a virtual cluster of this file; use one of its `vc` column's names"
+                ),
+            });
+        }
+        for (vc, nodes) in clusters {
             let gpus = u64::from(nodes) * u64::from(spec.gpus_per_node);
+            let cohort = spec.cohorts.get(&vc).or(spec.cohort.as_ref());
             let value = serde_json::json!({
-                "cohort": spec.cohort,
+                "cohort": cohort,
                 "namespaceSelector": {},
                 "resourceGroups": [{
                     "coveredResources": ["nvidia.com/gpu"],

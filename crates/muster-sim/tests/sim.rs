@@ -81,6 +81,77 @@ fn a_scenarios_cohort_tree_lets_a_team_borrow_across_departments_within_its_depa
         (start("v1"), start("v2"), start("v3"), start("v4")),
         (Some(0), Some(0), Some(0), Some(100))
     );
+    // vision runs 24 GPUs, 8 beyond its quota, from 0 to 200: web's idle quota lends them,
+    // through ml's edge to org. Milli-GPU-seconds.
+    let lending = |name: &str| result.lending.get(name).map(|l| (l.lent, l.borrowed));
+    assert_eq!(lending("vision"), Some((0, 1_600_000)));
+    assert_eq!(lending("web"), Some((1_600_000, 0)));
+    assert_eq!(lending("ml"), Some((0, 1_600_000)));
+    assert_eq!(
+        lending("infra"),
+        None,
+        "infra lends web's quota, none of its own"
+    );
+    let summary = report::summary("cohort-tree", &result, false);
+    assert_eq!(summary["lending"]["web"]["lentGpuHours"], 0.4);
+    assert_eq!(summary["queues"]["vision"]["waitSeconds"]["p95"], 100);
+}
+
+#[test]
+fn virtual_clusters_join_the_cohorts_a_scenario_names() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| unreachable!("{e}"));
+    let scenario = |cohorts: &str| {
+        format!(
+            "name: vcs
+cluster:
+  pools: [{{name: gpu, labels: {{pool: gpu}}, blocks: 1, hostsPerBlock: 4, gpusPerHost: 8}}]
+queues:
+  - {{apiVersion: muster.dev/v1alpha1, kind: ResourceFlavor, metadata: {{name: gpu}}, spec: {{nodeLabels: {{pool: gpu}}}}}}
+  - {{apiVersion: muster.dev/v1alpha1, kind: Cohort, metadata: {{name: org}}, spec: {{}}}}
+  - {{apiVersion: muster.dev/v1alpha1, kind: Cohort, metadata: {{name: dept}}, spec: {{parent: org}}}}
+virtualClusters:
+  path: vcs.csv
+  flavor: gpu
+  gpusPerNode: 8
+  cohort: org
+  cohorts: {cohorts}
+workload:
+  synthetic: {{jobs: 4, queues: [alpha], sizes: [{{gpus: 8, weight: 1}}]}}
+"
+        )
+    };
+    let write = |name: &str, text: &str| {
+        std::fs::write(dir.path().join(name), text).unwrap_or_else(|e| unreachable!("{e}"));
+    };
+    write("vcs.csv", "vc,node num\nalpha,1\nbeta,2\ngamma,1\n");
+    write("ok.yaml", &scenario("{alpha: dept, beta: dept}"));
+    let loaded = load(&dir.path().join("ok.yaml"));
+    let cohort_of = |vc: &str| {
+        loaded
+            .cluster_queues
+            .iter()
+            .find(|(name, _)| name == vc)
+            .and_then(|(_, q)| q.cohort.clone())
+    };
+    assert_eq!(cohort_of("alpha").as_deref(), Some("dept"));
+    assert_eq!(cohort_of("beta").as_deref(), Some("dept"));
+    assert_eq!(
+        cohort_of("gamma").as_deref(),
+        Some("org"),
+        "the default cohort"
+    );
+    // A name the CSV does not list is a typo, not a cluster without a cohort.
+    write("typo.yaml", &scenario("{alpah: dept}"));
+    let err = Loaded::from_file(&dir.path().join("typo.yaml"), None)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains(
+            "virtualClusters.cohorts names alpah, which is not a virtual cluster of this file"
+        ),
+        "{err}"
+    );
 }
 
 #[test]

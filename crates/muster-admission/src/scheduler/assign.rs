@@ -173,6 +173,7 @@ impl Scheduler {
                             needed: muster_api::Amount::ZERO,
                             free: muster_api::Amount::ZERO,
                             borrowable: muster_api::Amount::ZERO,
+                            limit: None,
                         });
                         continue;
                     }

@@ -292,6 +292,7 @@ fn limit_message(m: &mut String, limit: &crate::quota::Limit, resource: &str) {
             pool,
             left,
             borrowers,
+            returns,
         } => {
             let _ = write!(
                 m,
@@ -309,6 +310,13 @@ fn limit_message(m: &mut String, limit: &crate::quota::Limit, resource: &str) {
                 } else {
                     write!(m, ", {name} {}", amount.format_for(resource))
                 };
+            }
+            if let Some((job, end, amount)) = returns {
+                let _ = write!(
+                    m,
+                    "; {} come back when {job} ends (expected at t={end}s)",
+                    amount.format_for(resource)
+                );
             }
         }
     }

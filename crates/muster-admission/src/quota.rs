@@ -28,6 +28,7 @@ use muster_api::{Amount, ClusterQueueSpec, Resources};
 use crate::cohorts::CohortTree;
 
 mod flows;
+mod idle_limits;
 
 pub use flows::Flow;
 
@@ -40,6 +41,16 @@ struct Limits {
     borrowing_limit: Option<u64>,
     /// The most of its subtree quota it lends up; `None`: all of it.
     lending_limit: Option<u64>,
+    /// Where in the spec the entry is: (resource group, flavor, resource) indices.
+    at: (usize, usize, usize),
+}
+
+impl Limits {
+    /// The entry's path in the spec, `spec.resourceGroups[g].flavors[f].resources[r]`.
+    fn field(&self) -> String {
+        let (g, f, r) = self.at;
+        format!("spec.resourceGroups[{g}].flavors[{f}].resources[{r}]")
+    }
 }
 
 /// How many levels of a cohort tree, from the top, fair sharing tells apart: deeper levels
@@ -127,6 +138,10 @@ pub enum Limit {
         /// Its children that use more than the quota within them, most first (at most
         /// three), with how much more: whose jobs' ends give quota back.
         borrowers: Vec<(String, Amount)>,
+        /// Of the first borrower's admitted jobs, the one expected to end first: its id, its
+        /// expected end (seconds) and what it holds of the resource. Filled in by the
+        /// scheduler, which knows the jobs; `None` when none has an announced runtime.
+        returns: Option<(String, i64, Amount)>,
     },
 }
 
@@ -162,6 +177,8 @@ struct Layout {
     subtree: Vec<Vec<u64>>,
     /// Per node, per slot: the part of `subtree` it does not lend up (all of it at a root).
     guaranteed: Vec<Vec<u64>>,
+    /// Per cohort with a limit that can never bind, what is wrong (see `idle_limits`).
+    idle_limits: BTreeMap<String, String>,
     /// Per node: fair-sharing weight in milli-units (`None`: fair sharing not configured).
     weight: Vec<Option<u64>>,
     /// Per node: whether any of its children sets a fair-sharing weight, so that they share
@@ -201,14 +218,15 @@ impl Layout {
             Amount::parse(&q.0).map_or(0, Amount::milli)
         };
         let mut limits = vec![None; self.slot_count];
-        for group in groups {
-            for flavor in &group.flavors {
-                for r in &flavor.resources {
+        for (g, group) in groups.iter().enumerate() {
+            for (f, flavor) in group.flavors.iter().enumerate() {
+                for (i, r) in flavor.resources.iter().enumerate() {
                     if let Some(slot) = self.slot(&flavor.name, &r.name) {
                         limits[slot] = Some(Limits {
                             nominal: parse(&r.nominal_quota),
                             borrowing_limit: r.borrowing_limit.as_ref().map(parse),
                             lending_limit: r.lending_limit.as_ref().map(parse),
+                            at: (g, f, i),
                         });
                     }
                 }
@@ -384,6 +402,7 @@ impl QuotaBook {
         }
         layout.cohorts = cohorts;
         layout.settle_tree();
+        layout.idle_limits = layout.idle_limits();
         let usage = Grid::new(layout.parent.len(), layout.slot_count);
         QuotaBook {
             layout: Arc::new(layout),
@@ -445,6 +464,14 @@ impl QuotaBook {
         self.layout.parent[q].map(|c| self.layout.cohorts[c - self.layout.queue_count].as_str())
     }
 
+    /// What is wrong with `cohort`'s quota entries when one of its limits can never bind: a
+    /// lending limit above all the quota within it, or quota for a (flavor, resource) no
+    /// queue under it can use. The message names the field and the fix; the tree works as
+    /// written.
+    pub fn limit_problem(&self, cohort: &str) -> Option<&str> {
+        self.layout.idle_limits.get(cohort).map(String::as_str)
+    }
+
     /// The cohorts of the book's trees, in name order, each with its parent.
     pub fn cohorts(&self) -> impl Iterator<Item = (&str, Option<&str>)> {
         let layout = &self.layout;
@@ -460,6 +487,18 @@ impl QuotaBook {
             .slots
             .iter()
             .flat_map(|(f, rs)| rs.keys().map(move |r| (f.as_str(), r.as_str())))
+    }
+
+    /// Whether `queue` is `node` or under it (`node` a queue or cohort).
+    pub fn is_under(&self, queue: &str, node: &str) -> bool {
+        let mut at = self.queue(queue);
+        while let Some(n) = at {
+            if self.name(n) == node {
+                return true;
+            }
+            at = self.layout.parent[n];
+        }
+        false
     }
 
     /// The chain of cohorts above the queue, nearest first (empty without a cohort).
@@ -556,6 +595,7 @@ impl QuotaBook {
                 .take(3)
                 .map(|(borrowed, k)| (self.name(k).to_owned(), Amount::from_milli(borrowed)))
                 .collect(),
+            returns: None,
         })
     }
 

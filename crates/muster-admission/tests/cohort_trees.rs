@@ -182,6 +182,41 @@ fn a_shortfall_names_the_level_of_the_tree_that_stops_borrowing() {
 }
 
 #[test]
+fn a_limit_that_can_never_bind_is_named_on_its_cohort_and_the_tree_works_as_written() {
+    // ml lends at most 100, but only 16 are in it (vision's 8 and nlp's 8).
+    let book = department_book(
+        cohort(Some("org"), 0, None, Some(100)),
+        cohort(Some("org"), 0, None, None),
+    );
+    assert_eq!(
+        book.limit_problem("ml"),
+        Some(
+            "spec.resourceGroups[0].flavors[0].resources[0].lendingLimit: 100 is more than the 16 of nvidia.com/gpu in flavor h100 within cohort ml (its own quota and what its members lend it), so it never binds; lower it to at most 16 or remove it"
+        )
+    );
+    assert_eq!(book.limit_problem("infra"), None);
+    assert_eq!(book.limit_problem("org"), None);
+    assert_eq!(room(&book, "web"), 32, "ml lends all it has, as written");
+    // Exactly what is in it is a limit that binds when its teams lend more later: no problem.
+    let book = department_book(
+        cohort(Some("org"), 0, None, Some(16)),
+        cohort(Some("org"), 0, None, None),
+    );
+    assert_eq!(book.limit_problem("ml"), None);
+    // Quota in a flavor no queue under the cohort uses: a typo, most likely.
+    let mut infra = cohort(Some("org"), 4, Some(2), None);
+    infra.resource_groups[0].flavors[0].name = "a100".to_owned();
+    let book = department_book(cohort(Some("org"), 0, None, None), infra);
+    let problem = book.limit_problem("infra").unwrap_or_default();
+    assert!(
+        problem.starts_with(
+            "spec.resourceGroups[0].flavors[0].resources[0]: no ClusterQueue under cohort infra has quota for nvidia.com/gpu in flavor a100"
+        ),
+        "{problem}"
+    );
+}
+
+#[test]
 fn a_departments_borrowing_limit_caps_what_all_its_teams_take_from_outside() {
     let ml = cohort(Some("org"), 0, Some(8), None);
     let infra = cohort(Some("org"), 0, None, None);
@@ -218,6 +253,42 @@ fn a_cohorts_own_quota_is_a_pool_its_teams_share_on_top_of_their_own() {
     book.add("vision", "h100", &gpus(40));
     assert_eq!(room(&book, "nlp"), 8);
     assert_eq!(room(&book, "web"), 8);
+}
+
+#[test]
+fn a_job_waiting_on_a_lent_pool_is_told_whose_job_gives_it_back_first() {
+    // org → ml (vision 8, nlp 0) and infra (web 16). vision runs three 8-GPU jobs, 16 GPUs
+    // of them web's; nlp's job waits, and is told that v1, ending first, gives 8 back.
+    let queues = vec![
+        (
+            "vision",
+            cq(Some("ml"), &[("h100", &[(GPU, 8, None, None)])]),
+        ),
+        ("nlp", cq(Some("ml"), &[("h100", &[(GPU, 0, None, None)])])),
+        (
+            "web",
+            cq(Some("infra"), &[("h100", &[(GPU, 16, None, None)])]),
+        ),
+    ];
+    let tree = CohortTree::new([
+        ("org".to_owned(), cohort(None, 0, None, None)),
+        ("ml".to_owned(), cohort(Some("org"), 0, None, None)),
+        ("infra".to_owned(), cohort(Some("org"), 0, None, None)),
+    ]);
+    let mut s = scheduler(&fleet("h100", 2, 2), vec![flavor("h100")], queues).with_cohorts(tree);
+    for (id, runtime) in [("v1", 300), ("v2", 100), ("v3", 200)] {
+        s.submit(runs_for(job(id, "vision", 0, 0, 1, 8), runtime));
+    }
+    assert_eq!(admitted(&cycle(&mut s, 0)).len(), 3);
+    s.submit(job("n1", "nlp", 0, 1, 1, 8));
+    let decisions = cycle(&mut s, 1);
+    let message = reason_of(&decisions, "n1").map(muster_admission::PendingReason::message);
+    assert_eq!(
+        message.as_deref(),
+        Some(
+            "not enough quota for nvidia.com/gpu in flavor h100: the job needs 8; the ClusterQueue has 0 of its own left and can borrow 0; cohort org has 0 of the 24 it gives out left: ml uses 16 beyond its own quota; 8 come back when ns/v2 ends (expected at t=100s)"
+        )
+    );
 }
 
 #[test]

@@ -108,20 +108,7 @@ pub(crate) fn queue_statuses(
             });
         }
     }
-    let tree = scheduler.cohorts();
-    for (name, cohort) in &index.cohorts {
-        if ledger.is_writing_queue(&QueueWrite::Cohort(name.clone())) {
-            continue;
-        }
-        let current = cohort.status.clone().unwrap_or_default();
-        let generation = cohort.metadata.generation;
-        if let Some(status) = status::cohort(&current, tree.problem(name), generation, now) {
-            actions.push(Action::CohortStatus {
-                name: name.clone(),
-                status,
-            });
-        }
-    }
+    cohort_statuses(index, ledger, scheduler, now, actions);
     for queue in actions[start..].iter().filter_map(QueueWrite::of) {
         ledger.write_queue(queue, now_s);
     }
@@ -153,4 +140,33 @@ fn local_queue_active(
         ));
     }
     Ok(())
+}
+
+/// Each Cohort's `Valid` condition, where it changed and no write of it is in flight.
+fn cohort_statuses(
+    index: &crate::index::Index,
+    ledger: &crate::ledger::Ledger,
+    scheduler: &Scheduler,
+    now: &Time,
+    actions: &mut Vec<Action>,
+) {
+    let tree = scheduler.cohorts();
+    for (name, cohort) in &index.cohorts {
+        if ledger.is_writing_queue(&QueueWrite::Cohort(name.clone())) {
+            continue;
+        }
+        let current = cohort.status.clone().unwrap_or_default();
+        let generation = cohort.metadata.generation;
+        // A broken tree first (it changes what the cohort does), then a limit that can never
+        // bind (it changes nothing, but was most likely meant otherwise).
+        let problem = tree
+            .problem(name)
+            .or_else(|| scheduler.quota().limit_problem(name));
+        if let Some(status) = status::cohort(&current, problem, generation, now) {
+            actions.push(Action::CohortStatus {
+                name: name.clone(),
+                status,
+            });
+        }
+    }
 }

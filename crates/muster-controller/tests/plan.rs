@@ -1421,6 +1421,16 @@ fn a_queue_borrows_its_cohorts_own_quota_and_a_cohort_with_a_missing_parent_is_t
     // Only the Cohort changes: ml now holds 16 GPUs, which the queue may use.
     index.apply(cohort("ml", gpus(16)));
     index.apply(cohort("stray", serde_json::json!({"parent": "nowhere"})));
+    // A department whose lending limit is more than all it holds: told, and still works.
+    let mut lends = gpus(4);
+    lends["resourceGroups"][0]["flavors"][0]["resources"][0]["lendingLimit"] = "64".into();
+    lends["parent"] = "org".into();
+    index.apply(cohort("org", serde_json::json!({})));
+    index.apply(cohort("infra", lends));
+    let mut web = cluster_queue(4);
+    web.metadata.name = Some("web".to_owned());
+    web.spec.cohort = Some("infra".to_owned());
+    index.apply(web);
     let pass = plan(&mut index, at(20));
     assert_eq!(releases(&pass.actions).len(), 1, "{:#?}", pass.actions);
     let valid = |name: &str| {
@@ -1440,4 +1450,11 @@ fn a_queue_borrows_its_cohorts_own_quota_and_a_cohort_with_a_missing_parent_is_t
         message.contains("spec.parent") && message.contains("create a Cohort named nowhere"),
         "{message}"
     );
+    let (status, message) = valid("infra").unwrap_or_default();
+    assert_eq!(status, "False");
+    assert!(
+        message.starts_with("spec.resourceGroups[0].flavors[0].resources[0].lendingLimit: 64 is more than the 8 of nvidia.com/gpu in flavor h100 within cohort infra"),
+        "{message}"
+    );
+    assert_eq!(valid("org").map(|v| v.0), Some("True".to_owned()));
 }

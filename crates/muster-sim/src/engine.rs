@@ -87,7 +87,8 @@ pub struct Run {
     pub wall: Duration,
     /// What the autoscaler did, when the scenario has capacity to buy.
     pub provisioning: Option<crate::autoscaler::ProvisioningStats>,
-    /// Per ClusterQueue and cohort that lent or borrowed accelerators, how much.
+    /// Per ClusterQueue in a cohort and per cohort, what it lent and borrowed of
+    /// accelerators (empty when no queue is in a cohort).
     pub lending: BTreeMap<String, Lending>,
 }
 

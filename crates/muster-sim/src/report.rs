@@ -300,8 +300,8 @@ fn per_queue(run: &Run) -> serde_json::Map<String, Value> {
         .collect()
 }
 
-/// Per ClusterQueue and cohort that lent or borrowed accelerators: GPU-hours of its quota
-/// others used and GPU-hours it used beyond its own quota.
+/// Per ClusterQueue in a cohort and per cohort: its parent, GPU-hours of its quota others
+/// used and GPU-hours it used beyond its own quota.
 fn lending(run: &Run) -> serde_json::Map<String, Value> {
     #[expect(clippy::cast_precision_loss, reason = "hours for people to read")]
     let hours = |milli_seconds: u128| (milli_seconds as f64 / 3_600_000.0 * 10.0).round() / 10.0;
@@ -312,12 +312,43 @@ fn lending(run: &Run) -> serde_json::Map<String, Value> {
                 name.clone(),
                 json!({
                     "kind": if l.cohort { "Cohort" } else { "ClusterQueue" },
+                    "parent": l.parent,
                     "lentGpuHours": hours(l.lent),
                     "borrowedGpuHours": hours(l.borrowed),
                 }),
             )
         })
         .collect()
+}
+
+/// The lending entries whose parent is `parent`, in name order, each followed by its
+/// children, indented by depth.
+fn lending_tree(
+    out: &mut String,
+    lending: &serde_json::Map<String, Value>,
+    parent: Option<&str>,
+    indent: usize,
+) {
+    for (name, l) in lending {
+        let its_parent = l["parent"].as_str();
+        // A root: no parent, or one the run does not know (a tree cut at a missing cohort).
+        let is_child = match parent {
+            Some(p) => its_parent == Some(p),
+            None => its_parent.is_none_or(|p| !lending.contains_key(p)),
+        };
+        if !is_child {
+            continue;
+        }
+        let kind = if l["kind"] == "Cohort" { "cohort " } else { "" };
+        let _ = writeln!(
+            out,
+            "{:indent$}{kind}{name}: {} / {}",
+            "", l["lentGpuHours"], l["borrowedGpuHours"]
+        );
+        if l["kind"] == "Cohort" && indent < 2 + 2 * 16 {
+            lending_tree(out, lending, Some(name), indent + 2);
+        }
+    }
 }
 
 /// A Markdown table comparing policies side by side.
@@ -385,6 +416,10 @@ pub fn text(summary: &Value) -> String {
             p["jobsGaveUp"],
             p["jobsFailedOnRevoke"],
         );
+    }
+    if let Some(Value::Object(lending)) = summary.get("lending") {
+        out.push_str("  lent / borrowed GPU-hours, by cohort tree:\n");
+        lending_tree(&mut out, lending, None, 2);
     }
     if let (Some(wall), Some(rate)) = (summary.get("wallSeconds"), summary.get("eventsPerSecond")) {
         let _ = writeln!(out, "  ran in {wall} s ({rate} events/s)");

@@ -483,11 +483,37 @@ impl Loaded {
                 message: "no ClusterQueue: the queue objects (or virtualClusters) must define at least one".into(),
             });
         }
+        if let Some(message) = loaded.cohort_problem() {
+            return Err(ScenarioError::Invalid {
+                path: objects_path.display().to_string(),
+                message,
+            });
+        }
         loaded.jobs = loaded.workload(path, seed)?;
         loaded
             .jobs
             .sort_by(|a, b| (a.submit, &a.id).cmp(&(b.submit, &b.id)));
         Ok(loaded)
+    }
+
+    /// The first thing wrong with the scenario's cohort tree, naming the Cohort: a parent
+    /// that does not exist, a cycle, an invalid spec, or a limit that can never bind. The
+    /// controller reports these on the Cohort and goes on; an experiment on a tree other
+    /// than the one written would mislead, so a scenario stops.
+    fn cohort_problem(&self) -> Option<String> {
+        let tree = muster_admission::CohortTree::new(self.cohorts.clone());
+        // The tree's problems name their cohort already.
+        if let Some((_, problem)) = tree.problems().next() {
+            return Some(problem.to_owned());
+        }
+        let book = muster_admission::QuotaBook::with_cohorts(
+            self.cluster_queues.iter().map(|(n, q)| (n.as_str(), q)),
+            &tree,
+        );
+        self.cohorts.iter().find_map(|(name, _)| {
+            book.limit_problem(name)
+                .map(|problem| format!("Cohort {name}: {problem}"))
+        })
     }
 
     /// A ClusterQueue and a LocalQueue per virtual cluster of `spec`'s CSV.

@@ -89,12 +89,56 @@ fn a_scenarios_cohort_tree_lets_a_team_borrow_across_departments_within_its_depa
     assert_eq!(lending("ml"), Some((0, 1_600_000)));
     assert_eq!(
         lending("infra"),
-        None,
+        Some((0, 0)),
         "infra lends web's quota, none of its own"
     );
     let summary = report::summary("cohort-tree", &result, false);
     assert_eq!(summary["lending"]["web"]["lentGpuHours"], 0.4);
+    assert_eq!(summary["lending"]["web"]["parent"], "infra");
+    // The text summary draws the tree, each node under its parent.
+    let text = report::text(&summary);
+    let tree = text
+        .split_once("by cohort tree:\n")
+        .map(|(_, t)| t)
+        .unwrap_or_default();
+    assert_eq!(
+        tree,
+        "  cohort org: 0.0 / 0.0\n    cohort infra: 0.0 / 0.0\n      web: 0.4 / 0.0\n    cohort ml: 0.0 / 0.4\n      vision: 0.0 / 0.4\n"
+    );
     assert_eq!(summary["queues"]["vision"]["waitSeconds"]["p95"], 100);
+}
+
+#[test]
+fn a_scenario_whose_cohort_tree_is_broken_stops_with_the_cohort_named() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| unreachable!("{e}"));
+    let fixtures = manifest().join("tests/fixtures");
+    let text = std::fs::read_to_string(fixtures.join("cohort-tree.yaml")).unwrap_or_default();
+    let _ = std::fs::copy(
+        fixtures.join("cohort-tree.csv"),
+        dir.path().join("cohort-tree.csv"),
+    );
+    let error = |text: &str| {
+        let path = dir.path().join("tree.yaml");
+        std::fs::write(&path, text).unwrap_or_else(|e| unreachable!("{e}"));
+        Loaded::from_file(&path, None)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    assert!(text.contains("parent: org\n"), "the fixture changed");
+    let missing = error(&text.replacen("parent: org\n", "parent: orgg\n", 1));
+    assert!(
+        missing.contains("Cohort ml: spec.parent: cohort orgg does not exist"),
+        "{missing}"
+    );
+    let idle = error(&text.replace(
+        "borrowingLimit: \"8\"}",
+        "borrowingLimit: \"8\", lendingLimit: \"99\"}",
+    ));
+    assert!(
+        idle.contains("Cohort ml: spec.resourceGroups[0].flavors[0].resources[0].lendingLimit: 99 is more than"),
+        "{idle}"
+    );
 }
 
 #[test]

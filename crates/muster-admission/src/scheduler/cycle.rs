@@ -388,7 +388,8 @@ impl Scheduler {
             } else {
                 None
             };
-        let reason = blocked_reason(cq, blocked);
+        let mut reason = blocked_reason(cq, blocked);
+        self.name_returning_job(&mut reason);
         let mut eta = None;
         match reservation {
             Some(Some(r)) => {

@@ -596,6 +596,53 @@ impl Scheduler {
     }
 }
 
+impl Scheduler {
+    /// How far along the expected ends a reason looks for a borrower's job: the search is
+    /// per blocked job shape, so it is bounded; past it, the reason names no job.
+    const RETURNING_SEARCH: usize = 1024;
+
+    /// A quota shortfall whose tree's pool is in use names, of its first borrower's admitted
+    /// jobs, the one expected to end first and what it gives back.
+    fn name_returning_job(&self, reason: &mut PendingReason) {
+        let PendingReason::QuotaShort(short) = reason else {
+            return;
+        };
+        let Some(limit) = short.limit.as_deref_mut() else {
+            return;
+        };
+        let crate::quota::Limit::Pool {
+            borrowers, returns, ..
+        } = limit
+        else {
+            return;
+        };
+        let Some((borrower, _)) = borrowers.first() else {
+            return;
+        };
+        *returns = self
+            .ends
+            .iter()
+            .take(Self::RETURNING_SEARCH)
+            .find_map(|(end, id)| {
+                let entry = self.jobs.get(&**id)?;
+                let JobState::Admitted(h) = &entry.state else {
+                    return None;
+                };
+                if !self.quota.is_under(&h.cluster_queue, borrower) {
+                    return None;
+                }
+                let held = h
+                    .pod_sets
+                    .iter()
+                    .zip(&*entry.usage)
+                    .filter(|(p, _)| p.flavor == short.flavor)
+                    .map(|(_, usage)| usage.get(&short.resource).milli())
+                    .sum::<u64>();
+                (held > 0).then(|| (id.to_string(), *end, muster_api::Amount::from_milli(held)))
+            });
+    }
+}
+
 /// The decision that `job`, at `position` in its queue, keeps waiting.
 fn waiting(job: &Job, position: u32, reason: PendingReason, eta: Option<i64>) -> Decision {
     Decision::Pending {

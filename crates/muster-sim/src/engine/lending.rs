@@ -11,10 +11,12 @@ use crate::scenario::Loaded;
 const ACCELERATORS: [&str; 2] = ["nvidia.com/gpu", "google.com/tpu"];
 
 /// One queue's or cohort's lending over a run, in milli-GPU-seconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Lending {
     /// Whether it is a cohort.
     pub cohort: bool,
+    /// Its cohort (a queue's) or parent cohort (a cohort's).
+    pub parent: Option<String>,
     /// Milli-GPU-seconds of its quota others used.
     pub lent: u128,
     /// Milli-GPU-seconds it used beyond its own quota.
@@ -49,11 +51,39 @@ impl Ledger {
         } else {
             Vec::new()
         };
+        // Every node of a tree, with its parent, so that the whole tree is reported.
+        let mut totals = BTreeMap::new();
+        if shared {
+            let parents = loaded
+                .cohorts
+                .iter()
+                .map(|(name, spec)| (name.clone(), true, spec.parent.clone()));
+            let queues = loaded
+                .cluster_queues
+                .iter()
+                .filter_map(|(name, q)| Some((name.clone(), false, Some(q.cohort.clone()?))));
+            for (name, cohort, parent) in parents.chain(queues) {
+                if let Some(p) = &parent {
+                    totals.entry(p.clone()).or_insert(Lending {
+                        cohort: true,
+                        ..Lending::default()
+                    });
+                }
+                totals.insert(
+                    name,
+                    Lending {
+                        cohort,
+                        parent,
+                        ..Lending::default()
+                    },
+                );
+            }
+        }
         Ledger {
             slots,
             since: 0,
             now: BTreeMap::new(),
-            totals: BTreeMap::new(),
+            totals,
         }
     }
 
@@ -89,11 +119,8 @@ impl Ledger {
         }
     }
 
-    /// Per queue and cohort that lent or borrowed anything, its totals.
+    /// Per queue in a cohort and per cohort, its totals.
     pub(super) fn finish(self) -> BTreeMap<String, Lending> {
         self.totals
-            .into_iter()
-            .filter(|(_, l)| l.lent > 0 || l.borrowed > 0)
-            .collect()
     }
 }

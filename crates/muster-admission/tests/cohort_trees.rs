@@ -151,7 +151,10 @@ fn lending_is_counted_against_the_nearest_idle_quota_first() {
 /// The message of a quota shortfall of `gpus` more GPUs for `queue`.
 fn short_message(book: &QuotaBook, queue: &str, gpus_wanted: u64) -> String {
     match book.check(queue, "h100", &gpus(gpus_wanted)) {
-        QuotaCheck::Short(short) => muster_admission::PendingReason::QuotaShort(short).message(),
+        QuotaCheck::Short(mut short) => {
+            short.limit = book.limit(queue, "h100", GPU).map(Box::new);
+            muster_admission::PendingReason::QuotaShort(short).message()
+        }
         other => unreachable!("expected a shortfall, got {other:?}"),
     }
 }

@@ -389,7 +389,7 @@ impl Scheduler {
                 None
             };
         let mut reason = blocked_reason(cq, blocked);
-        self.name_returning_job(&mut reason);
+        self.locate_limit(cq, &mut reason, state);
         let mut eta = None;
         match reservation {
             Some(Some(r)) => {

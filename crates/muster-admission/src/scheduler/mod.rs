@@ -166,7 +166,14 @@ struct CycleState {
     /// The cycle's decisions depend on the time itself (a preemptor waited because waiting
     /// was cheaper, which changes as time passes): the next cycle must run.
     timed: bool,
+    /// Per (borrower, flavor, resource): of the borrower's admitted jobs, the one expected to
+    /// end first, for reasons (see [`Scheduler::locate_limit`]). Found once per cycle:
+    /// a job admitted later in the cycle that would end sooner is named from the next.
+    returning: BTreeMap<(String, String, String), Option<Returning>>,
 }
+
+/// A job that gives quota back when it ends: its id, expected end and what it holds.
+type Returning = (String, i64, muster_api::Amount);
 
 impl CycleState {
     /// Remembers that a job of `shape`, respecting the reservations in `mask`, cannot start
@@ -601,12 +608,20 @@ impl Scheduler {
     /// per blocked job shape, so it is bounded; past it, the reason names no job.
     const RETURNING_SEARCH: usize = 1024;
 
-    /// A quota shortfall whose tree's pool is in use names, of its first borrower's admitted
-    /// jobs, the one expected to end first and what it gives back.
-    fn name_returning_job(&self, reason: &mut PendingReason) {
+    /// A quota shortfall of ClusterQueue `cq` names the level of its cohort tree that stops
+    /// it borrowing more and, when that is the tree's pool, of its first borrower's admitted
+    /// jobs the one expected to end first and what it gives back. Worked out here, once per
+    /// job told, rather than in every quota check.
+    fn locate_limit(&self, cq: &str, reason: &mut PendingReason, state: &mut CycleState) {
         let PendingReason::QuotaShort(short) = reason else {
             return;
         };
+        if short.limit.is_none() {
+            short.limit = self
+                .quota
+                .limit(cq, &short.flavor, &short.resource)
+                .map(Box::new);
+        }
         let Some(limit) = short.limit.as_deref_mut() else {
             return;
         };
@@ -619,6 +634,15 @@ impl Scheduler {
         let Some((borrower, _)) = borrowers.first() else {
             return;
         };
+        let key = (
+            borrower.clone(),
+            short.flavor.clone(),
+            short.resource.clone(),
+        );
+        if let Some(found) = state.returning.get(&key) {
+            returns.clone_from(found);
+            return;
+        }
         *returns = self
             .ends
             .iter()
@@ -640,6 +664,7 @@ impl Scheduler {
                     .sum::<u64>();
                 (held > 0).then(|| (id.to_string(), *end, muster_api::Amount::from_milli(held)))
             });
+        state.returning.insert(key, returns.clone());
     }
 }
 

@@ -300,15 +300,13 @@ fn limit_message(m: &mut String, limit: &crate::quota::Limit, resource: &str) {
                 left.format_for(resource),
                 pool.format_for(resource)
             );
-            for (i, (name, amount)) in borrowers.iter().enumerate() {
+            for (i, b) in borrowers.iter().enumerate() {
+                let kind = if b.cohort { "cohort" } else { "ClusterQueue" };
+                let amount = b.borrowed.format_for(resource);
                 let _ = if i == 0 {
-                    write!(
-                        m,
-                        ": {name} uses {} beyond its own quota",
-                        amount.format_for(resource)
-                    )
+                    write!(m, ": {kind} {} uses {amount} beyond its own quota", b.name)
                 } else {
-                    write!(m, ", {name} {}", amount.format_for(resource))
+                    write!(m, ", {kind} {} {amount}", b.name)
                 };
             }
             if let Some((job, end, amount)) = returns {

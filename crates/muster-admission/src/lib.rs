@@ -26,5 +26,5 @@ pub use cohorts::CohortTree;
 pub use decision::{Admitted, Decision, Deferral, PendingReason, PodSetPlacement};
 pub use job::{Job, JobId, mig_share_milli, quota_usage};
 pub use namespaces::selects;
-pub use quota::{Flow, Limit, QuotaBook, QuotaCheck, Shortfall};
+pub use quota::{Borrower, Flow, Limit, QuotaBook, QuotaCheck, Shortfall};
 pub use scheduler::{Holding, JobState, REASONS_REFRESH_SECONDS, Scheduler, WaitingJob};

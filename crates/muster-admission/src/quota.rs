@@ -114,6 +114,17 @@ pub struct Shortfall {
     pub limit: Option<Box<Limit>>,
 }
 
+/// A child of a cohort that uses more than the quota within it (see [`Limit::Pool`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Borrower {
+    /// The queue's or cohort's name.
+    pub name: String,
+    /// Whether it is a cohort (a ClusterQueue and a Cohort may share a name).
+    pub cohort: bool,
+    /// How much more than the quota within it it uses.
+    pub borrowed: Amount,
+}
+
 /// The level of a cohort tree that keeps a queue from borrowing more (see
 /// [`Shortfall::limit`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,8 +149,8 @@ pub enum Limit {
         /// What of that is not in use.
         left: Amount,
         /// Its children that use more than the quota within them, most first (at most
-        /// three), with how much more: whose jobs' ends give quota back.
-        borrowers: Vec<(String, Amount)>,
+        /// three): whose jobs' ends give quota back.
+        borrowers: Vec<Borrower>,
         /// Of the first borrower's admitted jobs, the one expected to end first: its id, its
         /// expected end (seconds) and what it holds of the resource. Filled in by the
         /// scheduler, which knows the jobs; `None` when none has an announced runtime.
@@ -491,11 +502,11 @@ impl QuotaBook {
             .flat_map(|(f, rs)| rs.keys().map(move |r| (f.as_str(), r.as_str())))
     }
 
-    /// Whether `queue` is `node` or under it (`node` a queue or cohort).
-    pub fn is_under(&self, queue: &str, node: &str) -> bool {
+    /// Whether `queue` is `node` or under it (`node` a cohort when `cohort`, else a queue).
+    pub fn is_under(&self, queue: &str, node: &str, cohort: bool) -> bool {
         let mut at = self.queue(queue);
         while let Some(n) = at {
-            if self.name(n) == node {
+            if (n >= self.layout.queue_count) == cohort && self.name(n) == node {
                 return true;
             }
             at = self.layout.parent[n];
@@ -595,7 +606,11 @@ impl QuotaBook {
             borrowers: borrowers
                 .into_iter()
                 .take(3)
-                .map(|(borrowed, k)| (self.name(k).to_owned(), Amount::from_milli(borrowed)))
+                .map(|(borrowed, k)| Borrower {
+                    name: self.name(k).to_owned(),
+                    cohort: k >= layout.queue_count,
+                    borrowed: Amount::from_milli(borrowed),
+                })
                 .collect(),
             returns: None,
         })

@@ -170,7 +170,7 @@ fn a_shortfall_names_the_level_of_the_tree_that_stops_borrowing() {
     book.add("web", "h100", &gpus(24));
     assert_eq!(
         short_message(&book, "nlp", 1),
-        "not enough quota for nvidia.com/gpu in flavor h100: the job needs 1; the ClusterQueue has 0 of its own left and can borrow 0; cohort org has 0 of the 32 it gives out left: infra uses 8 beyond its own quota"
+        "not enough quota for nvidia.com/gpu in flavor h100: the job needs 1; the ClusterQueue has 0 of its own left and can borrow 0; cohort org has 0 of the 32 it gives out left: cohort infra uses 8 beyond its own quota"
     );
     // The department's borrowing limit binds before the organisation runs dry.
     let mut book = department_book(
@@ -289,8 +289,17 @@ fn a_job_waiting_on_a_lent_pool_is_told_whose_job_gives_it_back_first() {
     assert_eq!(
         message.as_deref(),
         Some(
-            "not enough quota for nvidia.com/gpu in flavor h100: the job needs 8; the ClusterQueue has 0 of its own left and can borrow 0; cohort org has 0 of the 24 it gives out left: ml uses 16 beyond its own quota; 8 come back when ns/v2 ends (expected at t=100s)"
+            "not enough quota for nvidia.com/gpu in flavor h100: the job needs 8; the ClusterQueue has 0 of its own left and can borrow 0; cohort org has 0 of the 24 it gives out left: cohort ml uses 16 beyond its own quota; 8 come back when ns/v2 ends (expected at t=100s)"
         )
+    );
+    // v2 runs past its expected end: when it goes is anyone's guess, so v3 is named.
+    let decisions = cycle(&mut s, 150);
+    let message = reason_of(&decisions, "n1").map(muster_admission::PendingReason::message);
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.ends_with("8 come back when ns/v3 ends (expected at t=200s)")),
+        "{message:?}"
     );
 }
 

@@ -60,7 +60,9 @@ pub struct CohortSpec {
 #[serde(rename_all = "camelCase")]
 pub struct CohortStatus {
     /// `Valid`: False (the field and the fix) when the spec fails validation or its parent
-    /// does not exist or leads back to it; such a cohort acts as a root.
+    /// does not exist or leads back to it (reason `InvalidSpec`; such a cohort acts as a
+    /// root), or when a limit can never bind (reason `LimitNeverBinds`; the tree works as
+    /// written).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -203,7 +203,7 @@ pub struct FlavorUsage {
     pub borrowed: f64,
     /// Of its nominal quota, what other queues of its cohort tree use now: the cohorts give
     /// out their own quota and their members' idle lendable quota in proportion to what each
-    /// offers, nearest first (so what is lent adds up to what is borrowed).
+    /// offers, nearest first (so what is lent adds up to what queues borrow).
     pub lent: f64,
 }
 
@@ -230,7 +230,7 @@ pub struct CohortSummary {
     /// Its parent cohort.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
-    /// Per flavor and resource that anything under it has quota for.
+    /// Per flavor and resource that anything has quota for.
     pub usage: Vec<CohortUsage>,
 }
 
@@ -270,7 +270,7 @@ pub struct ClusterQueueSummaryList {
     pub kind: String,
     /// The queues, in name order.
     pub items: Vec<ClusterQueueSummary>,
-    /// The cohorts the queues are in, and their ancestors, in name order.
+    /// Every cohort: those the queues name and those Cohort objects define, in name order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cohorts: Vec<CohortSummary>,
 }

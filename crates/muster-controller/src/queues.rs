@@ -159,9 +159,10 @@ fn cohort_statuses(
         let generation = cohort.metadata.generation;
         // A broken tree first (it changes what the cohort does), then a limit that can never
         // bind (it changes nothing, but was most likely meant otherwise).
-        let problem = tree
-            .problem(name)
-            .or_else(|| scheduler.quota().limit_problem(name));
+        let problem = tree.problem(name).map(|p| ("InvalidSpec", p)).or_else(|| {
+            let limit = scheduler.quota().limit_problem(name)?;
+            Some(("LimitNeverBinds", limit))
+        });
         if let Some(status) = status::cohort(&current, problem, generation, now) {
             actions.push(Action::CohortStatus {
                 name: name.clone(),

@@ -254,16 +254,18 @@ pub fn flavor(
 ) -> Option<muster_api::ResourceFlavorStatus> {
     let mut next = current.clone();
     let problem = problem.map(|e| format!("{}: {}", e.path, e.message));
-    set_valid(&mut next.conditions, problem.as_deref(), generation, now);
+    let problem = problem.as_deref().map(|p| ("InvalidSpec", p));
+    set_valid(&mut next.conditions, problem, generation, now);
     (next != *current).then_some(next)
 }
 
-/// A Cohort's status: `Valid` (False, reason `InvalidSpec`, with `problem`: the field, what
-/// is wrong — an invalid spec, a parent that does not exist or leads back to it — and the
-/// fix). `None` when it would not change.
+/// A Cohort's status: `Valid` (False with `problem`'s reason and message: the field, what
+/// is wrong and the fix — `InvalidSpec` for an invalid spec or a parent that does not exist
+/// or leads back to it, `LimitNeverBinds` for a limit that can never bind). `None` when it
+/// would not change.
 pub fn cohort(
     current: &muster_api::CohortStatus,
-    problem: Option<&str>,
+    problem: Option<(&str, &str)>,
     generation: Option<i64>,
     now: &Time,
 ) -> Option<muster_api::CohortStatus> {
@@ -272,19 +274,19 @@ pub fn cohort(
     (next != *current).then_some(next)
 }
 
-/// Sets `Valid`: False with reason `InvalidSpec` and `problem` as the message, else True.
+/// Sets `Valid`: False with `problem`'s (reason, message), else True.
 fn set_valid(
     conditions: &mut Vec<Condition>,
-    problem: Option<&str>,
+    problem: Option<(&str, &str)>,
     generation: Option<i64>,
     now: &Time,
 ) {
     match problem {
-        Some(problem) => set_condition(
+        Some((reason, problem)) => set_condition(
             conditions,
             conditions::VALID,
             false,
-            "InvalidSpec",
+            reason,
             problem,
             generation,
             now,

@@ -452,8 +452,10 @@ impl serde::Serialize for Listing<'_> {
     }
 }
 
-/// Who lends to whom per (flavor, resource), over the whole tree, by queue or cohort name.
-type FlowsBySlot<'a> = BTreeMap<(&'a str, &'a str), BTreeMap<&'a str, muster_admission::Flow<'a>>>;
+/// Who lends to whom per (flavor, resource), over the whole tree, by (whether a cohort, name):
+/// a ClusterQueue and a Cohort may share a name.
+type FlowsBySlot<'a> =
+    BTreeMap<(&'a str, &'a str), BTreeMap<(bool, &'a str), muster_admission::Flow<'a>>>;
 
 fn flows_by_slot(quota: &muster_admission::QuotaBook) -> FlowsBySlot<'_> {
     quota
@@ -462,7 +464,7 @@ fn flows_by_slot(quota: &muster_admission::QuotaBook) -> FlowsBySlot<'_> {
             let by_name = quota
                 .flows(flavor, resource)
                 .into_iter()
-                .map(|f| (f.name, f))
+                .map(|f| ((f.cohort, f.name), f))
                 .collect();
             ((flavor, resource), by_name)
         })
@@ -482,7 +484,7 @@ fn cohort_summaries(
             usage: flows
                 .iter()
                 .filter_map(|((flavor, resource), by_name)| {
-                    let f = by_name.get(name).filter(|f| f.cohort)?;
+                    let f = by_name.get(&(true, name))?;
                     Some(CohortUsage {
                         flavor: (*flavor).to_owned(),
                         resource: (*resource).to_owned(),
@@ -540,8 +542,7 @@ pub fn cluster_queues(state: &State) -> Result<ClusterQueueSummaryList, Unanswer
                 let nominal = quota.nominal(name, flavor, resource);
                 let lent = flows
                     .get(&(flavor.as_str(), resource.as_str()))
-                    .and_then(|by_name| by_name.get(name.as_str()))
-                    .filter(|f| !f.cohort)
+                    .and_then(|by_name| by_name.get(&(false, name.as_str())))
                     .map_or(0, |f| f.lent);
                 FlavorUsage {
                     flavor: flavor.clone(),

@@ -1439,19 +1439,22 @@ fn a_queue_borrows_its_cohorts_own_quota_and_a_cohort_with_a_missing_parent_is_t
                 .conditions
                 .iter()
                 .find(|c| c.type_ == "Valid")
-                .map(|c| (c.status.clone(), c.message.clone())),
+                .map(|c| (c.status.clone(), c.message.clone(), c.reason.clone())),
             _ => None,
         })
     };
     assert_eq!(valid("ml").map(|v| v.0), Some("True".to_owned()));
-    let (status, message) = valid("stray").unwrap_or_default();
-    assert_eq!(status, "False");
+    let (status, message, reason) = valid("stray").unwrap_or_default();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "InvalidSpec"));
     assert!(
         message.contains("spec.parent") && message.contains("create a Cohort named nowhere"),
         "{message}"
     );
-    let (status, message) = valid("infra").unwrap_or_default();
-    assert_eq!(status, "False");
+    let (status, message, reason) = valid("infra").unwrap_or_default();
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "LimitNeverBinds")
+    );
     assert!(
         message.starts_with("spec.resourceGroups[0].flavors[0].resources[0].lendingLimit: 64 is more than the 8 of nvidia.com/gpu in flavor h100 within cohort infra"),
         "{message}"

@@ -506,6 +506,16 @@ impl Loaded {
         if let Some((_, problem)) = tree.problems().next() {
             return Some(problem.to_owned());
         }
+        // The reports key queues and cohorts by name alone.
+        if let Some((name, _)) = self
+            .cohorts
+            .iter()
+            .find(|(c, _)| self.cluster_queues.iter().any(|(q, _)| q == c))
+        {
+            return Some(format!(
+                "Cohort {name} has the name of a ClusterQueue; the simulator's reports list both by name, so rename one"
+            ));
+        }
         let book = muster_admission::QuotaBook::with_cohorts(
             self.cluster_queues.iter().map(|(n, q)| (n.as_str(), q)),
             &tree,

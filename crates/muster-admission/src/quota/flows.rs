@@ -71,7 +71,9 @@ impl QuotaBook {
             if supply == 0 {
                 continue;
             }
-            let demand: u64 = layout.children[c].iter().map(|k| borrowed[*k]).sum();
+            let demand = layout.children[c]
+                .iter()
+                .fold(0u64, |sum, k| sum.saturating_add(borrowed[*k]));
             let in_use = demand.min(supply).saturating_add(taken[c]).min(supply);
             let share = |part: u64| {
                 u64::try_from(u128::from(in_use) * u128::from(part) / u128::from(supply))

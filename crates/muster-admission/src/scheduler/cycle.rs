@@ -389,7 +389,7 @@ impl Scheduler {
                 None
             };
         let mut reason = blocked_reason(cq, blocked);
-        self.locate_limit(cq, &mut reason, state);
+        self.locate_limit(cq, &mut reason, state, now);
         let mut eta = None;
         match reservation {
             Some(Some(r)) => {

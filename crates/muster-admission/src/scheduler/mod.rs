@@ -169,11 +169,14 @@ struct CycleState {
     /// Per (borrower, flavor, resource): of the borrower's admitted jobs, the one expected to
     /// end first, for reasons (see [`Scheduler::locate_limit`]). Found once per cycle:
     /// a job admitted later in the cycle that would end sooner is named from the next.
-    returning: BTreeMap<(String, String, String), Option<Returning>>,
+    returning: BTreeMap<ReturningKey, Option<Returning>>,
 }
 
-/// A job that gives quota back when it ends: its id, expected end and what it holds.
+/// A job that gives quota back when it ends: its id, expected end and what it gives back.
 type Returning = (String, i64, muster_api::Amount);
+
+/// Whose returning job, of what: (borrower, whether it is a cohort, flavor, resource).
+type ReturningKey = (String, bool, String, String);
 
 impl CycleState {
     /// Remembers that a job of `shape`, respecting the reservations in `mask`, cannot start
@@ -612,7 +615,7 @@ impl Scheduler {
     /// it borrowing more and, when that is the tree's pool, of its first borrower's admitted
     /// jobs the one expected to end first and what it gives back. Worked out here, once per
     /// job told, rather than in every quota check.
-    fn locate_limit(&self, cq: &str, reason: &mut PendingReason, state: &mut CycleState) {
+    fn locate_limit(&self, cq: &str, reason: &mut PendingReason, state: &mut CycleState, now: i64) {
         let PendingReason::QuotaShort(short) = reason else {
             return;
         };
@@ -631,11 +634,12 @@ impl Scheduler {
         else {
             return;
         };
-        let Some((borrower, _)) = borrowers.first() else {
+        let Some(borrower) = borrowers.first() else {
             return;
         };
         let key = (
-            borrower.clone(),
+            borrower.name.clone(),
+            borrower.cohort,
             short.flavor.clone(),
             short.resource.clone(),
         );
@@ -643,16 +647,20 @@ impl Scheduler {
             returns.clone_from(found);
             return;
         }
+        // Jobs past their expected end are left out: when they go is anyone's guess.
         *returns = self
             .ends
-            .iter()
+            .range((now, SharedId::from(""))..)
             .take(Self::RETURNING_SEARCH)
             .find_map(|(end, id)| {
                 let entry = self.jobs.get(&**id)?;
                 let JobState::Admitted(h) = &entry.state else {
                     return None;
                 };
-                if !self.quota.is_under(&h.cluster_queue, borrower) {
+                if !self
+                    .quota
+                    .is_under(&h.cluster_queue, &borrower.name, borrower.cohort)
+                {
                     return None;
                 }
                 let held = h
@@ -662,7 +670,10 @@ impl Scheduler {
                     .filter(|(p, _)| p.flavor == short.flavor)
                     .map(|(_, usage)| usage.get(&short.resource).milli())
                     .sum::<u64>();
-                (held > 0).then(|| (id.to_string(), *end, muster_api::Amount::from_milli(held)))
+                // What comes back to the pool: the job's holding, within what the borrower
+                // takes beyond its own quota (the rest is its own).
+                let back = held.min(borrower.borrowed.milli());
+                (back > 0).then(|| (id.to_string(), *end, muster_api::Amount::from_milli(back)))
             });
         state.returning.insert(key, returns.clone());
     }

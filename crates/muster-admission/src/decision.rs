@@ -266,26 +266,20 @@ impl PendingReason {
 fn limit_message(m: &mut String, limit: &crate::quota::Limit, resource: &str) {
     match limit {
         crate::quota::Limit::BorrowingLimit {
-            node: _,
-            cohort: false,
-            limit,
-        } => {
-            let _ = write!(
-                m,
-                " (its borrowingLimit, {}, holds it)",
-                limit.format_for(resource)
-            );
-        }
-        crate::quota::Limit::BorrowingLimit {
             node,
-            cohort: true,
+            cohort,
             limit,
         } => {
-            let _ = write!(
-                m,
-                "; cohort {node} may take at most {} beyond what it lends (its borrowingLimit)",
-                limit.format_for(resource)
-            );
+            let limit = limit.format_for(resource);
+            // A queue's own limit reads as part of its shortfall; a cohort's names the cohort.
+            let _ = if *cohort {
+                write!(
+                    m,
+                    "; cohort {node} may take at most {limit} beyond what it lends (its borrowingLimit)"
+                )
+            } else {
+                write!(m, " (its borrowingLimit, {limit}, holds it)")
+            };
         }
         crate::quota::Limit::Pool {
             cohort,

@@ -180,6 +180,9 @@ struct Layout {
     depth: Vec<u32>,
     /// Per node: its children, in node order.
     children: Vec<Vec<usize>>,
+    /// Every node, deepest first (node order within a depth): children come before their
+    /// parent, so sums up the tree settle in one pass, and the reverse settles down it.
+    deepest_first: Vec<usize>,
     /// flavor → resource → slot.
     slots: BTreeMap<String, BTreeMap<String, usize>>,
     slot_count: usize,
@@ -287,13 +290,16 @@ impl Layout {
                 self.fair[p] = true;
             }
         }
-        let mut deepest_first: Vec<usize> = (0..nodes).collect();
-        deepest_first.sort_by_key(|n| std::cmp::Reverse(self.depth[*n]));
+        self.deepest_first = (0..nodes).collect();
+        let depth = &self.depth;
+        self.deepest_first
+            .sort_by_key(|n| std::cmp::Reverse(depth[*n]));
         self.subtree = (0..nodes)
             .map(|n| (0..self.slot_count).map(|s| self.nominal(n, s)).collect())
             .collect();
         self.guaranteed = vec![vec![0; self.slot_count]; nodes];
-        for n in deepest_first {
+        for i in 0..nodes {
+            let n = self.deepest_first[i];
             for slot in 0..self.slot_count {
                 let subtree = self.subtree[n][slot];
                 let guaranteed = match self.parent[n] {
@@ -537,13 +543,22 @@ impl QuotaBook {
         let guaranteed = layout.guaranteed[n][slot];
         let own = guaranteed.saturating_sub(used);
         let mut from_parent = self.available(parent, slot);
-        if let Some(limit) = layout.limits[n][slot].and_then(|l| l.borrowing_limit) {
-            // What it lends up, plus the limit, less what it already stores in the parent.
-            let lent = layout.subtree[n][slot] - guaranteed;
-            let stored = used.saturating_sub(guaranteed);
-            from_parent = from_parent.min(lent.saturating_add(limit).saturating_sub(stored));
+        if let Some((_, room)) = self.borrowing_room(n, slot) {
+            from_parent = from_parent.min(room);
         }
         own.saturating_add(from_parent)
+    }
+
+    /// Node `n`'s borrowing limit on one slot and how much more it may store in its parent
+    /// under it: what it lends up, plus the limit, less what it already stores there. `None`
+    /// where it has no borrowing limit.
+    fn borrowing_room(&self, n: usize, slot: usize) -> Option<(u64, u64)> {
+        let layout = &self.layout;
+        let limit = layout.limits[n][slot].and_then(|l| l.borrowing_limit)?;
+        let guaranteed = layout.guaranteed[n][slot];
+        let lent = layout.subtree[n][slot] - guaranteed;
+        let stored = self.usage[(n, slot)].saturating_sub(guaranteed);
+        Some((limit, lent.saturating_add(limit).saturating_sub(stored)))
     }
 
     /// What `queue` could still take of one slot (zero where it has no quota entry).
@@ -572,18 +587,14 @@ impl QuotaBook {
         let (mut n, slot) = (self.queue(queue)?, self.slot(flavor, resource)?);
         layout.parent[n]?;
         while let Some(parent) = layout.parent[n] {
-            if let Some(limit) = layout.limits[n][slot].and_then(|l| l.borrowing_limit) {
-                let guaranteed = layout.guaranteed[n][slot];
-                let lent = layout.subtree[n][slot] - guaranteed;
-                let stored = self.usage[(n, slot)].saturating_sub(guaranteed);
-                let room = lent.saturating_add(limit).saturating_sub(stored);
-                if room < self.available(parent, slot) {
-                    return Some(Limit::BorrowingLimit {
-                        node: self.name(n).to_owned(),
-                        cohort: n >= layout.queue_count,
-                        limit: Amount::from_milli(limit),
-                    });
-                }
+            if let Some((limit, room)) = self.borrowing_room(n, slot)
+                && room < self.available(parent, slot)
+            {
+                return Some(Limit::BorrowingLimit {
+                    node: self.name(n).to_owned(),
+                    cohort: n >= layout.queue_count,
+                    limit: Amount::from_milli(limit),
+                });
             }
             n = parent;
         }

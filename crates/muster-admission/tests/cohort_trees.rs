@@ -75,12 +75,24 @@ fn department_book(ml: CohortSpec, infra: CohortSpec) -> QuotaBook {
             cq(Some("infra"), &[("h100", &[(GPU, 16, None, None)])]),
         ),
     ];
-    let tree = CohortTree::new([
+    QuotaBook::with_cohorts(queues.iter().map(|(n, s)| (*n, s)), &departments(ml, infra))
+}
+
+/// org, holding nothing, over departments ml and infra, as given.
+fn departments(ml: CohortSpec, infra: CohortSpec) -> CohortTree {
+    CohortTree::new([
         ("org".to_owned(), cohort(None, 0, None, None)),
         ("ml".to_owned(), ml),
         ("infra".to_owned(), infra),
-    ]);
-    QuotaBook::with_cohorts(queues.iter().map(|(n, s)| (*n, s)), &tree)
+    ])
+}
+
+/// A scheduler over two blocks of two h100 nodes for `queues` (in cohorts ml and infra),
+/// under org, with no quota or limits on the departments.
+fn department_scheduler(queues: Vec<(&str, ClusterQueueSpec)>) -> Scheduler {
+    let department = || cohort(Some("org"), 0, None, None);
+    scheduler(&fleet("h100", 2, 2), vec![flavor("h100")], queues)
+        .with_cohorts(departments(department(), department()))
 }
 
 /// The most GPUs `queue` could take now, by asking the book.
@@ -273,12 +285,7 @@ fn a_job_waiting_on_a_lent_pool_is_told_whose_job_gives_it_back_first() {
             cq(Some("infra"), &[("h100", &[(GPU, 16, None, None)])]),
         ),
     ];
-    let tree = CohortTree::new([
-        ("org".to_owned(), cohort(None, 0, None, None)),
-        ("ml".to_owned(), cohort(Some("org"), 0, None, None)),
-        ("infra".to_owned(), cohort(Some("org"), 0, None, None)),
-    ]);
-    let mut s = scheduler(&fleet("h100", 2, 2), vec![flavor("h100")], queues).with_cohorts(tree);
+    let mut s = department_scheduler(queues);
     for (id, runtime) in [("v1", 300), ("v2", 100), ("v3", 200)] {
         s.submit(runs_for(job(id, "vision", 0, 0, 1, 8), runtime));
     }
@@ -319,12 +326,7 @@ fn reclaiming_takes_from_the_nearest_borrower_first() {
             cq(Some("infra"), &[("h100", &[(GPU, 8, None, None)])]),
         ),
     ];
-    let tree = CohortTree::new([
-        ("org".to_owned(), cohort(None, 0, None, None)),
-        ("ml".to_owned(), cohort(Some("org"), 0, None, None)),
-        ("infra".to_owned(), cohort(Some("org"), 0, None, None)),
-    ]);
-    let mut s = scheduler(&fleet("h100", 2, 2), vec![flavor("h100")], queues).with_cohorts(tree);
+    let mut s = department_scheduler(queues);
     for (id, queue, priority) in [
         ("n1", "nlp", 5),
         ("n2", "nlp", 5),

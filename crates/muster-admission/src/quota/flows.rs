@@ -61,9 +61,8 @@ impl QuotaBook {
         // What of each node's offer is in use, settled from the roots down.
         let mut taken = vec![0u64; nodes];
         let mut lent = vec![0u64; nodes];
-        let mut top_down: Vec<usize> = (layout.queue_count..nodes).collect();
-        top_down.sort_by_key(|n| layout.depth[*n]);
-        for c in top_down {
+        let top_down = layout.deepest_first.iter().rev();
+        for &c in top_down.filter(|&&n| n >= layout.queue_count) {
             let own = layout.nominal(c, slot);
             let supply = layout.children[c]
                 .iter()

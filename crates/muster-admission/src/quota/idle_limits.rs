@@ -23,9 +23,11 @@ impl Layout {
                 *cell = self.limits[q][slot].is_some();
             }
         }
-        let mut deepest_first: Vec<usize> = (self.queue_count..nodes).collect();
-        deepest_first.sort_by_key(|n| std::cmp::Reverse(self.depth[*n]));
-        for &c in &deepest_first {
+        let cohorts = self
+            .deepest_first
+            .iter()
+            .filter(|&&n| n >= self.queue_count);
+        for &c in cohorts {
             let row: Vec<bool> = (0..self.slot_count)
                 .map(|slot| self.children[c].iter().any(|k| usable[*k][slot]))
                 .collect();

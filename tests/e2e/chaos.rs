@@ -14,6 +14,7 @@ async fn a_short_seeded_chaos_run_breaks_no_promise() {
         eprintln!("{SKIP_MESSAGE}");
         return;
     };
+    let _apart = crate::support::apart_from_load().await;
     let out = match tempfile::tempdir() {
         Ok(dir) => dir,
         Err(e) => unreachable!("a temporary folder: {e}"),

@@ -11,7 +11,7 @@ use muster_controller::run::Options;
 use muster_controller::visibility_server::VisibilityOptions;
 use serde_json::json;
 
-use crate::support::{Controller, Env, eventually, gpu_job, phase, runs_for};
+use crate::support::{Controller, Env, apart_from_load, eventually, gpu_job, phase, runs_for};
 use crate::visibility::{free_port, muster, register};
 
 /// How far a real start may fall outside its range, seconds. The forward runs count a job as
@@ -19,7 +19,8 @@ use crate::visibility::{free_port, muster, register};
 /// the cluster, the fake kubelet starts pods up to 200 ms after their release and reports
 /// their end as it happens, and the controller admits in passes that follow events within
 /// 200 ms and come at least every tick (here one second). Two seconds cover both, and the
-/// whole-second resolution of the statuses' times.
+/// whole-second resolution of the statuses' times, on a machine not also running the chaos
+/// test (which delays passes by seconds; see `apart_from_load`).
 const PASS_SLACK: i64 = 2;
 
 /// Seconds since the epoch of an API time.
@@ -48,6 +49,8 @@ fn range_of(answer: &ForecastAnswer, name: &str) -> StartRange {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eta_and_whatif_answer_from_the_live_cluster_and_jobs_start_inside_the_range() {
+    // Starts are held to within two seconds of the forecast: not beside the chaos run.
+    let _apart = apart_from_load().await;
     let Some(env) = Env::start(false).await else {
         return;
     };

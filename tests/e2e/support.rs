@@ -339,6 +339,30 @@ pub async fn team_b_reclaims_the_borrowed_gang(env: &Env, borrowed_pods: &[Strin
     }
 }
 
+/// Keeps the test that loads the machine most (the chaos run: two replicas, a faulty proxy,
+/// control-plane restarts) apart from the tests that hold the controller's timing to a
+/// forecast: on two cores, a chaos run beside one delays the controller's passes by seconds.
+/// A file lock, so that it holds between test processes (nextest) as well as between the
+/// threads of one (cargo test); released when the returned file is dropped.
+pub async fn apart_from_load() -> std::fs::File {
+    let path = std::env::temp_dir().join("muster-e2e-apart-from-load.lock");
+    let taken = tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
+        file.lock()?;
+        Ok::<_, std::io::Error>(file)
+    })
+    .await;
+    match taken {
+        Ok(Ok(file)) => file,
+        Ok(Err(e)) => unreachable!("the lock that keeps timed tests apart from load: {e}"),
+        Err(e) => unreachable!("waiting for the lock that keeps timed tests apart: {e}"),
+    }
+}
+
 /// Polls `check` every 250 ms until it returns `Some`, for at most `seconds`.
 pub async fn eventually<T, F, Fut>(what: &str, seconds: u64, check: F) -> T
 where

@@ -50,13 +50,30 @@ use self::gates::Releases;
 pub const GPU: &str = "nvidia.com/gpu";
 
 /// What may be used, in GPUs: per ClusterQueue its nominal quota plus borrowing limit and its
-/// cohort, per cohort the sum of its members' nominal quotas.
+/// cohort; per cohort what its whole subtree may hold (at a root, the nominal quotas within
+/// it; below, those plus the cohort's borrowing limit) and its parent.
 #[derive(Clone, Debug, Default)]
 pub struct Limits {
     /// ClusterQueue → (cohort, nominal + borrowing limit).
     pub queues: BTreeMap<String, (Option<String>, i64)>,
-    /// Cohort → sum of nominal quotas.
+    /// Cohort → what the queues under it, at any depth, may hold together.
     pub cohorts: BTreeMap<String, i64>,
+    /// Cohort → its parent cohort (roots are absent).
+    pub parents: BTreeMap<String, String>,
+}
+
+impl Limits {
+    /// `cohort` and its ancestors, nearest first (a cycle is cut where it closes).
+    pub fn cohort_path(&self, cohort: &str) -> Vec<String> {
+        let mut path = vec![cohort.to_owned()];
+        while let Some(parent) = path.last().and_then(|c| self.parents.get(c)) {
+            if path.contains(parent) {
+                break;
+            }
+            path.push(parent.clone());
+        }
+        path
+    }
 }
 
 /// A kind of broken promise.

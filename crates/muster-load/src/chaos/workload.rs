@@ -1,7 +1,8 @@
 //! The chaos run's workload, all drawn from one seed: blocks of 8-GPU nodes, three
-//! ClusterQueues that lend and borrow in a cohort (with preemption), one ClusterQueue that buys
-//! its capacity through ProvisioningRequests, and jobs of 1 to 16 pods in one block at three
-//! priorities, some built to fail.
+//! ClusterQueues that lend and borrow in a two-level cohort tree (with preemption; two of them
+//! in a department whose borrowing limit caps what they take together), one ClusterQueue that
+//! buys its capacity through ProvisioningRequests, and jobs of 1 to 16 pods in one block at
+//! three priorities, some built to fail.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::Api;
-use muster_api::{ClusterQueue, GpuJob, LocalQueue, ObjectRef, ResourceFlavor};
+use muster_api::{ClusterQueue, Cohort, GpuJob, LocalQueue, ObjectRef, ResourceFlavor};
 use muster_sim::trace::Rng;
 use serde_json::{Value, json};
 
@@ -28,8 +29,10 @@ pub const FLAVOR: &str = "h100";
 pub const BURST_FLAVOR: &str = "h100-burst";
 /// The ClusterQueue (and namespace, and LocalQueue) that buys capacity.
 pub const BURST_QUEUE: &str = "burst";
-/// The cohort of the lending queues.
+/// The root cohort of the lending queues.
 pub const COHORT: &str = "research";
+/// The department under [`COHORT`] holding two of the lending queues.
+pub const DEPARTMENT: &str = "research-vision";
 /// GPUs per node.
 pub const NODE_GPUS: u32 = 8;
 /// Nodes per block.
@@ -100,11 +103,24 @@ pub struct QueueDef {
     pub provisioning: bool,
 }
 
+/// A Cohort object of the run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CohortDef {
+    /// Its name.
+    pub name: String,
+    /// Its parent cohort.
+    pub parent: Option<String>,
+    /// GPUs it may take from its parent beyond what it lends (its borrowing limit).
+    pub borrowing: Option<u32>,
+}
+
 /// Everything a run creates.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Workload {
     /// Blocks of [`BLOCK_NODES`] nodes in the cohort's flavor.
     pub blocks: u32,
+    /// The Cohorts, parents first.
+    pub cohorts: Vec<CohortDef>,
     /// The ClusterQueues.
     pub queues: Vec<QueueDef>,
     /// The jobs, by submission time.
@@ -116,10 +132,24 @@ impl Workload {
     pub fn generate(seed: u64, jobs: usize, span: Duration, blocks: u32) -> Workload {
         let mut rng = Rng::new(seed);
         let share = blocks * BLOCK_NODES * NODE_GPUS / 3;
+        // team-0 and team-1 in the department, team-2 beside it at the root: the department
+        // takes at most half a share of team-2's quota, though each team alone may borrow that.
+        let cohorts = vec![
+            CohortDef {
+                name: COHORT.to_owned(),
+                parent: None,
+                borrowing: None,
+            },
+            CohortDef {
+                name: DEPARTMENT.to_owned(),
+                parent: Some(COHORT.to_owned()),
+                borrowing: Some(share / 2),
+            },
+        ];
         let mut queues: Vec<QueueDef> = (0..3)
             .map(|i| QueueDef {
                 name: format!("team-{i}"),
-                cohort: Some(COHORT.to_owned()),
+                cohort: Some(if i < 2 { DEPARTMENT } else { COHORT }.to_owned()),
                 nominal: share,
                 borrowing: share / 2,
                 provisioning: false,
@@ -165,6 +195,7 @@ impl Workload {
             .collect();
         Workload {
             blocks,
+            cohorts,
             queues,
             jobs,
         }
@@ -179,9 +210,16 @@ impl Workload {
             .collect()
     }
 
-    /// The quota limits the checker holds the cluster to.
+    /// The quota limits the checker holds the cluster to: per cohort, the nominal quotas
+    /// under it plus its borrowing limit (at a root, the nominal quotas alone; a cohort below
+    /// one without a borrowing limit is held only by its ancestors).
     pub fn limits(&self) -> Limits {
         let mut limits = Limits::default();
+        for cohort in &self.cohorts {
+            if let Some(parent) = &cohort.parent {
+                limits.parents.insert(cohort.name.clone(), parent.clone());
+            }
+        }
         for queue in &self.queues {
             limits.queues.insert(
                 queue.name.clone(),
@@ -190,8 +228,25 @@ impl Workload {
                     i64::from(queue.nominal + queue.borrowing),
                 ),
             );
-            if let Some(cohort) = &queue.cohort {
-                *limits.cohorts.entry(cohort.clone()).or_default() += i64::from(queue.nominal);
+        }
+        for cohort in &self.cohorts {
+            let within: i64 = self
+                .queues
+                .iter()
+                .filter(|q| {
+                    q.cohort
+                        .as_deref()
+                        .is_some_and(|c| limits.cohort_path(c).contains(&cohort.name))
+                })
+                .map(|q| i64::from(q.nominal))
+                .sum();
+            let cap = match (&cohort.parent, cohort.borrowing) {
+                (None, _) => Some(within),
+                (Some(_), Some(borrowing)) => Some(within + i64::from(borrowing)),
+                (Some(_), None) => None,
+            };
+            if let Some(cap) = cap {
+                limits.cohorts.insert(cohort.name.clone(), cap);
             }
         }
         limits
@@ -205,8 +260,16 @@ impl Workload {
             .collect()
     }
 
-    /// The namespaces, flavors, ClusterQueues and LocalQueues.
+    /// The namespaces, flavors, Cohorts, ClusterQueues and LocalQueues.
     pub async fn apply_queues(&self, client: &Client) -> anyhow::Result<()> {
+        for cohort in &self.cohorts {
+            apply(
+                &Api::<Cohort>::all(client.clone()),
+                &cohort.name,
+                cohort_object(cohort),
+            )
+            .await?;
+        }
         for (flavor, gpu) in [(FLAVOR, FLAVOR), (BURST_FLAVOR, BURST_FLAVOR)] {
             apply(
                 &Api::<ResourceFlavor>::all(client.clone()),
@@ -273,6 +336,20 @@ fn gang(rng: &mut Rng) -> (u32, u32) {
     (pods, gpus)
 }
 
+fn cohort_object(cohort: &CohortDef) -> Value {
+    let mut spec = json!({});
+    if let Some(parent) = &cohort.parent {
+        spec["parent"] = json!(parent);
+    }
+    if let Some(borrowing) = cohort.borrowing {
+        spec["resourceGroups"] = json!([{"coveredResources": ["nvidia.com/gpu"],
+            "flavors": [{"name": FLAVOR, "resources": [{"name": "nvidia.com/gpu",
+                "nominalQuota": "0", "borrowingLimit": borrowing.to_string()}]}]}]);
+    }
+    json!({"apiVersion": "muster.dev/v1alpha1", "kind": "Cohort",
+        "metadata": {"name": cohort.name}, "spec": spec})
+}
+
 fn cluster_queue(queue: &QueueDef) -> Value {
     let flavor = if queue.provisioning {
         BURST_FLAVOR
@@ -331,5 +408,15 @@ mod tests {
         }
         let limits = a.limits();
         assert_eq!(limits.cohorts.get("research"), Some(&384));
+        assert_eq!(limits.cohorts.get("research-vision"), Some(&(256 + 64)));
+        assert_eq!(
+            limits.cohort_path("research-vision"),
+            ["research-vision", "research"]
+        );
+        for cohort in &a.cohorts {
+            let object: Result<muster_api::Cohort, _> =
+                serde_json::from_value(super::cohort_object(cohort));
+            assert!(object.is_ok_and(|o| o.validate().is_empty()), "{cohort:?}");
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Quota: the GPUs of a ClusterQueue's live pods, and of its jobs whose status says admitted,
-//! against its nominal quota plus borrowing limit, and a cohort's against its members'
-//! nominal quotas; one report per excursion, naming who holds the GPUs.
+//! against its nominal quota plus borrowing limit, and every cohort's up its tree against what
+//! its subtree may hold; one report per excursion, naming who holds the GPUs.
 
 use std::collections::BTreeMap;
 
@@ -15,13 +15,16 @@ impl Checker {
         }
     }
 
-    /// What the members of `cohort` use, counted as `kind` counts.
+    /// What the queues under `cohort`, at any depth, use, counted as `kind` counts.
     fn cohort_usage(&self, kind: ViolationKind, cohort: &str) -> i64 {
         let usage = self.usage(kind);
         self.limits
             .queues
             .iter()
-            .filter(|(_, (c, _))| c.as_deref() == Some(cohort))
+            .filter(|(_, (c, _))| {
+                c.as_deref()
+                    .is_some_and(|c| self.limits.cohort_path(c).iter().any(|a| a == cohort))
+            })
             .map(|(q, _)| usage.get(q).copied().unwrap_or(0))
             .sum()
     }
@@ -46,7 +49,10 @@ impl Checker {
                 ),
             ));
         }
-        if let Some(cohort) = cohort {
+        for cohort in cohort
+            .map(|c| self.limits.cohort_path(&c))
+            .unwrap_or_default()
+        {
             let members = self.cohort_usage(kind, &cohort);
             let cap = self
                 .limits
@@ -57,7 +63,7 @@ impl Checker {
             if members > cap {
                 found.push((
                     format!("Cohort/{cohort}"),
-                    format!("{members} GPUs in use, {cap} nominal"),
+                    format!("{members} GPUs in use, {cap} allowed"),
                 ));
             }
         }
@@ -121,7 +127,10 @@ impl Checker {
         if usage.get(queue).copied().unwrap_or(0) <= max {
             ended.push(format!("ClusterQueue/{queue}"));
         }
-        if let Some(cohort) = cohort {
+        for cohort in cohort
+            .map(|c| self.limits.cohort_path(&c))
+            .unwrap_or_default()
+        {
             let members = self.cohort_usage(kind, &cohort);
             if members
                 <= self

@@ -175,6 +175,28 @@ fn live_pods_over_a_queue_or_cohort_quota_are_a_violation_per_excursion() {
 }
 
 #[test]
+fn pods_over_what_an_ancestor_cohort_allows_are_a_violation_of_that_cohort() {
+    // a may hold 32 and its cohort c 32, but c's parent r only 16.
+    let mut limits = Limits::default();
+    limits.queues.insert("a".into(), (Some("c".into()), 32));
+    limits.cohorts.insert("c".into(), 32);
+    limits.cohorts.insert("r".into(), 16);
+    limits.parents.insert("c".into(), "r".into());
+    let mut checker = Checker::new(limits, BTreeSet::new());
+    checker.job(&job("j", 3, 8, json!({})), 0.0);
+    checker.pod(&pod("p0", 0, true, "Pending", 8), 1.0);
+    checker.pod(&pod("p1", 0, true, "Pending", 8), 1.0);
+    assert_eq!(kinds(&checker), []);
+    checker.pod(&pod("p2", 0, true, "Pending", 8), 1.0);
+    let objects: Vec<&str> = checker
+        .violations()
+        .iter()
+        .map(|v| v.object.as_str())
+        .collect();
+    assert_eq!(objects, ["Cohort/r"]);
+}
+
+#[test]
 fn admitted_jobs_over_quota_are_a_violation() {
     let mut checker = Checker::new(limits(), BTreeSet::new());
     let admitted = json!({"phase": "Admitted",

@@ -251,7 +251,18 @@ fn the_readme_simulation_runs_and_writes_its_reports() {
     assert!(text.contains("| spread | 400 |"), "{text}");
     assert_eq!(
         file_names(dir.path()),
-        vec!["best-fit", "comparison.json", "comparison.md", "spread"]
+        vec![
+            "allocation.svg",
+            "best-fit",
+            "comparison.json",
+            "comparison.md",
+            "index.html",
+            "queue.svg",
+            "spread",
+            "wait-cdf-1.svg",
+            "wait-cdf-2-8.svg",
+            "wait-cdf-9-32.svg",
+        ]
     );
     assert_eq!(
         file_names(&dir.path().join("spread")),
@@ -263,6 +274,128 @@ fn the_readme_simulation_runs_and_writes_its_reports() {
             "wait-cdf.svg"
         ]
     );
+    // The page gathers the tables, every plot inline, the data files and the scenario.
+    let page = read(&dir.path().join("index.html"));
+    assert!(page.contains("<td>spread</td><td>400</td>"), "{page}");
+    assert_eq!(page.matches("<svg").count(), 3 + 2 + 2, "{page}");
+    for link in ["spread/jobs.csv", "best-fit/summary.json", "comparison.md"] {
+        assert!(page.contains(&format!("href=\"{link}\"")), "{link}");
+    }
+    assert!(page.contains("name: demo"), "the scenario is on the page");
+    assert!(!page.contains("<script"));
+    // Both policies share the comparison's axes.
+    let allocation = read(&dir.path().join("allocation.svg"));
+    assert!(allocation.contains("\nbest-fit\n") && allocation.contains("\nspread\n"));
+    assert!(allocation.contains("GPUs allocated") && allocation.contains("hours"));
+    renders(dir.path());
+}
+
+/// Renders every SVG under `dir` to PNG with rsvg-convert (librsvg), so that a malformed file
+/// fails; says so and returns when rsvg-convert is not installed.
+fn renders(dir: &Path) {
+    if Command::new("rsvg-convert")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!(
+            "skipped rendering the SVGs: rsvg-convert (Debian's librsvg2-bin) is not installed"
+        );
+        return;
+    }
+    let mut svgs = Vec::new();
+    let mut folders = vec![dir.to_owned()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "svg") {
+                svgs.push(path);
+            }
+        }
+    }
+    assert!(!svgs.is_empty(), "no SVG in {}", dir.display());
+    for svg in svgs {
+        let png = svg.with_extension("png");
+        let out = Command::new("rsvg-convert")
+            .arg("-o")
+            .arg(&png)
+            .arg(&svg)
+            .output();
+        let out = out.unwrap_or_else(|e| unreachable!("rsvg-convert: {e}"));
+        assert!(
+            out.status.success(),
+            "{} does not render: {}",
+            svg.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let size = std::fs::metadata(&png).map_or(0, |m| m.len());
+        assert!(size > 1_000, "{} rendered to {size} bytes", svg.display());
+    }
+}
+
+#[test]
+fn the_fill_experiment_writes_its_page_and_marks_the_papers_points_on_its_workload() {
+    let dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => unreachable!("{e}"),
+    };
+    // A small fleet and pod list under the names openb ships its default workload as.
+    let nodes = dir.path().join("openb_node_list_gpu_node.csv");
+    let pods = dir.path().join("openb_pod_list_default.csv");
+    let node_rows: String = std::iter::once("sn,cpu_milli,memory_mib,gpu,model\n".to_owned())
+        .chain((0..8).map(|i| format!("n{i},96000,786432,8,V100M32\n")))
+        .collect();
+    let header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n".to_owned();
+    let pod_rows: String = std::iter::once(header)
+        .chain((0..40).map(|i| {
+            let (gpus, milli) = match i % 4 {
+                0 => (1, 500),
+                1 => (1, 1000),
+                2 => (2, 1000),
+                _ => (1, 250),
+            };
+            format!("p{i},4000,16384,{gpus},{milli},\n")
+        }))
+        .collect();
+    for (path, text) in [(&nodes, node_rows), (&pods, pod_rows)] {
+        std::fs::write(path, text).unwrap_or_else(|e| unreachable!("{e}"));
+    }
+    let out_dir = dir.path().join("out");
+    let out = muster(&[
+        "fill",
+        "--nodes",
+        &nodes.display().to_string(),
+        "--pods",
+        &pods.display().to_string(),
+        "--policy",
+        "best-fit,fgd",
+        "--out",
+        &out_dir.display().to_string(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        file_names(&out_dir),
+        vec!["fill.csv", "fill.svg", "index.html"]
+    );
+    let svg = read(&out_dir.join("fill.svg"));
+    assert!(
+        svg.contains("paper (ATC&apos;23)"),
+        "the paper's points are marked"
+    );
+    assert!(
+        svg.matches("<circle").count() > 2,
+        "the paper's points are drawn"
+    );
+    let page = read(&out_dir.join("index.html"));
+    assert!(page.contains("(paper 95.23)"), "{page}");
+    assert!(page.contains("href=\"fill.csv\""));
+    renders(&out_dir);
 }
 
 #[test]

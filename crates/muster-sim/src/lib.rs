@@ -16,6 +16,7 @@ mod autoscaler;
 pub mod engine;
 pub mod fill;
 pub mod forecast;
+pub mod page;
 pub mod plots;
 pub mod report;
 pub mod scenario;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use muster_admission::Decision;
 use muster_sim::scenario::Loaded;
-use muster_sim::{engine, report, trace};
+use muster_sim::{engine, plots, report, trace};
 use muster_topology::NodeInfo;
 use support::{load, manifest, run};
 
@@ -24,6 +24,21 @@ fn the_demo_scenario_gives_the_same_outputs_every_time() {
     // And the run is deterministic within one process too.
     let again = run(&loaded, "best-fit");
     assert_eq!(result.records, again.records);
+}
+
+#[test]
+fn the_demo_plots_stay_the_same() {
+    let loaded = load(&manifest().join("../../simulations/demo.yaml"));
+    let best_fit = run(&loaded, "best-fit");
+    let spread = run(&loaded, "spread");
+    let both = [&best_fit, &spread];
+    insta::assert_snapshot!("demo_allocation_svg", plots::allocation(&both));
+    insta::assert_snapshot!("demo_wait_cdf_svg", plots::wait_cdf(&best_fit));
+    let by_class = plots::wait_cdf_by_class(&both);
+    let stems: Vec<&str> = by_class.iter().map(|(stem, _)| stem.as_str()).collect();
+    assert_eq!(stems, ["wait-cdf-1", "wait-cdf-2-8", "wait-cdf-9-32"]);
+    // Drawing twice draws the same bytes.
+    assert_eq!(plots::queue_length(&both), plots::queue_length(&both));
 }
 
 #[test]

@@ -33,7 +33,7 @@ pub struct Args {
     /// Arrivals stop before the GPUs asked for pass this percent of the fleet's.
     #[arg(long, default_value_t = 130)]
     target: u32,
-    /// Write fill.csv and fill.svg here.
+    /// Write fill.csv, fill.svg and index.html here.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 }
@@ -81,20 +81,103 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             at(args.target),
             args.target
         );
-        series.push((
-            policy.clone(),
-            curve
+        series.push(plots::Series {
+            name: policy.clone(),
+            points: curve
                 .iter()
                 .map(|r| (f64::from(r.arrived_percent), r.allocated_percent))
                 .collect(),
-        ));
+        });
         curves.extend(curve);
     }
     if let Some(out) = &args.out {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         std::fs::write(out.join("fill.csv"), fill::csv(&curves))?;
-        std::fs::write(out.join("fill.svg"), plots::fill(&series))?;
-        eprintln!("wrote {}", out.join("fill.csv").display());
+        let paper = is_the_papers_workload(&args.nodes, &args.pods);
+        let svg = plots::fill(&series, paper);
+        std::fs::write(out.join("fill.svg"), &svg)?;
+        let page = fill_page(args, &curves, svg, paper);
+        std::fs::write(out.join("index.html"), muster_sim::page::render(&page))?;
+        eprintln!("wrote {} and index.html", out.join("fill.csv").display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether the fill ran on the workload the paper published figures for: openb's default pod
+/// list on its GPU node list (by their file names, as the trace ships them).
+fn is_the_papers_workload(nodes: &Path, pods: &Path) -> bool {
+    let named = |p: &Path, name: &str| p.file_name().is_some_and(|f| f == name);
+    named(nodes, "openb_node_list_gpu_node.csv") && named(pods, "openb_pod_list_default.csv")
+}
+
+/// The fill's `index.html`: allocation and fragmentation at round loads per policy (with the
+/// paper's figures beside when it ran the paper's workload), the plot, and the data file.
+fn fill_page(args: &Args, curves: &[FillRow], svg: String, paper: bool) -> muster_sim::page::Page {
+    use muster_sim::page::{Page, Section};
+    use std::fmt::Write as _;
+    let loads: Vec<u32> = [80, 90, 100, 110, 120, 130]
+        .into_iter()
+        .filter(|l| *l <= args.target)
+        .collect();
+    let mut table = String::from("| policy |");
+    for load in &loads {
+        let _ = write!(table, " allocated at {load} % |");
+    }
+    table.push_str(" fragmented at the last load |\n|---|");
+    for _ in &loads {
+        table.push_str("---|");
+    }
+    table.push_str("---|\n");
+    for policy in &args.policy {
+        let rows: Vec<&FillRow> = curves.iter().filter(|r| &r.policy == policy).collect();
+        let published = plots::FILL_PAPER
+            .iter()
+            .find(|(p, _)| paper && p == policy)
+            .map(|(_, points)| points);
+        let _ = write!(table, "| {policy} |");
+        for load in &loads {
+            let ours = rows
+                .iter()
+                .find(|r| r.arrived_percent == *load)
+                .map_or_else(|| "–".to_owned(), |r| format!("{:.2}", r.allocated_percent));
+            let theirs = published
+                .and_then(|points| {
+                    points
+                        .iter()
+                        .find(|(x, _)| (*x - f64::from(*load)).abs() < 0.5)
+                })
+                .map(|(_, y)| format!(" (paper {y:.2})"))
+                .unwrap_or_default();
+            let _ = write!(table, " {ours}{theirs} |");
+        }
+        let last = rows.last().map_or_else(
+            || "–".to_owned(),
+            |r| format!("{:.2}", r.fragmented_percent),
+        );
+        let _ = writeln!(table, " {last} |");
+    }
+    let mut notes = vec![format!(
+        "Node list {}, pod list {}, seeds {:?}, load up to {} % of the fleet's GPUs; figures are percent of the fleet's GPUs, the mean over the seeds.",
+        args.nodes.display(),
+        args.pods.display(),
+        args.seeds,
+        args.target
+    )];
+    if paper {
+        notes.push(
+            "Circles and the figures in brackets: the paper's published allocation (Weng et al., USENIX ATC'23, seeds 42 to 51)."
+                .to_owned(),
+        );
+    }
+    Page {
+        title: "Fill experiment".to_owned(),
+        notes,
+        sections: vec![Section {
+            heading: "Allocation as load arrives".to_owned(),
+            tables: vec![table],
+            plots: vec![("fill.svg".to_owned(), svg)],
+            links: vec![("fill.csv".to_owned(), "fill.csv".to_owned())],
+            ..Section::default()
+        }],
+    }
 }

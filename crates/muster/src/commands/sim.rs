@@ -73,6 +73,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let name = loaded.scenario.name.clone();
     let tty = std::io::stderr().is_terminal();
     let mut summaries = Vec::new();
+    let mut runs = Vec::new();
     for policy in &policies {
         let mut last = 0usize;
         let mut progress = |done: usize, total: usize| {
@@ -100,14 +101,15 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 dir.join("summary.json"),
                 serde_json::to_string_pretty(&summary)? + "\n",
             )?;
-            std::fs::write(dir.join("allocation.svg"), plots::allocation(&result))?;
-            std::fs::write(dir.join("queue.svg"), plots::queue_length(&result))?;
+            std::fs::write(dir.join("allocation.svg"), plots::allocation(&[&result]))?;
+            std::fs::write(dir.join("queue.svg"), plots::queue_length(&[&result]))?;
             std::fs::write(dir.join("wait-cdf.svg"), plots::wait_cdf(&result))?;
+            runs.push(result);
         }
         summaries.push(summary);
     }
+    let table = report::comparison_markdown(&summaries);
     if policies.len() > 1 {
-        let table = report::comparison_markdown(&summaries);
         print!("\n{table}");
         if let Some(out) = &args.out {
             std::fs::write(out.join("comparison.md"), &table)?;
@@ -117,5 +119,119 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             )?;
         }
     }
+    if let Some(out) = &args.out {
+        let scenario_text = std::fs::read_to_string(&args.scenario)
+            .with_context(|| format!("reading {}", args.scenario.display()))?;
+        let page = index_page(
+            &args.scenario,
+            &scenario_text,
+            &name,
+            &table,
+            &summaries,
+            &runs,
+        );
+        for section in &page.sections {
+            for (file, svg) in &section.plots {
+                // The comparison's plots live only in the page's folder; a policy's are
+                // already written beside its data.
+                if !file.contains('/') {
+                    std::fs::write(out.join(file), svg)?;
+                }
+            }
+        }
+        std::fs::write(out.join("index.html"), muster_sim::page::render(&page))?;
+        eprintln!("wrote {}", out.join("index.html").display());
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The run's `index.html`: the summary tables, the plots (with every policy on the same axes
+/// when comparing), each policy's files, and the scenario.
+fn index_page(
+    path: &std::path::Path,
+    scenario: &str,
+    name: &str,
+    table: &str,
+    summaries: &[serde_json::Value],
+    runs: &[engine::Run],
+) -> muster_sim::page::Page {
+    use muster_sim::page::{Page, Section};
+    let refs: Vec<&engine::Run> = runs.iter().collect();
+    let policies: Vec<&str> = runs.iter().map(|r| r.policy.as_str()).collect();
+    // Without the run's own timing, so that the page, like the plots, is the same for the same
+    // scenario byte for byte.
+    let texts: Vec<String> = summaries
+        .iter()
+        .map(|summary| {
+            let mut summary = summary.clone();
+            if let Some(fields) = summary.as_object_mut() {
+                fields.remove("wallSeconds");
+                fields.remove("eventsPerSecond");
+            }
+            report::text(&summary)
+        })
+        .collect();
+    let mut sections = vec![Section {
+        heading: "Summary".to_owned(),
+        tables: vec![table.to_owned()],
+        text: Some(texts.join("\n")),
+        ..Section::default()
+    }];
+    if runs.len() > 1 {
+        let mut plots = vec![
+            ("allocation.svg".to_owned(), plots::allocation(&refs)),
+            ("queue.svg".to_owned(), plots::queue_length(&refs)),
+        ];
+        for (stem, svg) in plots::wait_cdf_by_class(&refs) {
+            plots.push((format!("{stem}.svg"), svg));
+        }
+        sections.push(Section {
+            heading: "Every policy on the same axes".to_owned(),
+            plots,
+            links: vec![
+                ("comparison.md".to_owned(), "comparison.md".to_owned()),
+                ("comparison.json".to_owned(), "comparison.json".to_owned()),
+            ],
+            ..Section::default()
+        });
+        for run in runs {
+            let p = &run.policy;
+            sections.push(Section {
+                heading: format!("Policy {p}"),
+                plots: vec![(format!("{p}/wait-cdf.svg"), plots::wait_cdf(run))],
+                links: ["jobs.csv", "summary.json", "allocation.svg", "queue.svg"]
+                    .iter()
+                    .map(|f| ((*f).to_owned(), format!("{p}/{f}")))
+                    .collect(),
+                ..Section::default()
+            });
+        }
+    } else if let Some(run) = runs.first() {
+        sections.push(Section {
+            heading: "Plots".to_owned(),
+            plots: vec![
+                ("allocation.svg".to_owned(), plots::allocation(&[run])),
+                ("queue.svg".to_owned(), plots::queue_length(&[run])),
+                ("wait-cdf.svg".to_owned(), plots::wait_cdf(run)),
+            ],
+            links: ["jobs.csv", "summary.json"]
+                .iter()
+                .map(|f| ((*f).to_owned(), (*f).to_owned()))
+                .collect(),
+            ..Section::default()
+        });
+    }
+    sections.push(Section {
+        heading: format!("Scenario ({})", path.display()),
+        text: Some(scenario.to_owned()),
+        ..Section::default()
+    });
+    Page {
+        title: format!("Simulation: {name}"),
+        notes: vec![format!(
+            "Placement policies: {}. Made by muster sim; jobs.csv and summary.json hold every figure.",
+            policies.join(", ")
+        )],
+        sections,
+    }
 }

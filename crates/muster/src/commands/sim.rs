@@ -130,12 +130,14 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             &summaries,
             &runs,
         );
-        for section in &page.sections {
-            for (file, svg) in &section.plots {
-                // The comparison's plots live only in the page's folder; a policy's are
-                // already written beside its data.
-                if !file.contains('/') {
-                    std::fs::write(out.join(file), svg)?;
+        if runs.len() > 1 {
+            // The comparison's plots live only in the page's folder; each policy's are
+            // already written beside its data (as a single run's are).
+            for section in &page.sections {
+                for (file, svg) in &section.plots {
+                    if !file.contains('/') {
+                        std::fs::write(out.join(file), svg)?;
+                    }
                 }
             }
         }

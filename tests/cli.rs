@@ -381,7 +381,7 @@ fn the_fill_experiment_writes_its_page_and_marks_the_papers_points_on_its_worklo
     );
     assert_eq!(
         file_names(&out_dir),
-        vec!["fill.csv", "fill.svg", "index.html"]
+        vec!["fill-zoom.svg", "fill.csv", "fill.svg", "index.html"]
     );
     let svg = read(&out_dir.join("fill.svg"));
     assert!(

@@ -65,7 +65,8 @@ pub enum Scale {
 }
 
 /// An axis: its title (with the unit) and scale; `max` fixes the top of a linear axis (the
-/// fleet's GPUs, 100 %) where the data's own largest value would mislead.
+/// fleet's GPUs, 100 %) where the data's own largest value would mislead, and `min` its
+/// bottom where only the top of the range matters (a zoom).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Axis {
     /// The title, with the unit.
@@ -74,6 +75,9 @@ pub struct Axis {
     pub scale: Scale,
     /// The top of a linear axis, if not the data's largest value.
     pub max: Option<f64>,
+    /// The bottom of a linear axis, if not zero. Points below it are the caller's to leave
+    /// out: the plot does not clip lines.
+    pub min: Option<f64>,
 }
 
 impl Axis {
@@ -83,6 +87,7 @@ impl Axis {
             title: title.to_owned(),
             scale: Scale::Linear,
             max: None,
+            min: None,
         }
     }
 }
@@ -132,21 +137,23 @@ fn ticks(axis: &Axis, values: impl Iterator<Item = f64>) -> (f64, f64, Vec<(f64,
     let largest = values.fold(0.0f64, f64::max);
     match &axis.scale {
         Scale::Linear => {
+            let low = axis.min.unwrap_or(0.0);
             let top = axis.max.unwrap_or(largest);
-            // An empty or all-zero series still gets an axis from 0 to 1.
-            let top = if top > 0.0 { top } else { 1.0 };
-            let step = round_step(top / 6.0);
+            // An empty or all-zero series still gets an axis one unit long.
+            let top = if top > low { top } else { low + 1.0 };
+            let step = round_step((top - low) / 6.0);
             let mut out = Vec::new();
+            let first = (low / step - 1e-9).ceil();
             let mut i = 0u32;
             loop {
-                let v = f64::from(i) * step;
-                if v > top * (1.0 + 1e-9) {
+                let v = (first + f64::from(i)) * step;
+                if v > top + (top - low) * 1e-9 {
                     break;
                 }
                 out.push((v, number(v)));
                 i += 1;
             }
-            (0.0, top, out)
+            (low, top, out)
         }
         Scale::LogSeconds { floor } => {
             let low = floor.log10();
@@ -172,14 +179,11 @@ fn round_step(raw: f64) -> f64 {
     nice * magnitude
 }
 
-/// A tick label: whole numbers without decimals, others with at most two.
+/// A tick label: the value without trailing zeros (ticks are round: 0.025, 2.5, 250), to
+/// six decimals at most so that float noise in a multiple of the step never shows.
 fn number(v: f64) -> String {
-    if (v - v.round()).abs() < 1e-9 {
-        format!("{v:.0}")
-    } else {
-        let text = format!("{v:.2}");
-        text.trim_end_matches('0').to_owned()
-    }
+    let text = format!("{v:.6}");
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 /// The label of the tick drawn at `at`, if any.
@@ -383,78 +387,67 @@ fn g(v: u64) -> f64 {
     v as f64
 }
 
-/// The fill experiment's published allocation on openb's default pod list and GPU node
-/// list (percent of the fleet's GPUs at 100, 110, 120 and 130 % arrived load, mean of seeds
-/// 42 to 51), from the authors' artifact (`experiments/analysis/expected_results`) of Weng et
-/// al., USENIX ATC'23.
-pub const FILL_PAPER: [(&str, [(f64, f64); 4]); 4] = [
-    (
-        "fgd",
-        [
-            (100.0, 95.23),
-            (110.0, 95.30),
-            (120.0, 95.35),
-            (130.0, 95.39),
-        ],
-    ),
-    (
-        "best-fit",
-        [
-            (100.0, 92.86),
-            (110.0, 92.94),
-            (120.0, 93.00),
-            (130.0, 93.08),
-        ],
-    ),
-    (
-        "packing",
-        [
-            (100.0, 91.78),
-            (110.0, 91.86),
-            (120.0, 91.92),
-            (130.0, 92.00),
-        ],
-    ),
-    (
-        "random",
-        [
-            (100.0, 86.30),
-            (110.0, 86.88),
-            (120.0, 87.28),
-            (130.0, 87.47),
-        ],
-    ),
-];
-
 /// `fill.svg`: GPUs allocated against GPU load arrived, both percent of the fleet's, a line
-/// per policy. With `paper`, the published points of the policies drawn (those up to the
-/// largest load arrived) are marked.
-pub fn fill(series: &[Series], paper: bool) -> String {
+/// per policy; the `published` points (per policy: arrived, allocated, as
+/// [`crate::fill::PAPER`]) of the policies drawn, up to the largest load arrived, marked.
+pub fn fill(series: &[Series], published: &[(&str, [(f64, f64); 4])]) -> String {
+    fill_chart(series, published, None)
+}
+
+/// `fill-zoom.svg`: [`fill`] from 80 % arrived and 75 % allocated up, where the policies part
+/// (below, every policy but random places everything).
+pub fn fill_zoom(series: &[Series], published: &[(&str, [(f64, f64); 4])]) -> String {
+    fill_chart(series, published, Some((80.0, 75.0)))
+}
+
+/// The fill chart, from `from` (arrived, allocated) when zoomed: points left of it are left
+/// out, and allocations under its bottom drawn on it.
+fn fill_chart(
+    series: &[Series],
+    published: &[(&str, [(f64, f64); 4])],
+    from: Option<(f64, f64)>,
+) -> String {
+    let series: Vec<Series> = match from {
+        None => series.to_vec(),
+        Some((x0, y0)) => series
+            .iter()
+            .map(|s| Series {
+                name: s.name.clone(),
+                points: s
+                    .points
+                    .iter()
+                    .filter(|p| p.0 >= x0)
+                    .map(|p| (p.0, p.1.max(y0)))
+                    .collect(),
+            })
+            .collect(),
+    };
     let reach = series
         .iter()
         .flat_map(|s| &s.points)
         .map(|p| p.0)
         .fold(0.0f64, f64::max);
-    let marks = if paper {
-        FILL_PAPER
-            .iter()
-            .filter(|(policy, _)| series.iter().any(|s| s.name == *policy))
-            .map(|(policy, points)| Series {
-                name: (*policy).to_owned(),
-                points: points.iter().copied().filter(|p| p.0 <= reach).collect(),
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let marks = published
+        .iter()
+        .filter(|(policy, _)| series.iter().any(|s| s.name == *policy))
+        .map(|(policy, points)| Series {
+            name: (*policy).to_owned(),
+            points: points.iter().copied().filter(|p| p.0 <= reach).collect(),
+        })
+        .collect();
+    let zoomed = if from.is_some() { ", zoomed" } else { "" };
     render(&Chart {
-        title: "GPU allocation as load arrives".to_owned(),
-        x: Axis::linear("arrived GPU load (% of the fleet's GPUs)"),
+        title: format!("GPU allocation as load arrives{zoomed}"),
+        x: Axis {
+            min: from.map(|f| f.0),
+            ..Axis::linear("arrived GPU load (% of the fleet's GPUs)")
+        },
         y: Axis {
             max: Some(100.0),
+            min: from.map(|f| f.1),
             ..Axis::linear("allocated GPUs (% of the fleet's GPUs)")
         },
-        series: series.to_vec(),
+        series,
         marks,
         marks_label: "paper (ATC'23)".to_owned(),
     })
@@ -565,6 +558,7 @@ fn wait_axis() -> Axis {
         title: "time waited before starting (log scale; under 1 s drawn at 1 s)".to_owned(),
         scale: Scale::LogSeconds { floor: 1.0 },
         max: None,
+        min: None,
     }
 }
 
@@ -748,11 +742,39 @@ mod tests {
     }
 
     #[test]
+    fn a_zoomed_fill_starts_its_axes_where_asked_and_keeps_the_papers_points() {
+        let series = vec![Series {
+            name: "fgd".to_owned(),
+            points: (0..=130)
+                .map(|x| (f64::from(x), f64::from(x.min(95))))
+                .collect(),
+        }];
+        let svg = fill_zoom(&series, &crate::fill::PAPER);
+        let texts = labels(&svg);
+        for tick in ["80", "90", "130", "75", "100"] {
+            assert!(texts.contains(&tick), "{tick}: {texts:?}");
+        }
+        assert!(!texts.contains(&"0"), "{texts:?}");
+        assert_eq!(
+            svg.matches("<circle").count(),
+            4 + 1,
+            "fgd's four points and the legend's"
+        );
+        assert!(
+            drawn(&svg) <= 51,
+            "only points from 80 % on: {}",
+            drawn(&svg)
+        );
+    }
+
+    #[test]
     fn round_steps() {
         assert!((round_step(3.6) - 5.0).abs() < 1e-9);
         assert!((round_step(0.17) - 0.2).abs() < 1e-9);
         assert!((round_step(2.2) - 2.5).abs() < 1e-9);
         assert_eq!(number(0.25), "0.25");
         assert_eq!(number(20.0), "20");
+        assert_eq!(number(3.0 * round_step(0.022)), "0.075");
+        assert_eq!(number(0.0), "0");
     }
 }

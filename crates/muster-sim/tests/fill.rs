@@ -264,7 +264,7 @@ fn the_real_multigpu_lists_read_when_present() {
 /// The paper's published allocation at 100 % and 130 % arrived load on the default trace,
 /// for best-fit and fgd (the policies whose figures ours match within 0.02 points).
 fn paper() -> Vec<(&'static str, f64, f64)> {
-    muster_sim::plots::FILL_PAPER
+    muster_sim::fill::PAPER
         .iter()
         .filter(|(policy, _)| ["best-fit", "fgd"].contains(policy))
         .map(|(policy, points)| (*policy, points[0].1, points[3].1))

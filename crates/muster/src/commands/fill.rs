@@ -33,7 +33,7 @@ pub struct Args {
     /// Arrivals stop before the GPUs asked for pass this percent of the fleet's.
     #[arg(long, default_value_t = 130)]
     target: u32,
-    /// Write fill.csv, fill.svg and index.html here.
+    /// Write fill.csv, fill.svg, fill-zoom.svg and index.html here.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 }
@@ -94,9 +94,20 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         std::fs::write(out.join("fill.csv"), fill::csv(&curves))?;
         let paper = is_the_papers_workload(&args.nodes, &args.pods);
-        let svg = plots::fill(&series, paper);
+        let published: &[_] = if paper { &fill::PAPER } else { &[] };
+        let svg = plots::fill(&series, published);
         std::fs::write(out.join("fill.svg"), &svg)?;
-        let page = fill_page(args, &curves, svg, paper);
+        let zoom = plots::fill_zoom(&series, published);
+        std::fs::write(out.join("fill-zoom.svg"), &zoom)?;
+        let page = fill_page(
+            args,
+            &curves,
+            vec![
+                ("fill.svg".to_owned(), svg),
+                ("fill-zoom.svg".to_owned(), zoom),
+            ],
+            paper,
+        );
         std::fs::write(out.join("index.html"), muster_sim::page::render(&page))?;
         eprintln!("wrote {} and index.html", out.join("fill.csv").display());
     }
@@ -111,8 +122,13 @@ fn is_the_papers_workload(nodes: &Path, pods: &Path) -> bool {
 }
 
 /// The fill's `index.html`: allocation and fragmentation at round loads per policy (with the
-/// paper's figures beside when it ran the paper's workload), the plot, and the data file.
-fn fill_page(args: &Args, curves: &[FillRow], svg: String, paper: bool) -> muster_sim::page::Page {
+/// paper's figures beside when it ran the paper's workload), the plots, and the data file.
+fn fill_page(
+    args: &Args,
+    curves: &[FillRow],
+    plots: Vec<(String, String)>,
+    paper: bool,
+) -> muster_sim::page::Page {
     use muster_sim::page::{Page, Section};
     use std::fmt::Write as _;
     let loads: Vec<u32> = [80, 90, 100, 110, 120, 130]
@@ -130,7 +146,7 @@ fn fill_page(args: &Args, curves: &[FillRow], svg: String, paper: bool) -> muste
     table.push_str("---|\n");
     for policy in &args.policy {
         let rows: Vec<&FillRow> = curves.iter().filter(|r| &r.policy == policy).collect();
-        let published = plots::FILL_PAPER
+        let published = fill::PAPER
             .iter()
             .find(|(p, _)| paper && p == policy)
             .map(|(_, points)| points);
@@ -175,7 +191,7 @@ fn fill_page(args: &Args, curves: &[FillRow], svg: String, paper: bool) -> muste
         sections: vec![Section {
             heading: "Allocation as load arrives".to_owned(),
             tables: vec![table],
-            plots: vec![("fill.svg".to_owned(), svg)],
+            plots,
             links: vec![("fill.csv".to_owned(), "fill.csv".to_owned())],
             ..Section::default()
         }],

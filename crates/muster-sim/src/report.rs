@@ -207,6 +207,17 @@ pub fn summary(scenario: &str, run: &Run, with_timing: bool) -> Value {
     summary
 }
 
+/// [`summary`]'s `summary` less the run's own timing (wall time, events per second): what
+/// [`summary`] gives without `with_timing`, for a summary already made with it.
+pub fn without_timing(summary: &Value) -> Value {
+    let mut summary = summary.clone();
+    if let Value::Object(m) = &mut summary {
+        m.remove("wallSeconds");
+        m.remove("eventsPerSecond");
+    }
+    summary
+}
+
 /// The wait of finished jobs per priority: what preemption rules trade is the high-priority
 /// jobs' wait against the low-priority jobs' lost work.
 fn wait_by_priority(finished: &[&crate::engine::JobRecord]) -> serde_json::Map<String, Value> {

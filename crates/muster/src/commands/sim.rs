@@ -101,10 +101,16 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 dir.join("summary.json"),
                 serde_json::to_string_pretty(&summary)? + "\n",
             )?;
-            std::fs::write(dir.join("allocation.svg"), plots::allocation(&[&result]))?;
-            std::fs::write(dir.join("queue.svg"), plots::queue_length(&[&result]))?;
-            std::fs::write(dir.join("wait-cdf.svg"), plots::wait_cdf(&result))?;
-            runs.push(result);
+            // Drawn once: written here and shown on the page.
+            let own = vec![
+                ("allocation.svg".to_owned(), plots::allocation(&[&result])),
+                ("queue.svg".to_owned(), plots::queue_length(&[&result])),
+                ("wait-cdf.svg".to_owned(), plots::wait_cdf(&result)),
+            ];
+            for (file, svg) in &own {
+                std::fs::write(dir.join(file), svg)?;
+            }
+            runs.push((result, own));
         }
         summaries.push(summary);
     }
@@ -155,23 +161,16 @@ fn index_page(
     name: &str,
     table: &str,
     summaries: &[serde_json::Value],
-    runs: &[engine::Run],
+    runs: &[(engine::Run, Vec<(String, String)>)],
 ) -> muster_sim::page::Page {
     use muster_sim::page::{Page, Section};
-    let refs: Vec<&engine::Run> = runs.iter().collect();
-    let policies: Vec<&str> = runs.iter().map(|r| r.policy.as_str()).collect();
+    let refs: Vec<&engine::Run> = runs.iter().map(|(run, _)| run).collect();
+    let policies: Vec<&str> = refs.iter().map(|r| r.policy.as_str()).collect();
     // Without the run's own timing, so that the page, like the plots, is the same for the same
     // scenario byte for byte.
     let texts: Vec<String> = summaries
         .iter()
-        .map(|summary| {
-            let mut summary = summary.clone();
-            if let Some(fields) = summary.as_object_mut() {
-                fields.remove("wallSeconds");
-                fields.remove("eventsPerSecond");
-            }
-            report::text(&summary)
-        })
+        .map(|summary| report::text(&report::without_timing(summary)))
         .collect();
     let mut sections = vec![Section {
         heading: "Summary".to_owned(),
@@ -196,11 +195,15 @@ fn index_page(
             ],
             ..Section::default()
         });
-        for run in runs {
+        for (run, own) in runs {
             let p = &run.policy;
             sections.push(Section {
                 heading: format!("Policy {p}"),
-                plots: vec![(format!("{p}/wait-cdf.svg"), plots::wait_cdf(run))],
+                plots: own
+                    .iter()
+                    .filter(|(file, _)| file == "wait-cdf.svg")
+                    .map(|(file, svg)| (format!("{p}/{file}"), svg.clone()))
+                    .collect(),
                 links: ["jobs.csv", "summary.json", "allocation.svg", "queue.svg"]
                     .iter()
                     .map(|f| ((*f).to_owned(), format!("{p}/{f}")))
@@ -208,14 +211,10 @@ fn index_page(
                 ..Section::default()
             });
         }
-    } else if let Some(run) = runs.first() {
+    } else if let Some((_, own)) = runs.first() {
         sections.push(Section {
             heading: "Plots".to_owned(),
-            plots: vec![
-                ("allocation.svg".to_owned(), plots::allocation(&[run])),
-                ("queue.svg".to_owned(), plots::queue_length(&[run])),
-                ("wait-cdf.svg".to_owned(), plots::wait_cdf(run)),
-            ],
+            plots: own.clone(),
             links: ["jobs.csv", "summary.json"]
                 .iter()
                 .map(|f| ((*f).to_owned(), (*f).to_owned()))

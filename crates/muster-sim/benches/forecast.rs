@@ -26,6 +26,12 @@ use muster_sim::forecast::{
 };
 use muster_topology::{Constraint, NodeInfo, PodSetRequest};
 
+/// The allocator the `muster` binary ships with (the controller's forecasts and `muster eta`
+/// run on it), so that the bench measures what they cost.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() {
     divan::main();
 }

@@ -23,6 +23,7 @@ mod order;
 mod preempt;
 mod provisioned;
 mod reserve;
+mod table;
 mod waiting;
 pub use waiting::WaitingJob;
 mod weigh;
@@ -248,7 +249,7 @@ pub struct Scheduler {
     /// The cohorts Cohort objects define: parents, quota, limits, and what is wrong.
     cohorts: CohortTree,
     local_queues: BTreeMap<String, String>,
-    jobs: BTreeMap<JobId, Entry>,
+    jobs: table::JobTable,
     /// Namespace labels, for ClusterQueues' namespace selectors (unknown: no labels).
     namespaces: BTreeMap<String, BTreeMap<String, String>>,
     /// Every job shape seen (LocalQueue, priority, pod sets) with its index, by LocalQueue
@@ -338,7 +339,7 @@ impl Scheduler {
             queues,
             cohorts: CohortTree::default(),
             local_queues: local_queues.into_iter().collect(),
-            jobs: BTreeMap::new(),
+            jobs: table::JobTable::default(),
             namespaces: BTreeMap::new(),
             shapes: BTreeMap::new(),
             shape_usage: Vec::new(),
@@ -653,7 +654,7 @@ impl Scheduler {
             .range((now, SharedId::from(""))..)
             .take(Self::RETURNING_SEARCH)
             .find_map(|(end, id)| {
-                let entry = self.jobs.get(&**id)?;
+                let entry = self.jobs.get(id)?;
                 let JobState::Admitted(h) = &entry.state else {
                     return None;
                 };

@@ -202,7 +202,7 @@ impl Scheduler {
         let mut candidates: Vec<Candidate> = Vec::new();
         // Jobs already leaving count wherever they are.
         for id in &self.evicting {
-            if let Some(e) = self.jobs.get(&**id)
+            if let Some(e) = self.jobs.get(id)
                 && let JobState::Evicting(h) = &e.state
             {
                 candidates.push((

@@ -21,7 +21,7 @@ impl Scheduler {
         let mut ready: Vec<(Arc<Job>, Holding)> = self
             .provisioning
             .iter()
-            .filter_map(|id| self.jobs.get(&**id))
+            .filter_map(|id| self.jobs.get(id))
             .filter_map(|e| match &e.state {
                 JobState::Provisioning(h) if e.job.provisioned && !e.job.suspended => {
                     Some((Arc::clone(&e.job), h.clone()))

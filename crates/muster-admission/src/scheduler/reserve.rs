@@ -105,7 +105,7 @@ impl Scheduler {
             if *end > t {
                 break;
             }
-            if let Some(e) = self.jobs.get(&**id)
+            if let Some(e) = self.jobs.get(id)
                 && let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
                     &e.state
             {
@@ -318,7 +318,7 @@ impl Scheduler {
         let tree = self.quota.tree_number(cq);
         let mut found = None;
         for (i, id) in order.iter().enumerate() {
-            let Some(e) = self.jobs.get(&**id) else {
+            let Some(e) = self.jobs.get(id) else {
                 continue;
             };
             let shares = match &e.state {

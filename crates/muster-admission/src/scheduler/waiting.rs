@@ -166,7 +166,7 @@ impl Scheduler {
                 });
             }
         }
-        for (id, entry) in &self.jobs {
+        for (id, entry) in self.jobs.iter() {
             if entry.state != JobState::Pending || self.lists.queue_of(id).is_some() {
                 continue;
             }

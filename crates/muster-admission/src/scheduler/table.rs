@@ -1,0 +1,118 @@
+//! Every job the scheduler knows, by id.
+//!
+//! A cycle looks jobs up by id far more often than anything walks them: each preemption
+//! candidate, each job a reservation search releases, each served job's shape and usage. Ids
+//! of one fleet share long prefixes (`namespace/team-…`), so an ordered map's dozen or so
+//! comparisons per lookup each read deep into two strings; a hash and one comparison do not.
+//! Callers are still promised the jobs in id order ([`super::Scheduler::jobs`]), so the ids
+//! are kept in order beside the table, and a walk in order looks each one up.
+
+use std::collections::{BTreeSet, HashMap};
+
+use foldhash::fast::FixedState;
+
+use super::Entry;
+use crate::job::JobId;
+
+/// The scheduler's jobs: hashed for lookups (with a fixed seed, though nothing depends on
+/// the hash order: walks go by [`JobTable::ids`]), ordered for walks.
+#[derive(Default)]
+pub(super) struct JobTable {
+    entries: HashMap<JobId, Entry, FixedState>,
+    /// The same ids, in order.
+    ids: BTreeSet<JobId>,
+}
+
+impl JobTable {
+    /// The entry of `id`.
+    pub(super) fn get(&self, id: &str) -> Option<&Entry> {
+        self.entries.get(id)
+    }
+
+    /// The entry of `id`, to change it.
+    pub(super) fn get_mut(&mut self, id: &str) -> Option<&mut Entry> {
+        self.entries.get_mut(id)
+    }
+
+    /// Adds (or replaces) the entry of `id`.
+    pub(super) fn insert(&mut self, id: JobId, entry: Entry) {
+        if !self.entries.contains_key(&id) {
+            self.ids.insert(id.clone());
+        }
+        self.entries.insert(id, entry);
+    }
+
+    /// Takes the entry of `id` out.
+    pub(super) fn remove(&mut self, id: &str) -> Option<Entry> {
+        let entry = self.entries.remove(id)?;
+        self.ids.remove(id);
+        Some(entry)
+    }
+
+    /// How many jobs there are.
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Every job with its entry, in id order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&JobId, &Entry)> {
+        self.ids
+            .iter()
+            .filter_map(|id| self.entries.get(id).map(|e| (id, e)))
+    }
+
+    /// Every entry, in id order.
+    pub(super) fn values(&self) -> impl Iterator<Item = &Entry> {
+        self.iter().map(|(_, e)| e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::JobTable;
+    use crate::job::Job;
+    use crate::scheduler::{Entry, JobState};
+
+    fn entry(id: &str) -> Entry {
+        Entry {
+            job: Arc::new(Job {
+                id: id.to_owned(),
+                uid: format!("uid-{id}"),
+                local_queue: "ns/q".to_owned(),
+                priority: 0,
+                created: 0,
+                expected_runtime: None,
+                pod_sets: Vec::new(),
+                invalid: None,
+                suspended: false,
+                provisioned: false,
+            }),
+            shape: 0,
+            state: JobState::Pending,
+            usage: Arc::from(Vec::new()),
+        }
+    }
+
+    #[test]
+    fn lookups_find_what_was_put_and_walks_go_in_id_order() {
+        let mut table = JobTable::default();
+        for id in ["ns/c", "ns/a", "ns/b", "ns/a"] {
+            table.insert(id.to_owned(), entry(id));
+        }
+        assert_eq!(table.len(), 3);
+        let ids: Vec<&str> = table.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["ns/a", "ns/b", "ns/c"]);
+        assert!(table.get("ns/b").is_some_and(|e| e.job.id == "ns/b"));
+        if let Some(e) = table.get_mut("ns/b") {
+            e.shape = 7;
+        }
+        assert_eq!(table.get("ns/b").map(|e| e.shape), Some(7));
+        assert!(table.remove("ns/b").is_some());
+        assert!(table.remove("ns/b").is_none());
+        assert!(table.get("ns/b").is_none());
+        let left: Vec<&str> = table.values().map(|e| e.job.id.as_str()).collect();
+        assert_eq!(left, ["ns/a", "ns/c"]);
+    }
+}

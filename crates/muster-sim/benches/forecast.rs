@@ -373,3 +373,28 @@ fn kueue_baseline_flood(bencher: divan::Bencher) {
         forecast::forecast(s, &RuntimeModel::new(), &options).map_or(0, |f| f.etas.len())
     });
 }
+
+/// One forward run on one thread, of the 10k × 1k snapshot and of the flood: the unit the
+/// forecasts above repeat 32 times. Its instructions can be counted, the same on every run
+/// of one binary, where wall time on this kind of machine moves by more than most changes:
+/// `valgrind --tool=callgrind --toggle-collect='muster_sim::forecast::run::forward'
+/// target/release/deps/forecast-<hash> --bench one_forward_run`.
+#[divan::bench(args = ["10k jobs × 1k hosts", "kueue flood"], sample_count = 1, sample_size = 1)]
+fn one_forward_run(bencher: divan::Bencher, label: &str) {
+    let options = Options {
+        threads: 1,
+        samples: 1,
+        ..Options::default()
+    };
+    bencher
+        .with_inputs(|| {
+            if label == "kueue flood" {
+                kueue_flood()
+            } else {
+                snapshot(label)
+            }
+        })
+        .bench_local_refs(|s| {
+            forecast::forecast(s, &RuntimeModel::new(), &options).map_or(0, |f| f.etas.len())
+        });
+}

@@ -11,6 +11,7 @@ mod capacity;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use foldhash::fast::FixedState;
 use muster_api::Resources;
 use muster_api::resources::names;
 
@@ -80,8 +81,9 @@ pub struct Topology {
     /// `alloc`.
     used: Vec<u64>,
     width: usize,
-    /// Node ids by name: only ever looked up, never walked, so its order cannot show.
-    by_name: HashMap<String, NodeId>,
+    /// Node ids by name: only ever looked up, never walked, so its order cannot show; hashed
+    /// with foldhash (a fixed seed) rather than SipHash, as every booking by name asks it.
+    by_name: HashMap<String, NodeId, FixedState>,
     journal: Vec<Change>,
     /// Scratch space for a node's domains while a change updates the capacity indexes.
     ancestors: Vec<DomainId>,
@@ -143,7 +145,7 @@ impl Topology {
             alloc: Vec::with_capacity(node_count * width),
             used: Vec::new(),
             width,
-            by_name: HashMap::new(),
+            by_name: HashMap::default(),
             journal: Vec::new(),
             ancestors: Vec::new(),
             labels: LabelIndex::new(),

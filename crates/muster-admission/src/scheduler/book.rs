@@ -107,12 +107,14 @@ impl Scheduler {
         let was_pending = entry.state == JobState::Pending;
         let pending = state == JobState::Pending;
         self.epoch += 1;
-        let old = std::mem::replace(&mut entry.state, state);
+        // The old state is taken out and the new one filed before it goes in: filing reads
+        // only the state it is given, and a holding (every pod's node) is not worth a copy.
+        let old = std::mem::replace(&mut entry.state, JobState::Pending);
         let (job, shape) = (Arc::clone(&entry.job), entry.shape);
         self.unfile(id, &job, &old);
-        let state = self.jobs.get(id).map(|e| e.state.clone());
-        if let Some(state) = state {
-            self.file(id, &job, &state);
+        self.file(id, &job, &state);
+        if let Some(entry) = self.jobs.get_mut(id) {
+            entry.state = state;
         }
         if pending {
             self.holders.remove(id);

@@ -93,10 +93,20 @@ pub struct PodSetPlacement {
 
 impl PodSetPlacement {
     /// What pod `pod` of the set books on its node, given the set's per-pod `requests`: the
-    /// requests, with its part of a GPU (or its whole GPUs) on the devices it took.
-    pub fn usage_of(&self, pod: usize, requests: &muster_api::Resources) -> muster_api::Resources {
-        let devices = self.devices.get(pod).map_or(&[][..], Vec::as_slice);
-        muster_topology::on_devices(requests, devices)
+    /// requests, with its part of a GPU (or its whole GPUs) on the devices it took. A pod
+    /// that took no devices one by one books its requests as they are, borrowed: every pod of
+    /// every job that starts or ends is booked through here.
+    pub fn usage_of<'r>(
+        &self,
+        pod: usize,
+        requests: &'r muster_api::Resources,
+    ) -> std::borrow::Cow<'r, muster_api::Resources> {
+        match self.devices.get(pod) {
+            Some(devices) if !devices.is_empty() => {
+                std::borrow::Cow::Owned(muster_topology::on_devices(requests, devices))
+            }
+            _ => std::borrow::Cow::Borrowed(requests),
+        }
     }
 }
 

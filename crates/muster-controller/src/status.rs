@@ -633,7 +633,8 @@ pub struct QueueCounts {
 pub fn queue_counts(scheduler: &muster_admission::Scheduler) -> QueueCounts {
     use muster_admission::JobState;
     let mut counts = QueueCounts::default();
-    for (job, state) in scheduler.jobs_with_states() {
+    // Counts and exact sums (quantities in milli-units): no order to keep.
+    for (job, state) in scheduler.jobs_with_states_unordered() {
         let local = match counts.local.get_mut(&job.local_queue) {
             Some(local) => local,
             None => counts.local.entry(job.local_queue.clone()).or_default(),

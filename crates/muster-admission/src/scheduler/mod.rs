@@ -547,6 +547,14 @@ impl Scheduler {
         self.jobs.values().map(|e| (e.job.as_ref(), &e.state))
     }
 
+    /// [`Scheduler::jobs_with_states`] in no order to rely on: for counts and sums, which
+    /// need every job once and no order (the walk in id order looks each job up).
+    pub fn jobs_with_states_unordered(&self) -> impl Iterator<Item = (&Job, &JobState)> {
+        self.jobs
+            .values_unordered()
+            .map(|e| (e.job.as_ref(), &e.state))
+    }
+
     /// The ClusterQueue a job is queued in, if its LocalQueue leads to a valid one that admits
     /// its namespace.
     pub fn cluster_queue_of_job(&self, job: &Job) -> Option<String> {

@@ -65,6 +65,13 @@ impl JobTable {
     pub(super) fn values(&self) -> impl Iterator<Item = &Entry> {
         self.iter().map(|(_, e)| e)
     }
+
+    /// Every entry, in the table's own order (the same for the same history of inserts and
+    /// removals, but no order anyone should read): for counts and sums, which a walk in id
+    /// order would cost a lookup per job.
+    pub(super) fn values_unordered(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.values()
+    }
 }
 
 #[cfg(test)]
@@ -114,5 +121,11 @@ mod tests {
         assert!(table.get("ns/b").is_none());
         let left: Vec<&str> = table.values().map(|e| e.job.id.as_str()).collect();
         assert_eq!(left, ["ns/a", "ns/c"]);
+        let mut any: Vec<&str> = table
+            .values_unordered()
+            .map(|e| e.job.id.as_str())
+            .collect();
+        any.sort_unstable();
+        assert_eq!(any, left);
     }
 }

@@ -348,6 +348,12 @@ fn kueue_flood() -> Snapshot {
     snapshot
 }
 
+/// Forecasts every waiting job of `snapshot` with no history (announced runtimes); returns
+/// how many ranges it gave, for the bench to keep.
+fn waiting_jobs_forecast(snapshot: &Snapshot, options: &Options) -> usize {
+    forecast::forecast(snapshot, &RuntimeModel::new(), options).map_or(0, |f| f.etas.len())
+}
+
 #[divan::bench(args = SIZES, sample_count = 1, sample_size = 1)]
 fn every_waiting_job(bencher: divan::Bencher, label: &str) {
     let options = Options {
@@ -356,9 +362,7 @@ fn every_waiting_job(bencher: divan::Bencher, label: &str) {
     };
     bencher
         .with_inputs(|| snapshot(label))
-        .bench_local_refs(|s| {
-            forecast::forecast(s, &RuntimeModel::new(), &options).map_or(0, |f| f.etas.len())
-        });
+        .bench_local_refs(|s| waiting_jobs_forecast(s, &options));
 }
 
 /// What one forecast of the controller costs on Kueue's baseline (see [`kueue_flood`]): 32
@@ -369,9 +373,9 @@ fn kueue_baseline_flood(bencher: divan::Bencher) {
         threads: 1,
         ..Options::default()
     };
-    bencher.with_inputs(kueue_flood).bench_local_refs(|s| {
-        forecast::forecast(s, &RuntimeModel::new(), &options).map_or(0, |f| f.etas.len())
-    });
+    bencher
+        .with_inputs(kueue_flood)
+        .bench_local_refs(|s| waiting_jobs_forecast(s, &options));
 }
 
 /// One forward run on one thread, of the 10k × 1k snapshot and of the flood: the unit the
@@ -394,7 +398,5 @@ fn one_forward_run(bencher: divan::Bencher, label: &str) {
                 snapshot(label)
             }
         })
-        .bench_local_refs(|s| {
-            forecast::forecast(s, &RuntimeModel::new(), &options).map_or(0, |f| f.etas.len())
-        });
+        .bench_local_refs(|s| waiting_jobs_forecast(s, &options));
 }

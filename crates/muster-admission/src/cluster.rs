@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 
 use muster_api::resource_flavor::HOSTNAME_LABEL;
 use muster_api::{ResourceFlavorSpec, Resources};
-use muster_topology::{Fit, Mark, NoFit, NodeInfo, PodSetRequest, Policy, Topology, place};
+use muster_topology::{
+    Fit, KeepOff, Mark, NoFit, NodeId, NodeInfo, PodSetRequest, Policy, Topology, place,
+};
 
 /// One flavor: its definition and its nodes.
 #[derive(Clone, Debug)]
@@ -96,32 +98,62 @@ impl Cluster {
         }
     }
 
-    /// Takes everything still free on `nodes` (by name, in flavor `flavor`'s topology), in
-    /// every flavor: used to keep a job whose pod sets are `keep_off` off capacity reserved
-    /// for another. A node whose free resources already hold no pod of any of those sets is
-    /// left as it is: filling it would change nothing a placement reads,
-    /// and it would cost a journaled change per node for every job a cycle tries.
-    pub fn fill(&mut self, flavor: &str, nodes: &[String], keep_off: &[PodSetRequest]) {
+    /// The ids of the nodes named `names` in flavor `flavor`'s topology, in order; names it
+    /// does not hold are left out.
+    pub fn node_ids(&self, flavor: &str, names: &[String]) -> Vec<NodeId> {
+        self.flavors.get(flavor).map_or_else(Vec::new, |f| {
+            names
+                .iter()
+                .filter_map(|name| f.topology.node_id(name))
+                .collect()
+        })
+    }
+
+    /// Takes everything still free on the `reserved` nodes (each a flavor with ids in its
+    /// topology, as [`Cluster::node_ids`] gives them), in every flavor, in order: used to
+    /// keep a job whose pod sets are `keep_off` off capacity reserved for others. A node
+    /// whose free resources already hold no pod of any of those sets is left as it is:
+    /// filling it would change nothing a placement reads, and it would cost a journaled
+    /// change per node for every job a cycle tries. The sets' requests are resolved once
+    /// per flavor for all of it: most reserved nodes have no room, and comparing names was
+    /// most of what a fill cost.
+    pub fn fill<'a>(
+        &mut self,
+        reserved: impl IntoIterator<Item = (&'a str, &'a [NodeId])>,
+        keep_off: &[PodSetRequest],
+    ) {
         let requests: Vec<&Resources> = keep_off.iter().map(|set| &set.requests).collect();
         let shared = self.flavors.len() > 1;
-        for node in nodes {
+        let mut resolved: Vec<(&str, KeepOff)> = Vec::new();
+        for (flavor, nodes) in reserved {
             let Some(f) = self.flavors.get_mut(flavor) else {
-                return;
-            };
-            let Some(id) = f.topology.node_id(node) else {
                 continue;
             };
-            let Some(taken) = f.topology.fill(id, &requests) else {
-                continue;
+            let at = match resolved.iter().position(|(name, _)| *name == flavor) {
+                Some(at) => at,
+                None => {
+                    resolved.push((flavor, f.topology.keep_off(&requests)));
+                    resolved.len() - 1
+                }
             };
-            if shared {
-                // Book the same amounts in the other flavors that hold the node.
-                let taken = f.topology.resources_of(&taken);
+            let keep_off = &resolved[at].1;
+            let mut taken_on = Vec::new();
+            for &id in nodes {
+                let Some(taken) = f.topology.fill(id, keep_off) else {
+                    continue;
+                };
+                if shared {
+                    let name = f.topology.nodes()[id].info.name.clone();
+                    taken_on.push((name, f.topology.resources_of(&taken)));
+                }
+            }
+            // Book the same amounts in the other flavors that hold the nodes.
+            for (node, taken) in &taken_on {
                 for (name, other) in &mut self.flavors {
                     if name != flavor
                         && let Some(id) = other.topology.node_id(node)
                     {
-                        other.topology.add_usage(id, &taken);
+                        other.topology.add_usage(id, taken);
                     }
                 }
             }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use muster_api::Resources;
+use muster_topology::NodeId;
 
 use crate::job::JobId;
 use crate::quota::QuotaBook;
@@ -21,8 +22,9 @@ pub(crate) struct Reservation {
     pub(crate) tree: Option<usize>,
     /// When the capacity frees up; `None` when only jobs without a known runtime would free it.
     pub(crate) until: Option<i64>,
-    /// (flavor, node names) it will take.
-    pub(crate) nodes: Vec<(String, Vec<String>)>,
+    /// (flavor, nodes) it will take, as ids in the flavor's topology: a cycle fills them for
+    /// every job it tries while the reservation binds, so they are looked up by name once.
+    pub(crate) nodes: Vec<(String, Vec<NodeId>)>,
     /// (flavor, quota usage) it will take.
     pub(crate) need: Vec<(String, Resources)>,
     /// The quota book as it will be at `until`: today's, minus what ends by then, plus what

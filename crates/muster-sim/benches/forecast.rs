@@ -400,3 +400,18 @@ fn one_forward_run(bencher: divan::Bencher, label: &str) {
         })
         .bench_local_refs(|s| waiting_jobs_forecast(s, &options));
 }
+
+/// One forward run of the 100k × 10k snapshot, on one thread: what the speed target's 32
+/// runs each cost, counted the same way as [`one_forward_run`] (`--bench
+/// scale_forward_run`; about ten minutes under callgrind).
+#[divan::bench(sample_count = 1, sample_size = 1)]
+fn scale_forward_run(bencher: divan::Bencher) {
+    let options = Options {
+        threads: 1,
+        samples: 1,
+        ..Options::default()
+    };
+    bencher
+        .with_inputs(|| snapshot(SIZES[1]))
+        .bench_local_refs(|s| waiting_jobs_forecast(s, &options));
+}

@@ -41,4 +41,4 @@ pub use request::{
     Constraint, Eligibility, Mismatch, PodSetRequest, RequestError, needs_whole_gpus, tolerated,
 };
 pub use rng::{Rng, text_seed};
-pub use tree::{Domain, DomainId, Mark, NodeId, NodeState, Topology};
+pub use tree::{Domain, DomainId, KeepOff, Mark, NodeId, NodeState, Topology};

@@ -57,6 +57,11 @@ pub struct NodeState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mark(usize);
 
+/// The pod requests a [`Topology::fill`] keeps off a node, resolved against one topology's
+/// resource registry ([`Topology::keep_off`]): (resource index, milli-units) per request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeepOff(Vec<Vec<(usize, u64)>>);
+
 #[derive(Clone, Debug)]
 enum Change {
     Added(NodeId, Vec<(usize, u64)>),
@@ -553,24 +558,28 @@ impl Topology {
         self.journal.push(Change::Added(node, usage));
     }
 
+    /// `requests` as [`Topology::fill`] compares them with a node's free resources: each
+    /// request's amounts against this topology's resource registry, resolved once for every
+    /// node a fill looks at. A request for a resource no node has never has room, so it is
+    /// left out.
+    pub fn keep_off(&self, requests: &[&Resources]) -> KeepOff {
+        KeepOff(requests.iter().filter_map(|r| self.dense(r)).collect())
+    }
+
     /// Takes everything still free on `node` when it has room for one pod of any of
-    /// `keep_off` (each a request's amounts by name, as [`Topology::dense`] reads them, but
-    /// compared resource by resource as a node's free resources are, devices aside), and
-    /// returns what it took; `None` when the node has no room for any of them and stays as it
-    /// is. Journaled like [`Topology::add_usage`]. The dense twin of reading
+    /// `keep_off` (compared resource by resource as a node's free resources are, devices
+    /// aside), and returns what it took; `None` when the node has no room for any of them and
+    /// stays as it is. Journaled like [`Topology::add_usage`]. The dense twin of reading
     /// [`Topology::free`] and adding it back as usage, without building either by name: a
-    /// cycle fills every reserved node for every job it tries.
-    pub fn fill(&mut self, node: NodeId, keep_off: &[&Resources]) -> Option<Vec<(usize, u64)>> {
+    /// cycle fills every reserved node for every job it tries, and most of them have no room.
+    pub fn fill(&mut self, node: NodeId, keep_off: &KeepOff) -> Option<Vec<(usize, u64)>> {
         if node >= self.nodes.len() {
             return None;
         }
-        let room = keep_off.iter().any(|requests| {
-            requests.iter().all(|(name, amount)| {
-                let free = self
-                    .resource_index(name)
-                    .map_or(0, |k| self.free_of(node, k));
-                free >= amount.milli()
-            })
+        let room = keep_off.0.iter().any(|request| {
+            request
+                .iter()
+                .all(|&(k, milli)| self.free_of(node, k) >= milli)
         });
         if !room {
             return None;

@@ -148,7 +148,8 @@ proptest! {
         for node in 0..topo.nodes().len() {
             let free = by_name.free(node);
             let room = request.iter().all(|(r, a)| free.get(r) >= a);
-            let taken = topo.fill(node, &[&request]);
+            let keep_off = topo.keep_off(&[&request]);
+            let taken = topo.fill(node, &keep_off);
             prop_assert_eq!(taken.is_some(), room, "node {}", node);
             if let Some(taken) = taken {
                 prop_assert_eq!(topo.resources_of(&taken), free.clone());
@@ -158,6 +159,25 @@ proptest! {
         // The same as reading each node's free resources and adding them back as usage.
         prop_assert_eq!(snapshot(&topo), snapshot(&by_name));
         topo.rollback(mark);
+        prop_assert_eq!(snapshot(&topo), before);
+    }
+
+    #[test]
+    fn a_fill_never_makes_room_for_what_no_node_has(
+        f in fleet(), g in gang(), want in 1u64..=8,
+    ) {
+        let mut topo = build(&f);
+        let _ = place(&mut topo, &g, &BestFit);
+        let plain = gpus(want);
+        // A pod asking for a resource no node has fits nowhere: keeping it off takes nothing.
+        let mut unknown = plain.clone();
+        unknown.set("example.com/none", Amount::from_units(1));
+        prop_assert_eq!(topo.keep_off(&[&unknown, &plain]), topo.keep_off(&[&plain]));
+        let nothing = topo.keep_off(&[&unknown]);
+        let before = snapshot(&topo);
+        for node in 0..topo.nodes().len() {
+            prop_assert!(topo.fill(node, &nothing).is_none(), "node {}", node);
+        }
         prop_assert_eq!(snapshot(&topo), before);
     }
 

@@ -32,12 +32,12 @@ impl Scheduler {
             .iter()
             .filter(|r| !r.ends_before(ends))
             .collect();
-        if opts.place {
-            for r in &binding {
-                for (flavor, nodes) in &r.nodes {
-                    self.cluster.fill(flavor, nodes, &job.pod_sets);
-                }
-            }
+        if opts.place && !binding.is_empty() {
+            let reserved = binding
+                .iter()
+                .flat_map(|r| &r.nodes)
+                .map(|(flavor, nodes)| (flavor.as_str(), nodes.as_slice()));
+            self.cluster.fill(reserved, &job.pod_sets);
         }
         let result = self.assign_pod_sets(cq, job, opts);
         let result = result.and_then(|a| {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use muster_api::Resources;
-use muster_topology::Constraint;
+use muster_topology::{Constraint, NodeId};
 
 use super::{Assignment, Blocked, Holding, JobState, Options, Scheduler, SharedId};
 use crate::cluster::ClusterMark;
@@ -260,7 +260,7 @@ impl Scheduler {
             Some(a) => (
                 a.pod_sets
                     .iter()
-                    .map(|p| (p.flavor.clone(), p.nodes.clone()))
+                    .map(|p| (p.flavor.clone(), self.cluster.node_ids(&p.flavor, &p.nodes)))
                     .collect(),
                 a.usage.into_iter().collect(),
             ),
@@ -417,7 +417,7 @@ impl Scheduler {
         &self,
         job: &Job,
         blocked: &Blocked,
-    ) -> (Vec<(String, Vec<String>)>, Vec<(String, Resources)>) {
+    ) -> (Vec<(String, Vec<NodeId>)>, Vec<(String, Resources)>) {
         match blocked {
             Blocked::Topology { no_fit, flavor } => {
                 let mut nodes = Vec::new();
@@ -431,12 +431,7 @@ impl Scheduler {
                     && let Some(depth) = topo.levels().iter().position(|l| *l == level)
                     && let Some(domain) = topo.domain_by_value(depth + 1, value)
                 {
-                    let names = topo
-                        .nodes_under(domain)
-                        .into_iter()
-                        .map(|id| topo.nodes()[id].info.name.clone())
-                        .collect();
-                    nodes.push((flavor.clone(), names));
+                    nodes.push((flavor.clone(), topo.nodes_under(domain)));
                 }
                 let need = vec![(flavor.clone(), job.total_requests())];
                 (nodes, need)

@@ -17,7 +17,7 @@ use crate::job::JobId;
 /// The scheduler's jobs: hashed for lookups (with a fixed seed, though nothing depends on
 /// the hash order: walks go by the ordered ids), ordered for walks. Each id is kept twice,
 /// a few megabytes at a hundred thousand jobs.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct JobTable {
     entries: HashMap<JobId, Entry, FixedState>,
     /// The same ids, in order.

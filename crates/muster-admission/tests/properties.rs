@@ -83,12 +83,14 @@ fn make_job(i: usize, p: &JobParams, queues: usize) -> muster_admission::Job {
 /// evictions at once; checks the invariants after every cycle; returns every decision.
 /// With `reversed`, jobs are submitted in the opposite order (which must not matter). With
 /// `full`, every cycle is told something changed, so none is skipped as quiet (which must
-/// not matter either).
+/// not matter either). With `copy_at`, the cycles from then on run on a copy of the
+/// scheduler (`Scheduler::copy_with_policy`, which must not matter either).
 fn run(
     params: &[QueueParams],
     workload: &[JobParams],
     reversed: bool,
     full: bool,
+    copy_at: Option<i64>,
 ) -> Result<Vec<Decision>, TestCaseError> {
     let mut s = build(params);
     let specs = specs(params);
@@ -107,6 +109,9 @@ fn run(
     let mut ends: Vec<(i64, String)> = Vec::new();
     let mut holding: BTreeSet<String> = BTreeSet::new();
     for now in 0..8 {
+        if copy_at == Some(now) {
+            s = s.copy_with_policy(Box::new(muster_topology::BestFit));
+        }
         ends.retain(|(end, id)| {
             if *end <= now {
                 s.finish(id);
@@ -206,13 +211,13 @@ proptest! {
 
     #[test]
     fn admission_invariants_hold(params in queues(), workload in jobs()) {
-        run(&params, &workload, false, false)?;
+        run(&params, &workload, false, false, None)?;
     }
 
     #[test]
     fn a_cycle_is_deterministic_whatever_the_submission_order(params in queues(), workload in jobs()) {
-        let first = run(&params, &workload, false, false)?;
-        let second = run(&params, &workload, true, false)?;
+        let first = run(&params, &workload, false, false, None)?;
+        let second = run(&params, &workload, true, false, None)?;
         prop_assert_eq!(first, second);
     }
 
@@ -234,8 +239,17 @@ proptest! {
                 })
                 .collect()
         };
-        let skipping = run(&params, &workload, false, false)?;
-        let full = run(&params, &workload, false, true)?;
+        let skipping = run(&params, &workload, false, false, None)?;
+        let full = run(&params, &workload, false, true, None)?;
         prop_assert_eq!(shown(skipping), shown(full));
+    }
+
+    #[test]
+    fn a_copy_of_the_scheduler_decides_what_the_original_would(
+        params in queues(), workload in jobs(), copy_at in 0i64..8,
+    ) {
+        let original = run(&params, &workload, false, false, None)?;
+        let copied = run(&params, &workload, false, false, Some(copy_at))?;
+        prop_assert_eq!(original, copied);
     }
 }

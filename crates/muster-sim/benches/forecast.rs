@@ -403,7 +403,7 @@ fn one_forward_run(bencher: divan::Bencher, label: &str) {
 
 /// One forward run of the 100k × 10k snapshot, on one thread: what the speed target's 32
 /// runs each cost, counted the same way as [`one_forward_run`] (`--bench
-/// scale_forward_run`; about ten minutes under callgrind).
+/// scale_forward_run`; a few minutes under callgrind).
 #[divan::bench(sample_count = 1, sample_size = 1)]
 fn scale_forward_run(bencher: divan::Bencher) {
     let options = Options {

@@ -295,7 +295,10 @@ fn policy(policy: &str) -> Box<dyn muster_topology::Policy> {
 /// nodes, queues, namespaces and what runs) with the waiting jobs that queue at once
 /// submitted, and when each of the others queues. Built once and copied for each run:
 /// submitting a hundred thousand waiting jobs into their queues' order cost more than a
-/// tenth of a run, the same for every run.
+/// tenth of a run, the same for every run. A run built its own took those jobs after
+/// finishing the running jobs drawn to end at the snapshot's time, and a copy has them
+/// before: the order of the two changes nothing a cycle reads (a submission files one job,
+/// a finish takes another's usage off, and no cycle runs between them).
 pub(super) struct Start {
     scheduler: Scheduler,
     /// (when it queues, its index among the snapshot's waiting jobs), in that order.

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::{Holding, JobState, Scheduler, ShapeUsage, waiting};
+use super::{Holding, JobState, Scheduler, ShapeUsage, lists};
 use crate::job::{Job, quota_usage};
 
 impl Scheduler {
@@ -90,7 +90,7 @@ impl Scheduler {
             let runtime = job.expected_runtime;
             self.lists.insert(
                 &cq,
-                waiting::Queued {
+                lists::Queued {
                     job,
                     shape,
                     runtime,

@@ -68,12 +68,7 @@ impl Scheduler {
         let (nominated, positions) = self.serve_nominated(now, &mut state, &mut out);
 
         let lists = std::mem::take(&mut self.lists);
-        let mut walk = order::Walk::new(
-            &lists.by_queue,
-            &positions,
-            &self.quota,
-            self.shape_usage.len(),
-        );
+        let mut walk = order::Walk::new(&lists.by_queue, &positions, &self.quota);
         while let Some(next) = self.next_job(&mut walk, &state, &nominated) {
             let job = Arc::clone(&next.queued.job);
             let before = out.len();

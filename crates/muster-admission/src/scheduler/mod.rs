@@ -18,6 +18,7 @@ use crate::reservation::Reservation;
 mod assign;
 mod book;
 mod cycle;
+mod lists;
 mod nominate;
 mod order;
 mod preempt;
@@ -202,7 +203,7 @@ impl CycleState {
 
     /// Whether the memo already answers `queued` (an identical job failed respecting no more
     /// reservations than it must).
-    fn ruled_out(&self, queued: &waiting::Queued) -> bool {
+    fn ruled_out(&self, queued: &lists::Queued) -> bool {
         self.ruled_out_from
             .get(&queued.shape)
             .is_some_and(|from| queued.runtime.is_none_or(|r| r >= *from))
@@ -278,7 +279,7 @@ pub struct Scheduler {
     /// Admitted and evicting jobs per ClusterQueue: the jobs preemption may pick from.
     running_in: BTreeMap<String, BTreeSet<JobId>>,
     /// Waiting jobs per ClusterQueue, in queue order.
-    lists: waiting::Lists,
+    lists: lists::Lists,
     /// What the last cycle that ran found about waiting jobs.
     found: waiting::Found,
     /// Counts changes from outside (jobs, nodes, namespaces).
@@ -352,7 +353,7 @@ impl Scheduler {
             evicting: BTreeSet::new(),
             ends: BTreeSet::new(),
             unending: BTreeSet::new(),
-            lists: waiting::Lists::default(),
+            lists: lists::Lists::default(),
             found: waiting::Found::default(),
             generation: 0,
             epoch: 0,
@@ -445,7 +446,7 @@ impl Scheduler {
         self.namespaces.insert(name.to_owned(), labels);
         self.generation += 1;
         // Which ClusterQueue admits a waiting job may have changed: list them all again.
-        self.lists = waiting::Lists::default();
+        self.lists = lists::Lists::default();
         let waiting: Vec<(Arc<Job>, usize)> = self
             .jobs
             .values()

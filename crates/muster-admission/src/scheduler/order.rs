@@ -16,7 +16,9 @@
 //! job; the least of those goes next. Keys within a queue rise with queue order, apart from
 //! the borrowing flag in front, so the largest key is that of the last job up to there whose
 //! shape would borrow, or else that of the job itself: found per shape by bisection, not by
-//! walking the jobs passed over. A key depends on usage only through the queue's own quota
+//! walking the jobs passed over. The jobs come grouped by shape, with ranks that order jobs
+//! across shapes ([`super::lists`]), so a cycle costs the queues and shapes it walks and the
+//! jobs it looks at, never every job that waits. A key depends on usage only through the queue's own quota
 //! and its cohort tree's, so an admission takes again only the keys of the queues that share
 //! them.
 
@@ -24,30 +26,18 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use muster_api::cluster_queue::StopPolicy;
 
-use super::waiting::Queued;
+use super::lists::{QueueList, Queued, Run};
 use super::{CycleState, HeadKey, MemoKey, Scheduler};
 use crate::job::JobId;
 use crate::quota::QuotaBook;
 
-/// One queue's jobs of one shape: a run of its indices in the queue's list, kept in
-/// [`QueueWalk::order`] (`order[start..start + len]`, rising).
-struct ShapeRun {
+/// One queue's jobs of one shape, as a cycle walks them.
+struct RunWalk<'a> {
     shape: MemoKey,
-    start: usize,
-    len: usize,
-    /// Whether [`QueueWalk::shortest`] holds this run's part (see there): worked out the
-    /// first time the memo rules the shape out.
-    shortest_ready: bool,
+    run: &'a Run,
     /// The first entry of the run not yet known to be passed over (the cursor and the memo
     /// only move forward within a cycle).
     scan: usize,
-}
-
-impl ShapeRun {
-    /// The run's indices into the queue's list, rising.
-    fn at<'o>(&self, order: &'o [usize]) -> &'o [usize] {
-        &order[self.start..self.start + self.len]
-    }
 }
 
 /// One queue's progress through a cycle.
@@ -58,25 +48,24 @@ struct QueueWalk<'a> {
     tree: Option<usize>,
     /// Per job shape, whether it would borrow, while that usage stays as it is.
     borrows: BTreeMap<MemoKey, bool>,
-    list: &'a [Queued],
-    shapes: Vec<ShapeRun>,
-    /// The indices of `list` grouped by shape, each shape's run rising: one block per queue
-    /// per cycle, sized once, rather than a growing vector per shape.
-    order: Vec<usize>,
-    /// Per entry of `order`, the shortest expected runtime from there to the end of its run
-    /// (`i64::MAX` for none announced): the memo rules out a job of the shape whose runtime
-    /// reaches a bound, so the whole rest of the run at once when this does. Empty until a
-    /// run needs it; a run's part is filled when it does ([`ShapeRun::shortest_ready`]).
-    shortest: Vec<i64>,
-    cursor: usize,
+    runs: Vec<RunWalk<'a>>,
+    /// The rank from which jobs have not been served (see [`super::lists`]).
+    cursor: u64,
     done: bool,
-    /// The index of its next job to serve: it moves only when this queue is served (the
-    /// cursor, and the memo of this queue's shapes, change only then).
-    at: Option<usize>,
+    /// Its next job to serve, by run and index in the run: it moves only when this queue is
+    /// served (the cursor, and the memo of this queue's shapes, change only then).
+    at: Option<(usize, usize)>,
     /// Its key, while usage stays as it is.
     key: Option<HeadKey<'a>>,
     /// Jobs served so far this cycle, preemptors served first included.
     served: u32,
+}
+
+impl<'a> QueueWalk<'a> {
+    /// The job at `at` (run, index in the run).
+    fn listed(&self, (run, k): (usize, usize)) -> &'a super::lists::Listed {
+        &self.runs[run].run.jobs[k]
+    }
 }
 
 /// Every queue's progress through a cycle.
@@ -93,74 +82,38 @@ pub(super) struct Next<'a> {
     /// Its place among the jobs of its queue this cycle has served (1: the first).
     pub(super) position: u32,
     queue: usize,
-    at: usize,
+    rank: u64,
 }
 
 impl<'a> Walk<'a> {
-    /// A walk over `lists`; `served` counts per queue the jobs served before it (preemptors);
-    /// `shapes` is how many job shapes there are (each job's shape is below it).
+    /// A walk over `lists`; `served` counts per queue the jobs served before it (preemptors).
+    /// Costs the queues and shapes that wait, not the jobs: they are kept grouped.
     pub(super) fn new(
-        lists: &'a BTreeMap<String, Vec<Queued>>,
+        lists: &'a BTreeMap<String, QueueList>,
         served: &BTreeMap<String, u32>,
         quota: &QuotaBook,
-        shapes: usize,
     ) -> Walk<'a> {
-        // Each queue's jobs grouped by shape: `slot[shape]` is the shape's run in the queue
-        // being grouped (shapes are small dense numbers), reset after each queue. Runs come
-        // in the order of their shapes' first jobs; counted first, then filled in place.
-        let mut slot: Vec<usize> = vec![usize::MAX; shapes];
         let queues = lists
             .iter()
             .filter(|(_, list)| !list.is_empty())
-            .map(|(cq, list)| {
-                let mut runs: Vec<ShapeRun> = Vec::new();
-                for q in list {
-                    if q.shape >= slot.len() {
-                        slot.resize(q.shape + 1, usize::MAX);
-                    }
-                    let r = &mut slot[q.shape];
-                    if *r == usize::MAX {
-                        *r = runs.len();
-                        runs.push(ShapeRun {
-                            shape: q.shape,
-                            start: 0,
-                            len: 0,
-                            shortest_ready: false,
-                            scan: 0,
-                        });
-                    }
-                    runs[*r].len += 1;
-                }
-                let mut start = 0;
-                for run in &mut runs {
-                    run.start = start;
-                    start += run.len;
-                }
-                // `scan` counts each run's entries filled so far, then starts at zero.
-                let mut order = vec![0; list.len()];
-                for (i, q) in list.iter().enumerate() {
-                    let run = &mut runs[slot[q.shape]];
-                    order[run.start + run.scan] = i;
-                    run.scan += 1;
-                }
-                for run in &mut runs {
-                    slot[run.shape] = usize::MAX;
-                    run.scan = 0;
-                }
-                QueueWalk {
-                    cq: cq.as_str(),
-                    tree: quota.tree_number(cq),
-                    borrows: BTreeMap::new(),
-                    list: list.as_slice(),
-                    shapes: runs,
-                    order,
-                    shortest: Vec::new(),
-                    cursor: 0,
-                    done: false,
-                    at: None,
-                    key: None,
-                    served: served.get(cq).copied().unwrap_or(0),
-                }
+            .map(|(cq, list)| QueueWalk {
+                cq: cq.as_str(),
+                tree: quota.tree_number(cq),
+                borrows: BTreeMap::new(),
+                runs: list
+                    .runs
+                    .iter()
+                    .map(|(shape, run)| RunWalk {
+                        shape: *shape,
+                        run,
+                        scan: 0,
+                    })
+                    .collect(),
+                cursor: 0,
+                done: false,
+                at: None,
+                key: None,
+                served: served.get(cq).copied().unwrap_or(0),
             })
             .collect();
         Walk { queues }
@@ -183,9 +136,8 @@ impl<'a> Walk<'a> {
 
     /// The job `next` was served: its queue goes on behind it.
     pub(super) fn served(&mut self, next: &Next<'_>) {
-        let (queue, at) = (next.queue, next.at);
-        if let Some(q) = self.queues.get_mut(queue) {
-            q.cursor = at + 1;
+        if let Some(q) = self.queues.get_mut(next.queue) {
+            q.cursor = next.rank.saturating_add(1);
             q.at = None;
             q.key = None;
             q.served += 1;
@@ -235,12 +187,13 @@ impl Scheduler {
             .min_by(|a, b| a.0.cmp(b.0))
             .map(|(_, i, at)| (i, at))?;
         let q = &queues[queue];
+        let listed = q.listed(at);
         Some(Next {
             cq: q.cq,
-            queued: &q.list[at],
+            queued: &listed.queued,
             position: q.served + 1,
             queue,
-            at,
+            rank: listed.rank,
         })
     }
 
@@ -249,89 +202,79 @@ impl Scheduler {
     fn queue_key<'a>(
         &self,
         q: &mut QueueWalk<'a>,
-        at: usize,
+        at: (usize, usize),
         nominated: &BTreeSet<JobId>,
     ) -> HeadKey<'a> {
         let share = self.quota.standing(q.cq);
-        // The last job up to `at` whose shape would borrow.
-        let mut last_borrower: Option<usize> = None;
-        for run in &q.shapes {
-            let run_at = run.at(&q.order);
+        let head = q.listed(at);
+        // The last job up to `at` whose shape would borrow: its rank and the job.
+        let mut last_borrower: Option<(u64, &'a Queued)> = None;
+        for walk in &q.runs {
+            let jobs = &walk.run.jobs;
             // Preemptors served first are not in the queue's order.
-            let mut upto = run_at.partition_point(|i| *i <= at);
+            let mut upto = jobs.partition_point(|l| l.rank <= head.rank);
             while !nominated.is_empty()
                 && upto > 0
-                && nominated.contains(&q.list[run_at[upto - 1]].job.id)
+                && nominated.contains(&jobs[upto - 1].queued.job.id)
             {
                 upto -= 1;
             }
-            let Some(&last) = upto.checked_sub(1).and_then(|k| run_at.get(k)) else {
+            let Some(last) = upto.checked_sub(1).and_then(|k| jobs.get(k)) else {
                 continue;
             };
-            if last < q.cursor || last_borrower.is_some_and(|b| b > last) {
+            if last.rank < q.cursor || last_borrower.is_some_and(|(b, _)| b > last.rank) {
                 continue;
             }
             let would = *q
                 .borrows
-                .entry(run.shape)
-                .or_insert_with(|| self.needs_borrowing(q.cq, &self.shape_usage[run.shape]));
+                .entry(walk.shape)
+                .or_insert_with(|| self.needs_borrowing(q.cq, &self.shape_usage[walk.shape]));
             if would {
-                last_borrower = Some(last);
+                last_borrower = Some((last.rank, &last.queued));
             }
         }
-        let list: &'a [Queued] = q.list;
         let (borrowing, by) = match last_borrower {
-            Some(b) => (true, &list[b].job),
-            None => (false, &list[at].job),
+            Some((_, b)) => (true, &b.job),
+            None => (false, &head.queued.job),
         };
         let (priority, created, uid, id) = by.order_key();
         (borrowing, share, priority, created, uid, id)
     }
 }
 
-/// The index of the first job at or after `q`'s cursor that the cycle must serve: not a
-/// preemptor already served, not ruled out by the memo.
+/// The first job at or after `q`'s cursor that the cycle must serve (its run and index
+/// there): not a preemptor already served, not ruled out by the memo.
 fn first_to_serve(
     q: &mut QueueWalk<'_>,
     state: &CycleState,
     nominated: &BTreeSet<JobId>,
-) -> Option<usize> {
-    let mut first: Option<usize> = None;
-    for run in &mut q.shapes {
-        let run_at = run.at(&q.order);
-        // Jobs before the cursor have been served.
-        let cursor = q.cursor;
-        run.scan += run_at[run.scan..].partition_point(|i| *i < cursor);
-        let from = state.ruled_out_from.get(&run.shape).copied();
-        if from.is_some() && !run.shortest_ready {
-            if q.shortest.is_empty() {
-                q.shortest = vec![i64::MAX; q.order.len()];
-            }
-            let mut shortest = i64::MAX;
-            for (k, i) in run_at.iter().enumerate().rev() {
-                let runtime = q.list[*i].runtime.unwrap_or(i64::MAX);
-                shortest = shortest.min(runtime);
-                q.shortest[run.start + k] = shortest;
-            }
-            run.shortest_ready = true;
-        }
-        while run.scan < run.len {
-            if from.is_some_and(|f| q.shortest[run.start + run.scan] >= f) {
+) -> Option<(usize, usize)> {
+    let mut first: Option<(u64, (usize, usize))> = None;
+    let cursor = q.cursor;
+    for (r, walk) in q.runs.iter_mut().enumerate() {
+        let jobs = &walk.run.jobs;
+        // Jobs before the cursor have been served; those before `scan` passed over.
+        walk.scan = walk.scan.max(jobs.partition_point(|l| l.rank < cursor));
+        let from = state.ruled_out_from.get(&walk.shape).copied();
+        while let Some(listed) = jobs.get(walk.scan) {
+            if from.is_some_and(|f| listed.shortest >= f) {
                 // Every job left of this shape is ruled out.
-                run.scan = run.len;
+                walk.scan = jobs.len();
                 break;
             }
-            let queued = &q.list[run_at[run.scan]];
+            let queued = &listed.queued;
             let passed = state.ruled_out(queued)
                 || (!nominated.is_empty() && nominated.contains(&queued.job.id));
             if !passed {
                 break;
             }
-            run.scan += 1;
+            walk.scan += 1;
         }
-        if let Some(&i) = run_at.get(run.scan) {
-            first = Some(first.map_or(i, |f| f.min(i)));
+        if let Some(listed) = jobs.get(walk.scan)
+            && first.is_none_or(|(rank, _)| listed.rank < rank)
+        {
+            first = Some((listed.rank, (r, walk.scan)));
         }
     }
-    first
+    first.map(|(_, at)| at)
 }

@@ -1,5 +1,5 @@
-//! The waiting jobs between cycles: every ClusterQueue's list in queue order, kept sorted as
-//! jobs come and go (a cycle never sorts), and what the last cycle found for each of them.
+//! What the last cycle found for the waiting jobs (kept in order between cycles by
+//! [`super::lists`]), and every waiting job's position and reason read from it.
 //!
 //! A cycle decides afresh only for the jobs it serves: each queue's jobs until each job
 //! shape has failed once (see [`super::CycleState::memo`]), and every job behind them of a
@@ -12,10 +12,10 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use muster_api::cluster_queue::StopPolicy;
 
+use super::lists::{QueueList, Queued};
 use super::{JobState, MemoKey, Scheduler};
 use crate::decision::{Decision, PendingReason};
 use crate::job::{Job, JobId};
@@ -31,92 +31,6 @@ pub struct WaitingJob<'a> {
     pub reason: Cow<'a, PendingReason>,
     /// When it is expected to start, when the reservation timeline knows.
     pub eta: Option<i64>,
-}
-
-/// A job waiting in a ClusterQueue, with its shape (the memo's key).
-#[derive(Clone, Debug)]
-pub(super) struct Queued {
-    pub(super) job: Arc<Job>,
-    pub(super) shape: MemoKey,
-    /// The job's expected runtime, kept beside it: a cycle reads it for every waiting job of
-    /// a shape it rules out, and the list is walked far more often than the jobs change.
-    pub(super) runtime: Option<i64>,
-}
-
-/// Every ClusterQueue's waiting jobs, each list in queue order.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Lists {
-    pub(super) by_queue: BTreeMap<String, Vec<Queued>>,
-    /// The queue each listed job is in.
-    queue_of: BTreeMap<JobId, String>,
-}
-
-impl Lists {
-    /// Lists `job` in `cq`, in queue order.
-    pub(super) fn insert(&mut self, cq: &str, queued: Queued) {
-        let list = self.by_queue.entry(cq.to_owned()).or_default();
-        let key = queued.job.order_key();
-        let at = list.partition_point(|q| q.job.order_key() < key);
-        self.queue_of.insert(queued.job.id.clone(), cq.to_owned());
-        list.insert(at, queued);
-    }
-
-    /// Takes `job` (as it was listed) off its queue's list, if it is on one.
-    pub(super) fn remove(&mut self, job: &Job) {
-        let Some(cq) = self.queue_of.remove(&job.id) else {
-            return;
-        };
-        if let Some(list) = self.by_queue.get_mut(&cq)
-            && let Some(at) = position(list, job)
-        {
-            list.remove(at);
-        }
-    }
-
-    /// Takes every job in `gone` off the lists (those a cycle admitted or sent provisioning):
-    /// each list is compacted once, however many of its jobs go (a cycle that admits a
-    /// hundred jobs from a list of thousands would otherwise shift the list a hundred times).
-    pub(super) fn remove_all<'a>(&mut self, gone: impl IntoIterator<Item = &'a Job>) {
-        let mut at_by_queue: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-        for job in gone {
-            let Some(cq) = self.queue_of.remove(&job.id) else {
-                continue;
-            };
-            if let Some(at) = self.by_queue.get(&cq).and_then(|list| position(list, job)) {
-                at_by_queue.entry(cq).or_default().push(at);
-            }
-        }
-        for (cq, mut ats) in at_by_queue {
-            ats.sort_unstable();
-            ats.dedup();
-            if let Some(list) = self.by_queue.get_mut(&cq) {
-                let (mut i, mut next) = (0usize, 0usize);
-                list.retain(|_| {
-                    let gone = ats.get(next) == Some(&i);
-                    next += usize::from(gone);
-                    i += 1;
-                    !gone
-                });
-            }
-        }
-    }
-
-    /// The queue `id` is listed in.
-    pub(super) fn queue_of(&self, id: &str) -> Option<&str> {
-        self.queue_of.get(id).map(String::as_str)
-    }
-}
-
-/// Where `job` (as it was listed) is in `list`: found by its order key, or by its id when
-/// its key changed since it was listed.
-fn position(list: &[Queued], job: &Job) -> Option<usize> {
-    let key = job.order_key();
-    let at = list.partition_point(|q| q.job.order_key() < key);
-    if list.get(at).is_some_and(|q| q.job.id == job.id) {
-        Some(at)
-    } else {
-        list.iter().position(|q| q.job.id == job.id)
-    }
 }
 
 /// What the last cycle that ran found about waiting jobs.
@@ -207,7 +121,7 @@ impl Scheduler {
 
     /// `list`, ClusterQueue `cq`'s, in order with positions: preemptors waiting for their
     /// victims first, then queue order; jobs no cycle has seen are left out.
-    fn ranked(&self, cq: &str, list: &[Queued], out: &mut Vec<Decision>) {
+    fn ranked(&self, cq: &str, list: &QueueList, out: &mut Vec<Decision>) {
         let mut position = 0u32;
         for queued in self.in_order(list) {
             let Some((reason, eta)) = self.found_reason(cq, queued) else {
@@ -249,7 +163,7 @@ impl Scheduler {
 
     /// A queue's `list` in the order positions count: preemptors waiting for their victims
     /// first, then queue order.
-    fn in_order<'a>(&'a self, list: &'a [Queued]) -> impl Iterator<Item = &'a Queued> {
+    fn in_order<'a>(&'a self, list: &'a QueueList) -> impl Iterator<Item = &'a Queued> {
         let nominated = list
             .iter()
             .filter(|q| self.nominations.contains_key(&q.job.id));

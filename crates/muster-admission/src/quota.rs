@@ -180,6 +180,9 @@ struct Layout {
     depth: Vec<u32>,
     /// Per node: its children, in node order.
     children: Vec<Vec<usize>>,
+    /// Per root of a cohort tree: the queues in the tree, in node order (empty for every
+    /// other node).
+    tree_queues: Vec<Vec<usize>>,
     /// Every node, deepest first (node order within a depth): children come before their
     /// parent, so sums up the tree settle in one pass, and the reverse settles down it.
     deepest_first: Vec<usize>,
@@ -421,6 +424,13 @@ impl QuotaBook {
         }
         layout.cohorts = cohorts;
         layout.settle_tree();
+        layout.tree_queues = vec![Vec::new(); layout.parent.len()];
+        for q in 0..layout.queue_count {
+            if layout.parent[q].is_some() {
+                let root = layout.root[q];
+                layout.tree_queues[root].push(q);
+            }
+        }
         layout.idle_limits = layout.idle_limits();
         let usage = Grid::new(layout.parent.len(), layout.slot_count);
         QuotaBook {
@@ -443,6 +453,17 @@ impl QuotaBook {
     pub(crate) fn tree_number(&self, queue: &str) -> Option<usize> {
         let q = self.queue(queue)?;
         self.layout.parent[q].map(|_| self.layout.root[q])
+    }
+
+    /// The queues of `queue`'s cohort tree, itself among them, in node order: those that
+    /// lend to and borrow from it. None when it is in no cohort.
+    pub(crate) fn queues_sharing(&self, queue: &str) -> impl Iterator<Item = &str> {
+        let layout = &self.layout;
+        let queues: &[usize] = match self.queue(queue) {
+            Some(q) if layout.parent[q].is_some() => &layout.tree_queues[layout.root[q]],
+            _ => &[],
+        };
+        queues.iter().map(|&q| layout.queue_names[q].as_str())
     }
 
     /// How many edges lead up from queue `from` to the nearest cohort it shares with queue

@@ -8,7 +8,7 @@ use muster_api::cluster_queue::ResourceGroup;
 use muster_topology::{NoFit, PodSetRequest};
 
 use super::{Assignment, Blocked, Options, Scheduler};
-use crate::cluster::with_flavor;
+use crate::cluster::{Cluster, with_flavor};
 use crate::decision::PodSetPlacement;
 use crate::job::Job;
 use crate::quota::{QuotaCheck, Shortfall};
@@ -32,14 +32,15 @@ impl Scheduler {
             .iter()
             .filter(|r| !r.ends_before(ends))
             .collect();
-        if opts.place && !binding.is_empty() {
-            let reserved = binding
-                .iter()
-                .flat_map(|r| &r.nodes)
-                .map(|(flavor, nodes)| (flavor.as_str(), nodes.as_slice()));
-            self.cluster.fill(reserved, &job.pod_sets);
-        }
-        let result = self.assign_pod_sets(cq, job, opts);
+        // Reserved capacity is filled only once a pod set gets as far as its nodes: quota
+        // checks never read them, and most jobs a busy cycle tries fail on quota.
+        let mut fill = Fill {
+            reserved: if opts.place { &binding } else { &[] },
+            keep_off: &job.pod_sets,
+            done: false,
+        };
+        let result = self.assign_pod_sets(cq, job, opts, &mut fill);
+        let filled = fill.done;
         let result = result.and_then(|a| {
             match binding
                 .iter()
@@ -54,7 +55,7 @@ impl Scheduler {
         });
         match result {
             Ok(a) => {
-                if opts.place && !binding.is_empty() {
+                if filled {
                     // Drop the reserved-capacity filler, keep the pods.
                     self.cluster.rollback(&start);
                     for (set, placement) in job.pod_sets.iter().zip(&a.pod_sets) {
@@ -66,10 +67,12 @@ impl Scheduler {
                 }
                 Ok(a)
             }
-            Err(Blocked::Topology { no_fit, flavor }) if opts.place && !binding.is_empty() => {
+            Err(Blocked::Topology { no_fit, flavor }) if filled => {
                 // Say so when only reserved capacity stands in the way.
                 self.cluster.rollback(&start);
-                let free = self.assign_pod_sets(cq, job, opts).is_ok();
+                let free = self
+                    .assign_pod_sets(cq, job, opts, &mut Fill::none())
+                    .is_ok();
                 self.cluster.rollback(&start);
                 match binding.first() {
                     Some(r) if free => Err(Blocked::Reserved {
@@ -86,11 +89,14 @@ impl Scheduler {
         }
     }
 
-    pub(super) fn assign_pod_sets(
+    /// Flavors (and, with `opts.place`, nodes) for every pod set of `job`, with `fill`'s
+    /// reserved capacity taken before the first placement.
+    fn assign_pod_sets(
         &mut self,
         cq: &str,
         job: &Job,
         opts: Options,
+        fill: &mut Fill,
     ) -> Result<Assignment, Blocked> {
         let Some(spec) = self.queues.get(cq).map(|q| Arc::clone(&q.spec)) else {
             return Err(Blocked::NotCovered {
@@ -119,7 +125,7 @@ impl Scheduler {
                     resources,
                 });
             };
-            let chosen = self.assign_one(cq, set, usage, group, &usage_by_flavor, opts);
+            let chosen = self.assign_one(cq, set, usage, group, &usage_by_flavor, opts, fill);
             let (placement, borrowed) = chosen?;
             borrowing |= borrowed;
             usage_by_flavor
@@ -138,7 +144,11 @@ impl Scheduler {
     /// Chooses the flavor (and nodes) of one pod set: the first of the group's flavors that
     /// fits without borrowing, else the first that fits by borrowing. Placed pods stay booked
     /// in the cluster.
-    pub(super) fn assign_one(
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one pod set's context, passed down from assign_pod_sets"
+    )]
+    fn assign_one(
         &mut self,
         cq: &str,
         set: &PodSetRequest,
@@ -146,6 +156,7 @@ impl Scheduler {
         group: &ResourceGroup,
         usage_by_flavor: &BTreeMap<String, Resources>,
         opts: Options,
+        fill: &mut Fill,
     ) -> Result<(PodSetPlacement, bool), Blocked> {
         let mut first_short: Option<Shortfall> = None;
         let mut first_no_fit: Option<(NoFit, String)> = None;
@@ -180,6 +191,7 @@ impl Scheduler {
                     _ => continue,
                 }
                 let placement = if opts.place {
+                    fill.take(&mut self.cluster);
                     match self.place_in(set, &flavor.name) {
                         Some(Ok(placement)) => placement,
                         Some(Err(no_fit)) => {
@@ -245,6 +257,42 @@ impl Scheduler {
                 nodes: placed.map(|p| p.nodes).unwrap_or_default(),
             }
         }))
+    }
+}
+
+/// Capacity reserved for other jobs, taken from the cluster (see [`Cluster::fill`]) before
+/// the first placement of a job's pod sets, so that they keep off it.
+struct Fill<'a> {
+    /// The binding reservations.
+    reserved: &'a [&'a Reservation],
+    /// The job's pod sets: a reserved node too full for any of them is left as it is.
+    keep_off: &'a [PodSetRequest],
+    /// Whether the capacity has been taken (the caller rolls the cluster back).
+    done: bool,
+}
+
+impl Fill<'_> {
+    /// Nothing to take.
+    fn none() -> Fill<'static> {
+        Fill {
+            reserved: &[],
+            keep_off: &[],
+            done: false,
+        }
+    }
+
+    /// Takes the reserved capacity, the first time only.
+    fn take(&mut self, cluster: &mut Cluster) {
+        if self.done || self.reserved.is_empty() {
+            return;
+        }
+        self.done = true;
+        let reserved = self
+            .reserved
+            .iter()
+            .flat_map(|r| &r.nodes)
+            .map(|(flavor, nodes)| (flavor.as_str(), nodes.as_slice()));
+        cluster.fill(reserved, self.keep_off);
     }
 }
 

@@ -198,7 +198,6 @@ impl Scheduler {
     /// queues' borrowers (the nearest in the cohort tree first), lowest priority, newest.
     fn preemption_candidates(&self, cq: &str, job: &Job) -> Option<Vec<Candidate>> {
         let policy = self.queues.get(cq)?.spec.preemption.clone()?;
-        let tree = self.quota.tree_number(cq);
         let mut candidates: Vec<Candidate> = Vec::new();
         // Jobs already leaving count wherever they are.
         for id in &self.evicting {
@@ -218,15 +217,18 @@ impl Scheduler {
         // Of the rest, only the queue's own jobs and, when it has a cohort, those of the
         // queues of its cohort tree can be chosen, the nearest queues' first. A queue whose jobs the policy can never choose for this job — another
         // queue borrowing nothing, say — is passed over whole, so that the running jobs of
-        // queues that cannot lose any cost nothing.
-        for (queue, ids) in &self.running_in {
+        // queues that cannot lose any cost nothing. The order does not matter: the caller
+        // sorts the candidates.
+        let others = self.quota.queues_sharing(cq).filter(|q| *q != cq);
+        for queue in std::iter::once(cq).chain(others) {
+            let Some(ids) = self.running_in.get(queue) else {
+                continue;
+            };
             let same_queue = queue == cq;
             let may_choose = if same_queue {
                 policy.within_cluster_queue == WithinClusterQueue::LowerPriority
             } else {
-                tree.is_some()
-                    && self.quota.tree_number(queue) == tree
-                    && policy.reclaim_within_cohort != ReclaimWithinCohort::Never
+                policy.reclaim_within_cohort != ReclaimWithinCohort::Never
                     && self.quota.is_borrowing_anything(queue)
             };
             if !may_choose {

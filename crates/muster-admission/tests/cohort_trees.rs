@@ -345,6 +345,36 @@ fn reclaiming_takes_from_the_nearest_borrower_first() {
 }
 
 #[test]
+fn reclaiming_never_takes_from_a_borrower_of_another_cohort_tree() {
+    // lab-a borrows all of lab-b's 32 GPUs and fills the four nodes. lab is a tree of its
+    // own, so vision, which reclaims from anyone in org's tree and has quota to spare, waits
+    // for the nodes rather than evicting lab-a's jobs: their quota was never vision's.
+    let queues = vec![
+        (
+            "vision",
+            reclaiming(cq(Some("ml"), &[("h100", &[(GPU, 16, None, None)])])),
+        ),
+        (
+            "lab-a",
+            cq(Some("lab"), &[("h100", &[(GPU, 0, None, None)])]),
+        ),
+        (
+            "lab-b",
+            cq(Some("lab"), &[("h100", &[(GPU, 32, None, None)])]),
+        ),
+    ];
+    let mut s = department_scheduler(queues);
+    for id in ["a1", "a2", "a3", "a4"] {
+        s.submit(job(id, "lab-a", 0, 0, 1, 8));
+    }
+    assert_eq!(admitted(&cycle(&mut s, 0)).len(), 4);
+    s.submit(job("v1", "vision", 5, 1, 1, 8));
+    let decisions = cycle(&mut s, 1);
+    assert!(preempted(&decisions).is_empty(), "{decisions:?}");
+    assert!(admitted(&decisions).is_empty(), "{decisions:?}");
+}
+
+#[test]
 fn fair_sharing_judges_a_department_against_its_siblings_before_its_teams() {
     // org holds 24 GPUs; ml (vision, nlp) and infra (web) hold none and share org's fairly,
     // as do ml's two teams. vision runs 16. nlp's job is older than web's, and neither team

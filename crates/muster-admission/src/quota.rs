@@ -85,6 +85,16 @@ pub enum QuotaFit {
     Short,
 }
 
+/// A usage in one flavor for one queue, its names looked up ([`QuotaBook::prepare`]).
+#[derive(Clone, Debug)]
+pub(crate) struct PreparedUsage {
+    /// The queue's number; `None`: no such queue, so nothing fits.
+    queue: Option<usize>,
+    /// Per resource asked for (none of zero): its slot (`None`: no quota anywhere for it in
+    /// the flavor) and the amount in milli-units.
+    needs: Vec<(Option<usize>, u64)>,
+}
+
 /// The first resource a check found short, borrowed from the usage checked.
 struct Short<'u> {
     resource: &'u str,
@@ -675,6 +685,62 @@ impl QuotaBook {
         }
     }
 
+    /// [`QuotaBook::fit`] of a usage whose names were looked up once ([`QuotaBook::prepare`]):
+    /// the same verdict, in arithmetic alone.
+    pub(crate) fn fit_prepared(&self, prepared: &PreparedUsage) -> QuotaFit {
+        let Some(q) = prepared.queue else {
+            return QuotaFit::Short;
+        };
+        let mut borrows = false;
+        for &(slot, need) in &prepared.needs {
+            let (available, nominal_left) = self.room(q, slot);
+            if need > available {
+                return QuotaFit::Short;
+            }
+            if need > nominal_left {
+                borrows = true;
+            }
+        }
+        if borrows {
+            QuotaFit::Borrows
+        } else {
+            QuotaFit::Fits
+        }
+    }
+
+    /// `usage` in `flavor` for `queue`, with its queue's and slots' numbers looked up, for
+    /// [`QuotaBook::fit_prepared`]: valid while the book's queues and quotas stay as they are
+    /// (usage may change).
+    pub(crate) fn prepare(&self, queue: &str, flavor: &str, usage: &Resources) -> PreparedUsage {
+        let resources = self.layout.slots.get(flavor);
+        PreparedUsage {
+            queue: self.queue(queue),
+            needs: usage
+                .iter()
+                .filter(|(_, amount)| amount.milli() > 0)
+                .map(|(resource, amount)| {
+                    let slot = resources.and_then(|r| r.get(resource)).copied();
+                    (slot, amount.milli())
+                })
+                .collect(),
+        }
+    }
+
+    /// What queue `q` could still take of `slot` (none where it has no quota entry), and how
+    /// much of it is left within its nominal quota.
+    fn room(&self, q: usize, slot: Option<usize>) -> (u64, u64) {
+        match slot {
+            Some(slot) if self.layout.limits[q][slot].is_some() => {
+                let nominal = self.layout.limits[q][slot].map_or(0, |l| l.nominal);
+                (
+                    self.available_to_queue(q, slot),
+                    nominal.saturating_sub(self.usage[(q, slot)]),
+                )
+            }
+            _ => (0, 0),
+        }
+    }
+
     /// Whether `usage` fits `queue` in `flavor`: `Ok(borrows)`, or the first resource short.
     fn measure<'u>(
         &self,
@@ -698,16 +764,7 @@ impl QuotaBook {
                 continue;
             }
             let slot = resources.and_then(|r| r.get(resource)).copied();
-            let (available, nominal_left) = match slot {
-                Some(slot) if self.layout.limits[q][slot].is_some() => {
-                    let nominal = self.layout.limits[q][slot].map_or(0, |l| l.nominal);
-                    (
-                        self.available_to_queue(q, slot),
-                        nominal.saturating_sub(self.usage[(q, slot)]),
-                    )
-                }
-                _ => (0, 0),
-            };
+            let (available, nominal_left) = self.room(q, slot);
             if need > available {
                 let free = nominal_left.min(available);
                 return Err(Short {
@@ -916,4 +973,123 @@ fn fair_weight(f: &FairSharing) -> u64 {
     f.weight
         .as_ref()
         .map_or(1000, |w| Amount::parse(&w.0).map_or(1000, Amount::milli))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use muster_api::cluster_queue::{FlavorQuotas, ResourceGroup, ResourceQuota};
+    use muster_api::{Amount, ClusterQueueSpec, Resources};
+
+    use super::QuotaBook;
+
+    const GPU: &str = "nvidia.com/gpu";
+
+    fn quota(
+        name: &str,
+        nominal: u64,
+        borrowing: Option<u64>,
+        lending: Option<u64>,
+    ) -> ResourceQuota {
+        let quantity = |n: u64| Quantity(n.to_string());
+        ResourceQuota {
+            name: name.to_owned(),
+            nominal_quota: quantity(nominal),
+            borrowing_limit: borrowing.map(quantity),
+            lending_limit: lending.map(quantity),
+        }
+    }
+
+    fn spec(cohort: Option<&str>, flavors: Vec<FlavorQuotas>) -> ClusterQueueSpec {
+        ClusterQueueSpec {
+            cohort: cohort.map(str::to_owned),
+            resource_groups: vec![ResourceGroup {
+                covered_resources: vec![GPU.to_owned(), "cpu".to_owned()],
+                flavors,
+            }],
+            ..ClusterQueueSpec::default()
+        }
+    }
+
+    fn usage(pairs: &[(&str, u64)]) -> Resources {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Amount::from_units(*v)))
+            .collect()
+    }
+
+    #[test]
+    fn a_prepared_usage_fits_as_the_named_one_does() {
+        let h100 = |gpu: ResourceQuota, cpu: ResourceQuota| FlavorQuotas {
+            name: "h100".into(),
+            resources: vec![gpu, cpu],
+        };
+        let specs = [
+            (
+                "a",
+                spec(
+                    Some("all"),
+                    vec![
+                        h100(
+                            quota(GPU, 8, Some(4), Some(2)),
+                            quota("cpu", 64, None, None),
+                        ),
+                        FlavorQuotas {
+                            name: "a100".into(),
+                            resources: vec![quota(GPU, 4, None, None)],
+                        },
+                    ],
+                ),
+            ),
+            (
+                "b",
+                spec(
+                    Some("all"),
+                    vec![h100(
+                        quota(GPU, 8, None, None),
+                        quota("cpu", 16, Some(8), None),
+                    )],
+                ),
+            ),
+            (
+                "c",
+                spec(
+                    None,
+                    vec![h100(quota(GPU, 2, None, None), quota("cpu", 8, None, None))],
+                ),
+            ),
+        ];
+        let mut book = QuotaBook::new(specs.iter().map(|(n, s)| (*n, s)));
+        let mut usages = Vec::new();
+        for gpus in 0..=14 {
+            for cpus in [0, 8, 40, 90] {
+                usages.push(usage(&[(GPU, gpus), ("cpu", cpus)]));
+            }
+        }
+        usages.push(usage(&[(GPU, 1), ("example.com/fpga", 1)]));
+        usages.push(usage(&[("example.com/fpga", 0)]));
+        // Usage moves between the checks: what was lent, borrowed and used changes.
+        let steps = [
+            ("b", "h100", 3),
+            ("a", "h100", 9),
+            ("b", "h100", 6),
+            ("a", "a100", 4),
+            ("c", "h100", 2),
+        ];
+        for (queue, flavor, gpus) in steps {
+            book.add(queue, flavor, &usage(&[(GPU, gpus), ("cpu", gpus * 4)]));
+            for queue in ["a", "b", "c", "nobody"] {
+                for flavor in ["h100", "a100", "none"] {
+                    for u in &usages {
+                        let prepared = book.prepare(queue, flavor, u);
+                        assert_eq!(
+                            book.fit_prepared(&prepared),
+                            book.fit(queue, flavor, u),
+                            "{queue} {flavor} {u:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }

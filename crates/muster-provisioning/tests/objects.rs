@@ -1,6 +1,7 @@
 //! The objects that ask for capacity: names, templates with the flavor's placement, one
 //! request per pod set for GKE's Dynamic Workload Scheduler, and requests that fit the
-//! upstream CRD in `../shared/crds/` (skipped with a note when that folder is absent).
+//! upstream CRD in `../shared/crds/` or `$MUSTER_UPSTREAM_CRDS` (skipped with a note when
+//! absent).
 
 #[path = "../../muster-api/tests/support/upstream.rs"]
 mod upstream;

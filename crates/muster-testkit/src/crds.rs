@@ -1,5 +1,6 @@
 //! Installing CustomResourceDefinitions: Muster's own, generated from `muster_api`, and the
-//! upstream ProvisioningRequest and JobSet kept in the shared folder beside the repository.
+//! upstream ProvisioningRequest and JobSet kept in the shared folder beside the repository
+//! (or wherever [`UPSTREAM_CRDS_ENV`] names).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,10 +18,22 @@ pub(crate) const MANAGER: &str = "muster-testkit";
 /// How long a CRD may take to become Established.
 const ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Where the upstream ProvisioningRequest CRD is kept: `shared/crds/` beside the repository.
+/// The variable naming the folder of the upstream CRDs, for a checkout that is not beside
+/// `shared/` (a clone elsewhere, a CI workspace).
+pub const UPSTREAM_CRDS_ENV: &str = "MUSTER_UPSTREAM_CRDS";
+
+/// The folder of the upstream CRDs: [`UPSTREAM_CRDS_ENV`] when set and not empty, else
+/// `shared/crds/` beside the repository.
+pub fn upstream_crds_dir() -> PathBuf {
+    match std::env::var_os(UPSTREAM_CRDS_ENV) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/crds"),
+    }
+}
+
+/// Where the upstream ProvisioningRequest CRD is kept (see [`upstream_crds_dir`]).
 pub fn provisioning_crd_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/crds/autoscaling.x-k8s.io_provisioningrequests.yaml")
+    upstream_crds_dir().join("autoscaling.x-k8s.io_provisioningrequests.yaml")
 }
 
 /// Applies Muster's CRDs (server-side apply) and waits until each is Established.
@@ -33,10 +46,9 @@ pub async fn install_muster_crds(client: &Client) -> anyhow::Result<()> {
     install(client, crds).await
 }
 
-/// Where the upstream JobSet CRD is kept: `shared/crds/` beside the repository.
+/// Where the upstream JobSet CRD is kept (see [`upstream_crds_dir`]).
 pub fn jobset_crd_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/crds/jobset.x-k8s.io_jobsets.yaml")
+    upstream_crds_dir().join("jobset.x-k8s.io_jobsets.yaml")
 }
 
 /// Applies the upstream ProvisioningRequest CRD from [`provisioning_crd_path`] and waits until it
@@ -54,7 +66,8 @@ pub async fn install_jobset_crd(client: &Client) -> anyhow::Result<()> {
 async fn install_upstream(client: &Client, kind: &str, path: &Path) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| {
         format!(
-            "the {kind} CRD is not at {} (expected in shared/crds/ beside the repository)",
+            "the {kind} CRD is not at {} (expected in shared/crds/ beside the repository; \
+             set {UPSTREAM_CRDS_ENV} to the folder that holds it)",
             path.display()
         )
     })?;

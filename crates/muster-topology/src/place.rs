@@ -465,12 +465,16 @@ fn distribute(
 ) {
     let d = &topo.domains()[domain];
     let leaf = d.children.is_empty();
-    let mut units: Vec<Unit> = if leaf {
-        d.nodes.iter().map(|&id| cap.node_unit(id)).collect()
+    // Only units with room: in a busy fleet most nodes are full, and a block has hundreds.
+    // Room for all of them at once: a filtered collect would grow the vector one by one.
+    let mut units: Vec<Unit> = Vec::with_capacity(d.nodes.len().max(d.children.len()));
+    if leaf {
+        let with_room = d.nodes.iter().filter(|&&id| cap.node[id] > 0);
+        units.extend(with_room.map(|&id| cap.node_unit(id)));
     } else {
-        d.children.iter().map(|&id| cap.domain_unit(id)).collect()
-    };
-    units.retain(|u| u.capacity > 0);
+        let with_room = d.children.iter().filter(|&&id| cap.domain[id] > 0);
+        units.extend(with_room.map(|&id| cap.domain_unit(id)));
+    }
     let mut left = need;
     let mut picked: Vec<(usize, u32)> = Vec::new();
     while left > 0 {

@@ -11,7 +11,7 @@ use super::{Assignment, Blocked, Options, Scheduler};
 use crate::cluster::{Cluster, with_flavor};
 use crate::decision::PodSetPlacement;
 use crate::job::Job;
-use crate::quota::{QuotaCheck, Shortfall};
+use crate::quota::{QuotaCheck, QuotaFit, Shortfall};
 use crate::reservation::Reservation;
 
 impl Scheduler {
@@ -171,13 +171,19 @@ impl Scheduler {
                     .cloned()
                     .unwrap_or_default();
                 total.add_all(usage);
-                match (self.quota.check(cq, &flavor.name, &total), borrow_pass) {
-                    (QuotaCheck::Fits, false) | (QuotaCheck::Borrows, true) => {}
-                    (QuotaCheck::Short(s), false) => {
-                        first_short.get_or_insert(s);
+                // The verdict alone, which allocates nothing; the shortfall is worked out
+                // only for the first flavor short, the one a waiting job is told of.
+                match (self.quota.fit(cq, &flavor.name, &total), borrow_pass) {
+                    (QuotaFit::Fits, false) | (QuotaFit::Borrows, true) => {}
+                    (QuotaFit::Short, false) => {
+                        if first_short.is_none()
+                            && let QuotaCheck::Short(s) = self.quota.check(cq, &flavor.name, &total)
+                        {
+                            first_short = Some(s);
+                        }
                         continue;
                     }
-                    (QuotaCheck::Borrows, false) if opts.no_borrow => {
+                    (QuotaFit::Borrows, false) if opts.no_borrow => {
                         first_short.get_or_insert(Shortfall {
                             flavor: flavor.name.clone(),
                             resource: String::new(),

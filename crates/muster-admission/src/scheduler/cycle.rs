@@ -13,7 +13,11 @@ use super::{
 };
 use crate::decision::{Admitted, Decision, PendingReason};
 use crate::job::{Job, JobId};
-use crate::quota::QuotaFit;
+use crate::quota::{PreparedUsage, QuotaFit};
+
+/// Per pod set of a job, the flavors it could take in one queue, prepared for measuring
+/// ([`Scheduler::borrowing_plan`]).
+pub(super) type BorrowingPlan = Vec<Vec<PreparedUsage>>;
 
 impl Scheduler {
     /// How many cycles ran in full, not skipped as quiet (see [`Scheduler::step`]). While it
@@ -414,22 +418,40 @@ impl Scheduler {
         }
     }
 
-    /// Whether `job` could start in `cq` only by borrowing: some pod set has no flavor with
-    /// room within the queue's nominal quota, but one with room in the cohort.
-    /// `usage`: the job's quota usage per pod set (its shape's).
-    pub(super) fn needs_borrowing(&self, cq: &str, usage: &[Resources]) -> bool {
-        let Some(spec) = self.queues.get(cq).map(|q| &q.spec) else {
+    /// What [`Scheduler::needs_borrowing`] measures for a job of `usage` (its shape's quota
+    /// usage per pod set) in `cq`: per pod set, the flavors of the group covering it, in
+    /// order, each with its names looked up. `None`: the job could not start in `cq` at all
+    /// (no such queue, or a pod set no group covers). Holds while the queues and their quotas
+    /// do, so a cycle builds it once per queue and shape and measures it after every admission.
+    pub(super) fn borrowing_plan(&self, cq: &str, usage: &[Resources]) -> Option<BorrowingPlan> {
+        let spec = &self.queues.get(cq)?.spec;
+        usage
+            .iter()
+            .map(|usage| {
+                let group = assign::covering_group(spec, usage)?;
+                Some(
+                    group
+                        .flavors
+                        .iter()
+                        .map(|f| self.quota.prepare(cq, &f.name, usage))
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// Whether a job of `plan` ([`Scheduler::borrowing_plan`]) could start only by borrowing:
+    /// some pod set has no flavor with room within the queue's nominal quota, but one with
+    /// room in the cohort.
+    pub(super) fn needs_borrowing(&self, plan: Option<&BorrowingPlan>) -> bool {
+        let Some(plan) = plan else {
             return false;
         };
         let mut borrows = false;
-        for usage in usage {
-            // The flavors assignment would try: those of the group covering the pod set.
-            let Some(group) = assign::covering_group(spec, usage) else {
-                return false;
-            };
+        for flavors in plan {
             let mut fits = QuotaFit::Short;
-            for f in &group.flavors {
-                match self.quota.fit(cq, &f.name, usage) {
+            for prepared in flavors {
+                match self.quota.fit_prepared(prepared) {
                     QuotaFit::Fits => {
                         fits = QuotaFit::Fits;
                         break;

@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use muster_api::cluster_queue::StopPolicy;
 
+use super::cycle::BorrowingPlan;
 use super::lists::{QueueList, Queued, Run};
 use super::{CycleState, HeadKey, MemoKey, Scheduler};
 use crate::job::JobId;
@@ -48,6 +49,9 @@ struct QueueWalk<'a> {
     tree: Option<usize>,
     /// Per job shape, whether it would borrow, while that usage stays as it is.
     borrows: BTreeMap<MemoKey, bool>,
+    /// Per job shape, what is measured to tell (built once a cycle: it holds while the
+    /// queues' quotas do, which a cycle does not change).
+    plans: BTreeMap<MemoKey, Option<BorrowingPlan>>,
     runs: Vec<RunWalk<'a>>,
     /// The rank from which jobs have not been served (see [`super::lists`]).
     cursor: u64,
@@ -57,6 +61,10 @@ struct QueueWalk<'a> {
     at: Option<(usize, usize)>,
     /// Its key, while usage stays as it is.
     key: Option<HeadKey<'a>>,
+    /// Per run, its last job from the cursor up to `at` (rank, job, shape), highest rank
+    /// first: which of them would borrow changes with usage, but they change only when `at`
+    /// does, so an admission elsewhere in the tree takes the key again without a search.
+    lasts: Option<Vec<(u64, &'a Queued, MemoKey)>>,
     /// Jobs served so far this cycle, preemptors served first included.
     served: u32,
 }
@@ -100,6 +108,7 @@ impl<'a> Walk<'a> {
                 cq: cq.as_str(),
                 tree: quota.tree_number(cq),
                 borrows: BTreeMap::new(),
+                plans: BTreeMap::new(),
                 runs: list
                     .runs
                     .iter()
@@ -113,6 +122,7 @@ impl<'a> Walk<'a> {
                 done: false,
                 at: None,
                 key: None,
+                lasts: None,
                 served: served.get(cq).copied().unwrap_or(0),
             })
             .collect();
@@ -140,6 +150,7 @@ impl<'a> Walk<'a> {
             q.cursor = next.rank.saturating_add(1);
             q.at = None;
             q.key = None;
+            q.lasts = None;
             q.served += 1;
         }
     }
@@ -207,39 +218,56 @@ impl Scheduler {
     ) -> HeadKey<'a> {
         let share = self.quota.standing(q.cq);
         let head = q.listed(at);
-        // The last job up to `at` whose shape would borrow: its rank and the job.
-        let mut last_borrower: Option<(u64, &'a Queued)> = None;
-        for walk in &q.runs {
-            let jobs = &walk.run.jobs;
-            // Preemptors served first are not in the queue's order.
-            let mut upto = jobs.partition_point(|l| l.rank <= head.rank);
-            while !nominated.is_empty()
-                && upto > 0
-                && nominated.contains(&jobs[upto - 1].queued.job.id)
-            {
-                upto -= 1;
-            }
-            let Some(last) = upto.checked_sub(1).and_then(|k| jobs.get(k)) else {
-                continue;
-            };
-            if last.rank < q.cursor || last_borrower.is_some_and(|(b, _)| b > last.rank) {
-                continue;
-            }
-            let would = *q
-                .borrows
-                .entry(walk.shape)
-                .or_insert_with(|| self.needs_borrowing(q.cq, &self.shape_usage[walk.shape]));
+        let lasts = q
+            .lasts
+            .get_or_insert_with(|| lasts_up_to(&q.runs, q.cursor, head.rank, nominated));
+        // The last job up to `at` whose shape would borrow: the first of the lasts, highest
+        // rank first, whose shape would.
+        let mut last_borrower: Option<&'a Queued> = None;
+        for &(_, queued, shape) in lasts.iter() {
+            let would = *q.borrows.entry(shape).or_insert_with(|| {
+                let plan = q
+                    .plans
+                    .entry(shape)
+                    .or_insert_with(|| self.borrowing_plan(q.cq, &self.shape_usage[shape]));
+                self.needs_borrowing(plan.as_ref())
+            });
             if would {
-                last_borrower = Some((last.rank, &last.queued));
+                last_borrower = Some(queued);
+                break;
             }
         }
         let (borrowing, by) = match last_borrower {
-            Some((_, b)) => (true, &b.job),
+            Some(b) => (true, &b.job),
             None => (false, &head.queued.job),
         };
         let (priority, created, uid, id) = by.order_key();
         (borrowing, share, priority, created, uid, id)
     }
+}
+
+/// Per run of `runs`, its last job ranked from `cursor` up to `upto` (preemptors served first
+/// left out: they are not in the queue's order), with its shape; highest rank first.
+fn lasts_up_to<'a>(
+    runs: &[RunWalk<'a>],
+    cursor: u64,
+    upto: u64,
+    nominated: &BTreeSet<JobId>,
+) -> Vec<(u64, &'a Queued, MemoKey)> {
+    let mut lasts: Vec<(u64, &'a Queued, MemoKey)> = runs
+        .iter()
+        .filter_map(|walk| {
+            let jobs = &walk.run.jobs;
+            let mut k = jobs.partition_point(|l| l.rank <= upto);
+            while !nominated.is_empty() && k > 0 && nominated.contains(&jobs[k - 1].queued.job.id) {
+                k -= 1;
+            }
+            let last = jobs.get(k.checked_sub(1)?)?;
+            (last.rank >= cursor).then_some((last.rank, &last.queued, walk.shape))
+        })
+        .collect();
+    lasts.sort_unstable_by_key(|(rank, _, _)| std::cmp::Reverse(*rank));
+    lasts
 }
 
 /// The first job at or after `q`'s cursor that the cycle must serve (its run and index

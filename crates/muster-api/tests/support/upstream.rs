@@ -13,12 +13,15 @@ pub fn upstream_schema() -> Option<Value> {
     crd_schema("autoscaling.x-k8s.io_provisioningrequests.yaml", "v1")
 }
 
-/// The schema of `version` in the upstream CRD `file` of `shared/crds/`, or `None` (with a
-/// note) where the shared folder is absent.
+/// The schema of `version` in the upstream CRD `file` of `shared/crds/` beside the repository
+/// (or of the folder `MUSTER_UPSTREAM_CRDS` names, as the test kit reads it), or `None` (with
+/// a note) where the folder is absent.
 pub fn crd_schema(file: &str, version: &str) -> Option<Value> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/crds")
-        .join(file);
+    let dir = match std::env::var_os("MUSTER_UPSTREAM_CRDS") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/crds"),
+    };
+    let path = dir.join(file);
     let Ok(text) = std::fs::read_to_string(&path) else {
         eprintln!("skipping: upstream CRD not found at {}", path.display());
         return None;

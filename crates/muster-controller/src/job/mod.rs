@@ -419,10 +419,13 @@ fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
             pods: stale,
         });
     }
-    match status.phase {
-        Some(GpuJobPhase::Succeeded) => return Step::new(Phase::Succeeded),
-        Some(GpuJobPhase::Failed) => return Step::new(Phase::Failed),
-        _ => {}
+    let ended = match status.phase {
+        Some(GpuJobPhase::Succeeded) => Some(Phase::Succeeded),
+        Some(GpuJobPhase::Failed) => Some(Phase::Failed),
+        _ => None,
+    };
+    if let Some(phase) = ended {
+        return ended_step(phase, job, key, current);
     }
     if let Some(step) = entry::finished(reading) {
         return step;
@@ -497,6 +500,31 @@ fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
 /// Pods of the current attempt exist, yet the status names no released gang: a release cut
 /// off. Finished when the whole gang exists and agrees on its admission, else rolled back
 /// (its live pods deleted).
+/// A job whose status says it ended. An eviction writes the status first and deletes the
+/// pods after, so a leader that stops between the two (or a deletion that failed) leaves an
+/// ended job with pods still running, which nothing else would ever remove: they are deleted
+/// here. A Job's or JobSet's pods are its controller's (the entries step suspends it).
+fn ended_step(phase: Phase, job: &GpuJob, key: &ObjectRef, current: &Pods<'_>) -> Step {
+    let running: Vec<ObjectRef> = current
+        .iter()
+        .filter(|(_, p)| {
+            !p.deleting
+                && !matches!(
+                    p.phase,
+                    crate::index::PodPhase::Succeeded | crate::index::PodPhase::Failed
+                )
+        })
+        .map(|(k, _)| (*k).clone())
+        .collect();
+    if running.is_empty() || crate::workload::workload_of(job).is_some() {
+        return Step::new(phase);
+    }
+    Step::new(phase).act(Action::DeletePods {
+        job: key.to_owned(),
+        pods: running,
+    })
+}
+
 fn cut_off(job: &GpuJob, key: &ObjectRef, current: &Pods<'_>, live: &Pods<'_>, step: Step) -> Step {
     if crate::workload::workload_of(job).is_some() {
         // The Job controller would make deleted pods again: the entries step suspends the

@@ -767,6 +767,31 @@ fn every_situation_gives_its_step() {
             "Failed · out",
         ),
         (
+            "failed, its pods still running (the eviction stopped after its status): they go, held until gone",
+            World::new()
+                .admitted()
+                .running()
+                .with_status(|s| s.phase = Some(GpuJobPhase::Failed)),
+            "Failed · delete_pods · holds",
+        ),
+        (
+            "failed, its pods already leaving or ended: none deleted again, held until gone",
+            World::new()
+                .admitted()
+                .pods(&[("Failed", false), ("Running", true)])
+                .deleting(1)
+                .with_status(|s| s.phase = Some(GpuJobPhase::Failed)),
+            "Failed · holds",
+        ),
+        (
+            "succeeded, every pod succeeded: none deleted",
+            World::new()
+                .admitted()
+                .pods(&[("Succeeded", false), ("Succeeded", false)])
+                .with_status(|s| s.phase = Some(GpuJobPhase::Succeeded)),
+            "Succeeded · holds",
+        ),
+        (
             "deleted: its pods are removed, then the finalizer",
             World::new()
                 .admitted()

@@ -90,6 +90,13 @@ pub enum PodPhase {
     Unknown,
 }
 
+impl PodPhase {
+    /// Its containers are done for good (succeeded or failed): it holds nothing on its node.
+    pub fn ended(self) -> bool {
+        matches!(self, PodPhase::Succeeded | PodPhase::Failed)
+    }
+}
+
 /// One of Muster's pods: the gang it belongs to and the admission it was released under.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GangMember {

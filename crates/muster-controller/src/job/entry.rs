@@ -93,13 +93,7 @@ fn group_finished(reading: &Reading<'_>) -> Option<(bool, String)> {
                 .is_some_and(|m| m.attempt == reading.status.requeue_count)
         })
         .collect();
-    let ended = |p: &crate::index::PodRecord| {
-        matches!(
-            p.phase,
-            crate::index::PodPhase::Succeeded | crate::index::PodPhase::Failed
-        )
-    };
-    if expected == 0 || pods.len() < expected || !pods.iter().all(|(_, p)| ended(p)) {
+    if expected == 0 || pods.len() < expected || !pods.iter().all(|(_, p)| p.phase.ended()) {
         return None;
     }
     Some(

@@ -507,13 +507,7 @@ fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
 fn ended_step(phase: Phase, job: &GpuJob, key: &ObjectRef, current: &Pods<'_>) -> Step {
     let running: Vec<ObjectRef> = current
         .iter()
-        .filter(|(_, p)| {
-            !p.deleting
-                && !matches!(
-                    p.phase,
-                    crate::index::PodPhase::Succeeded | crate::index::PodPhase::Failed
-                )
-        })
+        .filter(|(_, p)| !p.deleting && !p.phase.ended())
         .map(|(k, _)| (*k).clone())
         .collect();
     if running.is_empty() || crate::workload::workload_of(job).is_some() {

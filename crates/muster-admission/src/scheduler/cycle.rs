@@ -132,15 +132,15 @@ impl Scheduler {
         }
         #[cfg(debug_assertions)]
         if let Some(order) = &state.release {
-            let rebuilt = self.release_order(now, true);
+            let rebuilt = self.release_order(now, true).whole(self);
             debug_assert!(
-                order.ends == rebuilt.ends && order.order == rebuilt.order,
+                order.taken().starts(&rebuilt) && order.whole(self) == rebuilt,
                 "the release order after admitting {} is not the one rebuilt",
                 a.job
             );
             for (t, book) in order.books() {
                 debug_assert!(
-                    book.same_usage(&self.book_at(&rebuilt, t)),
+                    book.same_usage(&self.book_at(&self.release_order(now, true), t)),
                     "the quota book at {t} after admitting {} is not the one rebuilt",
                     a.job
                 );

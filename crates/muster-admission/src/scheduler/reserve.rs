@@ -1,7 +1,8 @@
 //! Reservations for blocked jobs, from the timeline of running jobs' expected ends.
 
-use std::cell::RefCell;
+use std::cell::{Ref, RefCell};
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use muster_api::Resources;
@@ -16,23 +17,63 @@ use crate::reservation::Reservation;
 /// The order in which a reservation search releases jobs, and the quota book as it will be
 /// at times on the timeline; good while usage stays as it is (one cycle, until its next
 /// admission).
+///
+/// The order is taken from the scheduler's indexes as far as a search reaches, not whole:
+/// every holder of a large fleet is tens of thousands of jobs, a cycle builds an order
+/// afresh, and most searches find their answer among the first few hundred to end. Taking
+/// more never changes what was taken: the timeline past what is taken is the scheduler's
+/// expected ends after the last one taken, in the order they are kept.
 pub(super) struct ReleaseOrder {
-    /// The timeline's expected ends, soonest first: `ends[i]` is when `order[i]` ends.
-    pub(super) ends: Vec<i64>,
-    /// Every holder in release order: the timeline (as long as `ends`), then jobs without a
-    /// known end.
-    pub(super) order: Vec<SharedId>,
+    /// The time the order was built for: expected ends at or before it are due now.
+    now: i64,
+    /// Whether jobs past their expected end leave now (see [`Scheduler::release_order`]).
+    overdue_leave: bool,
+    /// How many holders are on the timeline: jobs due now, then jobs with an expected end.
+    known: usize,
+    /// How many holders there are in all: the timeline, then jobs without a known end.
+    len: usize,
+    /// The order as far as taken.
+    taken: RefCell<Taken>,
     /// Time → the quota book once every job on the timeline that ends by then is gone, as
     /// far as asked for.
     books: RefCell<BTreeMap<i64, QuotaBook>>,
 }
 
+/// The first holders of a release order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Taken {
+    /// The timeline's expected ends taken so far: `ends[i]` is when `order[i]` ends.
+    pub(super) ends: Vec<i64>,
+    /// The holders taken so far: the first `ends.len()` are the timeline's, and once the
+    /// whole timeline is taken, every job without a known end follows, by id.
+    pub(super) order: Vec<SharedId>,
+    /// How many of the first holders end together at the order's `now` (being evicted or,
+    /// when they leave, overdue): those are by id, not taken from the expected ends.
+    due: usize,
+}
+
+/// How many holders a release order takes at least when it must take more. Debug builds take
+/// one: what is taken never changes an answer, and every test then walks the order as far as
+/// a search reaches, patched by admissions where it is taken and not where it is not (the
+/// cycle checks it against a rebuilt one after every admission).
+const TAKE_AT_LEAST: usize = if cfg!(debug_assertions) { 1 } else { 64 };
+
 impl ReleaseOrder {
+    /// How many holders the order has.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// How many of them are on the timeline (with an end, or due now).
+    pub(super) fn known(&self) -> usize {
+        self.known
+    }
+
     /// Job `id`, just admitted, joins the order where a rebuilt order would have it: on the
     /// timeline at its expected end `end` (after `now`), or among the jobs without a known
-    /// end, by id. Cheaper than a rebuild by as much as a shift of the order is than a copy
-    /// of every holder, which a cycle admitting hundreds of jobs among thousands that run
-    /// would pay for each. The quota books asked for so far stay: `add` books the job's
+    /// end, by id. Where the order is not taken that far, nothing is to be done: the job is
+    /// among the scheduler's expected ends (or holders without one) already, and is taken
+    /// from there in its place. The quota books asked for so far stay: `add` books the job's
     /// usage into each that it is still running at (before `end`), which is what a rebuilt
     /// book holds. In one that is at or past its end, a rebuild would book it and release
     /// it again. `false` (nothing changed) when `end` is not after `now`: it would sort among
@@ -45,34 +86,65 @@ impl ReleaseOrder {
         add: impl Fn(&mut QuotaBook),
     ) -> bool {
         let id: SharedId = Arc::from(id);
+        let taken = self.taken.get_mut();
+        let whole_timeline = taken.ends.len() == self.known;
         match end {
             Some(end) if end <= now => return false,
             Some(end) => {
-                // The timeline is sorted by (end, id): bisect it.
-                let (mut at, mut past) = (0, self.ends.len());
+                // The timeline is sorted by (end, id): bisect what is taken of it. A job
+                // past the last one taken is taken in its turn.
+                let (mut at, mut past) = (0, taken.ends.len());
                 while at < past {
                     let mid = at + (past - at) / 2;
-                    if (self.ends[mid], &self.order[mid]) < (end, &id) {
+                    if (taken.ends[mid], &taken.order[mid]) < (end, &id) {
                         at = mid + 1;
                     } else {
                         past = mid;
                     }
                 }
-                self.ends.insert(at, end);
-                self.order.insert(at, id);
+                if at < taken.ends.len() || whole_timeline {
+                    taken.ends.insert(at, end);
+                    taken.order.insert(at, id);
+                }
+                self.known += 1;
             }
             None => {
-                let known = self.ends.len();
-                let at = known + self.order[known..].partition_point(|o| *o < id);
-                self.order.insert(at, id);
+                if taken.order.len() == self.len {
+                    let known = taken.ends.len();
+                    let at = known + taken.order[known..].partition_point(|o| *o < id);
+                    taken.order.insert(at, id);
+                }
             }
         }
+        self.len += 1;
         for (t, book) in self.books.get_mut().iter_mut() {
             if end.is_none_or(|end| end > *t) {
                 add(book);
             }
         }
         true
+    }
+
+    /// The whole order as it stands, taken from `s` without changing what this order has
+    /// taken (for debug builds to compare with a rebuilt one).
+    #[cfg(debug_assertions)]
+    pub(super) fn whole(&self, s: &Scheduler) -> Taken {
+        let copy = ReleaseOrder {
+            now: self.now,
+            overdue_leave: self.overdue_leave,
+            known: self.known,
+            len: self.len,
+            taken: RefCell::new(self.taken.borrow().clone()),
+            books: RefCell::new(BTreeMap::new()),
+        };
+        s.take_order(&copy, copy.len);
+        copy.taken.into_inner()
+    }
+
+    /// What is taken so far (for debug builds: a prefix of the whole order).
+    #[cfg(debug_assertions)]
+    pub(super) fn taken(&self) -> Taken {
+        self.taken.borrow().clone()
     }
 
     /// The quota books asked for so far, by time (for debug builds to compare with rebuilt
@@ -84,6 +156,16 @@ impl ReleaseOrder {
             .iter()
             .map(|(t, b)| (*t, b.clone()))
             .collect()
+    }
+}
+
+impl Taken {
+    /// Whether `self` is where `whole` starts.
+    #[cfg(debug_assertions)]
+    pub(super) fn starts(&self, whole: &Taken) -> bool {
+        whole.ends.starts_with(&self.ends)
+            && whole.order.starts_with(&self.order)
+            && self.due == whole.due
     }
 }
 
@@ -100,8 +182,10 @@ impl Scheduler {
             Some((from, book)) => (Some(*from), book.clone()),
             None => (None, self.quota.clone()),
         };
-        let start = from.map_or(0, |f| release.ends.partition_point(|end| *end <= f));
-        for (end, id) in release.ends[start..].iter().zip(&release.order[start..]) {
+        self.take_timeline_until(release, t);
+        let taken = release.taken.borrow();
+        let start = from.map_or(0, |f| taken.ends.partition_point(|end| *end <= f));
+        for (end, id) in taken.ends[start..].iter().zip(&taken.order[start..]) {
             if *end > t {
                 break;
             }
@@ -118,31 +202,6 @@ impl Scheduler {
         book
     }
 
-    /// Admitted jobs with their expected end (now for jobs being evicted and, when
-    /// `overdue_leave`, for jobs past their expected end), soonest first, then by id; jobs
-    /// without an expected runtime never end as far as planning knows. Without
-    /// `overdue_leave`, jobs past their expected end are left off (the caller counts them
-    /// with the jobs of unknown end).
-    pub(super) fn release_timeline(&self, now: i64, overdue_leave: bool) -> Vec<(i64, SharedId)> {
-        // Everything due now (being evicted, or overdue) ties at `now` and goes by id; the
-        // rest of the expected ends are kept in order already.
-        let overdue = self.overdue(now);
-        let mut timeline: Vec<(i64, SharedId)> =
-            Vec::with_capacity(self.evicting.len() + self.ends.len());
-        timeline.extend(self.evicting.iter().map(|id| (now, id.clone())));
-        if overdue_leave {
-            timeline.extend(
-                self.ends
-                    .iter()
-                    .take(overdue)
-                    .map(|(_, id)| (now, id.clone())),
-            );
-        }
-        timeline.sort();
-        timeline.extend(self.ends.iter().skip(overdue).cloned());
-        timeline
-    }
-
     /// How many admitted jobs are past their expected end at `now`.
     pub(super) fn overdue(&self, now: i64) -> usize {
         self.ends
@@ -150,34 +209,110 @@ impl Scheduler {
             .count()
     }
 
-    /// The release timeline, then every other job that holds capacity (no known end), by id:
-    /// the order in which a reservation search releases jobs. A reservation counts jobs past
-    /// their expected end as leaving now (`overdue_leave`: what they hold is as good as
-    /// free, so nothing may start there that would outlast them); a preemptor weighing
-    /// whether to wait does not (a job that overran what it announced says nothing about
-    /// when it ends, and waiting on it could last for ever).
+    /// The order in which a reservation search releases jobs: admitted jobs with their
+    /// expected end, soonest first, then by id, with jobs being evicted (and, when
+    /// `overdue_leave`, jobs past their expected end) due now; then every other job that
+    /// holds capacity (no known end), by id. A reservation counts jobs past their expected
+    /// end as leaving now (`overdue_leave`: what they hold is as good as free, so nothing may
+    /// start there that would outlast them); a preemptor weighing whether to wait does not
+    /// (a job that overran what it announced says nothing about when it ends, and waiting on
+    /// it could last for ever), and counts them among the jobs of unknown end. Only the jobs
+    /// due now are taken at once; the rest as a search reaches them ([`Scheduler::take_order`]).
     pub(super) fn release_order(&self, now: i64, overdue_leave: bool) -> ReleaseOrder {
-        let timeline = self.release_timeline(now, overdue_leave);
-        let mut ends = Vec::with_capacity(timeline.len());
-        let mut order: Vec<SharedId> = Vec::with_capacity(self.holders.len());
-        for (end, id) in timeline {
-            ends.push(end);
-            order.push(id);
+        let overdue = self.overdue(now);
+        let mut due: Vec<SharedId> = self.evicting.iter().cloned().collect();
+        if overdue_leave {
+            due.extend(self.ends.iter().take(overdue).map(|(_, id)| id.clone()));
         }
-        let overdue = if overdue_leave { 0 } else { self.overdue(now) };
-        let mut rest: Vec<SharedId> = self
-            .provisioning
-            .iter()
-            .chain(&self.unending)
-            .chain(self.ends.iter().take(overdue).map(|(_, id)| id))
-            .cloned()
-            .collect();
-        rest.sort();
-        order.extend(rest);
+        due.sort();
+        let on_timeline = self.evicting.len() + self.ends.len();
+        let known = if overdue_leave {
+            on_timeline
+        } else {
+            on_timeline - overdue
+        };
+        let taken = Taken {
+            ends: vec![now; due.len()],
+            due: due.len(),
+            order: due,
+        };
         ReleaseOrder {
-            ends,
-            order,
+            now,
+            overdue_leave,
+            known,
+            len: on_timeline + self.provisioning.len() + self.unending.len(),
+            taken: RefCell::new(taken),
             books: RefCell::new(BTreeMap::new()),
+        }
+    }
+
+    /// Takes `release`'s order at least `k` holders far (or whole), more when it must take
+    /// any: a search that reaches past what is taken mostly goes on. Returns what is taken.
+    pub(super) fn take_order<'r>(&self, release: &'r ReleaseOrder, k: usize) -> Ref<'r, Taken> {
+        let k = k.min(release.len);
+        if release.taken.borrow().order.len() < k {
+            let mut taken = release.taken.borrow_mut();
+            let want = k.max(taken.order.len() * 2).max(TAKE_AT_LEAST);
+            let timeline_want = want.min(release.known);
+            self.take_timeline(release, &mut taken, |taken| {
+                taken.ends.len() >= timeline_want
+            });
+            if want > release.known && taken.order.len() < release.len {
+                // The jobs without a known end, by id: bought capacity's, those without a
+                // runtime and, unless they leave, those past it.
+                let overdue = if release.overdue_leave {
+                    0
+                } else {
+                    self.overdue(release.now)
+                };
+                let mut rest: Vec<SharedId> = self
+                    .provisioning
+                    .iter()
+                    .chain(&self.unending)
+                    .chain(self.ends.iter().take(overdue).map(|(_, id)| id))
+                    .cloned()
+                    .collect();
+                rest.sort();
+                taken.order.extend(rest);
+            }
+        }
+        release.taken.borrow()
+    }
+
+    /// Takes `release`'s timeline up to the first job that ends after `t` (or whole).
+    fn take_timeline_until(&self, release: &ReleaseOrder, t: i64) {
+        let mut taken = release.taken.borrow_mut();
+        let mut want = taken.ends.len().max(TAKE_AT_LEAST);
+        while taken.ends.len() < release.known && taken.ends.last().is_none_or(|end| *end <= t) {
+            want = want.saturating_mul(2);
+            self.take_timeline(release, &mut taken, |taken| taken.ends.len() >= want);
+        }
+    }
+
+    /// Takes expected ends onto `taken`'s timeline, in order, until `enough` (or the
+    /// timeline is whole): after the jobs due now, the scheduler's expected ends after the
+    /// release order's time, from the one after the last taken.
+    fn take_timeline(
+        &self,
+        release: &ReleaseOrder,
+        taken: &mut Taken,
+        enough: impl Fn(&Taken) -> bool,
+    ) {
+        if taken.ends.len() >= release.known || enough(taken) {
+            return;
+        }
+        let from = if taken.ends.len() > taken.due {
+            let last = taken.ends.len() - 1;
+            Bound::Excluded((taken.ends[last], taken.order[last].clone()))
+        } else {
+            Bound::Included((release.now.saturating_add(1), SharedId::from("")))
+        };
+        for (end, id) in self.ends.range((from, Bound::Unbounded)) {
+            taken.ends.push(*end);
+            taken.order.push(id.clone());
+            if enough(taken) {
+                break;
+            }
         }
     }
 
@@ -241,13 +376,16 @@ impl Scheduler {
         now: i64,
         release: &ReleaseOrder,
     ) -> Option<Reservation> {
-        let order = &release.order;
-        let known = release.ends.len();
+        let known = release.known();
         // Not before its queue's quota allows: a cheap search that never touches the nodes.
-        let floor = self.first_quota_prefix(cq, job, order, now)?;
-        let (k, assignment) = self.first_fitting_prefix(cq, job, order, known, now, floor)?;
+        let floor = self.first_quota_prefix(cq, job, release, now)?;
+        let (k, assignment) = self.first_fitting_prefix(cq, job, release, known, now, floor)?;
         let (until, assignment) = if k <= known {
-            let until = if k == 0 { now } else { release.ends[k - 1] };
+            let until = if k == 0 {
+                now
+            } else {
+                self.take_order(release, k).ends[k - 1]
+            };
             (Some(until), Some(assignment))
         } else {
             (None, None)
@@ -272,8 +410,9 @@ impl Scheduler {
                     place: false,
                     no_borrow: true,
                 };
+                let all = self.take_order(release, release.len());
                 if self
-                    .fits_without(cq, job, order, nominal, now, &[])
+                    .fits_without(cq, job, &all.order, nominal, now, &[])
                     .is_none()
                 {
                     need.clear();
@@ -304,7 +443,7 @@ impl Scheduler {
         &mut self,
         cq: &str,
         job: &Job,
-        order: &[SharedId],
+        release: &ReleaseOrder,
         now: i64,
     ) -> Option<usize> {
         let opts = Options {
@@ -317,8 +456,9 @@ impl Scheduler {
         let saved = self.quota.clone();
         let tree = self.quota.tree_number(cq);
         let mut found = None;
-        for (i, id) in order.iter().enumerate() {
-            let Some(e) = self.jobs.get(id) else {
+        for i in 0..release.len() {
+            let id = self.take_order(release, i + 1).order[i].clone();
+            let Some(e) = self.jobs.get(&id) else {
                 continue;
             };
             let shares = match &e.state {
@@ -347,7 +487,7 @@ impl Scheduler {
         &mut self,
         cq: &str,
         job: &Job,
-        order: &[SharedId],
+        release: &ReleaseOrder,
         exact: usize,
         now: i64,
         floor: usize,
@@ -359,18 +499,21 @@ impl Scheduler {
         let start = (self.cluster.mark(), self.quota.clone());
         // The last prefix known not to fit, with the state after releasing it: every prefix
         // below `floor`, whose last one is released first.
-        let below = floor.saturating_sub(1).min(order.len());
-        self.release_tentatively(&order[..below], true);
+        let below = floor.saturating_sub(1).min(release.len());
+        self.release_tentatively(&self.take_order(release, below).order[..below], true);
         let mut lo: (usize, ClusterMark, QuotaBook) =
             (below, self.cluster.mark(), self.quota.clone());
         let mut released = below;
         let mut found: Option<(usize, Assignment)> = None;
         let mut step = 1;
         // Gallop: release up to 1, 2, 4, … jobs until the job fits.
-        while found.is_none() && released < order.len() {
-            let target = (released + step).min(order.len());
+        while found.is_none() && released < release.len() {
+            let target = (released + step).min(release.len());
             step *= 2;
-            self.release_tentatively(&order[released..target], true);
+            self.release_tentatively(
+                &self.take_order(release, target).order[released..target],
+                true,
+            );
             released = target;
             match self.try_in_place(cq, job, opts, now) {
                 Some(a) => found = Some((target, a)),
@@ -388,7 +531,7 @@ impl Scheduler {
             self.cluster.rollback(&lo.1);
             self.quota = lo.2.clone();
             let mid = lo.0 + (hi.0 - lo.0) / 2;
-            self.release_tentatively(&order[lo.0..mid], true);
+            self.release_tentatively(&self.take_order(release, mid).order[lo.0..mid], true);
             match self.try_in_place(cq, job, opts, now) {
                 Some(a) => hi = (mid, a),
                 None => lo = (mid, self.cluster.mark(), self.quota.clone()),

@@ -62,10 +62,15 @@ pub struct Mark(usize);
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KeepOff(Vec<Vec<(usize, u64)>>);
 
-#[derive(Clone, Debug)]
-enum Change {
-    Added(NodeId, Vec<(usize, u64)>),
-    Removed(NodeId, Vec<(usize, u64)>),
+/// One journaled change of a node's usage. Its amounts, (resource index, milli-units), are
+/// in the topology's journal of amounts from `from` up to the next change's: every pod of
+/// every placement, release and reservation search is a change, and one buffer for all of
+/// them costs no allocation each.
+#[derive(Clone, Copy, Debug)]
+struct Change {
+    node: NodeId,
+    added: bool,
+    from: usize,
 }
 
 /// The nodes of one flavor arranged by topology levels.
@@ -90,6 +95,8 @@ pub struct Topology {
     /// with foldhash (a fixed seed) rather than SipHash, as every booking by name asks it.
     by_name: HashMap<String, NodeId, FixedState>,
     journal: Vec<Change>,
+    /// The amounts of the journal's changes, change after change.
+    journal_amounts: Vec<(usize, u64)>,
     /// Scratch space for a node's domains while a change updates the capacity indexes.
     ancestors: Vec<DomainId>,
     labels: LabelIndex,
@@ -152,6 +159,7 @@ impl Topology {
             width,
             by_name: HashMap::default(),
             journal: Vec::new(),
+            journal_amounts: Vec::new(),
             ancestors: Vec::new(),
             labels: LabelIndex::new(),
             capacities: Vec::new(),
@@ -553,9 +561,7 @@ impl Topology {
     /// Records that a pod using `usage` now runs on `node`. Resources no node has are ignored:
     /// they can never be free, so they never change a placement.
     pub fn add_usage(&mut self, node: NodeId, usage: &Resources) {
-        let usage = self.known(usage);
-        self.change(node, &usage, true);
-        self.journal.push(Change::Added(node, usage));
+        self.journal_change(node, usage, true);
     }
 
     /// `requests` as [`Topology::fill`] compares them with a node's free resources: each
@@ -588,7 +594,12 @@ impl Topology {
             .map(|k| (k, self.free_of(node, k)))
             .collect();
         self.change(node, &free, true);
-        self.journal.push(Change::Added(node, free.clone()));
+        self.journal.push(Change {
+            node,
+            added: true,
+            from: self.journal_amounts.len(),
+        });
+        self.journal_amounts.extend_from_slice(&free);
         Some(free)
     }
 
@@ -607,16 +618,22 @@ impl Topology {
 
     /// Records that a pod using `usage` left `node`.
     pub fn remove_usage(&mut self, node: NodeId, usage: &Resources) {
-        let usage = self.known(usage);
-        self.change(node, &usage, false);
-        self.journal.push(Change::Removed(node, usage));
+        self.journal_change(node, usage, false);
     }
 
-    fn known(&self, usage: &Resources) -> Vec<(usize, u64)> {
-        usage
-            .iter()
-            .filter_map(|(name, amount)| Some((self.resource_index(name)?, amount.milli())))
-            .collect()
+    /// Adds (or takes off) `usage` on `node` and journals it: its known resources are
+    /// resolved into the journal's amounts, and the change reads them from there.
+    fn journal_change(&mut self, node: NodeId, usage: &Resources, added: bool) {
+        let from = self.journal_amounts.len();
+        for (name, amount) in usage.iter() {
+            if let Some(k) = self.resource_index(name) {
+                self.journal_amounts.push((k, amount.milli()));
+            }
+        }
+        let amounts = std::mem::take(&mut self.journal_amounts);
+        self.change(node, &amounts[from..], added);
+        self.journal_amounts = amounts;
+        self.journal.push(Change { node, added, from });
     }
 
     /// The current point in the journal.
@@ -626,18 +643,21 @@ impl Topology {
 
     /// Undoes every change since `mark`, restoring the exact state at that point.
     pub fn rollback(&mut self, mark: Mark) {
+        let mut amounts = std::mem::take(&mut self.journal_amounts);
         while self.journal.len() > mark.0 {
-            match self.journal.pop() {
-                Some(Change::Added(node, usage)) => self.change(node, &usage, false),
-                Some(Change::Removed(node, usage)) => self.change(node, &usage, true),
-                None => break,
-            }
+            let Some(c) = self.journal.pop() else {
+                break;
+            };
+            self.change(c.node, &amounts[c.from..], !c.added);
+            amounts.truncate(c.from);
         }
+        self.journal_amounts = amounts;
     }
 
     /// Forgets the journal (the changes stay): call between cycles to bound its size.
     pub fn commit(&mut self) {
         self.journal.clear();
+        self.journal_amounts.clear();
     }
 
     fn change(&mut self, node: NodeId, usage: &[(usize, u64)], add: bool) {

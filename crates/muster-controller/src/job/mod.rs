@@ -497,9 +497,6 @@ fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
     Step::new(Phase::Waiting).with(InCycle::Queued)
 }
 
-/// Pods of the current attempt exist, yet the status names no released gang: a release cut
-/// off. Finished when the whole gang exists and agrees on its admission, else rolled back
-/// (its live pods deleted).
 /// A job whose status says it ended. An eviction writes the status first and deletes the
 /// pods after, so a leader that stops between the two (or a deletion that failed) leaves an
 /// ended job with pods still running, which nothing else would ever remove: they are deleted
@@ -519,6 +516,9 @@ fn ended_step(phase: Phase, job: &GpuJob, key: &ObjectRef, current: &Pods<'_>) -
     })
 }
 
+/// Pods of the current attempt exist, yet the status names no released gang: a release cut
+/// off. Finished when the whole gang exists and agrees on its admission, else rolled back
+/// (its live pods deleted).
 fn cut_off(job: &GpuJob, key: &ObjectRef, current: &Pods<'_>, live: &Pods<'_>, step: Step) -> Step {
     if crate::workload::workload_of(job).is_some() {
         // The Job controller would make deleted pods again: the entries step suspends the

@@ -166,6 +166,20 @@ impl World {
         self
     }
 
+    /// The job's status says it ended (written as a finish or an eviction that fails it
+    /// writes it: the admission gone).
+    fn finished(mut self, succeeded: bool) -> World {
+        let current = self.status().clone();
+        self.job.status = Some(status::finished(
+            &current,
+            Some(1),
+            succeeded,
+            "it ended",
+            &time(NOW - 1),
+        ));
+        self
+    }
+
     /// The gang's pods as released: gated and unbound.
     fn gated(mut self, count: usize) -> World {
         let flavors = BTreeMap::from([("h100".to_owned(), flavor().spec)]);
@@ -768,28 +782,25 @@ fn every_situation_gives_its_step() {
         ),
         (
             "failed, its pods still running (the eviction stopped after its status): they go, held until gone",
-            World::new()
-                .admitted()
-                .running()
-                .with_status(|s| s.phase = Some(GpuJobPhase::Failed)),
+            World::new().admitted().running().finished(false),
             "Failed · delete_pods · holds",
         ),
         (
-            "failed, its pods already leaving or ended: none deleted again, held until gone",
+            "failed, its pods already leaving or ended: none deleted again, and what is being deleted holds nothing",
             World::new()
                 .admitted()
                 .pods(&[("Failed", false), ("Running", true)])
                 .deleting(1)
-                .with_status(|s| s.phase = Some(GpuJobPhase::Failed)),
-            "Failed · holds",
+                .finished(false),
+            "Failed · out",
         ),
         (
-            "succeeded, every pod succeeded: none deleted",
+            "succeeded, every pod succeeded and kept: none deleted, nothing held",
             World::new()
                 .admitted()
                 .pods(&[("Succeeded", false), ("Succeeded", false)])
-                .with_status(|s| s.phase = Some(GpuJobPhase::Succeeded)),
-            "Succeeded · holds",
+                .finished(true),
+            "Succeeded · out",
         ),
         (
             "deleted: its pods are removed, then the finalizer",

@@ -11,8 +11,10 @@
 //! every cycle would cost what waits, and at fleet scale most jobs wait.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
+
+use foldhash::fast::FixedState;
 
 use super::MemoKey;
 use crate::job::{Job, JobId};
@@ -249,8 +251,9 @@ impl<'a> Iterator for InOrder<'a> {
 #[derive(Clone, Debug, Default)]
 pub(super) struct Lists {
     pub(super) by_queue: BTreeMap<String, QueueList>,
-    /// The queue and shape each listed job is in.
-    queue_of: BTreeMap<JobId, (String, MemoKey)>,
+    /// The queue and shape each listed job is in: looked up for every job that starts, ends
+    /// or leaves, never walked in order, so hashed (with a fixed seed).
+    queue_of: HashMap<JobId, (String, MemoKey), FixedState>,
 }
 
 impl Lists {

@@ -40,7 +40,7 @@ pub(super) struct ReleaseOrder {
 }
 
 /// The first holders of a release order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Taken {
     /// The timeline's expected ends taken so far: `ends[i]` is when `order[i]` ends.
     pub(super) ends: Vec<i64>,

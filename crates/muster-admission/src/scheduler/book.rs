@@ -3,7 +3,7 @@
 //! ClusterQueue it runs in — and kept in step on every change of state, so a cycle finds
 //! holders, victims and waiting jobs without walking every job.
 
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::{Holding, JobState, Scheduler, ShapeUsage, lists};
@@ -41,8 +41,9 @@ impl Scheduler {
                 ids.insert(id.to_owned());
             }
             None => {
-                self.running_in
-                    .insert(cq.to_owned(), BTreeSet::from([id.to_owned()]));
+                let mut ids = HashSet::default();
+                ids.insert(id.to_owned());
+                self.running_in.insert(cq.to_owned(), ids);
             }
         }
     }

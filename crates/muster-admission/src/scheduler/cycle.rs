@@ -480,7 +480,8 @@ impl Scheduler {
         if draining.is_empty() {
             return;
         }
-        let holders: Vec<JobId> = self.holders.iter().cloned().collect();
+        let mut holders: Vec<JobId> = self.holders.iter().cloned().collect();
+        holders.sort_unstable();
         for id in holders {
             let Some(entry) = self.jobs.get(&id) else {
                 continue;

@@ -1,8 +1,10 @@
 //! The scheduler: the state admission keeps between cycles (queues, quota usage, node usage,
 //! jobs), and the cycle that turns it into decisions.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
+
+use foldhash::fast::FixedState;
 
 use muster_api::{ClusterQueue, ClusterQueueSpec, Resources, Validate};
 use muster_topology::{BestFit, NoFit, PodSetRequest, Policy};
@@ -265,8 +267,9 @@ pub struct Scheduler {
     /// bound ends, as its last weighing found.
     deferred: BTreeMap<JobId, (i64, i64)>,
     policy: Box<dyn Policy>,
-    /// Jobs that hold capacity (every state but pending).
-    holders: BTreeSet<JobId>,
+    /// Jobs that hold capacity (every state but pending). Hashed: every admission and every
+    /// end files a job here, and walks that tell what they find sort it.
+    holders: HashSet<JobId, FixedState>,
     /// Of those, the ones holding quota while capacity is bought for them. These four sets
     /// hold shared ids: every reservation search's release order copies all of them.
     provisioning: BTreeSet<SharedId>,
@@ -277,7 +280,8 @@ pub struct Scheduler {
     /// Admitted jobs without one.
     unending: BTreeSet<SharedId>,
     /// Admitted and evicting jobs per ClusterQueue: the jobs preemption may pick from.
-    running_in: BTreeMap<String, BTreeSet<JobId>>,
+    /// Hashed within a queue: preemption sorts the candidates it takes from them.
+    running_in: BTreeMap<String, HashSet<JobId, FixedState>>,
     /// Waiting jobs per ClusterQueue, in queue order.
     lists: lists::Lists,
     /// What the last cycle that ran found about waiting jobs.
@@ -347,7 +351,7 @@ impl Scheduler {
             nominations: BTreeMap::new(),
             deferred: BTreeMap::new(),
             policy: Box::new(BestFit),
-            holders: BTreeSet::new(),
+            holders: HashSet::default(),
             running_in: BTreeMap::new(),
             provisioning: BTreeSet::new(),
             evicting: BTreeSet::new(),

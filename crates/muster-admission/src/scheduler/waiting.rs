@@ -11,7 +11,9 @@
 //! nothing changed (see [`Scheduler::step`]) would have found the same.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+
+use foldhash::fast::FixedState;
 
 use muster_api::cluster_queue::StopPolicy;
 
@@ -38,8 +40,9 @@ pub struct WaitingJob<'a> {
 pub(super) struct Found {
     /// The cycle's time.
     pub(super) now: i64,
-    /// Jobs it served and left waiting: reason and ETA.
-    pub(super) served: BTreeMap<JobId, (PendingReason, Option<i64>)>,
+    /// Jobs it served and left waiting: reason and ETA. Hashed: it is only looked up by id,
+    /// and a cycle that serves ten thousand jobs files each of them here.
+    pub(super) served: HashMap<JobId, (PendingReason, Option<i64>), FixedState>,
     /// Shapes ruled out: reservations respected (bit mask) and the reason.
     pub(super) memo: BTreeMap<MemoKey, Vec<(u64, PendingReason)>>,
     /// The reservations' start times, by index (for which ones a job respects).
@@ -70,7 +73,15 @@ impl Scheduler {
     pub fn waiting(&self) -> Vec<Decision> {
         let found = &self.found;
         let mut out = Vec::new();
-        for id in &self.holders {
+        // Holders are kept unordered: the few a cycle left waiting (for bought capacity) are
+        // told in id order.
+        let mut held: Vec<&JobId> = self
+            .holders
+            .iter()
+            .filter(|id| found.served.contains_key(*id))
+            .collect();
+        held.sort_unstable();
+        for id in held {
             if let Some((reason, eta)) = found.served.get(id) {
                 out.push(Decision::Pending {
                     job: id.clone(),

@@ -80,6 +80,27 @@ impl Cluster {
         }
     }
 
+    /// Books a pod of `requests` on `node`, on the GPU `devices` it took, in every flavor
+    /// that has the node: [`Cluster::add_usage`] of what the pod uses
+    /// ([`crate::PodSetPlacement::usage_of`]), without building it by name.
+    pub fn add_pod(&mut self, node: &str, requests: &Resources, devices: &[u32]) {
+        for f in self.flavors.values_mut() {
+            if let Some(id) = f.topology.node_id(node) {
+                f.topology.add_pod(id, requests, devices);
+            }
+        }
+    }
+
+    /// Takes a pod of `requests` on `devices` off `node`: the reverse of
+    /// [`Cluster::add_pod`].
+    pub fn remove_pod(&mut self, node: &str, requests: &Resources, devices: &[u32]) {
+        for f in self.flavors.values_mut() {
+            if let Some(id) = f.topology.node_id(node) {
+                f.topology.remove_pod(id, requests, devices);
+            }
+        }
+    }
+
     /// Releases a pod's usage on `node` in every flavor that holds it.
     pub fn remove_usage(&mut self, node: &str, usage: &Resources) {
         for f in self.flavors.values_mut() {
@@ -200,10 +221,7 @@ impl Cluster {
                     for (pod, node) in set.nodes.iter().enumerate() {
                         if let Some(id) = other.topology.node_id(node) {
                             let devices = set.devices.get(pod).map_or(&[][..], Vec::as_slice);
-                            other.topology.add_usage(
-                                id,
-                                &muster_topology::on_devices(&req.requests, devices),
-                            );
+                            other.topology.add_pod(id, &req.requests, devices);
                         }
                     }
                 }

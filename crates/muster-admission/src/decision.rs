@@ -92,6 +92,13 @@ pub struct PodSetPlacement {
 }
 
 impl PodSetPlacement {
+    /// The GPU devices pod `pod` of the set took one by one (none where its node's GPUs are
+    /// not tracked so): with the set's requests, what the pod books on its node
+    /// ([`PodSetPlacement::usage_of`], as `Cluster::add_pod` books it without building it).
+    pub fn devices_of(&self, pod: usize) -> &[u32] {
+        self.devices.get(pod).map_or(&[], Vec::as_slice)
+    }
+
     /// What pod `pod` of the set books on its node, given the set's per-pod `requests`: the
     /// requests, with its part of a GPU (or its whole GPUs) on the devices it took. A pod
     /// that took no devices one by one books its requests as they are, borrowed: every pod of

@@ -4,7 +4,6 @@ use std::fmt::Write as _;
 
 use muster_api::resources::names;
 
-use crate::dense::on_devices;
 use crate::fit::{Fit, NoFit, NoFitKind, Placed, PodSetFit, describe, per_node};
 use crate::policy::{Policy, Unit};
 use crate::request::{Constraint, Mismatch, PodSetRequest};
@@ -37,11 +36,11 @@ pub fn place(
                 for (pod, node) in nodes.iter().enumerate() {
                     // The node's capacity counted its devices, so they hold every pod placed
                     // there; a pod they cannot hold is a fitter bug, not a reason to overbook.
-                    let booked = match chosen.get(pod) {
-                        Some(taken) => Some((on_devices(&req.requests, taken), taken.clone())),
-                        None => topo.device_usage(*node, &req.requests),
+                    let taken = match chosen.get(pod) {
+                        Some(taken) => Some(taken.clone()),
+                        None => topo.device_choice(*node, &req.requests),
                     };
-                    let Some((usage, taken)) = booked else {
+                    let Some(taken) = taken else {
                         topo.rollback(mark);
                         return Err(NoFit {
                             pod_set: req.name.clone(),
@@ -57,7 +56,7 @@ pub fn place(
                             fragmented: false,
                         });
                     };
-                    topo.add_usage(*node, &usage);
+                    topo.add_pod(*node, &req.requests, &taken);
                     devices.push(taken);
                 }
                 pod_sets.push(PodSetFit {

@@ -321,9 +321,17 @@ impl Topology {
         node: NodeId,
         requests: &Resources,
     ) -> Option<(Resources, Vec<u32>)> {
+        let chosen = self.device_choice(node, requests)?;
+        Some((on_devices(requests, &chosen), chosen))
+    }
+
+    /// The devices a pod of `requests` takes on `node`, as [`Topology::device_usage`]
+    /// chooses them (none on a node whose devices are not tracked, or for a pod of no GPU);
+    /// `None` when the devices cannot hold the pod.
+    pub fn device_choice(&self, node: NodeId, requests: &Resources) -> Option<Vec<u32>> {
         let devices = self.tracked_devices(node);
         if devices.is_empty() {
-            return Some((requests.clone(), Vec::new()));
+            return Some(Vec::new());
         }
         let free = |d: usize| self.free_of(node, devices[d]);
         let share = requests.get(names::GPU_SHARE).milli();
@@ -339,7 +347,7 @@ impl Topology {
                 .div_ceil(DEVICE_MILLI);
             let whole = usize::try_from(whole).ok()?;
             if whole == 0 {
-                return Some((requests.clone(), Vec::new()));
+                return Some(Vec::new());
             }
             let untouched: Vec<usize> = (0..devices.len())
                 .filter(|&d| free(d) == DEVICE_MILLI)
@@ -350,11 +358,12 @@ impl Topology {
             }
             untouched
         };
-        let chosen: Vec<u32> = chosen
-            .into_iter()
-            .filter_map(|d| u32::try_from(d).ok())
-            .collect();
-        Some((on_devices(requests, &chosen), chosen))
+        Some(
+            chosen
+                .into_iter()
+                .filter_map(|d| u32::try_from(d).ok())
+                .collect(),
+        )
     }
 
     /// Whether any node's GPUs are tracked one by one (pods asking for part of a GPU can fit
@@ -619,6 +628,53 @@ impl Topology {
     /// Records that a pod using `usage` left `node`.
     pub fn remove_usage(&mut self, node: NodeId, usage: &Resources) {
         self.journal_change(node, usage, false);
+    }
+
+    /// Records that a pod of `requests` now runs on `node` on the GPU `devices` it took (none
+    /// where GPUs are not tracked one by one): [`Topology::add_usage`] of
+    /// [`crate::on_devices`]`(requests, devices)`, without building that usage by name. Every
+    /// pod of every job that starts, and of every release a reservation search tries, is
+    /// booked through here.
+    pub fn add_pod(&mut self, node: NodeId, requests: &Resources, devices: &[u32]) {
+        self.journal_pod(node, requests, devices, true);
+    }
+
+    /// Records that a pod of `requests` on `devices` left `node`: the reverse of
+    /// [`Topology::add_pod`].
+    pub fn remove_pod(&mut self, node: NodeId, requests: &Resources, devices: &[u32]) {
+        self.journal_pod(node, requests, devices, false);
+    }
+
+    /// [`Topology::journal_change`] of what a pod of `requests` on `devices` uses: its
+    /// requests, but for its share of a GPU when it took devices, and each device's part.
+    fn journal_pod(&mut self, node: NodeId, requests: &Resources, devices: &[u32], added: bool) {
+        let from = self.journal_amounts.len();
+        for (name, amount) in requests.iter() {
+            if !devices.is_empty() && name == names::GPU_SHARE {
+                continue;
+            }
+            if let Some(k) = self.resource_index(name) {
+                self.journal_amounts.push((k, amount.milli()));
+            }
+        }
+        if !devices.is_empty() {
+            let share = requests.get(names::GPU_SHARE).milli();
+            let each = if share == 0 { DEVICE_MILLI } else { share };
+            for &d in devices {
+                // Every device up to the most any node has is registered, in order.
+                let k = match usize::try_from(d).ok().and_then(|d| self.devices.get(d)) {
+                    Some(&k) => Some(k),
+                    None => self.resource_index(&names::gpu_device(d)),
+                };
+                if let Some(k) = k {
+                    self.journal_amounts.push((k, each));
+                }
+            }
+        }
+        let amounts = std::mem::take(&mut self.journal_amounts);
+        self.change(node, &amounts[from..], added);
+        self.journal_amounts = amounts;
+        self.journal.push(Change { node, added, from });
     }
 
     /// Adds (or takes off) `usage` on `node` and journals it: its known resources are

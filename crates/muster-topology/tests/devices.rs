@@ -336,3 +336,48 @@ fn fgd_gang_puts_a_gang_in_the_block_it_fragments_least() {
     );
     assert_eq!(free(&by_fgd_gang, "b1"), [0, 0, 400, 400]);
 }
+
+proptest! {
+    /// Booking a pod by its requests and the devices it took (`add_pod`, `remove_pod`)
+    /// changes a topology exactly as booking what it uses by name does (`add_usage` and
+    /// `remove_usage` of `on_devices`), shares, whole GPUs, devices a node lacks and pods that
+    /// took none alike.
+    #[test]
+    fn a_pod_booked_by_its_devices_books_what_its_usage_by_name_does(
+        pods in proptest::collection::vec(
+            (
+                0usize..2,
+                prop_oneof![(1u64..=99).prop_map(|p| p * 10), Just(1000u64), Just(2000u64)],
+                proptest::collection::vec(0u32..6, 0..3),
+            ),
+            1..30,
+        ),
+        leaving in any::<u64>(),
+    ) {
+        let fleet = || topology(vec![hami_node("h1", 4), hami_node("h2", 2)]);
+        let (mut by_pod, mut by_name) = (fleet(), fleet());
+        let same = |a: &Topology, b: &Topology| {
+            ["h1", "h2"].iter().all(|node| {
+                let id = a.node_id(node).unwrap_or_default();
+                a.used(id) == b.used(id) && a.free(id) == b.free(id) && a.device_free(id) == b.device_free(id)
+            })
+        };
+        let mark = by_pod.mark();
+        for (node, milli, devices) in &pods {
+            let requests = set(1, *milli).requests;
+            by_pod.add_pod(*node, &requests, devices);
+            by_name.add_usage(*node, &on_devices(&requests, devices));
+            prop_assert!(same(&by_pod, &by_name));
+        }
+        for (i, (node, milli, devices)) in pods.iter().enumerate() {
+            if leaving >> (i % 64) & 1 == 1 {
+                let requests = set(1, *milli).requests;
+                by_pod.remove_pod(*node, &requests, devices);
+                by_name.remove_usage(*node, &on_devices(&requests, devices));
+                prop_assert!(same(&by_pod, &by_name));
+            }
+        }
+        by_pod.rollback(mark);
+        prop_assert!(same(&by_pod, &fleet()));
+    }
+}

@@ -61,7 +61,7 @@ impl Scheduler {
                     for (set, placement) in job.pod_sets.iter().zip(&a.pod_sets) {
                         for (pod, node) in placement.nodes.iter().enumerate() {
                             self.cluster
-                                .add_usage(node, &placement.usage_of(pod, &set.requests));
+                                .add_pod(node, &set.requests, placement.devices_of(pod));
                         }
                     }
                 }

@@ -170,7 +170,7 @@ impl Scheduler {
                 .add(&holding.cluster_queue, &placement.flavor, usage);
             for (pod, node) in placement.nodes.iter().enumerate() {
                 self.cluster
-                    .add_usage(node, &placement.usage_of(pod, &set.requests));
+                    .add_pod(node, &set.requests, placement.devices_of(pod));
             }
         }
     }

@@ -85,7 +85,7 @@ impl Entry {
             {
                 quota.remove(&h.cluster_queue, &placement.flavor, usage);
                 for (pod, node) in placement.nodes.iter().enumerate() {
-                    cluster.remove_usage(node, &placement.usage_of(pod, &set.requests));
+                    cluster.remove_pod(node, &set.requests, placement.devices_of(pod));
                 }
             }
         }

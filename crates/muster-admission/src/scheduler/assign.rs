@@ -245,22 +245,22 @@ impl Scheduler {
         let req = with_flavor(set, self.cluster.flavor(flavor)?);
         let fit = self.cluster.place(flavor, &req, self.policy.as_ref())?;
         Some(fit.map(|mut fit| {
-            let placed = fit.pod_sets.pop();
+            let (domain, nodes, mut devices) = fit
+                .pod_sets
+                .pop()
+                .map(|p| (p.domain, p.nodes, p.devices))
+                .unwrap_or_default();
+            // Empty unless some pod takes devices one by one, as a holding read back from
+            // pods says it: the two must compare equal for a kept scheduler.
+            if devices.iter().all(Vec::is_empty) {
+                devices = Vec::new();
+            }
             PodSetPlacement {
                 name: set.name.clone(),
                 flavor: flavor.to_owned(),
-                domain: placed
-                    .as_ref()
-                    .map(|p| p.domain.clone())
-                    .unwrap_or_default(),
-                // Empty unless some pod takes devices one by one, as a holding read back
-                // from pods says it: the two must compare equal for a kept scheduler.
-                devices: placed
-                    .as_ref()
-                    .filter(|p| p.devices.iter().any(|d| !d.is_empty()))
-                    .map(|p| p.devices.clone())
-                    .unwrap_or_default(),
-                nodes: placed.map(|p| p.nodes).unwrap_or_default(),
+                domain,
+                devices,
+                nodes,
             }
         }))
     }

@@ -72,7 +72,11 @@ impl Scheduler {
         let (nominated, positions) = self.serve_nominated(now, &mut state, &mut out);
 
         let lists = std::mem::take(&mut self.lists);
-        let mut walk = order::Walk::new(&lists.by_queue, &positions, &self.quota);
+        let mut walk = order::Walk::new(&lists.by_queue, &positions, &self.quota, |cq| {
+            self.queues
+                .get(cq)
+                .is_none_or(|c| c.spec.stop_policy != StopPolicy::None)
+        });
         while let Some(next) = self.next_job(&mut walk, &state, &nominated) {
             let job = Arc::clone(&next.queued.job);
             let before = out.len();

@@ -24,8 +24,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use muster_api::cluster_queue::StopPolicy;
-
 use super::cycle::BorrowingPlan;
 use super::lists::{QueueList, Queued, Run};
 use super::{CycleState, HeadKey, MemoKey, Scheduler};
@@ -44,6 +42,8 @@ struct RunWalk<'a> {
 /// One queue's progress through a cycle.
 struct QueueWalk<'a> {
     cq: &'a str,
+    /// Whether the queue is stopped (its spec's stop policy): the same for the whole cycle.
+    stopped: bool,
     /// The number of its cohort tree's root in the quota book: its key depends only on its
     /// own usage and its tree's.
     tree: Option<usize>,
@@ -94,18 +94,21 @@ pub(super) struct Next<'a> {
 }
 
 impl<'a> Walk<'a> {
-    /// A walk over `lists`; `served` counts per queue the jobs served before it (preemptors).
-    /// Costs the queues and shapes that wait, not the jobs: they are kept grouped.
+    /// A walk over `lists`; `served` counts per queue the jobs served before it (preemptors),
+    /// `stopped` tells the queues that are stopped. Costs the queues and shapes that wait, not
+    /// the jobs: they are kept grouped.
     pub(super) fn new(
         lists: &'a BTreeMap<String, QueueList>,
         served: &BTreeMap<String, u32>,
         quota: &QuotaBook,
+        stopped: impl Fn(&str) -> bool,
     ) -> Walk<'a> {
         let queues = lists
             .iter()
             .filter(|(_, list)| !list.is_empty())
             .map(|(cq, list)| QueueWalk {
                 cq: cq.as_str(),
+                stopped: stopped(cq),
                 tree: quota.tree_number(cq),
                 borrows: BTreeMap::new(),
                 plans: BTreeMap::new(),
@@ -169,13 +172,9 @@ impl Scheduler {
             if q.done || q.key.is_some() {
                 continue;
             }
-            let stopped = self
-                .queues
-                .get(q.cq)
-                .is_none_or(|c| c.spec.stop_policy != StopPolicy::None);
             // A stopped queue, or one behind its blocked StrictFIFO head, only tells its jobs
             // so: nothing there changes anything else.
-            if stopped || state.strict_head.contains_key(q.cq) {
+            if q.stopped || state.strict_head.contains_key(q.cq) {
                 q.done = true;
                 continue;
             }

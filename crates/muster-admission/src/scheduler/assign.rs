@@ -1,5 +1,6 @@
 //! Flavor assignment: quota first, then nodes, for every pod set of a job.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -107,8 +108,8 @@ impl Scheduler {
         let mut usage_by_flavor: BTreeMap<String, Resources> = BTreeMap::new();
         let mut pod_sets = Vec::with_capacity(job.pod_sets.len());
         let mut borrowing = false;
-        let usages = self.usage_of(job);
-        for (set, usage) in job.pod_sets.iter().zip(&*usages) {
+        let (usages, shape) = self.usage_and_shape(job);
+        for (i, (set, usage)) in job.pod_sets.iter().zip(&*usages).enumerate() {
             let Some(group) = covering_group(&spec, usage) else {
                 let covered: BTreeSet<&String> = spec
                     .resource_groups
@@ -125,13 +126,16 @@ impl Scheduler {
                     resources,
                 });
             };
+            let set = (set, shape.map(|shape| (shape, i)));
             let chosen = self.assign_one(cq, set, usage, group, &usage_by_flavor, opts, fill);
             let (placement, borrowed) = chosen?;
             borrowing |= borrowed;
-            usage_by_flavor
-                .entry(placement.flavor.clone())
-                .or_default()
-                .add_all(usage);
+            match usage_by_flavor.entry(placement.flavor.clone()) {
+                Entry::Vacant(e) => {
+                    e.insert(usage.clone());
+                }
+                Entry::Occupied(e) => e.into_mut().add_all(usage),
+            }
             pod_sets.push(placement);
         }
         Ok(Assignment {
@@ -141,9 +145,10 @@ impl Scheduler {
         })
     }
 
-    /// Chooses the flavor (and nodes) of one pod set: the first of the group's flavors that
-    /// fits without borrowing, else the first that fits by borrowing. Placed pods stay booked
-    /// in the cluster.
+    /// Chooses the flavor (and nodes) of one pod set (with its shape and index there, when
+    /// the job is known as it is): the first of the group's flavors that fits without
+    /// borrowing, else the first that fits by borrowing. Placed pods stay booked in the
+    /// cluster.
     #[expect(
         clippy::too_many_arguments,
         reason = "one pod set's context, passed down from assign_pod_sets"
@@ -151,7 +156,7 @@ impl Scheduler {
     fn assign_one(
         &mut self,
         cq: &str,
-        set: &PodSetRequest,
+        (set, shaped): (&PodSetRequest, Option<(usize, usize)>),
         usage: &Resources,
         group: &ResourceGroup,
         usage_by_flavor: &BTreeMap<String, Resources>,
@@ -166,18 +171,26 @@ impl Scheduler {
                 break;
             }
             for flavor in &group.flavors {
-                let mut total = usage_by_flavor
-                    .get(&flavor.name)
-                    .cloned()
-                    .unwrap_or_default();
-                total.add_all(usage);
+                // The job's usage in the flavor with this pod set: the set's own unless an
+                // earlier set took the flavor too (usages hold no zero amounts, so adding
+                // the set's to nothing gives it as it is).
+                let combined;
+                let total = match usage_by_flavor.get(&flavor.name) {
+                    Some(before) => {
+                        let mut sum = before.clone();
+                        sum.add_all(usage);
+                        combined = sum;
+                        &combined
+                    }
+                    None => usage,
+                };
                 // The verdict alone, which allocates nothing; the shortfall is worked out
                 // only for the first flavor short, the one a waiting job is told of.
-                match (self.quota.fit(cq, &flavor.name, &total), borrow_pass) {
+                match (self.quota.fit(cq, &flavor.name, total), borrow_pass) {
                     (QuotaFit::Fits, false) | (QuotaFit::Borrows, true) => {}
                     (QuotaFit::Short, false) => {
                         if first_short.is_none()
-                            && let QuotaCheck::Short(s) = self.quota.check(cq, &flavor.name, &total)
+                            && let QuotaCheck::Short(s) = self.quota.check(cq, &flavor.name, total)
                         {
                             first_short = Some(s);
                         }
@@ -198,7 +211,7 @@ impl Scheduler {
                 }
                 let placement = if opts.place {
                     fill.take(&mut self.cluster);
-                    match self.place_in(set, &flavor.name) {
+                    match self.place_in(set, shaped, &flavor.name) {
                         Some(Ok(placement)) => placement,
                         Some(Err(no_fit)) => {
                             first_no_fit.get_or_insert((no_fit, flavor.name.clone()));
@@ -236,13 +249,21 @@ impl Scheduler {
 
 impl Scheduler {
     /// Places one pod set in `flavor` (with the flavor's labels and tolerations) and books its
-    /// pods on their nodes; `None` when the flavor has no nodes.
+    /// pods on their nodes; `None` when the flavor has no nodes. `shaped` (the set's job
+    /// shape and index there) lets the set under the flavor be built once for all tries.
     pub(super) fn place_in(
         &mut self,
         set: &PodSetRequest,
+        shaped: Option<(usize, usize)>,
         flavor: &str,
     ) -> Option<Result<PodSetPlacement, NoFit>> {
-        let req = with_flavor(set, self.cluster.flavor(flavor)?);
+        let spec = self.cluster.flavor(flavor)?;
+        let req = match shaped {
+            Some((shape, i)) => self
+                .flavored
+                .get_or_make(shape, i, flavor, || with_flavor(set, spec)),
+            None => Arc::new(with_flavor(set, spec)),
+        };
         let fit = self.cluster.place(flavor, &req, self.policy.as_ref())?;
         Some(fit.map(|mut fit| {
             let (domain, nodes, mut devices) = fit
@@ -263,6 +284,42 @@ impl Scheduler {
                 nodes,
             }
         }))
+    }
+}
+
+/// Pod sets as placement reads them under a flavor (its node labels joined to the selector,
+/// its tolerations to the pod's), kept per job shape, pod set and flavor: the same for every
+/// try of every job of the shape, each of which built and dropped its own. A shape's pod sets
+/// and a scheduler's flavors never change, so nothing here goes stale.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Flavored(Vec<Vec<UnderFlavors>>);
+
+/// One pod set under each flavor it was tried in, by flavor name.
+type UnderFlavors = Vec<(String, Arc<PodSetRequest>)>;
+
+impl Flavored {
+    /// Pod set `set` of `shape` under `flavor`, made by `make` the first time.
+    fn get_or_make(
+        &mut self,
+        shape: usize,
+        set: usize,
+        flavor: &str,
+        make: impl FnOnce() -> PodSetRequest,
+    ) -> Arc<PodSetRequest> {
+        if self.0.len() <= shape {
+            self.0.resize_with(shape + 1, Vec::new);
+        }
+        let sets = &mut self.0[shape];
+        if sets.len() <= set {
+            sets.resize_with(set + 1, Vec::new);
+        }
+        let flavors = &mut sets[set];
+        if let Some((_, req)) = flavors.iter().find(|(name, _)| name == flavor) {
+            return Arc::clone(req);
+        }
+        let req = Arc::new(make());
+        flavors.push((flavor.to_owned(), Arc::clone(&req)));
+        req
     }
 }
 

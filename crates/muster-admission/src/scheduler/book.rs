@@ -146,14 +146,15 @@ impl Scheduler {
         shape
     }
 
-    /// `job`'s quota usage per pod set: its entry's when it has one (shared with its shape),
-    /// else worked out.
-    pub(super) fn usage_of(&self, job: &Job) -> ShapeUsage {
+    /// `job`'s quota usage per pod set: its entry's when it has one with the same pod sets
+    /// (shared with its shape), else worked out; and the index of that shape (`None` for a job
+    /// the scheduler does not know as it is).
+    pub(super) fn usage_and_shape(&self, job: &Job) -> (ShapeUsage, Option<usize>) {
         match self.jobs.get(&job.id) {
             Some(e) if std::ptr::eq(Arc::as_ptr(&e.job), job) || e.job.pod_sets == job.pod_sets => {
-                Arc::clone(&e.usage)
+                (Arc::clone(&e.usage), Some(e.shape))
             }
-            _ => job.pod_sets.iter().map(quota_usage).collect(),
+            _ => (job.pod_sets.iter().map(quota_usage).collect(), None),
         }
     }
 

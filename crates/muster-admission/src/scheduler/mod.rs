@@ -260,6 +260,8 @@ pub struct Scheduler {
     shapes: BTreeMap<(String, i32), Vec<Shape>>,
     /// Per shape (its index): quota usage per pod set.
     shape_usage: Vec<ShapeUsage>,
+    /// Per shape: its pod sets under the flavors they were tried in.
+    flavored: assign::Flavored,
     /// Preemptors waiting for their victims to leave, with what they counted on.
     nominations: BTreeMap<JobId, nominate::Nomination>,
     /// Preemptors waiting because waiting was cheaper than evicting (see [`weigh`]), with
@@ -348,6 +350,7 @@ impl Scheduler {
             namespaces: BTreeMap::new(),
             shapes: BTreeMap::new(),
             shape_usage: Vec::new(),
+            flavored: assign::Flavored::default(),
             nominations: BTreeMap::new(),
             deferred: BTreeMap::new(),
             policy: Box::new(BestFit),
@@ -390,6 +393,7 @@ impl Scheduler {
             namespaces: self.namespaces.clone(),
             shapes: self.shapes.clone(),
             shape_usage: self.shape_usage.clone(),
+            flavored: self.flavored.clone(),
             nominations: self.nominations.clone(),
             deferred: self.deferred.clone(),
             policy,

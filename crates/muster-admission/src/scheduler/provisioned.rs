@@ -87,7 +87,7 @@ impl Scheduler {
         let start = self.cluster.mark();
         let mut placed = Vec::with_capacity(job.pod_sets.len());
         for (set, held) in job.pod_sets.iter().zip(&holding.pod_sets) {
-            match self.place_in(set, &held.flavor) {
+            match self.place_in(set, None, &held.flavor) {
                 Some(Ok(placement)) => placed.push(placement),
                 Some(Err(no_fit)) => {
                     self.cluster.rollback(&start);

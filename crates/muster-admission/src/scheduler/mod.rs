@@ -376,6 +376,17 @@ impl Scheduler {
         self
     }
 
+    /// This scheduler without its jobs kept in id order: every job that comes or goes then
+    /// costs a hash instead of an insertion among all the others' ids, and the walks in id
+    /// order ([`Scheduler::jobs`], [`Scheduler::jobs_with_states`], [`Scheduler::waiting`]) sort the
+    /// ids each time, giving the same. For schedulers that run cycles but are seldom walked,
+    /// such as a forecast's forward runs (copies keep the choice).
+    #[must_use]
+    pub fn without_id_order(mut self) -> Scheduler {
+        self.jobs.forget_order();
+        self
+    }
+
     /// A copy of this scheduler, every job, queue, node and what each holds, that places
     /// with `policy`: a policy may carry what it learned from the placements it made, which
     /// a copy cannot share, so the caller hands it one (a fresh one of the same name gives a

@@ -17,11 +17,21 @@ use crate::job::JobId;
 /// The scheduler's jobs: hashed for lookups (with a fixed seed, though nothing depends on
 /// the hash order: walks go by the ordered ids), ordered for walks. Each id is kept twice,
 /// a few megabytes at a hundred thousand jobs.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(super) struct JobTable {
     entries: HashMap<JobId, Entry, FixedState>,
-    /// The same ids, in order.
-    ids: BTreeSet<JobId>,
+    /// The same ids, in order; `None` once the order is forgotten
+    /// ([`JobTable::forget_order`]), when walks sort the ids instead.
+    ids: Option<BTreeSet<JobId>>,
+}
+
+impl Default for JobTable {
+    fn default() -> JobTable {
+        JobTable {
+            entries: HashMap::default(),
+            ids: Some(BTreeSet::new()),
+        }
+    }
 }
 
 impl JobTable {
@@ -37,8 +47,10 @@ impl JobTable {
 
     /// Adds (or replaces) the entry of `id`.
     pub(super) fn insert(&mut self, id: JobId, entry: Entry) {
-        if !self.entries.contains_key(&id) {
-            self.ids.insert(id.clone());
+        if let Some(ids) = &mut self.ids
+            && !self.entries.contains_key(&id)
+        {
+            ids.insert(id.clone());
         }
         self.entries.insert(id, entry);
     }
@@ -46,8 +58,17 @@ impl JobTable {
     /// Takes the entry of `id` out.
     pub(super) fn remove(&mut self, id: &str) -> Option<Entry> {
         let entry = self.entries.remove(id)?;
-        self.ids.remove(id);
+        if let Some(ids) = &mut self.ids {
+            ids.remove(id);
+        }
         Some(entry)
+    }
+
+    /// Stops keeping the ids in order: every job that comes or goes then costs a hash, not
+    /// an insertion among all the others' ids, and each walk in order sorts the ids. For
+    /// tables that are never walked, such as a forecast's forward runs'.
+    pub(super) fn forget_order(&mut self) {
+        self.ids = None;
     }
 
     /// How many jobs there are.
@@ -56,10 +77,18 @@ impl JobTable {
     }
 
     /// Every job with its entry, in id order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = (&JobId, &Entry)> {
-        self.ids
-            .iter()
-            .filter_map(|id| self.entries.get(id).map(|e| (id, e)))
+    pub(super) fn iter(&self) -> Box<dyn Iterator<Item = (&JobId, &Entry)> + '_> {
+        match &self.ids {
+            Some(ids) => Box::new(
+                ids.iter()
+                    .filter_map(|id| self.entries.get(id).map(|e| (id, e))),
+            ),
+            None => {
+                let mut all: Vec<(&JobId, &Entry)> = self.entries.iter().collect();
+                all.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                Box::new(all.into_iter())
+            }
+        }
     }
 
     /// Every entry, in id order.
@@ -128,5 +157,23 @@ mod tests {
             .collect();
         any.sort_unstable();
         assert_eq!(any, left);
+    }
+
+    #[test]
+    fn a_table_that_forgot_its_order_walks_in_id_order_still() {
+        let mut kept = JobTable::default();
+        let mut forgot = JobTable::default();
+        forgot.forget_order();
+        for id in ["ns/m", "ns/c", "ns/x", "ns/a", "ns/c", "ns/q"] {
+            kept.insert(id.to_owned(), entry(id));
+            forgot.insert(id.to_owned(), entry(id));
+        }
+        for id in ["ns/x", "ns/nothing"] {
+            assert_eq!(kept.remove(id).is_some(), forgot.remove(id).is_some());
+        }
+        let walk = |t: &JobTable| -> Vec<String> { t.iter().map(|(id, _)| id.clone()).collect() };
+        assert_eq!(walk(&forgot), walk(&kept));
+        assert_eq!(walk(&forgot), ["ns/a", "ns/c", "ns/m", "ns/q"]);
+        assert_eq!(forgot.len(), 4);
     }
 }

@@ -322,7 +322,10 @@ impl Start {
             snapshot.local_queues.clone(),
         )
         .with_cohorts(CohortTree::new(snapshot.cohorts.clone()))
-        .with_policy(policy(&options.policy));
+        .with_policy(policy(&options.policy))
+        // Forward runs never walk their jobs in order; every start, end and arrival would
+        // keep them so.
+        .without_id_order();
         for (name, labels) in &snapshot.namespaces {
             s.set_namespace(name, labels.clone());
         }

@@ -16,7 +16,7 @@ pub type DenseRequest = Option<Vec<(usize, u64)>>;
 pub(crate) const DEVICE_MILLI: u64 = 1000;
 
 /// What a pod of `requests` books on a node where it took `devices` (see
-/// [`crate::Topology::device_usage`]): its part of one GPU ([`names::GPU_SHARE`]) on that device, or
+/// [`crate::Topology::device_choice`]): its part of one GPU ([`names::GPU_SHARE`]) on that device, or
 /// each whole device. Without devices, `requests` as they are.
 pub fn on_devices(requests: &Resources, devices: &[u32]) -> Resources {
     let mut usage = requests.clone();

@@ -16,7 +16,7 @@ use muster_api::Resources;
 use muster_api::resources::names;
 
 use self::capacity::{CAPACITY_INDEX_LIMIT, CapacityIndex};
-use crate::dense::{DEVICE_MILLI, DenseRequest, allocatable, on_devices, pods_within, registry};
+use crate::dense::{DEVICE_MILLI, DenseRequest, allocatable, pods_within, registry};
 use crate::labels::LabelIndex;
 use crate::node::NodeInfo;
 use crate::request::{Eligibility, PodSetRequest};
@@ -311,23 +311,11 @@ impl Topology {
         }
     }
 
-    /// The devices a pod of `requests` takes on `node`, and what it books there with them
-    /// ([`crate::on_devices`]): for part of a GPU, the device with the least left that holds it
-    /// (ties to the lowest index); for whole GPUs, the untouched devices with the lowest
-    /// indices. On a node whose devices are not tracked, no devices and `requests` as they
-    /// are. `None` when the devices cannot hold the pod.
-    pub fn device_usage(
-        &self,
-        node: NodeId,
-        requests: &Resources,
-    ) -> Option<(Resources, Vec<u32>)> {
-        let chosen = self.device_choice(node, requests)?;
-        Some((on_devices(requests, &chosen), chosen))
-    }
-
-    /// The devices a pod of `requests` takes on `node`, as [`Topology::device_usage`]
-    /// chooses them (none on a node whose devices are not tracked, or for a pod of no GPU);
-    /// `None` when the devices cannot hold the pod.
+    /// The devices a pod of `requests` takes on `node` (what it books there with them is
+    /// [`crate::on_devices`], as [`Topology::add_pod`] books it): for part of a GPU, the device
+    /// with the least left that holds it (ties to the lowest index); for whole GPUs, the
+    /// untouched devices with the lowest indices. None on a node whose devices are not
+    /// tracked, or for a pod of no GPU. `None` when the devices cannot hold the pod.
     pub fn device_choice(&self, node: NodeId, requests: &Resources) -> Option<Vec<u32>> {
         let devices = self.tracked_devices(node);
         if devices.is_empty() {

@@ -585,7 +585,10 @@ impl Scheduler {
         &self.cluster
     }
 
-    /// The nodes, for changes from outside (pods Muster does not manage starting or ending).
+    /// The nodes, for changes from outside (pods Muster does not manage starting or ending,
+    /// nodes cordoned or back). Not for other flavors: the scheduler keeps its jobs' pod
+    /// sets under the flavors it was built with, so a cluster of other flavors needs a new
+    /// scheduler.
     pub fn cluster_mut(&mut self) -> &mut Cluster {
         self.generation += 1;
         &mut self.cluster

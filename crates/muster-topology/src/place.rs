@@ -80,6 +80,9 @@ pub fn place(
 
 /// Per-node and per-domain capacity (in pods of this set) for one pod set.
 pub(crate) struct Capacity<'a> {
+    /// The topology's capacity index these are from ([`Topology::with_room`] reads its room
+    /// bits).
+    index: usize,
     pub(crate) node: &'a [u32],
     pub(crate) domain: &'a [u32],
     /// The same if every node were empty: only for policies that use it.
@@ -125,6 +128,7 @@ fn capacity<'a>(
         (empty_node, empty_domain)
     });
     Capacity {
+        index,
         node,
         domain,
         empty,
@@ -464,16 +468,39 @@ fn distribute(
 ) {
     let d = &topo.domains()[domain];
     let leaf = d.children.is_empty();
-    // Only units with room: in a busy fleet most nodes are full, and a block has hundreds.
-    // Room for all of them at once: a filtered collect would grow the vector one by one.
-    let mut units: Vec<Unit> = Vec::with_capacity(d.nodes.len().max(d.children.len()));
-    if leaf {
-        let with_room = d.nodes.iter().filter(|&&id| cap.node[id] > 0);
-        units.extend(with_room.map(|&id| cap.node_unit(id)));
-    } else {
-        let with_room = d.children.iter().filter(|&&id| cap.domain[id] > 0);
-        units.extend(with_room.map(|&id| cap.domain_unit(id)));
-    }
+    // Only units with room: in a busy fleet most nodes are full, and a block has hundreds,
+    // found by the index's room bits; a domain of few units has no bits, and its units'
+    // counts are read as fast.
+    let unit = |id| {
+        if leaf {
+            cap.node_unit(id)
+        } else {
+            cap.domain_unit(id)
+        }
+    };
+    let mut units: Vec<Unit> = match topo.with_room(cap.index, domain) {
+        Some(with_room) => {
+            let mut units = Vec::with_capacity(with_room.how_many());
+            units.extend(with_room.map(unit));
+            units
+        }
+        None if leaf => {
+            let mut units = Vec::with_capacity(d.nodes.len());
+            units.extend(
+                d.nodes
+                    .iter()
+                    .filter(|&&id| cap.node[id] > 0)
+                    .map(|&id| unit(id)),
+            );
+            units
+        }
+        None => {
+            let mut units = Vec::with_capacity(d.children.len());
+            let with_room = d.children.iter().filter(|&&id| cap.domain[id] > 0);
+            units.extend(with_room.map(|&id| unit(id)));
+            units
+        }
+    };
     let mut left = need;
     let mut picked: Vec<(usize, u32)> = Vec::new();
     while left > 0 {

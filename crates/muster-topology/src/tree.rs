@@ -15,7 +15,7 @@ use foldhash::fast::FixedState;
 use muster_api::Resources;
 use muster_api::resources::names;
 
-use self::capacity::{CAPACITY_INDEX_LIMIT, CapacityIndex};
+use self::capacity::{CAPACITY_INDEX_LIMIT, CapacityIndex, RoomLayout};
 use crate::dense::{DEVICE_MILLI, DenseRequest, allocatable, pods_within, registry};
 use crate::labels::LabelIndex;
 use crate::node::NodeInfo;
@@ -102,6 +102,9 @@ pub struct Topology {
     labels: LabelIndex,
     /// Pod capacity of the request shapes placed most recently, kept current.
     capacities: Vec<CapacityIndex>,
+    /// Where the capacity indexes keep each node's and domain's room bit (fixed once the
+    /// domains are).
+    room_layout: Arc<RoomLayout>,
     /// Node eligibility per [`Eligibility`], in the order first asked for (a handful in
     /// practice: compared in place, they cost less to find than a spelled-out key).
     eligible: Vec<(Eligibility, Arc<[bool]>)>,
@@ -118,6 +121,37 @@ pub struct Topology {
 /// How many distinct eligibility vectors a topology keeps before it starts over (each costs one
 /// byte per node).
 const ELIGIBILITY_CACHE_LIMIT: usize = 256;
+
+/// The units of one domain with room for a pod of one shape ([`Topology::with_room`]), in the
+/// domain's order: the set bits of its words, lowest first.
+pub(crate) struct WithRoom<'a> {
+    words: &'a [u64],
+    units: &'a [usize],
+    /// The word being read, and its bits not yet given.
+    word: usize,
+    left: u64,
+}
+
+impl WithRoom<'_> {
+    /// How many units have room.
+    pub(crate) fn how_many(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+}
+
+impl Iterator for WithRoom<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        while self.left == 0 {
+            self.word += 1;
+            self.left = *self.words.get(self.word)?;
+        }
+        let bit = self.left.trailing_zeros() as usize;
+        self.left &= self.left - 1;
+        self.units.get(self.word * 64 + bit).copied()
+    }
+}
 
 impl Topology {
     /// Builds the tree of `nodes` under `levels` (node label keys, widest first). Nodes are
@@ -163,6 +197,7 @@ impl Topology {
             ancestors: Vec::new(),
             labels: LabelIndex::new(),
             capacities: Vec::new(),
+            room_layout: Arc::default(),
             eligible: Vec::new(),
             devices: Vec::new(),
             share: None,
@@ -211,6 +246,7 @@ impl Topology {
             }
         }
         topo.domains.shrink_to_fit();
+        topo.room_layout = Arc::new(RoomLayout::new(&topo.domains, topo.nodes.len()));
         for id in 0..topo.domains.len() {
             let depth = topo.domains[id].depth;
             topo.by_depth[depth].push(id);
@@ -426,12 +462,13 @@ impl Topology {
         if self.capacities.len() >= CAPACITY_INDEX_LIMIT {
             self.capacities.remove(0);
         }
-        self.capacities.push(CapacityIndex {
-            eligible: Arc::clone(eligible),
+        self.capacities.push(CapacityIndex::new(
+            Arc::clone(eligible),
             request,
             node,
             domain,
-        });
+            (&self.room_layout, &self.domains),
+        ));
         self.capacities.len() - 1
     }
 
@@ -440,6 +477,29 @@ impl Topology {
         self.capacities
             .get(index)
             .map_or((&[], &[]), |c| (c.node.as_slice(), c.domain.as_slice()))
+    }
+
+    /// The units under `domain` (its nodes in a domain of the last level, else its child
+    /// domains) with room for a pod of capacity index `index`'s shape, in the domain's order,
+    /// and how many there are, read from the index's room bits: in a busy fleet most units are
+    /// full, and this never looks at them. `None` for a domain that keeps no room bits (one of
+    /// few units: reading their counts costs as little).
+    pub(crate) fn with_room(&self, index: usize, domain: DomainId) -> Option<WithRoom<'_>> {
+        let words = self
+            .room_layout
+            .words(&self.capacities.get(index)?.room, domain)?;
+        let d = self.domains.get(domain)?;
+        let units = if d.children.is_empty() {
+            &d.nodes
+        } else {
+            &d.children
+        };
+        Some(WithRoom {
+            words,
+            units,
+            word: 0,
+            left: words.first().copied().unwrap_or(0),
+        })
     }
 
     /// Sums per-node pod counts into every domain.
@@ -732,7 +792,7 @@ impl Topology {
             for c in &mut capacities {
                 if c.eligible.get(node).copied().unwrap_or(false) {
                     let pods = self.pods_fitting(node, &c.request, u32::MAX);
-                    c.set(node, pods, &ancestors);
+                    c.set(node, pods, &ancestors, &self.room_layout);
                 }
             }
             self.capacities = capacities;
@@ -750,6 +810,121 @@ impl Topology {
         while let Some(id) = at {
             f(&mut self.domains[id]);
             at = self.domains[id].parent;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use muster_api::{Amount, Resources};
+
+    use super::Topology;
+    use crate::request::{Constraint, PodSetRequest};
+    use crate::{NodeInfo, Rng};
+
+    fn gpus(n: u64) -> Resources {
+        [("nvidia.com/gpu".to_owned(), Amount::from_units(n))]
+            .into_iter()
+            .collect()
+    }
+
+    /// 300 nodes of 8 GPUs in three blocks of unequal size (one of 200: its units span
+    /// four words of bits), under `levels` of "block" and, optionally, "host".
+    fn fleet(levels: &[&str]) -> Topology {
+        let nodes = (0..300).map(|i| NodeInfo {
+            name: format!("n{i:03}"),
+            labels: BTreeMap::from([
+                (
+                    "block".to_owned(),
+                    format!("b{}", usize::from(i >= 200) + usize::from(i >= 250)),
+                ),
+                ("host".to_owned(), format!("n{i:03}")),
+            ]),
+            taints: Vec::new(),
+            allocatable: gpus(8),
+            schedulable: true,
+        });
+        Topology::new(levels.iter().map(|l| (*l).to_owned()).collect(), nodes)
+    }
+
+    /// What the room bits say of every domain equals what its units' counts say, after every
+    /// change, rollback and commit, for every kept shape.
+    #[test]
+    fn room_bits_follow_the_counts_through_changes_and_rollbacks() {
+        for levels in [&["block"][..], &["block", "host"][..]] {
+            let mut topo = fleet(levels);
+            let mut rng = Rng::new(7);
+            let shapes: Vec<usize> = [1, 3, 8]
+                .iter()
+                .map(|&g| {
+                    let req = PodSetRequest {
+                        name: "p".to_owned(),
+                        count: 1,
+                        requests: gpus(g),
+                        node_selector: BTreeMap::new(),
+                        affinity: Vec::new(),
+                        tolerations: Vec::new(),
+                        constraint: Constraint::None,
+                        whole_gpus: false,
+                    };
+                    let eligible = topo.eligibility(&req);
+                    topo.capacity_index(&req, &eligible)
+                })
+                .collect();
+            let mut used = vec![0u64; 300];
+            let mut kept = 0;
+            for step in 0..3_000 {
+                let mark = topo.mark();
+                for _ in 0..rng.below(20) {
+                    let node = rng.below(300);
+                    if rng.below(2) == 0 && used[node] < 8 {
+                        let g = 1 + rng.below(usize::try_from(8 - used[node]).unwrap_or(1)) as u64;
+                        topo.add_usage(node, &gpus(g));
+                        used[node] += g;
+                    } else if used[node] > 0 {
+                        topo.remove_usage(node, &gpus(used[node]));
+                        used[node] = 0;
+                    }
+                }
+                if step % 3 == 0 {
+                    topo.rollback(mark);
+                    used = (0..300)
+                        .map(|n| topo.used(n).get("nvidia.com/gpu").milli() / 1000)
+                        .collect();
+                } else {
+                    topo.commit();
+                }
+                for &index in &shapes {
+                    let (node, domain) = topo.capacity(index);
+                    for (id, d) in topo.domains().iter().enumerate() {
+                        let expected: Vec<usize> = if d.children.is_empty() {
+                            d.nodes.iter().copied().filter(|&n| node[n] > 0).collect()
+                        } else {
+                            d.children
+                                .iter()
+                                .copied()
+                                .filter(|&c| domain[c] > 0)
+                                .collect()
+                        };
+                        let Some(with_room) = topo.with_room(index, id) else {
+                            // Only a domain of more than one word's units keeps bits.
+                            assert!(d.nodes.len().max(d.children.len()) <= 64, "domain {id}");
+                            continue;
+                        };
+                        assert_eq!(with_room.how_many(), expected.len());
+                        let found: Vec<usize> = with_room.collect();
+                        assert_eq!(
+                            found, expected,
+                            "levels {levels:?}, step {step}, domain {id}"
+                        );
+                        kept += 1;
+                    }
+                }
+            }
+            // The block of 200 (and, under hosts, the block's 200 hosts) kept bits each time.
+            assert!(kept >= 3_000, "levels {levels:?}: {kept}");
         }
     }
 }

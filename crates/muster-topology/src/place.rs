@@ -484,20 +484,14 @@ fn distribute(
             units.extend(with_room.map(unit));
             units
         }
-        None if leaf => {
-            let mut units = Vec::with_capacity(d.nodes.len());
-            units.extend(
-                d.nodes
-                    .iter()
-                    .filter(|&&id| cap.node[id] > 0)
-                    .map(|&id| unit(id)),
-            );
-            units
-        }
         None => {
-            let mut units = Vec::with_capacity(d.children.len());
-            let with_room = d.children.iter().filter(|&&id| cap.domain[id] > 0);
-            units.extend(with_room.map(|&id| unit(id)));
+            let (ids, room) = if leaf {
+                (&d.nodes, cap.node)
+            } else {
+                (&d.children, cap.domain)
+            };
+            let mut units = Vec::with_capacity(ids.len());
+            units.extend(ids.iter().filter(|&&id| room[id] > 0).map(|&id| unit(id)));
             units
         }
     };

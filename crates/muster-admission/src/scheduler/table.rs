@@ -15,8 +15,9 @@ use super::Entry;
 use crate::job::JobId;
 
 /// The scheduler's jobs: hashed for lookups (with a fixed seed, though nothing depends on
-/// the hash order: walks go by the ordered ids), ordered for walks. Each id is kept twice,
-/// a few megabytes at a hundred thousand jobs.
+/// the hash order: walks go in id order), and, unless the order is forgotten
+/// ([`JobTable::forget_order`]), ordered for walks: each id is then kept twice, a few
+/// megabytes at a hundred thousand jobs.
 #[derive(Clone)]
 pub(super) struct JobTable {
     entries: HashMap<JobId, Entry, FixedState>,

@@ -95,6 +95,19 @@ pub(crate) struct PreparedUsage {
     needs: Vec<(Option<usize>, u64)>,
 }
 
+/// What a holder books, its names looked up once ([`QuotaBook::booking`]): its queue's number
+/// and, per resource of every pod set with quota anywhere in the pod set's flavor, the slot
+/// and the amount in milli-units, in the order a change by names would book them. A holder
+/// is released many times over in reservation and preemption searches; this way each
+/// release is arithmetic alone. Valid for the book it was made from and every copy of it (a
+/// book with other queues or cohorts numbers them afresh: its holders' bookings are made
+/// again, see `Scheduler::with_cohorts`).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Booking {
+    queue: usize,
+    amounts: Vec<(usize, u64)>,
+}
+
 /// The first resource a check found short, borrowed from the usage checked.
 struct Short<'u> {
     resource: &'u str,
@@ -781,19 +794,33 @@ impl QuotaBook {
         Ok(borrows)
     }
 
-    /// Per resource of `usage`, how much of it `queue` could not get now (zero when it could).
-    pub fn shortfalls(&self, queue: &str, flavor: &str, usage: &Resources) -> Vec<u64> {
-        let q = self.queue(queue);
-        usage
-            .iter()
-            .map(|(resource, amount)| {
-                let available = match (q, self.slot(flavor, resource)) {
-                    (Some(q), Some(slot)) => self.available_to_queue(q, slot),
-                    _ => 0,
+    /// Whether `queue` is shorter of some resource of `usage` (in `flavor`) in this book than
+    /// in `other`, a book of the same queues: how much of it the queue could not get now is
+    /// larger here. A reservation asks it of its book with and without a job that would
+    /// start before it, for every job a cycle tries while it binds, so nothing is allocated.
+    pub(crate) fn shorter_than(
+        &self,
+        other: &QuotaBook,
+        queue: &str,
+        flavor: &str,
+        usage: &Resources,
+    ) -> bool {
+        let Some(q) = self.queue(queue) else {
+            return false;
+        };
+        let Some(resources) = self.layout.slots.get(flavor) else {
+            return false;
+        };
+        usage.iter().any(|(resource, amount)| {
+            resources.get(resource).is_some_and(|&slot| {
+                let short = |book: &QuotaBook| {
+                    amount
+                        .milli()
+                        .saturating_sub(book.available_to_queue(q, slot))
                 };
-                amount.milli().saturating_sub(available)
+                short(self) > short(other)
             })
-            .collect()
+        })
     }
 
     /// Books `usage` of `flavor` to `queue`.
@@ -808,34 +835,97 @@ impl QuotaBook {
 
     fn change(&mut self, queue: &str, flavor: &str, usage: &Resources, add: bool) {
         let Some(q) = self.queue(queue) else { return };
+        // The layout is shared and never changes: a handle of its own frees the book to change.
+        let layout = Arc::clone(&self.layout);
+        let resources = layout.slots.get(flavor);
         for (resource, amount) in usage.iter() {
-            let Some(slot) = self.slot(flavor, resource) else {
+            let Some(&slot) = resources.and_then(|r| r.get(resource)) else {
                 continue;
             };
-            let (mut n, mut by, mut add) = (q, amount.milli(), add);
-            // Up the tree: each node stores in its parent what it uses beyond its guaranteed
-            // part, so the parent's usage moves by how much that changed.
-            loop {
-                let before = self.usage[(n, slot)];
-                let after = if add {
-                    before.saturating_add(by)
-                } else {
-                    before.saturating_sub(by)
-                };
-                self.usage[(n, slot)] = after;
-                let Some(parent) = self.layout.parent[n] else {
-                    break;
-                };
-                let guaranteed = self.layout.guaranteed[n][slot];
-                let (was, is) = (
-                    before.saturating_sub(guaranteed),
-                    after.saturating_sub(guaranteed),
-                );
-                if was == is {
-                    break;
+            self.change_slot(q, slot, amount.milli(), add);
+        }
+    }
+
+    /// What a holder of `pod_sets` (per pod set: its flavor and quota usage) in `queue`
+    /// books, for [`QuotaBook::add_booking`] and [`QuotaBook::remove_booking`]; `None` when
+    /// the book has no such queue (a change by names then books nothing either).
+    pub(crate) fn booking<'a>(
+        &self,
+        queue: &str,
+        pod_sets: impl IntoIterator<Item = (&'a str, &'a Resources)>,
+    ) -> Option<Booking> {
+        let queue = self.queue(queue)?;
+        let mut amounts = Vec::new();
+        for (flavor, usage) in pod_sets {
+            let resources = self.layout.slots.get(flavor);
+            for (resource, amount) in usage.iter() {
+                // A zero amount changes no usage: leaving it out changes nothing.
+                if let Some(&slot) = resources.and_then(|r| r.get(resource))
+                    && amount.milli() > 0
+                {
+                    amounts.push((slot, amount.milli()));
                 }
-                (n, by, add) = (parent, was.abs_diff(is), is > was);
             }
+        }
+        Some(Booking { queue, amounts })
+    }
+
+    /// Books what `booking` holds: the same as adding each of its pod sets' usage by names.
+    pub(crate) fn add_booking(&mut self, booking: &Booking) {
+        for &(slot, milli) in &booking.amounts {
+            self.change_slot(booking.queue, slot, milli, true);
+        }
+    }
+
+    /// Releases what `booking` holds: the same as removing each of its pod sets' usage by
+    /// names.
+    pub(crate) fn remove_booking(&mut self, booking: &Booking) {
+        for &(slot, milli) in &booking.amounts {
+            self.change_slot(booking.queue, slot, milli, false);
+        }
+    }
+
+    /// The number of the root of the cohort tree `booking`'s queue is in (see
+    /// [`QuotaBook::tree_number`]).
+    pub(crate) fn booking_tree(&self, booking: &Booking) -> Option<usize> {
+        let q = booking.queue;
+        self.layout.parent[q].map(|_| self.layout.root[q])
+    }
+
+    /// Whether `booking` is of `queue` itself.
+    pub(crate) fn booking_is_of(&self, booking: &Booking, queue: &str) -> bool {
+        self.layout
+            .queue_names
+            .get(booking.queue)
+            .map(String::as_str)
+            == Some(queue)
+    }
+
+    /// Moves queue `q`'s usage of `slot` by `by` milli-units, and its cohorts' above it.
+    fn change_slot(&mut self, q: usize, slot: usize, by: u64, add: bool) {
+        let (mut n, mut by, mut add) = (q, by, add);
+        // Up the tree: each node stores in its parent what it uses beyond its guaranteed
+        // part, so the parent's usage moves by how much that changed.
+        loop {
+            let before = self.usage[(n, slot)];
+            let after = if add {
+                before.saturating_add(by)
+            } else {
+                before.saturating_sub(by)
+            };
+            self.usage[(n, slot)] = after;
+            let Some(parent) = self.layout.parent[n] else {
+                break;
+            };
+            let guaranteed = self.layout.guaranteed[n][slot];
+            let (was, is) = (
+                before.saturating_sub(guaranteed),
+                after.saturating_sub(guaranteed),
+            );
+            if was == is {
+                break;
+            }
+            (n, by, add) = (parent, was.abs_diff(is), is > was);
         }
     }
 
@@ -1018,13 +1108,14 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn a_prepared_usage_fits_as_the_named_one_does() {
+    /// Three queues: two in cohort "all" with two flavors between them (limits on borrowing
+    /// and lending), one in no cohort.
+    fn three_queues() -> [(&'static str, ClusterQueueSpec); 3] {
         let h100 = |gpu: ResourceQuota, cpu: ResourceQuota| FlavorQuotas {
             name: "h100".into(),
             resources: vec![gpu, cpu],
         };
-        let specs = [
+        [
             (
                 "a",
                 spec(
@@ -1058,7 +1149,12 @@ mod tests {
                     vec![h100(quota(GPU, 2, None, None), quota("cpu", 8, None, None))],
                 ),
             ),
-        ];
+        ]
+    }
+
+    #[test]
+    fn a_prepared_usage_fits_as_the_named_one_does() {
+        let specs = three_queues();
         let mut book = QuotaBook::new(specs.iter().map(|(n, s)| (*n, s)));
         let mut usages = Vec::new();
         for gpus in 0..=14 {
@@ -1091,5 +1187,117 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_booking_moves_usage_as_the_named_changes_do() {
+        let specs = three_queues();
+        let mut by_names = QuotaBook::new(specs.iter().map(|(n, s)| (*n, s)));
+        let mut by_booking = by_names.clone();
+        // Holders of one or two pod sets: within nominal quota, borrowing, over every limit,
+        // of resources and flavors without quota, of zero amounts.
+        let holders: Vec<(&str, Vec<(&str, Resources)>)> = vec![
+            ("a", vec![("h100", usage(&[(GPU, 6), ("cpu", 40)]))]),
+            ("b", vec![("h100", usage(&[(GPU, 9), ("cpu", 20)]))]),
+            (
+                "a",
+                vec![
+                    ("h100", usage(&[(GPU, 4), ("example.com/fpga", 2)])),
+                    ("a100", usage(&[(GPU, 3), ("cpu", 0)])),
+                ],
+            ),
+            ("c", vec![("h100", usage(&[(GPU, 5), ("cpu", 1)]))]),
+            ("b", vec![("none", usage(&[(GPU, 1)]))]),
+            ("a", vec![("a100", usage(&[(GPU, 30)]))]),
+        ];
+        let bookings: Vec<_> = holders
+            .iter()
+            .filter_map(|(queue, sets)| by_names.booking(queue, sets.iter().map(|(f, u)| (*f, u))))
+            .collect();
+        assert_eq!(bookings.len(), holders.len(), "every queue is in the book");
+        assert!(
+            by_names
+                .booking("nobody", [("h100", &usage(&[(GPU, 1)]))])
+                .is_none()
+        );
+        // Add them all, take some away (twice over, past what is held), add again.
+        let steps = [0, 1, 2, 3, 4, 5].map(|i| (i, true)).into_iter().chain([
+            (1, false),
+            (5, false),
+            (0, false),
+            (0, false),
+            (1, true),
+        ]);
+        for (i, add) in steps {
+            let (queue, sets) = &holders[i];
+            for (flavor, u) in sets {
+                if add {
+                    by_names.add(queue, flavor, u);
+                } else {
+                    by_names.remove(queue, flavor, u);
+                }
+            }
+            if add {
+                by_booking.add_booking(&bookings[i]);
+            } else {
+                by_booking.remove_booking(&bookings[i]);
+            }
+            assert!(
+                by_names.same_usage(&by_booking),
+                "after holder {i} (add: {add})"
+            );
+        }
+        for ((queue, _), booking) in holders.iter().zip(&bookings) {
+            assert_eq!(by_names.booking_tree(booking), by_names.tree_number(queue));
+            for other in ["a", "b", "c"] {
+                assert_eq!(by_names.booking_is_of(booking, other), *queue == other);
+            }
+        }
+    }
+
+    #[test]
+    fn a_book_is_shorter_only_where_a_queue_could_get_less() {
+        let specs = three_queues();
+        let empty = QuotaBook::new(specs.iter().map(|(n, s)| (*n, s)));
+        // Queue b borrows 8 GPUs of the cohort's 10 to lend: a keeps its own 6 and can
+        // borrow 2 more, not the 6 it could before.
+        let mut busy = empty.clone();
+        busy.add("b", "h100", &usage(&[(GPU, 8)]));
+        let short_in_busy = |need: &Resources, queue: &str, flavor: &str| {
+            (
+                busy.shorter_than(&empty, queue, flavor, need),
+                empty.shorter_than(&busy, queue, flavor, need),
+            )
+        };
+        assert_eq!(
+            short_in_busy(&usage(&[(GPU, 10)]), "a", "h100"),
+            (true, false)
+        );
+        assert_eq!(
+            short_in_busy(&usage(&[(GPU, 8)]), "a", "h100"),
+            (false, false)
+        );
+        // Short in both, by the same: not shorter.
+        assert_eq!(
+            short_in_busy(&usage(&[(GPU, 30)]), "c", "h100"),
+            (false, false)
+        );
+        // Names the book does not know are as short in one book as in the other.
+        for (queue, flavor, need) in [
+            ("nobody", "h100", usage(&[(GPU, 10)])),
+            ("a", "none", usage(&[(GPU, 10)])),
+            ("a", "h100", usage(&[("example.com/fpga", 10)])),
+        ] {
+            assert_eq!(
+                short_in_busy(&need, queue, flavor),
+                (false, false),
+                "{queue} {flavor}"
+            );
+        }
+        // One resource short is enough.
+        assert_eq!(
+            short_in_busy(&usage(&[("cpu", 1), (GPU, 10)]), "a", "h100"),
+            (true, false)
+        );
     }
 }

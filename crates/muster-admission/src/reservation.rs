@@ -59,9 +59,7 @@ impl Reservation {
             with.add(cluster_queue, flavor, u);
         }
         self.need.iter().any(|(flavor, need)| {
-            let before = self.book_at.shortfalls(&self.cluster_queue, flavor, need);
-            let after = with.shortfalls(&self.cluster_queue, flavor, need);
-            after.iter().zip(&before).any(|(a, b)| a > b)
+            with.shorter_than(&self.book_at, &self.cluster_queue, flavor, need)
         })
     }
 

@@ -44,6 +44,20 @@ pub struct Domain {
     free: Vec<u64>,
 }
 
+impl Domain {
+    /// A domain with nothing under it yet, of a registry of `width` resources.
+    fn empty(depth: usize, value: String, parent: Option<DomainId>, width: usize) -> Domain {
+        Domain {
+            depth,
+            value,
+            parent,
+            children: Vec::new(),
+            nodes: Vec::new(),
+            free: vec![0; width],
+        }
+    }
+}
+
 /// A node in the tree.
 #[derive(Clone, Debug)]
 pub struct NodeState {
@@ -100,8 +114,14 @@ pub struct Topology {
     /// Scratch space for a node's domains while a change updates the capacity indexes.
     ancestors: Vec<DomainId>,
     labels: LabelIndex,
-    /// Pod capacity of the request shapes placed most recently, kept current.
+    /// Pod capacity of the request shapes placed most recently, kept current: counted again
+    /// for the nodes in `stale` before any is read.
     capacities: Vec<CapacityIndex>,
+    /// Nodes changed since the capacity indexes were last brought up to date. A reservation
+    /// search books and rolls back pods on the same few nodes many times between two
+    /// placements: each node is counted again once, when a placement next reads the
+    /// indexes, instead of at every change.
+    stale: StaleNodes,
     /// Where the capacity indexes keep each node's and domain's room bit (fixed once the
     /// domains are).
     room_layout: Arc<RoomLayout>,
@@ -174,14 +194,7 @@ impl Topology {
         let (resources, most_devices) = registry(paths.values().flatten());
         let width = resources.len();
         let node_count = paths.values().map(Vec::len).sum::<usize>();
-        let root = Domain {
-            depth: 0,
-            value: String::new(),
-            parent: None,
-            children: Vec::new(),
-            nodes: Vec::new(),
-            free: vec![0; width],
-        };
+        let root = Domain::empty(0, String::new(), None, width);
         let mut topo = Topology {
             by_depth: vec![Vec::new(); levels.len() + 1],
             levels,
@@ -197,6 +210,7 @@ impl Topology {
             ancestors: Vec::new(),
             labels: LabelIndex::new(),
             capacities: Vec::new(),
+            stale: StaleNodes::default(),
             room_layout: Arc::default(),
             eligible: Vec::new(),
             devices: Vec::new(),
@@ -217,14 +231,8 @@ impl Topology {
                     Some(id) => *id,
                     None => {
                         let id = topo.domains.len();
-                        topo.domains.push(Domain {
-                            depth: depth + 1,
-                            value: value.clone(),
-                            parent: Some(at),
-                            children: Vec::new(),
-                            nodes: Vec::new(),
-                            free: vec![0; width],
-                        });
+                        topo.domains
+                            .push(Domain::empty(depth + 1, value.clone(), Some(at), width));
                         topo.domains[at].children.push(id);
                         index.insert((at, value), id);
                         id
@@ -436,6 +444,7 @@ impl Topology {
     /// The index of `req`'s capacity per node and per domain (`eligible` as from
     /// [`Topology::eligibility`]), built on first use and kept current on every change.
     pub(crate) fn capacity_index(&mut self, req: &PodSetRequest, eligible: &Arc<[bool]>) -> usize {
+        self.refresh_capacities();
         let request = self.dense(&req.requests);
         // Capacities are not capped at the pod set's count: how much room a node or domain has
         // beyond the count is what lets best fit find the tightest one (and spread the
@@ -472,8 +481,43 @@ impl Topology {
         self.capacities.len() - 1
     }
 
-    /// A capacity index by the number [`Topology::capacity_index`] gave.
+    /// Counts again, in every capacity index, the pods that fit on each node changed since
+    /// the last time: the indexes are then what a change-by-change update would have made
+    /// them (a count, a domain's sum and a room bit follow from the node's free resources
+    /// alone, whatever the changes in between).
+    fn refresh_capacities(&mut self) {
+        if self.stale.is_empty() {
+            return;
+        }
+        let mut stale = std::mem::take(&mut self.stale);
+        let mut ancestors = std::mem::take(&mut self.ancestors);
+        let mut capacities = std::mem::take(&mut self.capacities);
+        for node in stale.drain() {
+            ancestors.clear();
+            let mut at = Some(self.nodes[node].domain);
+            while let Some(id) = at {
+                ancestors.push(id);
+                at = self.domains[id].parent;
+            }
+            for c in &mut capacities {
+                if c.eligible.get(node).copied().unwrap_or(false) {
+                    let pods = self.pods_fitting(node, &c.request, u32::MAX);
+                    c.set(node, pods, &ancestors, &self.room_layout);
+                }
+            }
+        }
+        self.stale = stale;
+        self.ancestors = ancestors;
+        self.capacities = capacities;
+    }
+
+    /// A capacity index by the number [`Topology::capacity_index`] gave, as it was made
+    /// current then: only a placement reads one, between asking for it and booking its pods.
     pub(crate) fn capacity(&self, index: usize) -> (&[u32], &[u32]) {
+        debug_assert!(
+            self.stale.is_empty(),
+            "a capacity index read before a refresh"
+        );
         self.capacities
             .get(index)
             .map_or((&[], &[]), |c| (c.node.as_slice(), c.domain.as_slice()))
@@ -485,6 +529,7 @@ impl Topology {
     /// full, and this never looks at them. `None` for a domain that keeps no room bits (one of
     /// few units: reading their counts costs as little).
     pub(crate) fn with_room(&self, index: usize, domain: DomainId) -> Option<WithRoom<'_>> {
+        debug_assert!(self.stale.is_empty(), "room bits read before a refresh");
         let words = self
             .room_layout
             .words(&self.capacities.get(index)?.room, domain)?;
@@ -576,6 +621,7 @@ impl Topology {
             n.info.schedulable = schedulable;
             self.eligible.clear();
             self.capacities.clear();
+            self.stale.drain().for_each(drop);
         }
     }
 
@@ -779,24 +825,7 @@ impl Topology {
             self.for_ancestors(node, |d| d.free[k] = d.free[k] - before + after);
         }
         if !self.capacities.is_empty() {
-            // The node's domains, in a buffer kept between changes (one change per pod of
-            // every release a reservation search makes: no allocation each time).
-            let mut ancestors = std::mem::take(&mut self.ancestors);
-            ancestors.clear();
-            let mut at = Some(self.nodes[node].domain);
-            while let Some(id) = at {
-                ancestors.push(id);
-                at = self.domains[id].parent;
-            }
-            let mut capacities = std::mem::take(&mut self.capacities);
-            for c in &mut capacities {
-                if c.eligible.get(node).copied().unwrap_or(false) {
-                    let pods = self.pods_fitting(node, &c.request, u32::MAX);
-                    c.set(node, pods, &ancestors, &self.room_layout);
-                }
-            }
-            self.capacities = capacities;
-            self.ancestors = ancestors;
+            self.stale.mark(node, self.nodes.len());
         }
     }
 
@@ -811,6 +840,44 @@ impl Topology {
             f(&mut self.domains[id]);
             at = self.domains[id].parent;
         }
+    }
+}
+
+/// Nodes marked since they were last drained, each once, in the order first marked.
+#[derive(Clone, Debug, Default)]
+struct StaleNodes {
+    nodes: Vec<NodeId>,
+    /// Per node: whether it is in `nodes` (as long as the topology's nodes, once any is
+    /// marked).
+    marked: Vec<bool>,
+}
+
+impl StaleNodes {
+    /// Marks `node` of a topology of `node_count` nodes.
+    fn mark(&mut self, node: NodeId, node_count: usize) {
+        if self.marked.len() != node_count {
+            self.marked.resize(node_count, false);
+        }
+        if let Some(marked) = self.marked.get_mut(node)
+            && !*marked
+        {
+            *marked = true;
+            self.nodes.push(node);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The marked nodes, unmarked as they are taken.
+    fn drain(&mut self) -> impl Iterator<Item = NodeId> + '_ {
+        let marked = &mut self.marked;
+        self.nodes.drain(..).inspect(move |&node| {
+            if let Some(m) = marked.get_mut(node) {
+                *m = false;
+            }
+        })
     }
 }
 
@@ -856,23 +923,29 @@ mod tests {
         for levels in [&["block"][..], &["block", "host"][..]] {
             let mut topo = fleet(levels);
             let mut rng = Rng::new(7);
-            let shapes: Vec<usize> = [1, 3, 8]
+            let requests: Vec<PodSetRequest> = [1, 3, 8]
                 .iter()
-                .map(|&g| {
-                    let req = PodSetRequest {
-                        name: "p".to_owned(),
-                        count: 1,
-                        requests: gpus(g),
-                        node_selector: BTreeMap::new(),
-                        affinity: Vec::new(),
-                        tolerations: Vec::new(),
-                        constraint: Constraint::None,
-                        whole_gpus: false,
-                    };
-                    let eligible = topo.eligibility(&req);
-                    topo.capacity_index(&req, &eligible)
+                .map(|&g| PodSetRequest {
+                    name: "p".to_owned(),
+                    count: 1,
+                    requests: gpus(g),
+                    node_selector: BTreeMap::new(),
+                    affinity: Vec::new(),
+                    tolerations: Vec::new(),
+                    constraint: Constraint::None,
+                    whole_gpus: false,
                 })
                 .collect();
+            let shapes = |topo: &mut Topology| -> Vec<usize> {
+                requests
+                    .iter()
+                    .map(|req| {
+                        let eligible = topo.eligibility(req);
+                        topo.capacity_index(req, &eligible)
+                    })
+                    .collect()
+            };
+            shapes(&mut topo);
             let mut used = vec![0u64; 300];
             let mut kept = 0;
             for step in 0..3_000 {
@@ -896,8 +969,16 @@ mod tests {
                 } else {
                     topo.commit();
                 }
-                for &index in &shapes {
+                // A placement asks for its index, which counts the changed nodes again: the
+                // counts are then those of the nodes as they are.
+                for (index, req) in shapes(&mut topo).into_iter().zip(&requests) {
                     let (node, domain) = topo.capacity(index);
+                    let dense = topo.dense(&req.requests);
+                    let counted: Vec<u32> = (0..300)
+                        .map(|n| topo.pods_fitting(n, &dense, u32::MAX))
+                        .collect();
+                    assert_eq!(node, counted.as_slice(), "levels {levels:?}, step {step}");
+                    assert_eq!(domain, topo.sum_domains(&counted).as_slice());
                     for (id, d) in topo.domains().iter().enumerate() {
                         let expected: Vec<usize> = if d.children.is_empty() {
                             d.nodes.iter().copied().filter(|&n| node[n] > 0).collect()

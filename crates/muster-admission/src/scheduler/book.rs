@@ -111,11 +111,17 @@ impl Scheduler {
         // The old state is taken out and the new one filed before it goes in: filing reads
         // only the state it is given, and a holding (every pod's node) is not worth a copy.
         let old = std::mem::replace(&mut entry.state, JobState::Pending);
-        let (job, shape) = (Arc::clone(&entry.job), entry.shape);
+        let (job, shape, entry_usage) = (
+            Arc::clone(&entry.job),
+            entry.shape,
+            Arc::clone(&entry.usage),
+        );
         self.unfile(id, &job, &old);
         self.file(id, &job, &state);
+        let booking = super::booking_of(&self.quota, &state, &entry_usage);
         if let Some(entry) = self.jobs.get_mut(id) {
             entry.state = state;
+            entry.booking = booking;
         }
         if pending {
             self.holders.remove(id);

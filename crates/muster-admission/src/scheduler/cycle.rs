@@ -120,10 +120,8 @@ impl Scheduler {
         });
         let end = holding.and_then(|(e, h)| book::expected_end(&e.job, h));
         let add = |book: &mut crate::quota::QuotaBook| {
-            if let Some((e, h)) = holding {
-                for (usage, p) in e.usage.iter().zip(&h.pod_sets) {
-                    book.add(&h.cluster_queue, &p.flavor, usage);
-                }
+            if let Some(booking) = holding.and_then(|(e, _)| e.booking.as_deref()) {
+                book.add_booking(booking);
             }
         };
         let patched = state

@@ -14,7 +14,7 @@ use crate::cohorts::CohortTree;
 use crate::decision::{Decision, PendingReason, PodSetPlacement};
 use crate::job::{Job, JobId};
 use crate::namespaces::selects;
-use crate::quota::{QuotaBook, Shortfall};
+use crate::quota::{Booking, QuotaBook, Shortfall};
 use crate::reservation::Reservation;
 
 mod assign;
@@ -72,18 +72,24 @@ struct Entry {
     /// Its quota usage per pod set (what a release gives back): its shape's, worked out
     /// once per shape.
     usage: Arc<[Resources]>,
+    /// What it books while it holds quota (its state's queue and flavors, `usage`), looked up
+    /// once when it comes to hold: searches release a holder many times over.
+    booking: Option<Arc<Booking>>,
 }
 
 impl Entry {
     /// Returns what the entry holds, if anything, to `quota` and `cluster`.
     fn release(&self, quota: &mut QuotaBook, cluster: &mut Cluster) {
+        self.release_quota(quota);
+        self.release_nodes(cluster);
+    }
+
+    /// Returns the nodes the entry holds, if any, to `cluster` (its quota stays booked).
+    fn release_nodes(&self, cluster: &mut Cluster) {
         if let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
             &self.state
         {
-            for ((set, usage), placement) in
-                self.job.pod_sets.iter().zip(&*self.usage).zip(&h.pod_sets)
-            {
-                quota.remove(&h.cluster_queue, &placement.flavor, usage);
+            for (set, placement) in self.job.pod_sets.iter().zip(&h.pod_sets) {
                 for (pod, node) in placement.nodes.iter().enumerate() {
                     cluster.remove_pod(node, &set.requests, placement.devices_of(pod));
                 }
@@ -93,14 +99,24 @@ impl Entry {
 
     /// Returns the quota the entry holds, if any, to `quota` (its nodes stay booked).
     fn release_quota(&self, quota: &mut QuotaBook) {
-        if let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
-            &self.state
-        {
-            for (usage, placement) in self.usage.iter().zip(&h.pod_sets) {
-                quota.remove(&h.cluster_queue, &placement.flavor, usage);
-            }
+        if let Some(booking) = &self.booking {
+            quota.remove_booking(booking);
         }
     }
+}
+
+/// What a job of quota usage `usage` (per pod set) books in `quota` while in `state`: `None`
+/// while it holds nothing, or when its queue is not in the book.
+fn booking_of(quota: &QuotaBook, state: &JobState, usage: &[Resources]) -> Option<Arc<Booking>> {
+    let (JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h)) = state else {
+        return None;
+    };
+    let pod_sets = h
+        .pod_sets
+        .iter()
+        .zip(usage)
+        .map(|(p, usage)| (p.flavor.as_str(), usage));
+    quota.booking(&h.cluster_queue, pod_sets).map(Arc::new)
 }
 
 /// A job id shared between the indexes a release order is built from: copying one copies a
@@ -435,13 +451,12 @@ impl Scheduler {
                 .map(|(n, q)| (n.as_str(), &*q.spec)),
             &tree,
         );
+        // The new book numbers queues and slots afresh: every holder's booking is made again.
         for id in &self.holders {
-            if let Some(e) = self.jobs.get(id)
-                && let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
-                    &e.state
-            {
-                for (usage, p) in e.usage.iter().zip(&h.pod_sets) {
-                    self.quota.add(&h.cluster_queue, &p.flavor, usage);
+            if let Some(e) = self.jobs.get_mut(id) {
+                e.booking = booking_of(&self.quota, &e.state, &e.usage);
+                if let Some(booking) = &e.booking {
+                    self.quota.add_booking(booking);
                 }
             }
         }
@@ -504,6 +519,7 @@ impl Scheduler {
             self.holders.insert(id.clone());
         }
         let usage = Arc::clone(&self.shape_usage[shape]);
+        let booking = booking_of(&self.quota, &state, &usage);
         self.jobs.insert(
             id,
             Entry {
@@ -511,6 +527,7 @@ impl Scheduler {
                 shape,
                 state,
                 usage,
+                booking,
             },
         );
     }

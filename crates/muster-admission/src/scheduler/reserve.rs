@@ -189,13 +189,8 @@ impl Scheduler {
             if *end > t {
                 break;
             }
-            if let Some(e) = self.jobs.get(id)
-                && let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) =
-                    &e.state
-            {
-                for (usage, p) in e.usage.iter().zip(&h.pod_sets) {
-                    book.remove(&h.cluster_queue, &p.flavor, usage);
-                }
+            if let Some(booking) = self.jobs.get(id).and_then(|e| e.booking.as_deref()) {
+                book.remove_booking(booking);
             }
         }
         books.insert(t, book.clone());
@@ -340,6 +335,29 @@ impl Scheduler {
         }
     }
 
+    /// Whether holder `e` holds quota of `cq` or of its cohort tree (`tree`, its number):
+    /// the only quota a check for `cq` reads.
+    fn shares_quota(&self, e: &super::Entry, cq: &str, tree: Option<usize>) -> bool {
+        e.booking.as_deref().is_some_and(|b| {
+            (tree.is_some() && self.quota.booking_tree(b) == tree)
+                || self.quota.booking_is_of(b, cq)
+        })
+    }
+
+    /// Releases `ids` tentatively for a search on behalf of `cq` (cohort tree `tree`): their
+    /// nodes, and the quota of those that share it with `cq` (no other quota is read for it).
+    /// The caller restores the cluster mark and the quota book.
+    fn release_for<S: AsRef<str>>(&mut self, cq: &str, tree: Option<usize>, ids: &[S]) {
+        for id in ids {
+            if let Some(e) = self.jobs.get(id.as_ref()) {
+                if self.shares_quota(e, cq, tree) {
+                    e.release_quota(&mut self.quota);
+                }
+                e.release_nodes(&mut self.cluster);
+            }
+        }
+    }
+
     /// Whether `job` fits once `ids` are gone; the assignment if so. Changes nothing. Without
     /// `opts.place` no check reads the nodes, so only the quota `ids` hold is released.
     pub(super) fn fits_without<S: AsRef<str>>(
@@ -458,18 +476,16 @@ impl Scheduler {
         let mut found = None;
         for i in 0..release.len() {
             let id = self.take_order(release, i + 1).order[i].clone();
-            let Some(e) = self.jobs.get(&id) else {
+            // Another tree's quota is never read for `cq`: releasing it would change nothing.
+            let Some(e) = self
+                .jobs
+                .get(&id)
+                .filter(|e| self.shares_quota(e, cq, tree))
+            else {
                 continue;
             };
-            let shares = match &e.state {
-                JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) => {
-                    h.cluster_queue == cq
-                        || tree.is_some() && self.quota.tree_number(&h.cluster_queue) == tree
-                }
-                JobState::Pending => false,
-            };
             e.release_quota(&mut self.quota);
-            if shares && self.try_assign(cq, job, opts, &[], now).is_ok() {
+            if self.try_assign(cq, job, opts, &[], now).is_ok() {
                 found = Some(i + 1);
                 break;
             }
@@ -497,10 +513,11 @@ impl Scheduler {
             no_borrow: false,
         };
         let start = (self.cluster.mark(), self.quota.clone());
+        let tree = self.quota.tree_number(cq);
         // The last prefix known not to fit, with the state after releasing it: every prefix
         // below `floor`, whose last one is released first.
         let below = floor.saturating_sub(1).min(release.len());
-        self.release_tentatively(&self.take_order(release, below).order[..below], true);
+        self.release_for(cq, tree, &self.take_order(release, below).order[..below]);
         let mut lo: (usize, ClusterMark, QuotaBook) =
             (below, self.cluster.mark(), self.quota.clone());
         let mut released = below;
@@ -510,9 +527,10 @@ impl Scheduler {
         while found.is_none() && released < release.len() {
             let target = (released + step).min(release.len());
             step *= 2;
-            self.release_tentatively(
+            self.release_for(
+                cq,
+                tree,
                 &self.take_order(release, target).order[released..target],
-                true,
             );
             released = target;
             match self.try_in_place(cq, job, opts, now) {
@@ -531,7 +549,7 @@ impl Scheduler {
             self.cluster.rollback(&lo.1);
             self.quota = lo.2.clone();
             let mid = lo.0 + (hi.0 - lo.0) / 2;
-            self.release_tentatively(&self.take_order(release, mid).order[lo.0..mid], true);
+            self.release_for(cq, tree, &self.take_order(release, mid).order[lo.0..mid]);
             match self.try_in_place(cq, job, opts, now) {
                 Some(a) => hi = (mid, a),
                 None => lo = (mid, self.cluster.mark(), self.quota.clone()),

@@ -128,6 +128,7 @@ mod tests {
                 provisioned: false,
             }),
             shape: 0,
+            booking: None,
             state: JobState::Pending,
             usage: Arc::from(Vec::new()),
         }

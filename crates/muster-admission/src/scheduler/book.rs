@@ -6,27 +6,27 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{Holding, JobState, Scheduler, ShapeUsage, lists};
+use super::{Holding, JobState, Scheduler, ShapeUsage, SharedId, lists};
 use crate::job::{Job, quota_usage};
 
 impl Scheduler {
     /// Files a holder under its state's index (provisioning, evicting, expected end).
-    pub(super) fn file(&mut self, id: &str, job: &Job, state: &JobState) {
+    pub(super) fn file(&mut self, id: &SharedId, job: &Job, state: &JobState) {
         match state {
             JobState::Provisioning(_) => {
-                self.provisioning.insert(Arc::from(id));
+                self.provisioning.insert(Arc::clone(id));
             }
             JobState::Evicting(h) => {
-                self.evicting.insert(Arc::from(id));
+                self.evicting.insert(Arc::clone(id));
                 self.file_running(id, &h.cluster_queue);
             }
             JobState::Admitted(h) => {
                 match expected_end(job, h) {
                     Some(end) => {
-                        self.ends.insert((end, Arc::from(id)));
+                        self.ends.insert((end, Arc::clone(id)));
                     }
                     None => {
-                        self.unending.insert(Arc::from(id));
+                        self.unending.insert(Arc::clone(id));
                     }
                 }
                 self.file_running(id, &h.cluster_queue);
@@ -35,14 +35,14 @@ impl Scheduler {
         }
     }
 
-    pub(super) fn file_running(&mut self, id: &str, cq: &str) {
+    pub(super) fn file_running(&mut self, id: &SharedId, cq: &str) {
         match self.running_in.get_mut(cq) {
             Some(ids) => {
-                ids.insert(id.to_owned());
+                ids.insert(Arc::clone(id));
             }
             None => {
                 let mut ids = HashSet::default();
-                ids.insert(id.to_owned());
+                ids.insert(Arc::clone(id));
                 self.running_in.insert(cq.to_owned(), ids);
             }
         }
@@ -58,7 +58,7 @@ impl Scheduler {
     }
 
     /// Takes a holder out of its state's index.
-    pub(super) fn unfile(&mut self, id: &str, job: &Job, state: &JobState) {
+    pub(super) fn unfile(&mut self, id: &SharedId, job: &Job, state: &JobState) {
         match state {
             JobState::Provisioning(_) => {
                 self.provisioning.remove(id);
@@ -70,7 +70,7 @@ impl Scheduler {
             JobState::Admitted(h) => {
                 match expected_end(job, h) {
                     Some(end) => {
-                        self.ends.remove(&(end, Arc::from(id)));
+                        self.ends.remove(&(end, Arc::clone(id)));
                     }
                     None => {
                         self.unending.remove(id);
@@ -111,13 +111,14 @@ impl Scheduler {
         // The old state is taken out and the new one filed before it goes in: filing reads
         // only the state it is given, and a holding (every pod's node) is not worth a copy.
         let old = std::mem::replace(&mut entry.state, JobState::Pending);
-        let (job, shape, entry_usage) = (
+        let (job, shape, entry_usage, shared) = (
             Arc::clone(&entry.job),
             entry.shape,
             Arc::clone(&entry.usage),
+            Arc::clone(&entry.id),
         );
-        self.unfile(id, &job, &old);
-        self.file(id, &job, &state);
+        self.unfile(&shared, &job, &old);
+        self.file(&shared, &job, &state);
         let booking = super::booking_of(&self.quota, &state, &entry_usage);
         if let Some(entry) = self.jobs.get_mut(id) {
             entry.state = state;
@@ -129,7 +130,7 @@ impl Scheduler {
                 self.enlist(job, shape);
             }
         } else {
-            self.holders.insert(id.to_owned());
+            self.holders.insert(shared);
             self.deferred.remove(id);
             if was_pending {
                 self.lists.remove(&job);

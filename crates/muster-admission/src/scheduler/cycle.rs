@@ -482,7 +482,7 @@ impl Scheduler {
         if draining.is_empty() {
             return;
         }
-        let mut holders: Vec<JobId> = self.holders.iter().cloned().collect();
+        let mut holders: Vec<JobId> = self.holders.iter().map(ToString::to_string).collect();
         holders.sort_unstable();
         for id in holders {
             let Some(entry) = self.jobs.get(&id) else {

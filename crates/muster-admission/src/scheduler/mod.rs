@@ -65,6 +65,9 @@ pub struct Holding {
 #[derive(Clone, Debug)]
 struct Entry {
     job: Arc<Job>,
+    /// Its id as the holder indexes keep it: filing and unfiling copy a pointer, not the
+    /// string.
+    id: SharedId,
     /// Jobs with the same shape (queue, priority, pod sets) fare the same within one cycle;
     /// an index into the scheduler's shape table.
     shape: usize,
@@ -287,7 +290,7 @@ pub struct Scheduler {
     policy: Box<dyn Policy>,
     /// Jobs that hold capacity (every state but pending). Hashed: every admission and every
     /// end files a job here, and walks that tell what they find sort it.
-    holders: HashSet<JobId, FixedState>,
+    holders: HashSet<SharedId, FixedState>,
     /// Of those, the ones holding quota while capacity is bought for them. These four sets
     /// hold shared ids: every reservation search's release order copies all of them.
     provisioning: BTreeSet<SharedId>,
@@ -299,7 +302,7 @@ pub struct Scheduler {
     unending: BTreeSet<SharedId>,
     /// Admitted and evicting jobs per ClusterQueue: the jobs preemption may pick from.
     /// Hashed within a queue: preemption sorts the candidates it takes from them.
-    running_in: BTreeMap<String, HashSet<JobId, FixedState>>,
+    running_in: BTreeMap<String, HashSet<SharedId, FixedState>>,
     /// Waiting jobs per ClusterQueue, in queue order.
     lists: lists::Lists,
     /// What the last cycle that ran found about waiting jobs.
@@ -498,25 +501,25 @@ impl Scheduler {
         let job: Arc<Job> = job.into();
         let shape = self.shape_of(&job);
         self.generation += 1;
-        let (state, old_job) = match self.jobs.remove(&job.id) {
+        let (state, old_job, shared) = match self.jobs.remove(&job.id) {
             Some(old) => {
                 if old.state == JobState::Pending {
                     self.lists.remove(&old.job);
                 }
-                (old.state, Some(old.job))
+                (old.state, Some(old.job), old.id)
             }
-            None => (JobState::Pending, None),
+            None => (JobState::Pending, None, SharedId::from(job.id.as_str())),
         };
         let id = job.id.clone();
         if let Some(old) = &old_job {
-            self.unfile(&id, old, &state);
+            self.unfile(&shared, old, &state);
         }
-        self.file(&id, &job, &state);
+        self.file(&shared, &job, &state);
         if state == JobState::Pending {
-            self.holders.remove(&id);
+            self.holders.remove(id.as_str());
             self.enlist(Arc::clone(&job), shape);
         } else {
-            self.holders.insert(id.clone());
+            self.holders.insert(Arc::clone(&shared));
         }
         let usage = Arc::clone(&self.shape_usage[shape]);
         let booking = booking_of(&self.quota, &state, &usage);
@@ -524,6 +527,7 @@ impl Scheduler {
             id,
             Entry {
                 job,
+                id: shared,
                 shape,
                 state,
                 usage,
@@ -555,7 +559,7 @@ impl Scheduler {
         if let Some(old) = self.jobs.remove(id) {
             self.lists.remove(&old.job);
             self.holders.remove(id);
-            self.unfile(id, &old.job, &old.state);
+            self.unfile(&old.id, &old.job, &old.state);
         }
     }
 

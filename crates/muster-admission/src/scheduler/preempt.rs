@@ -242,7 +242,7 @@ impl Scheduler {
             // Whether this queue borrows each flavor its jobs run on, asked once per flavor.
             let mut borrowing: Vec<(&str, bool)> = Vec::new();
             for id in ids {
-                let Some(e) = self.jobs.get(id.as_str()) else {
+                let Some(e) = self.jobs.get(id) else {
                     continue;
                 };
                 let JobState::Admitted(h) = &e.state else {
@@ -276,7 +276,7 @@ impl Scheduler {
                         distance,
                         e.job.priority,
                         std::cmp::Reverse(h.since),
-                        id.clone(),
+                        id.to_string(),
                     ));
                 }
             }

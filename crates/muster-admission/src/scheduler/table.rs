@@ -127,6 +127,7 @@ mod tests {
                 suspended: false,
                 provisioned: false,
             }),
+            id: Arc::from(id),
             shape: 0,
             booking: None,
             state: JobState::Pending,

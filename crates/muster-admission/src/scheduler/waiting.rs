@@ -75,16 +75,17 @@ impl Scheduler {
         let mut out = Vec::new();
         // Holders are kept unordered: the few a cycle left waiting (for bought capacity) are
         // told in id order.
-        let mut held: Vec<&JobId> = self
+        let mut held: Vec<&str> = self
             .holders
             .iter()
+            .map(|id| &**id)
             .filter(|id| found.served.contains_key(*id))
             .collect();
         held.sort_unstable();
         for id in held {
             if let Some((reason, eta)) = found.served.get(id) {
                 out.push(Decision::Pending {
-                    job: id.clone(),
+                    job: (*id).to_owned(),
                     position: 0,
                     reason: reason.clone(),
                     eta: *eta,

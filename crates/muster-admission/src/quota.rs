@@ -105,7 +105,24 @@ pub(crate) struct PreparedUsage {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Booking {
     queue: usize,
+    /// The root of the queue's cohort tree, if it is in one (see [`QuotaBook::tree_number`]).
+    tree: Option<usize>,
     amounts: Vec<(usize, u64)>,
+}
+
+/// The quota a check for one queue reads: its own and its cohort tree's
+/// ([`QuotaBook::scope`]). Valid for the book it was taken from and every copy of it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QuotaScope {
+    queue: usize,
+    tree: Option<usize>,
+}
+
+impl QuotaScope {
+    /// Whether what `booking` holds is quota a check for the scope's queue reads.
+    pub(crate) fn covers(self, booking: &Booking) -> bool {
+        booking.queue == self.queue || (self.tree.is_some() && booking.tree == self.tree)
+    }
 }
 
 /// The first resource a check found short, borrowed from the usage checked.
@@ -854,7 +871,7 @@ impl QuotaBook {
         queue: &str,
         pod_sets: impl IntoIterator<Item = (&'a str, &'a Resources)>,
     ) -> Option<Booking> {
-        let queue = self.queue(queue)?;
+        let QuotaScope { queue, tree } = self.scope(queue)?;
         let mut amounts = Vec::new();
         for (flavor, usage) in pod_sets {
             let resources = self.layout.slots.get(flavor);
@@ -867,7 +884,11 @@ impl QuotaBook {
                 }
             }
         }
-        Some(Booking { queue, amounts })
+        Some(Booking {
+            queue,
+            tree,
+            amounts,
+        })
     }
 
     /// Books what `booking` holds: the same as adding each of its pod sets' usage by names.
@@ -885,20 +906,12 @@ impl QuotaBook {
         }
     }
 
-    /// The number of the root of the cohort tree `booking`'s queue is in (see
-    /// [`QuotaBook::tree_number`]).
-    pub(crate) fn booking_tree(&self, booking: &Booking) -> Option<usize> {
-        let q = booking.queue;
-        self.layout.parent[q].map(|_| self.layout.root[q])
-    }
-
-    /// Whether `booking` is of `queue` itself.
-    pub(crate) fn booking_is_of(&self, booking: &Booking, queue: &str) -> bool {
-        self.layout
-            .queue_names
-            .get(booking.queue)
-            .map(String::as_str)
-            == Some(queue)
+    /// The quota a check for `queue` reads; `None` when the book has no such queue.
+    pub(crate) fn scope(&self, queue: &str) -> Option<QuotaScope> {
+        Some(QuotaScope {
+            queue: self.queue(queue)?,
+            tree: self.tree_number(queue),
+        })
     }
 
     /// Moves queue `q`'s usage of `slot` by `by` milli-units, and its cohorts' above it.
@@ -1247,12 +1260,20 @@ mod tests {
                 "after holder {i} (add: {add})"
             );
         }
+        // A check for a queue reads its own quota and its cohort tree's: a and b share
+        // cohort "all", c is in none.
         for ((queue, _), booking) in holders.iter().zip(&bookings) {
-            assert_eq!(by_names.booking_tree(booking), by_names.tree_number(queue));
             for other in ["a", "b", "c"] {
-                assert_eq!(by_names.booking_is_of(booking, other), *queue == other);
+                let shared = *queue == other || (*queue != "c" && other != "c");
+                let scope = by_names.scope(other);
+                assert_eq!(
+                    scope.is_some_and(|s| s.covers(booking)),
+                    shared,
+                    "{queue} {other}"
+                );
             }
         }
+        assert!(by_names.scope("nobody").is_none());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use muster_topology::{Constraint, NodeId};
 use super::{Assignment, Blocked, Holding, JobState, Options, Scheduler, SharedId};
 use crate::cluster::ClusterMark;
 use crate::job::Job;
-use crate::quota::QuotaBook;
+use crate::quota::{QuotaBook, QuotaScope};
 use crate::reservation::Reservation;
 
 /// The order in which a reservation search releases jobs, and the quota book as it will be
@@ -335,22 +335,13 @@ impl Scheduler {
         }
     }
 
-    /// Whether holder `e` holds quota of `cq` or of its cohort tree (`tree`, its number):
-    /// the only quota a check for `cq` reads.
-    fn shares_quota(&self, e: &super::Entry, cq: &str, tree: Option<usize>) -> bool {
-        e.booking.as_deref().is_some_and(|b| {
-            (tree.is_some() && self.quota.booking_tree(b) == tree)
-                || self.quota.booking_is_of(b, cq)
-        })
-    }
-
-    /// Releases `ids` tentatively for a search on behalf of `cq` (cohort tree `tree`): their
-    /// nodes, and the quota of those that share it with `cq` (no other quota is read for it).
-    /// The caller restores the cluster mark and the quota book.
-    fn release_for<S: AsRef<str>>(&mut self, cq: &str, tree: Option<usize>, ids: &[S]) {
+    /// Releases `ids` tentatively for a search whose checks read the quota of `scope` (see
+    /// [`QuotaBook::scope`]): their nodes, and the quota of those it covers (no other quota
+    /// is read). The caller restores the cluster mark and the quota book.
+    fn release_for<S: AsRef<str>>(&mut self, scope: Option<QuotaScope>, ids: &[S]) {
         for id in ids {
             if let Some(e) = self.jobs.get(id.as_ref()) {
-                if self.shares_quota(e, cq, tree) {
+                if holds_quota_of(e, scope) {
                     e.release_quota(&mut self.quota);
                 }
                 e.release_nodes(&mut self.cluster);
@@ -472,16 +463,12 @@ impl Scheduler {
             return Some(0);
         }
         let saved = self.quota.clone();
-        let tree = self.quota.tree_number(cq);
+        let scope = self.quota.scope(cq);
         let mut found = None;
         for i in 0..release.len() {
             let id = self.take_order(release, i + 1).order[i].clone();
             // Another tree's quota is never read for `cq`: releasing it would change nothing.
-            let Some(e) = self
-                .jobs
-                .get(&id)
-                .filter(|e| self.shares_quota(e, cq, tree))
-            else {
+            let Some(e) = self.jobs.get(&id).filter(|e| holds_quota_of(e, scope)) else {
                 continue;
             };
             e.release_quota(&mut self.quota);
@@ -513,11 +500,11 @@ impl Scheduler {
             no_borrow: false,
         };
         let start = (self.cluster.mark(), self.quota.clone());
-        let tree = self.quota.tree_number(cq);
+        let scope = self.quota.scope(cq);
         // The last prefix known not to fit, with the state after releasing it: every prefix
         // below `floor`, whose last one is released first.
         let below = floor.saturating_sub(1).min(release.len());
-        self.release_for(cq, tree, &self.take_order(release, below).order[..below]);
+        self.release_for(scope, &self.take_order(release, below).order[..below]);
         let mut lo: (usize, ClusterMark, QuotaBook) =
             (below, self.cluster.mark(), self.quota.clone());
         let mut released = below;
@@ -528,8 +515,7 @@ impl Scheduler {
             let target = (released + step).min(release.len());
             step *= 2;
             self.release_for(
-                cq,
-                tree,
+                scope,
                 &self.take_order(release, target).order[released..target],
             );
             released = target;
@@ -549,7 +535,7 @@ impl Scheduler {
             self.cluster.rollback(&lo.1);
             self.quota = lo.2.clone();
             let mid = lo.0 + (hi.0 - lo.0) / 2;
-            self.release_for(cq, tree, &self.take_order(release, mid).order[lo.0..mid]);
+            self.release_for(scope, &self.take_order(release, mid).order[lo.0..mid]);
             match self.try_in_place(cq, job, opts, now) {
                 Some(a) => hi = (mid, a),
                 None => lo = (mid, self.cluster.mark(), self.quota.clone()),
@@ -604,4 +590,10 @@ impl Scheduler {
             _ => (Vec::new(), Vec::new()),
         }
     }
+}
+
+/// Whether holder `e` holds quota a check of `scope` reads (none without a scope: a queue
+/// the book does not know reads no quota).
+fn holds_quota_of(e: &super::Entry, scope: Option<QuotaScope>) -> bool {
+    scope.is_some_and(|s| e.booking.as_deref().is_some_and(|b| s.covers(b)))
 }

@@ -12,7 +12,7 @@ use super::{Assignment, Blocked, Options, Scheduler};
 use crate::cluster::{Cluster, with_flavor};
 use crate::decision::PodSetPlacement;
 use crate::job::Job;
-use crate::quota::{QuotaCheck, QuotaFit, Shortfall};
+use crate::quota::{PreparedUsage, QuotaCheck, QuotaFit, Shortfall};
 use crate::reservation::Reservation;
 
 impl Scheduler {
@@ -186,7 +186,30 @@ impl Scheduler {
                 };
                 // The verdict alone, which allocates nothing; the shortfall is worked out
                 // only for the first flavor short, the one a waiting job is told of.
-                match (self.quota.fit(cq, &flavor.name, total), borrow_pass) {
+                let fit = match shaped {
+                    // The set alone in the flavor, as most are: its usage is the shape's.
+                    Some((shape, i)) if !usage_by_flavor.contains_key(&flavor.name) => {
+                        let quota = &self.quota;
+                        let (queue, prepared) =
+                            self.prepared.get_or_make(shape, i, &flavor.name, || {
+                                (cq.to_owned(), quota.prepare(cq, &flavor.name, usage))
+                            });
+                        if queue == cq {
+                            let fit = quota.fit_prepared(prepared);
+                            debug_assert_eq!(
+                                fit,
+                                quota.fit(cq, &flavor.name, total),
+                                "a prepared usage of {cq} in {} answers as by names",
+                                flavor.name
+                            );
+                            fit
+                        } else {
+                            quota.fit(cq, &flavor.name, total)
+                        }
+                    }
+                    _ => self.quota.fit(cq, &flavor.name, total),
+                };
+                match (fit, borrow_pass) {
                     (QuotaFit::Fits, false) | (QuotaFit::Borrows, true) => {}
                     (QuotaFit::Short, false) => {
                         if first_short.is_none()
@@ -259,9 +282,10 @@ impl Scheduler {
     ) -> Option<Result<PodSetPlacement, NoFit>> {
         let spec = self.cluster.flavor(flavor)?;
         let req = match shaped {
-            Some((shape, i)) => self
-                .flavored
-                .get_or_make(shape, i, flavor, || with_flavor(set, spec)),
+            Some((shape, i)) => Arc::clone(
+                self.flavored
+                    .get_or_make(shape, i, flavor, || Arc::new(with_flavor(set, spec))),
+            ),
             None => Arc::new(with_flavor(set, spec)),
         };
         let fit = self.cluster.place(flavor, &req, self.policy.as_ref())?;
@@ -287,25 +311,27 @@ impl Scheduler {
     }
 }
 
-/// Pod sets as placement reads them under a flavor (its node labels joined to the selector,
-/// its tolerations to the pod's), kept per job shape, pod set and flavor: the same for every
-/// try of every job of the shape, each of which built and dropped its own. A shape's pod sets
-/// and a scheduler's flavors never change, so nothing here goes stale.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Flavored(Vec<Vec<UnderFlavors>>);
+/// Something worked out per job shape, pod set and flavor, once for every try of every job of
+/// the shape: each try worked out its own and dropped it.
+#[derive(Clone, Debug)]
+pub(super) struct PerPodSet<T>(Vec<Vec<Vec<(String, T)>>>);
 
-/// One pod set under each flavor it was tried in, by flavor name.
-type UnderFlavors = Vec<(String, Arc<PodSetRequest>)>;
+impl<T> Default for PerPodSet<T> {
+    fn default() -> Self {
+        PerPodSet(Vec::new())
+    }
+}
 
-impl Flavored {
-    /// Pod set `set` of `shape` under `flavor`, made by `make` the first time.
+impl<T> PerPodSet<T> {
+    /// What is kept for pod set `set` of `shape` under `flavor`, made by `make` the first
+    /// time.
     fn get_or_make(
         &mut self,
         shape: usize,
         set: usize,
         flavor: &str,
-        make: impl FnOnce() -> PodSetRequest,
-    ) -> Arc<PodSetRequest> {
+        make: impl FnOnce() -> T,
+    ) -> &T {
         if self.0.len() <= shape {
             self.0.resize_with(shape + 1, Vec::new);
         }
@@ -314,14 +340,28 @@ impl Flavored {
             sets.resize_with(set + 1, Vec::new);
         }
         let flavors = &mut sets[set];
-        if let Some((_, req)) = flavors.iter().find(|(name, _)| name == flavor) {
-            return Arc::clone(req);
-        }
-        let req = Arc::new(make());
-        flavors.push((flavor.to_owned(), Arc::clone(&req)));
-        req
+        let at = match flavors.iter().position(|(name, _)| name == flavor) {
+            Some(at) => at,
+            None => {
+                flavors.push((flavor.to_owned(), make()));
+                flavors.len() - 1
+            }
+        };
+        &flavors[at].1
     }
 }
+
+/// Pod sets as placement reads them under a flavor (its node labels joined to the selector,
+/// its tolerations to the pod's). A shape's pod sets and a scheduler's flavors never change,
+/// so nothing here goes stale.
+pub(super) type Flavored = PerPodSet<Arc<PodSetRequest>>;
+
+/// A pod set's quota usage in a flavor, with the ClusterQueue it was prepared for and its
+/// names looked up ([`crate::quota::QuotaBook::prepare`]): a quota check of a try is then
+/// arithmetic alone. A shape's jobs are all of one LocalQueue, so of one ClusterQueue; one
+/// tried in another is checked by names. Good while the quota book's numbering is:
+/// [`Scheduler::with_cohorts`] makes a new book and drops these.
+pub(super) type PreparedUsages = PerPodSet<(String, PreparedUsage)>;
 
 /// Capacity reserved for other jobs, taken from the cluster (see [`Cluster::fill`]) before
 /// the first placement of a job's pod sets, so that they keep off it.

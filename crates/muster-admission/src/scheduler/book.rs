@@ -3,7 +3,6 @@
 //! ClusterQueue it runs in — and kept in step on every change of state, so a cycle finds
 //! holders, victims and waiting jobs without walking every job.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::{Holding, JobState, Scheduler, ShapeUsage, SharedId, lists};
@@ -18,7 +17,7 @@ impl Scheduler {
             }
             JobState::Evicting(h) => {
                 self.evicting.insert(Arc::clone(id));
-                self.file_running(id, &h.cluster_queue);
+                self.file_running(id, job, &h.cluster_queue);
             }
             JobState::Admitted(h) => {
                 match expected_end(job, h) {
@@ -29,29 +28,34 @@ impl Scheduler {
                         self.unending.insert(Arc::clone(id));
                     }
                 }
-                self.file_running(id, &h.cluster_queue);
+                self.file_running(id, job, &h.cluster_queue);
             }
             JobState::Pending => {}
         }
     }
 
-    pub(super) fn file_running(&mut self, id: &SharedId, cq: &str) {
-        match self.running_in.get_mut(cq) {
-            Some(ids) => {
-                ids.insert(Arc::clone(id));
-            }
-            None => {
-                let mut ids = HashSet::default();
-                ids.insert(Arc::clone(id));
-                self.running_in.insert(cq.to_owned(), ids);
-            }
-        }
+    /// Files a job running (admitted or being evicted) in `cq`.
+    pub(super) fn file_running(&mut self, id: &SharedId, job: &Job, cq: &str) {
+        let running = match self.running_in.get_mut(cq) {
+            Some(running) => running,
+            None => self.running_in.entry(cq.to_owned()).or_default(),
+        };
+        running.ids.insert(Arc::clone(id));
+        *running.priorities.entry(job.priority).or_default() += 1;
     }
 
-    pub(super) fn unfile_running(&mut self, id: &str, cq: &str) {
-        if let Some(ids) = self.running_in.get_mut(cq) {
-            ids.remove(id);
-            if ids.is_empty() {
+    /// Takes a job filed by [`Scheduler::file_running`] out.
+    pub(super) fn unfile_running(&mut self, id: &str, job: &Job, cq: &str) {
+        if let Some(running) = self.running_in.get_mut(cq) {
+            if running.ids.remove(id)
+                && let Some(count) = running.priorities.get_mut(&job.priority)
+            {
+                *count -= 1;
+                if *count == 0 {
+                    running.priorities.remove(&job.priority);
+                }
+            }
+            if running.ids.is_empty() {
                 self.running_in.remove(cq);
             }
         }
@@ -65,7 +69,7 @@ impl Scheduler {
             }
             JobState::Evicting(h) => {
                 self.evicting.remove(id);
-                self.unfile_running(id, &h.cluster_queue);
+                self.unfile_running(id, job, &h.cluster_queue);
             }
             JobState::Admitted(h) => {
                 match expected_end(job, h) {
@@ -76,7 +80,7 @@ impl Scheduler {
                         self.unending.remove(id);
                     }
                 }
-                self.unfile_running(id, &h.cluster_queue);
+                self.unfile_running(id, job, &h.cluster_queue);
             }
             JobState::Pending => {}
         }

@@ -195,6 +195,25 @@ struct CycleState {
     returning: BTreeMap<ReturningKey, Option<Returning>>,
 }
 
+/// The jobs running (admitted, or being evicted) in one ClusterQueue.
+#[derive(Clone, Debug, Default)]
+struct RunningIn {
+    /// Hashed: preemption sorts the candidates it takes from them.
+    ids: HashSet<SharedId, FixedState>,
+    /// How many of them run at each priority: whether any runs below a preemptor's priority
+    /// is known before any job is looked at.
+    priorities: BTreeMap<i32, u32>,
+}
+
+impl RunningIn {
+    /// Whether any of them runs at a priority below `priority`.
+    fn any_below(&self, priority: i32) -> bool {
+        self.priorities
+            .first_key_value()
+            .is_some_and(|(lowest, _)| *lowest < priority)
+    }
+}
+
 /// A job that gives quota back when it ends: its id, expected end and what it gives back.
 type Returning = (String, i64, muster_api::Amount);
 
@@ -281,6 +300,8 @@ pub struct Scheduler {
     shape_usage: Vec<ShapeUsage>,
     /// Per shape: its pod sets under the flavors they were tried in.
     flavored: assign::Flavored,
+    /// Per shape: its pod sets' quota usages, prepared for the queue and flavors tried.
+    prepared: assign::PreparedUsages,
     /// Preemptors waiting for their victims to leave, with what they counted on.
     nominations: BTreeMap<JobId, nominate::Nomination>,
     /// Preemptors waiting because waiting was cheaper than evicting (see [`weigh`]), with
@@ -302,7 +323,7 @@ pub struct Scheduler {
     unending: BTreeSet<SharedId>,
     /// Admitted and evicting jobs per ClusterQueue: the jobs preemption may pick from.
     /// Hashed within a queue: preemption sorts the candidates it takes from them.
-    running_in: BTreeMap<String, HashSet<SharedId, FixedState>>,
+    running_in: BTreeMap<String, RunningIn>,
     /// Waiting jobs per ClusterQueue, in queue order.
     lists: lists::Lists,
     /// What the last cycle that ran found about waiting jobs.
@@ -370,6 +391,7 @@ impl Scheduler {
             shapes: BTreeMap::new(),
             shape_usage: Vec::new(),
             flavored: assign::Flavored::default(),
+            prepared: assign::PreparedUsages::default(),
             nominations: BTreeMap::new(),
             deferred: BTreeMap::new(),
             policy: Box::new(BestFit),
@@ -424,6 +446,7 @@ impl Scheduler {
             shapes: self.shapes.clone(),
             shape_usage: self.shape_usage.clone(),
             flavored: self.flavored.clone(),
+            prepared: self.prepared.clone(),
             nominations: self.nominations.clone(),
             deferred: self.deferred.clone(),
             policy,
@@ -454,7 +477,9 @@ impl Scheduler {
                 .map(|(n, q)| (n.as_str(), &*q.spec)),
             &tree,
         );
-        // The new book numbers queues and slots afresh: every holder's booking is made again.
+        // The new book numbers queues and slots afresh: every holder's booking is made again,
+        // and every prepared usage.
+        self.prepared = assign::PreparedUsages::default();
         for id in &self.holders {
             if let Some(e) = self.jobs.get_mut(id) {
                 e.booking = booking_of(&self.quota, &e.state, &e.usage);

@@ -34,13 +34,27 @@ impl Scheduler {
         now: i64,
         known: &mut (u64, Candidates),
     ) -> Option<(Vec<JobId>, BTreeSet<JobId>, Assignment)> {
+        if !self.may_choose_any(cq, job) {
+            return None;
+        }
         if known.0 != self.epoch {
             *known = (self.epoch, Candidates::new());
         }
         let known = &mut known.1;
         let key = (cq.to_owned(), job.priority);
         let candidates = match known.get(&key) {
-            Some(c) => Rc::clone(c),
+            Some(c) => {
+                #[cfg(debug_assertions)]
+                {
+                    let mut fresh = self.preemption_candidates(cq, job).unwrap_or_default();
+                    fresh.sort();
+                    debug_assert!(
+                        **c == fresh,
+                        "the preemption candidates kept for {cq} are those found again"
+                    );
+                }
+                Rc::clone(c)
+            }
             None => {
                 let mut found = self.preemption_candidates(cq, job)?;
                 found.sort();
@@ -193,6 +207,34 @@ impl Scheduler {
         fits
     }
 
+    /// Whether the queue's policy could let `job` choose any running job at all, from what
+    /// is known without looking at one: a job of lower priority running in its own queue
+    /// (when the policy takes those), or, in its cohort tree, another queue that borrows
+    /// (and, when the policy reclaims only from lower priorities, runs one). Without any, no
+    /// search can evict anything (jobs already leaving are waited for, never chosen), and
+    /// finding that out by gathering every candidate cost most of what preemption cost a
+    /// busy cycle: most blocked jobs there have nothing they may take.
+    fn may_choose_any(&self, cq: &str, job: &Job) -> bool {
+        let Some(policy) = self.queues.get(cq).and_then(|q| q.spec.preemption.as_ref()) else {
+            return false;
+        };
+        let below = |queue: &str| {
+            self.running_in
+                .get(queue)
+                .is_some_and(|r| r.any_below(job.priority))
+        };
+        if policy.within_cluster_queue == WithinClusterQueue::LowerPriority && below(cq) {
+            return true;
+        }
+        policy.reclaim_within_cohort != ReclaimWithinCohort::Never
+            && self.quota.queues_sharing(cq).any(|queue| {
+                queue != cq
+                    && self.running_in.contains_key(queue)
+                    && self.quota.is_borrowing_anything(queue)
+                    && (policy.reclaim_within_cohort == ReclaimWithinCohort::Any || below(queue))
+            })
+    }
+
     /// Jobs whose eviction the queue's policy allows for `job`, plus every job already
     /// leaving, as [`Candidate`]s: sorted, that is Kueue's order — already leaving, other
     /// queues' borrowers (the nearest in the cohort tree first), lowest priority, newest.
@@ -221,7 +263,7 @@ impl Scheduler {
         // sorts the candidates.
         let others = self.quota.queues_sharing(cq).filter(|q| *q != cq);
         for queue in std::iter::once(cq).chain(others) {
-            let Some(ids) = self.running_in.get(queue) else {
+            let Some(running) = self.running_in.get(queue) else {
                 continue;
             };
             let same_queue = queue == cq;
@@ -241,7 +283,7 @@ impl Scheduler {
             };
             // Whether this queue borrows each flavor its jobs run on, asked once per flavor.
             let mut borrowing: Vec<(&str, bool)> = Vec::new();
-            for id in ids {
+            for id in &running.ids {
                 let Some(e) = self.jobs.get(id) else {
                     continue;
                 };

@@ -121,7 +121,16 @@ pub(crate) struct QuotaScope {
 impl QuotaScope {
     /// Whether what `booking` holds is quota a check for the scope's queue reads.
     pub(crate) fn covers(self, booking: &Booking) -> bool {
-        booking.queue == self.queue || (self.tree.is_some() && booking.tree == self.tree)
+        self.shares_with(QuotaScope {
+            queue: booking.queue,
+            tree: booking.tree,
+        })
+    }
+
+    /// Whether the two scopes' queues read each other's quota: one queue, or one cohort
+    /// tree.
+    pub(crate) fn shares_with(self, other: QuotaScope) -> bool {
+        other.queue == self.queue || (self.tree.is_some() && other.tree == self.tree)
     }
 }
 

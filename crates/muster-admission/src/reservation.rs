@@ -8,7 +8,7 @@ use muster_api::Resources;
 use muster_topology::NodeId;
 
 use crate::job::JobId;
-use crate::quota::QuotaBook;
+use crate::quota::{QuotaBook, QuotaScope};
 
 /// Capacity held for a blocked job within one cycle.
 #[derive(Clone, Debug)]
@@ -17,9 +17,9 @@ pub(crate) struct Reservation {
     pub(crate) job: JobId,
     /// The job's ClusterQueue.
     pub(crate) cluster_queue: String,
-    /// The root of that queue's cohort tree, as the quota book numbers it: every queue of
-    /// the tree shares quota with it.
-    pub(crate) tree: Option<usize>,
+    /// The quota a check for that queue reads ([`QuotaBook::scope`]): a job of a queue
+    /// outside it can never delay the reservation.
+    pub(crate) scope: Option<QuotaScope>,
     /// When the capacity frees up; `None` when only jobs without a known runtime would free it.
     pub(crate) until: Option<i64>,
     /// (flavor, nodes) it will take, as ids in the flavor's topology: a cycle fills them for
@@ -39,8 +39,9 @@ impl Reservation {
     }
 
     fn shares_quota(&self, quota: &QuotaBook, cluster_queue: &str) -> bool {
-        cluster_queue == self.cluster_queue
-            || (self.tree.is_some() && quota.tree_number(cluster_queue) == self.tree)
+        self.scope
+            .zip(quota.scope(cluster_queue))
+            .is_some_and(|(ours, theirs)| ours.shares_with(theirs))
     }
 
     /// Whether booking `usage` (per flavor) to `cluster_queue` would leave the reserved job

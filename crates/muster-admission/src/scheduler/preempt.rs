@@ -4,9 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
-use muster_api::cluster_queue::{ReclaimWithinCohort, WithinClusterQueue};
+use muster_api::cluster_queue::{PreemptionPolicy, ReclaimWithinCohort, WithinClusterQueue};
 
-use super::{Assignment, JobState, Options, Scheduler};
+use super::{Assignment, JobState, Options, RunningIn, Scheduler};
 use crate::job::{Job, JobId};
 use crate::reservation::Reservation;
 
@@ -207,32 +207,46 @@ impl Scheduler {
         fits
     }
 
-    /// Whether the queue's policy could let `job` choose any running job at all, from what
-    /// is known without looking at one: a job of lower priority running in its own queue
-    /// (when the policy takes those), or, in its cohort tree, another queue that borrows
-    /// (and, when the policy reclaims only from lower priorities, runs one). Without any, no
-    /// search can evict anything (jobs already leaving are waited for, never chosen), and
+    /// Whether the queue's policy could let `job` choose any running job at all: some queue
+    /// of its own and its cohort tree may lose one ([`Scheduler::may_lose`]). Without any,
+    /// no search can evict anything (jobs already leaving are waited for, never chosen), and
     /// finding that out by gathering every candidate cost most of what preemption cost a
     /// busy cycle: most blocked jobs there have nothing they may take.
     fn may_choose_any(&self, cq: &str, job: &Job) -> bool {
         let Some(policy) = self.queues.get(cq).and_then(|q| q.spec.preemption.as_ref()) else {
             return false;
         };
-        let below = |queue: &str| {
-            self.running_in
-                .get(queue)
-                .is_some_and(|r| r.any_below(job.priority))
+        std::iter::once(cq)
+            .chain(self.quota.queues_sharing(cq).filter(|q| *q != cq))
+            .any(|queue| self.may_lose(policy, cq, queue, job).is_some())
+    }
+
+    /// The running jobs of `queue` (`cq` itself or a queue of its cohort tree) when
+    /// `policy`, `cq`'s, may choose one of them for `job`, from what is known without
+    /// looking at any: a job of lower priority runs in `cq` and the policy takes those;
+    /// another queue borrows and the policy reclaims from it (from any job, or from one of
+    /// lower priority that runs there). `None`: none of them can be chosen, so their
+    /// running jobs cost nothing.
+    fn may_lose(
+        &self,
+        policy: &PreemptionPolicy,
+        cq: &str,
+        queue: &str,
+        job: &Job,
+    ) -> Option<&RunningIn> {
+        let running = self.running_in.get(queue)?;
+        let below = running.any_below(job.priority);
+        let may = if queue == cq {
+            policy.within_cluster_queue == WithinClusterQueue::LowerPriority && below
+        } else {
+            let reclaims = match policy.reclaim_within_cohort {
+                ReclaimWithinCohort::Never => false,
+                ReclaimWithinCohort::LowerPriority => below,
+                ReclaimWithinCohort::Any => true,
+            };
+            reclaims && self.quota.is_borrowing_anything(queue)
         };
-        if policy.within_cluster_queue == WithinClusterQueue::LowerPriority && below(cq) {
-            return true;
-        }
-        policy.reclaim_within_cohort != ReclaimWithinCohort::Never
-            && self.quota.queues_sharing(cq).any(|queue| {
-                queue != cq
-                    && self.running_in.contains_key(queue)
-                    && self.quota.is_borrowing_anything(queue)
-                    && (policy.reclaim_within_cohort == ReclaimWithinCohort::Any || below(queue))
-            })
+        may.then_some(running)
     }
 
     /// Jobs whose eviction the queue's policy allows for `job`, plus every job already
@@ -257,25 +271,15 @@ impl Scheduler {
             }
         }
         // Of the rest, only the queue's own jobs and, when it has a cohort, those of the
-        // queues of its cohort tree can be chosen, the nearest queues' first. A queue whose jobs the policy can never choose for this job — another
-        // queue borrowing nothing, say — is passed over whole, so that the running jobs of
-        // queues that cannot lose any cost nothing. The order does not matter: the caller
-        // sorts the candidates.
+        // queues of its cohort tree can be chosen, the nearest queues' first; a queue none
+        // of whose jobs may be chosen is passed over whole ([`Scheduler::may_lose`]). The
+        // order does not matter: the caller sorts the candidates.
         let others = self.quota.queues_sharing(cq).filter(|q| *q != cq);
         for queue in std::iter::once(cq).chain(others) {
-            let Some(running) = self.running_in.get(queue) else {
+            let Some(running) = self.may_lose(&policy, cq, queue, job) else {
                 continue;
             };
             let same_queue = queue == cq;
-            let may_choose = if same_queue {
-                policy.within_cluster_queue == WithinClusterQueue::LowerPriority
-            } else {
-                policy.reclaim_within_cohort != ReclaimWithinCohort::Never
-                    && self.quota.is_borrowing_anything(queue)
-            };
-            if !may_choose {
-                continue;
-            }
             let distance = if same_queue {
                 0
             } else {

@@ -435,7 +435,7 @@ impl Scheduler {
         Some(Reservation {
             job: job.id.clone(),
             cluster_queue: cq.to_owned(),
-            tree: self.quota.tree_number(cq),
+            scope: self.quota.scope(cq),
             until,
             nodes,
             need,

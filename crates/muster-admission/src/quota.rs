@@ -500,8 +500,7 @@ impl QuotaBook {
     /// queues that lend to and borrow from each other (however far apart in the tree),
     /// cheaper to compare than names.
     pub(crate) fn tree_number(&self, queue: &str) -> Option<usize> {
-        let q = self.queue(queue)?;
-        self.layout.parent[q].map(|_| self.layout.root[q])
+        self.scope(queue)?.tree
     }
 
     /// The queues of `queue`'s cohort tree, itself among them, in node order: those that
@@ -917,9 +916,10 @@ impl QuotaBook {
 
     /// The quota a check for `queue` reads; `None` when the book has no such queue.
     pub(crate) fn scope(&self, queue: &str) -> Option<QuotaScope> {
+        let q = self.queue(queue)?;
         Some(QuotaScope {
-            queue: self.queue(queue)?,
-            tree: self.tree_number(queue),
+            queue: q,
+            tree: self.layout.parent[q].map(|_| self.layout.root[q]),
         })
     }
 

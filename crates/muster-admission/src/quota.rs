@@ -822,7 +822,10 @@ impl QuotaBook {
     /// Whether `queue` is shorter of some resource of `usage` (in `flavor`) in this book than
     /// in `other`, a book of the same queues: how much of it the queue could not get now is
     /// larger here. A reservation asks it of its book with and without a job that would
-    /// start before it, for every job a cycle tries while it binds, so nothing is allocated.
+    /// start before it, for every job a cycle tries while it binds, in its prepared form
+    /// ([`QuotaBook::shorter_than_prepared`]); this by-name form is what the tests hold that
+    /// one to.
+    #[cfg(test)]
     pub(crate) fn shorter_than(
         &self,
         other: &QuotaBook,
@@ -843,6 +846,28 @@ impl QuotaBook {
                         .milli()
                         .saturating_sub(book.available_to_queue(q, slot))
                 };
+                short(self) > short(other)
+            })
+        })
+    }
+
+    /// [`QuotaBook::shorter_than`] for a usage prepared by [`QuotaBook::prepare`] (its
+    /// queue, flavor and resources looked up once, in this book or one with its layout): the
+    /// same answer in arithmetic alone.
+    pub(crate) fn shorter_than_prepared(
+        &self,
+        other: &QuotaBook,
+        prepared: &PreparedUsage,
+    ) -> bool {
+        let Some(q) = prepared.queue else {
+            return false;
+        };
+        // A resource asked for in a zero amount is short in neither book; `prepare` leaves
+        // those out.
+        prepared.needs.iter().any(|&(slot, need)| {
+            slot.is_some_and(|slot| {
+                let short =
+                    |book: &QuotaBook| need.saturating_sub(book.available_to_queue(q, slot));
                 short(self) > short(other)
             })
         })
@@ -1294,10 +1319,21 @@ mod tests {
         let mut busy = empty.clone();
         busy.add("b", "h100", &usage(&[(GPU, 8)]));
         let short_in_busy = |need: &Resources, queue: &str, flavor: &str| {
-            (
+            let by_names = (
                 busy.shorter_than(&empty, queue, flavor, need),
                 empty.shorter_than(&busy, queue, flavor, need),
-            )
+            );
+            // Prepared once, the same answer in either direction.
+            let prepared = empty.prepare(queue, flavor, need);
+            assert_eq!(
+                (
+                    busy.shorter_than_prepared(&empty, &prepared),
+                    empty.shorter_than_prepared(&busy, &prepared),
+                ),
+                by_names,
+                "{queue} {flavor} {need}"
+            );
+            by_names
         };
         assert_eq!(
             short_in_busy(&usage(&[(GPU, 10)]), "a", "h100"),

@@ -8,15 +8,13 @@ use muster_api::Resources;
 use muster_topology::NodeId;
 
 use crate::job::JobId;
-use crate::quota::{QuotaBook, QuotaScope};
+use crate::quota::{PreparedUsage, QuotaBook, QuotaScope};
 
 /// Capacity held for a blocked job within one cycle.
 #[derive(Clone, Debug)]
 pub(crate) struct Reservation {
     /// The job it is held for.
     pub(crate) job: JobId,
-    /// The job's ClusterQueue.
-    pub(crate) cluster_queue: String,
     /// The quota a check for that queue reads ([`QuotaBook::scope`]): a job of a queue
     /// outside it can never delay the reservation.
     pub(crate) scope: Option<QuotaScope>,
@@ -25,8 +23,10 @@ pub(crate) struct Reservation {
     /// (flavor, nodes) it will take, as ids in the flavor's topology: a cycle fills them for
     /// every job it tries while the reservation binds, so they are looked up by name once.
     pub(crate) nodes: Vec<(String, Vec<NodeId>)>,
-    /// (flavor, quota usage) it will take.
-    pub(crate) need: Vec<(String, Resources)>,
+    /// The quota usage it will take, per flavor, prepared in the book's numbers
+    /// ([`QuotaBook::prepare`]): every job a cycle tries while the reservation binds asks
+    /// whether it would leave it shorter, and a cycle does not change the book's layout.
+    pub(crate) need: Vec<PreparedUsage>,
     /// The quota book as it will be at `until`: today's, minus what ends by then, plus what
     /// is admitted later in this cycle and still runs then.
     pub(crate) book_at: QuotaBook,
@@ -59,9 +59,9 @@ impl Reservation {
         for (flavor, u) in usage {
             with.add(cluster_queue, flavor, u);
         }
-        self.need.iter().any(|(flavor, need)| {
-            with.shorter_than(&self.book_at, &self.cluster_queue, flavor, need)
-        })
+        self.need
+            .iter()
+            .any(|need| with.shorter_than_prepared(&self.book_at, need))
     }
 
     /// A job was admitted later in the cycle: if it still runs when the reservation starts,

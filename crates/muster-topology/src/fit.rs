@@ -1,6 +1,8 @@
 //! What a placement answers: where every pod of a gang goes ([`Fit`]), or why it cannot go
 //! anywhere now ([`NoFit`]), and the words its explanations share.
 
+use std::fmt::Write as _;
+
 use muster_api::Resources;
 use muster_api::resources::names;
 
@@ -89,9 +91,38 @@ pub(crate) fn per_node(eligible: &[bool], fits: impl Fn(NodeId) -> u32) -> Vec<u
 
 /// Shows a pod's requests, leaving out the pod slot itself.
 pub(crate) fn describe(requests: &Resources) -> String {
-    let mut shown = Resources::new();
-    for (name, amount) in requests.iter().filter(|(n, _)| *n != names::PODS) {
-        shown.set(name, amount);
+    // Written as `Resources`' own display writes the requests without the pod count, without
+    // building that copy first: a placement that fails says this for every job it tries.
+    let mut out = String::from("{");
+    let shown = requests
+        .iter()
+        .filter(|(name, amount)| *name != names::PODS && !amount.is_zero());
+    for (i, (name, amount)) in shown.enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(out, "{name}: {}", amount.format_for(name));
     }
-    format!("{shown} each")
+    out.push_str("} each");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use muster_api::{Amount, Resources};
+
+    use super::describe;
+
+    #[test]
+    fn a_pods_requests_are_shown_as_resources_show_them_without_the_pod_slot() {
+        let mut requests = Resources::new();
+        requests.set("nvidia.com/gpu", Amount::from_units(8));
+        requests.set("pods", Amount::from_units(1));
+        requests.set("cpu", Amount::from_milli(1_500));
+        requests.set("memory", Amount::from_units(64 << 30));
+        let mut shown = requests.clone();
+        shown.set("pods", Amount::ZERO);
+        assert_eq!(describe(&requests), format!("{shown} each"));
+        assert_eq!(describe(&Resources::new()), "{} each");
+    }
 }

@@ -37,6 +37,12 @@ struct RunWalk<'a> {
     /// The first entry of the run not yet known to be passed over (the cursor and the memo
     /// only move forward within a cycle).
     scan: usize,
+    /// Whether a job of this shape would borrow, with the queue's `usage_epoch` it was
+    /// answered at: it holds while that usage stays as it is.
+    borrows: Option<(u32, bool)>,
+    /// What is measured to tell (built once a cycle: it holds while the queues' quotas do,
+    /// which a cycle does not change).
+    plan: PlanSlot,
 }
 
 /// One queue's progress through a cycle.
@@ -47,11 +53,9 @@ struct QueueWalk<'a> {
     /// The number of its cohort tree's root in the quota book: its key depends only on its
     /// own usage and its tree's.
     tree: Option<usize>,
-    /// Per job shape, whether it would borrow, while that usage stays as it is.
-    borrows: BTreeMap<MemoKey, bool>,
-    /// Per job shape, what is measured to tell (built once a cycle: it holds while the
-    /// queues' quotas do, which a cycle does not change).
-    plans: BTreeMap<MemoKey, Option<BorrowingPlan>>,
+    /// Which usage its runs' borrowing answers ([`RunWalk::borrows`]) hold for: moved on
+    /// when usage changes, so that forgetting every answer costs one increment.
+    usage_epoch: u32,
     runs: Vec<RunWalk<'a>>,
     /// The rank from which jobs have not been served (see [`super::lists`]).
     cursor: u64,
@@ -61,12 +65,22 @@ struct QueueWalk<'a> {
     at: Option<(usize, usize)>,
     /// Its key, while usage stays as it is.
     key: Option<HeadKey<'a>>,
-    /// Per run, its last job from the cursor up to `at` (rank, job, shape), highest rank
-    /// first: which of them would borrow changes with usage, but they change only when `at`
-    /// does, so an admission elsewhere in the tree takes the key again without a search.
-    lasts: Option<Vec<(u64, &'a Queued, MemoKey)>>,
+    /// Per run, its last job from the cursor up to `at` (rank, job, the run's index in
+    /// `runs`), highest rank first: which of them would borrow changes with usage, but they
+    /// change only when `at` does, so an admission elsewhere in the tree takes the key again
+    /// without a search.
+    lasts: Option<Vec<(u64, &'a Queued, usize)>>,
     /// Jobs served so far this cycle, preemptors served first included.
     served: u32,
+}
+
+/// One shape's borrowing plan in a queue's walk: not built yet, or built (`None` where the
+/// queue cannot take the shape at all).
+#[derive(Default)]
+enum PlanSlot {
+    #[default]
+    Unbuilt,
+    Built(Option<BorrowingPlan>),
 }
 
 impl<'a> QueueWalk<'a> {
@@ -110,8 +124,7 @@ impl<'a> Walk<'a> {
                 cq: cq.as_str(),
                 stopped: stopped(cq),
                 tree: quota.tree_number(cq),
-                borrows: BTreeMap::new(),
-                plans: BTreeMap::new(),
+                usage_epoch: 0,
                 runs: list
                     .runs
                     .iter()
@@ -119,6 +132,8 @@ impl<'a> Walk<'a> {
                         shape: *shape,
                         run,
                         scan: 0,
+                        borrows: None,
+                        plan: PlanSlot::Unbuilt,
                     })
                     .collect(),
                 cursor: 0,
@@ -142,7 +157,13 @@ impl<'a> Walk<'a> {
         for (i, q) in self.queues.iter_mut().enumerate() {
             if i == next.queue || (tree.is_some() && q.tree == tree) {
                 q.key = None;
-                q.borrows.clear();
+                q.usage_epoch = q.usage_epoch.wrapping_add(1);
+                if q.usage_epoch == 0 {
+                    // Wrapped: answers from four billion changes ago would look current.
+                    for walk in &mut q.runs {
+                        walk.borrows = None;
+                    }
+                }
             }
         }
     }
@@ -217,20 +238,36 @@ impl Scheduler {
     ) -> HeadKey<'a> {
         let share = self.quota.standing(q.cq);
         let head = q.listed(at);
-        let lasts = q
-            .lasts
-            .get_or_insert_with(|| lasts_up_to(&q.runs, q.cursor, head.rank, nominated));
+        let QueueWalk {
+            cq,
+            runs,
+            cursor,
+            usage_epoch,
+            lasts,
+            ..
+        } = q;
+        let lasts = lasts.get_or_insert_with(|| lasts_up_to(runs, *cursor, head.rank, nominated));
         // The last job up to `at` whose shape would borrow: the first of the lasts, highest
         // rank first, whose shape would.
         let mut last_borrower: Option<&'a Queued> = None;
-        for &(_, queued, shape) in lasts.iter() {
-            let would = *q.borrows.entry(shape).or_insert_with(|| {
-                let plan = q
-                    .plans
-                    .entry(shape)
-                    .or_insert_with(|| self.borrowing_plan(q.cq, &self.shape_usage[shape]));
-                self.needs_borrowing(plan.as_ref())
-            });
+        for &(_, queued, r) in lasts.iter() {
+            let walk = &mut runs[r];
+            let would = match walk.borrows {
+                Some((epoch, would)) if epoch == *usage_epoch => would,
+                _ => {
+                    if matches!(walk.plan, PlanSlot::Unbuilt) {
+                        let plan = self.borrowing_plan(cq, &self.shape_usage[walk.shape]);
+                        walk.plan = PlanSlot::Built(plan);
+                    }
+                    let plan = match &walk.plan {
+                        PlanSlot::Built(plan) => plan.as_ref(),
+                        PlanSlot::Unbuilt => None,
+                    };
+                    let would = self.needs_borrowing(plan);
+                    walk.borrows = Some((*usage_epoch, would));
+                    would
+                }
+            };
             if would {
                 last_borrower = Some(queued);
                 break;
@@ -246,23 +283,24 @@ impl Scheduler {
 }
 
 /// Per run of `runs`, its last job ranked from `cursor` up to `upto` (preemptors served first
-/// left out: they are not in the queue's order), with its shape; highest rank first.
+/// left out: they are not in the queue's order), with its run's index; highest rank first.
 fn lasts_up_to<'a>(
     runs: &[RunWalk<'a>],
     cursor: u64,
     upto: u64,
     nominated: &BTreeSet<JobId>,
-) -> Vec<(u64, &'a Queued, MemoKey)> {
-    let mut lasts: Vec<(u64, &'a Queued, MemoKey)> = runs
+) -> Vec<(u64, &'a Queued, usize)> {
+    let mut lasts: Vec<(u64, &'a Queued, usize)> = runs
         .iter()
-        .filter_map(|walk| {
+        .enumerate()
+        .filter_map(|(r, walk)| {
             let jobs = &walk.run.jobs;
             let mut k = jobs.partition_point(|l| l.rank <= upto);
             while !nominated.is_empty() && k > 0 && nominated.contains(&jobs[k - 1].queued.job.id) {
                 k -= 1;
             }
             let last = jobs.get(k.checked_sub(1)?)?;
-            (last.rank >= cursor).then_some((last.rank, &last.queued, walk.shape))
+            (last.rank >= cursor).then_some((last.rank, &last.queued, r))
         })
         .collect();
     lasts.sort_unstable_by_key(|(rank, _, _)| std::cmp::Reverse(*rank));

@@ -434,11 +434,13 @@ impl Scheduler {
         };
         Some(Reservation {
             job: job.id.clone(),
-            cluster_queue: cq.to_owned(),
             scope: self.quota.scope(cq),
             until,
             nodes,
-            need,
+            need: need
+                .iter()
+                .map(|(flavor, usage)| self.quota.prepare(cq, flavor, usage))
+                .collect(),
             book_at,
         })
     }

@@ -572,7 +572,7 @@ fn evict_held(
         Note::warning(eviction.reason(), eviction.message()),
     );
     let since = admitted_at(&status).unwrap_or(now.0.as_second());
-    let admission_job = Job::from_gpujob(job, |c| state.index.priority_classes.get(c).copied());
+    let admission_job = state.index.admission_job(key.as_str(), job);
     account(
         &action,
         &admission_job,

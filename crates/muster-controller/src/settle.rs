@@ -70,11 +70,9 @@ pub(crate) fn settle(
             .and_then(|seat| seat.read_of(gpujob))
             .cloned();
         let admission_job = || {
-            read_before.clone().unwrap_or_else(|| {
-                Arc::new(Job::from_gpujob(gpujob, |c| {
-                    index.priority_classes.get(c).copied()
-                }))
-            })
+            read_before
+                .clone()
+                .unwrap_or_else(|| index.admission_job(key.as_str(), gpujob))
         };
         if step.add_finalizer {
             out.actions.push(Action::AddFinalizer { job: key.clone() });

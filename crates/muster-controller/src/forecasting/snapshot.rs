@@ -9,7 +9,6 @@
 //! it is taken as gone already (its pods take seconds to leave, a range is minutes wide) and,
 //! when it will queue again, as waiting from when it will (the end of its backoff).
 
-use muster_admission::Job;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -55,8 +54,6 @@ pub(crate) fn of(
         namespaces: index.namespaces.clone(),
         ..Snapshot::default()
     };
-    let read =
-        |gpujob: &GpuJob| Job::from_gpujob(gpujob, |c| index.priority_classes.get(c).copied());
     for (key, seat) in seats.iter() {
         let Some(gpujob) = index.jobs.get(key) else {
             continue;
@@ -95,7 +92,10 @@ pub(crate) fn of(
             None => {
                 if let InCycle::BackingOff { .. } = seat.in_cycle {
                     snapshot.waiting.push(WaitingJob {
-                        job: seat.job.clone().unwrap_or_else(|| Arc::new(read(gpujob))),
+                        job: seat
+                            .job
+                            .clone()
+                            .unwrap_or_else(|| index.admission_job(key.as_str(), gpujob)),
                         keys,
                         queues_at: backoff_end(gpujob),
                         batch,
@@ -117,7 +117,7 @@ pub(crate) fn of(
         let job = seats
             .get(key.as_str())
             .and_then(|s| s.job.clone())
-            .unwrap_or_else(|| Arc::new(read(gpujob)));
+            .unwrap_or_else(|| index.admission_job(key.as_str(), gpujob));
         snapshot.recent.push(RecentJob {
             job,
             keys: history::keys(index, gpujob),

@@ -7,6 +7,7 @@
 //! requests while it holds them, its phase and readiness, and — for Muster's own pods — the
 //! job, pod set, attempt and admission it was released under.
 
+mod ended;
 mod objects;
 
 pub use objects::pinned_node;
@@ -239,7 +240,11 @@ pub enum Written {
 /// What a controller knows about the cluster.
 #[derive(Clone, Debug, Default)]
 pub struct Index {
+    /// Every GpuJob, an ended one without its pod templates (see [`ended`]).
     pub(crate) jobs: BTreeMap<ObjectRef, GpuJob>,
+    /// Admission's reading of every ended GpuJob in `jobs`, made before its templates were
+    /// dropped.
+    ended_reads: BTreeMap<ObjectRef, ended::EndedRead>,
     pub(crate) cluster_queues: BTreeMap<String, ClusterQueue>,
     pub(crate) local_queues: BTreeMap<ObjectRef, LocalQueue>,
     pub(crate) flavors: BTreeMap<String, ResourceFlavor>,

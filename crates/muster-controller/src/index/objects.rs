@@ -24,12 +24,13 @@ impl Indexed for GpuJob {
     fn apply(self, index: &mut Index) {
         let key = ObjectRef::of(&self.metadata);
         index.changed_jobs.insert(key.clone());
-        index.jobs.insert(key, self);
+        super::ended::fold(index, key, self);
     }
     fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
         index.jobs.get(key)?.metadata.resource_version.as_deref()
     }
     fn remove(index: &mut Index, key: &str) {
+        index.ended_reads.remove(key);
         if let Some((job_ref, _)) = index.jobs.remove_entry(key) {
             index.changed_jobs.insert(job_ref);
         } else if let Ok(job_ref) = ObjectRef::parse(key) {

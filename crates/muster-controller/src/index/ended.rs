@@ -99,7 +99,7 @@ mod tests {
     use crate::index::Index;
 
     /// A GpuJob of one pod set of `pods` pods asking for 8 GPUs each, in `phase`.
-    fn gpujob(uid: &str, phase: &str, labels: serde_json::Value) -> GpuJob {
+    fn gpujob(uid: &str, phase: &str, labels: &serde_json::Value) -> GpuJob {
         serde_json::from_value(json!({
             "apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
             "metadata": {"name": "train", "namespace": "team-a", "uid": uid, "generation": 1,
@@ -125,7 +125,7 @@ mod tests {
     fn an_ended_job_is_kept_without_its_templates_and_read_as_it_was_whole() {
         let mut index = Index::new();
         for phase in ["Succeeded", "Failed"] {
-            let whole = gpujob("uid-1", phase, json!({}));
+            let whole = gpujob("uid-1", phase, &json!({}));
             let expected = read(&index, &whole);
             index.apply(whole.clone());
             let kept = index.job("team-a/train").cloned().unwrap_or_default();
@@ -150,7 +150,7 @@ mod tests {
     fn a_job_that_has_not_ended_or_is_a_queue_entry_is_kept_whole() {
         let mut index = Index::new();
         for phase in ["Queued", "Admitted", "Running"] {
-            let whole = gpujob("uid-1", phase, json!({}));
+            let whole = gpujob("uid-1", phase, &json!({}));
             index.apply(whole.clone());
             assert_eq!(index.job("team-a/train"), Some(&whole), "{phase}");
             assert!(index.ended_reads.is_empty());
@@ -158,7 +158,7 @@ mod tests {
         let entry = gpujob(
             "uid-2",
             "Succeeded",
-            json!({"muster.dev/workload-kind": "PodGroup", "muster.dev/pod-group": "g"}),
+            &json!({"muster.dev/workload-kind": "PodGroup", "muster.dev/pod-group": "g"}),
         );
         index.apply(entry.clone());
         assert_eq!(index.job("team-a/train"), Some(&entry));
@@ -168,7 +168,7 @@ mod tests {
     #[test]
     fn a_reading_is_dropped_with_its_job_and_made_again_for_a_new_one() {
         let mut index = Index::new();
-        let first = gpujob("uid-1", "Succeeded", json!({}));
+        let first = gpujob("uid-1", "Succeeded", &json!({}));
         index.apply(first.clone());
         let kept = index.admission_job("team-a/train", &first);
         // A status write of the same job keeps the reading it has.
@@ -184,7 +184,7 @@ mod tests {
         assert!(index.job("team-a/train").is_none());
         assert!(index.ended_reads.is_empty());
         // A job made again under the name, and ended: read again, from its own template.
-        let mut again = gpujob("uid-3", "Succeeded", json!({}));
+        let mut again = gpujob("uid-3", "Succeeded", &json!({}));
         again.metadata.resource_version = Some("3".to_owned());
         if let Some(spec) = again.spec.pod_sets[0].template.spec.as_mut() {
             spec.containers[0].resources = None;
@@ -194,7 +194,7 @@ mod tests {
         assert_eq!(answered.uid, "uid-3");
         assert!(answered.total_requests().get("nvidia.com/gpu").is_zero());
         // Running again under the name (a new job): kept whole, no reading left over.
-        let mut running = gpujob("uid-4", "Running", json!({}));
+        let mut running = gpujob("uid-4", "Running", &json!({}));
         running.metadata.resource_version = Some("4".to_owned());
         index.apply(running.clone());
         assert_eq!(index.job("team-a/train"), Some(&running));

@@ -186,3 +186,39 @@ pub(crate) fn reason_key(reason: &str) -> &'static str {
         _ => "other",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::job::tests::{KEY, NOW, World, key, time};
+    /// An ended job is kept without its pod templates (`index::ended`); while its gang still runs
+    /// it holds what its pods ask for, read from the job as it arrived whole.
+    #[test]
+    fn a_failed_job_whose_gang_runs_on_holds_its_whole_gangs_quota() {
+        let mut world = World::new().admitted().running().finished(false);
+        world.index.apply(world.job.clone());
+        for pod in world.pods.drain(..) {
+            world.index.apply(pod);
+        }
+        let kept = world.index.job(KEY).cloned().unwrap_or_default();
+        assert!(kept.spec.pod_sets[0].template.spec.is_none());
+        let mut seats = crate::seats::Seats::default();
+        let due = std::collections::BTreeSet::from([key()]);
+        let mut summary = crate::summary::Summary::default();
+        let settled = super::settle(
+            &world.index,
+            &world.ledger,
+            &mut seats,
+            &due,
+            &std::collections::BTreeSet::new(),
+            &time(NOW),
+            &mut summary,
+        );
+        assert_eq!(settled.actions.len(), 1, "its pods are deleted");
+        let seat = seats.get(KEY).unwrap_or_else(|| unreachable!("a seat"));
+        assert!(matches!(seat.in_cycle, crate::job::InCycle::Holds { .. }));
+        let held = seat.job.as_ref().unwrap_or_else(|| unreachable!("its job"));
+        assert_eq!(held.pod_sets[0].count, 2);
+        assert_eq!(held.total_requests().get("nvidia.com/gpu").milli(), 16_000);
+        assert!(held.invalid.is_none());
+    }
+}

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use muster_admission::Job;
 use muster_api::gpujob::GpuJobPhase;
+use muster_api::wire::WORKLOAD_KIND_LABEL;
 use muster_api::{GpuJob, ObjectRef};
 
 use super::Index;
@@ -39,7 +40,14 @@ fn slims(job: &GpuJob) -> bool {
         .status
         .as_ref()
         .is_some_and(|s| matches!(s.phase, Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)));
-    ended && crate::workload::workload_of(job).is_none()
+    // Any GpuJob labelled with a workload kind is taken for a queue entry (the index knows
+    // nothing of workloads beyond their label): kept whole is never wrong, only larger.
+    let entry = job
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(WORKLOAD_KIND_LABEL));
+    ended && !entry
 }
 
 /// Folds `job` into `index` under `key`: whole while it has not ended, else without its pod

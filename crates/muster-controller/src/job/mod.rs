@@ -18,7 +18,7 @@ pub(crate) mod entry;
 mod provisioning;
 mod terminating;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::BTreeMap;
 

@@ -25,14 +25,14 @@ use crate::release::gang;
 use crate::status;
 use muster_api::wire::{ATTEMPT_LABEL, FINALIZER, POD_GROUP_LABEL, WORKLOAD_KIND_LABEL};
 
-const KEY: &str = "team-a/train";
+pub(crate) const KEY: &str = "team-a/train";
 
 /// The job under test, as a reference.
-fn key() -> ObjectRef {
+pub(crate) fn key() -> ObjectRef {
     ObjectRef::new("team-a", "train")
 }
 /// The pass runs at this second; the job was admitted at `ADMITTED`.
-const NOW: i64 = 1_000;
+pub(crate) const NOW: i64 = 1_000;
 const ADMITTED: i64 = 900;
 /// The test clock's zero: 2026-01-01T00:00:00Z.
 const EPOCH: i64 = 1_767_225_600;
@@ -41,7 +41,7 @@ fn object<T: DeserializeOwned>(value: Value) -> T {
     serde_json::from_value(value).unwrap_or_else(|e| unreachable!("fixture: {e}"))
 }
 
-fn time(second: i64) -> Time {
+pub(crate) fn time(second: i64) -> Time {
     Time(Timestamp::from_second(EPOCH + second).unwrap_or_default())
 }
 
@@ -114,11 +114,11 @@ fn completed_job() -> Job {
 }
 
 /// One job's world: the index around it and the ledger.
-struct World {
-    index: Index,
-    ledger: Ledger,
-    job: GpuJob,
-    pods: Vec<Pod>,
+pub(crate) struct World {
+    pub(crate) index: Index,
+    pub(crate) ledger: Ledger,
+    pub(crate) job: GpuJob,
+    pub(crate) pods: Vec<Pod>,
 }
 
 fn admission() -> Admitted {
@@ -138,7 +138,7 @@ fn admission() -> Admitted {
 
 impl World {
     /// A job that has just arrived, on a fleet of two nodes.
-    fn new() -> World {
+    pub(crate) fn new() -> World {
         let mut index = Index::new();
         for name in ["n1", "n2"] {
             index.apply(node(name));
@@ -159,7 +159,7 @@ impl World {
     }
 
     /// The status says admitted (at `ADMITTED`) onto n1 and n2.
-    fn admitted(mut self) -> World {
+    pub(crate) fn admitted(mut self) -> World {
         let current = self.status().clone();
         let next = status::admitted(&current, Some(1), &admission(), &time(ADMITTED));
         self.job.status = next;
@@ -168,7 +168,7 @@ impl World {
 
     /// The job's status says it ended (written as a finish or an eviction that fails it
     /// writes it: the admission gone).
-    fn finished(mut self, succeeded: bool) -> World {
+    pub(crate) fn finished(mut self, succeeded: bool) -> World {
         let current = self.status().clone();
         self.job.status = Some(status::finished(
             &current,
@@ -222,7 +222,7 @@ impl World {
         self
     }
 
-    fn running(self) -> World {
+    pub(crate) fn running(self) -> World {
         self.pods(&[("Running", true), ("Running", true)])
     }
 
@@ -1012,36 +1012,4 @@ fn a_wait_on_an_unreachable_node_names_pods_node_time_and_fix_once() {
         ..job
     };
     assert_eq!(again.step().describe(), "Evicting · out");
-}
-
-/// An ended job is kept without its pod templates (`index::ended`); while its gang still runs
-/// it holds what its pods ask for, read from the job as it arrived whole.
-#[test]
-fn a_failed_job_whose_gang_runs_on_holds_its_whole_gangs_quota() {
-    let mut world = World::new().admitted().running().finished(false);
-    world.index.apply(world.job.clone());
-    for pod in world.pods.drain(..) {
-        world.index.apply(pod);
-    }
-    let kept = world.index.job(KEY).cloned().unwrap_or_default();
-    assert!(kept.spec.pod_sets[0].template.spec.is_none());
-    let mut seats = crate::seats::Seats::default();
-    let due = std::collections::BTreeSet::from([key()]);
-    let mut summary = crate::summary::Summary::default();
-    let settled = crate::settle::settle(
-        &world.index,
-        &world.ledger,
-        &mut seats,
-        &due,
-        &std::collections::BTreeSet::new(),
-        &time(NOW),
-        &mut summary,
-    );
-    assert_eq!(settled.actions.len(), 1, "its pods are deleted");
-    let seat = seats.get(KEY).unwrap_or_else(|| unreachable!("a seat"));
-    assert!(matches!(seat.in_cycle, InCycle::Holds { .. }));
-    let held = seat.job.as_ref().unwrap_or_else(|| unreachable!("its job"));
-    assert_eq!(held.pod_sets[0].count, 2);
-    assert_eq!(held.total_requests().get("nvidia.com/gpu").milli(), 16_000);
-    assert!(held.invalid.is_none());
 }

@@ -130,3 +130,42 @@ pub(crate) fn of(
 fn backoff_end(gpujob: &GpuJob) -> Option<i64> {
     gpujob.status.as_ref().and_then(job::backoff_end)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use crate::job::tests::{KEY, World};
+    use crate::seats::Seats;
+
+    /// An ended job the index keeps without its pod templates still counts among the recent
+    /// submissions with what it asked for, read from the job as it arrived whole.
+    #[test]
+    fn an_ended_job_is_a_recent_submission_with_its_whole_requests() {
+        let mut world = World::new().admitted().finished(true);
+        world.index.apply(world.job.clone());
+        let kept = world.index.job(KEY).cloned().unwrap_or_default();
+        assert!(kept.spec.pod_sets[0].template.spec.is_none());
+        let created = kept
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_second());
+        let snapshot = super::of(
+            &world.index,
+            &Seats::default(),
+            created + 60,
+            3_600,
+            &BTreeMap::new(),
+        );
+        let [recent] = snapshot.recent.as_slice() else {
+            unreachable!("one recent submission, not {}", snapshot.recent.len());
+        };
+        assert_eq!(recent.job.pod_sets[0].count, 2);
+        assert_eq!(
+            recent.job.total_requests().get("nvidia.com/gpu").milli(),
+            16_000
+        );
+        assert!(recent.job.invalid.is_none());
+    }
+}

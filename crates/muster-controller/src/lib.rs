@@ -45,6 +45,7 @@ pub mod job;
 mod kept;
 mod last_pass;
 pub mod leadership;
+pub mod lean;
 pub mod ledger;
 pub mod lifecycle;
 pub mod metrics;

@@ -27,6 +27,7 @@ use tokio::sync::{Semaphore, watch};
 
 use crate::executor::Executor;
 use crate::index::{Indexed, Kind};
+use crate::lean::Lean;
 use crate::metrics::{ApiRequests, Metrics};
 use crate::plan::plan;
 pub use crate::shared::Shared;
@@ -132,17 +133,17 @@ async fn watch_selected<K>(api: Api<K>, config: watcher::Config, shared: Arc<Sha
 where
     K: Indexed + DeserializeOwned,
 {
-    // Nothing Muster reads is in an object's managed fields, often its largest part: dropped
-    // as it arrives, the index never holds them.
-    let stream = watcher::watcher(api, config)
-        .default_backoff()
-        .modify(|object| object.meta_mut().managed_fields = None);
+    // Nothing Muster reads is in an object's managed fields, often its largest part: passed
+    // over as the events are parsed, the index never holds them.
+    let stream = watcher::watcher(crate::lean::lean(&api), config).default_backoff();
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
         match event {
             Ok(Event::Init) => shared.state().relist_begin::<K>(),
-            Ok(Event::InitApply(object) | Event::Apply(object)) => shared.state().apply(object),
-            Ok(Event::Delete(object)) => shared.state().delete(&object),
+            Ok(Event::InitApply(Lean(object)) | Event::Apply(Lean(object))) => {
+                shared.state().apply(object);
+            }
+            Ok(Event::Delete(Lean(object))) => shared.state().delete(&object),
             Ok(Event::InitDone) => {
                 shared.state().relist_done::<K>();
                 tracing::info!(kind = ?K::KIND, "cache synced");

@@ -40,5 +40,5 @@ pub use policy::{
 pub use request::{
     Constraint, Eligibility, Mismatch, PodSetRequest, RequestError, needs_whole_gpus, tolerated,
 };
-pub use rng::{Rng, text_seed};
+pub use rng::{Rng, text_seed, text_seed_joined};
 pub use tree::{Domain, DomainId, KeepOff, Mark, NodeId, NodeState, Topology};

@@ -98,7 +98,17 @@ impl QueueList {
         let key = job.order_key();
         let (mut before, mut after): (Option<u64>, Option<u64>) = (None, None);
         for run in self.runs.values() {
-            let at = run.jobs.partition_point(|l| l.queued.job.order_key() < key);
+            // Jobs mostly join behind every job of a run (the newest of their priority): one
+            // look at the last before a search.
+            let at = if run
+                .jobs
+                .back()
+                .is_none_or(|l| l.queued.job.order_key() < key)
+            {
+                run.jobs.len()
+            } else {
+                run.jobs.partition_point(|l| l.queued.job.order_key() < key)
+            };
             if let Some(l) = at.checked_sub(1).and_then(|k| run.jobs.get(k)) {
                 before = Some(before.map_or(l.rank, |b| b.max(l.rank)));
             }
@@ -154,7 +164,11 @@ impl QueueList {
             }
         };
         let run = self.runs.entry(queued.shape).or_default();
-        let at = run.jobs.partition_point(|l| l.rank < rank);
+        let at = if run.jobs.back().is_none_or(|l| l.rank < rank) {
+            run.jobs.len()
+        } else {
+            run.jobs.partition_point(|l| l.rank < rank)
+        };
         run.jobs.insert(
             at,
             Listed {
@@ -257,6 +271,12 @@ pub(super) struct Lists {
 }
 
 impl Lists {
+    /// Makes room for `more` listed jobs than are listed, so that as many listings never
+    /// grow or rehash the table of where each is.
+    pub(super) fn reserve(&mut self, more: usize) {
+        self.queue_of.reserve(more);
+    }
+
     /// Lists `job` in `cq`, in queue order.
     pub(super) fn insert(&mut self, cq: &str, queued: Queued) {
         self.queue_of

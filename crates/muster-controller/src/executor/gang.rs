@@ -9,6 +9,7 @@ use muster_api::ObjectRef;
 use muster_api::wire::ADMISSION_GATE;
 
 use super::{ExecuteError, Executor, FIELD_MANAGER, Written, already_exists, named};
+use crate::lean::{Lean, lean};
 use crate::release::{Gang, pinned_node};
 
 impl Executor {
@@ -120,11 +121,13 @@ impl Executor {
         pod: &Pod,
     ) -> Result<Option<Written>, ExecuteError> {
         let (_, name) = named(pod)?;
+        // The pod as made comes back whole; its managed fields are passed over unread.
+        let (lean_pods, lean_pod) = (lean(pods), Lean(pod.clone()));
         match self
-            .call("creating pod", &name, || pods.create(pp, pod))
+            .call("creating pod", &name, || lean_pods.create(pp, &lean_pod))
             .await
         {
-            Ok(created) => Ok(Some(Written::Pod(Box::new(created)))),
+            Ok(Lean(created)) => Ok(Some(Written::Pod(Box::new(created)))),
             Err(ExecuteError::Api { source, .. }) if already_exists(&source) => {
                 // Made by an earlier try of this release — or by another release of this
                 // attempt, rolled back or cut short, placed elsewhere: only the first counts

@@ -8,6 +8,7 @@ use muster_api::{GpuJob, GpuJobStatus, ObjectRef};
 
 use super::{ExecuteError, Executor, Written, is_code, named, status_params, whole_status};
 use crate::action::{Action, JobRead};
+use crate::lean::{Lean, lean};
 
 impl Executor {
     /// After `action` failed: what it may have written, read afresh. A failed request is
@@ -121,7 +122,8 @@ impl Executor {
         read: Option<&JobRead>,
     ) -> Result<GpuJob, ExecuteError> {
         let (namespace, name) = (key.namespace(), key.name());
-        let api: Api<GpuJob> = Api::namespaced(self.client.clone(), namespace);
+        // The job as written comes back whole; its managed fields are passed over unread.
+        let api = lean(&Api::<GpuJob>::namespaced(self.client.clone(), namespace));
         let params = status_params();
         let Some((read, mut version)) = read.and_then(|r| Some((r, r.resource_version.clone()?)))
         else {
@@ -130,7 +132,8 @@ impl Executor {
                 .call("writing GpuJob status", key, || {
                     api.patch_status(name, &params, &patch)
                 })
-                .await;
+                .await
+                .map(Lean::into_inner);
         };
         let superseded = |why: &str| ExecuteError::Superseded {
             job: key.to_owned(),
@@ -147,10 +150,10 @@ impl Executor {
                     }
                 })
                 .await?;
-            if let Some(job) = written {
+            if let Some(Lean(job)) = written {
                 return Ok(job);
             }
-            let current = self
+            let Lean(current) = self
                 .call("reading GpuJob after a conflict", key, || api.get_opt(name))
                 .await?
                 .ok_or_else(|| superseded("it is gone"))?;

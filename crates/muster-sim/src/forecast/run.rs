@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use foldhash::fast::FixedState;
 use muster_admission::{Cluster, CohortTree, Decision, Job, Scheduler};
-use muster_topology::{Rng, text_seed};
+use muster_topology::{Rng, text_seed, text_seed_joined};
 
 use super::batches::{self, BatchDraws};
 use super::{Options, RuntimeModel, Snapshot};
@@ -28,7 +28,12 @@ pub(super) struct Starts {
 
 /// A seed for `name` in run `sample`: FNV-1a over the name, mixed with the run's seed.
 fn seed_of(seed: u64, sample: u32, name: &str) -> u64 {
-    text_seed(name) ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(sample).rotate_left(32)
+    mixed(seed, sample, text_seed(name))
+}
+
+/// A seed named `named` ([`text_seed`]) in run `sample` of a forecast seeded `seed`.
+fn mixed(seed: u64, sample: u32, named: u64) -> u64 {
+    named ^ seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(sample).rotate_left(32)
 }
 
 /// Jobs that arrive during the run: copies of the snapshot's recent submissions, at the rate
@@ -215,7 +220,9 @@ impl<'a> Run<'a> {
 
     /// The quantile a family's jobs share in this run.
     fn family_quantile(&self, family: &str) -> f64 {
-        Rng::new(seed_of(self.seed, self.sample, &format!("family {family}"))).unit()
+        // Named `family <family>`: hashed without formatting, once for every job that starts.
+        let named = text_seed_joined("family ", family);
+        Rng::new(mixed(self.seed, self.sample, named)).unit()
     }
 
     fn admitted(&mut self, job: &str, now: i64) {
@@ -344,6 +351,10 @@ impl Start {
         for &(_, i) in &queueing[..queued] {
             s.submit(Arc::clone(&snapshot.waiting[i].job));
         }
+        // Room in every run's copy for the jobs it submits as it goes: those queueing later,
+        // and as many arrivals as came over the window the rate is measured on, twice over
+        // for a run that draws more (a copy keeps its original's room).
+        s.reserve_jobs(queueing.len() - queued + 2 * snapshot.recent.len());
         Start {
             scheduler: s,
             queueing,

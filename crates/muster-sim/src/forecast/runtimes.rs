@@ -16,6 +16,16 @@ use super::batches::Batches;
 /// little about the spread, and the next coarser key answers instead.
 pub const MIN_HISTORY: usize = 5;
 
+/// Runs a draw wants to choose among. A job that announced no runtime is drawn from the most
+/// specific key with at least this many runs longer than it has already run (for a job that
+/// has not started, at least this many runs); one that announced a runtime, from the most
+/// specific key with this many runs that announced one. Only where no key has that many does
+/// the first with [`MIN_HISTORY`] answer. A draw reads a quantile of those runs: from a
+/// handful, every run stands for a fifth of the outcomes, and one long run of a small family
+/// sets where each of its jobs that has run long ends. Twenty put the 10th and 90th
+/// percentiles between runs.
+pub const DRAW_SUPPORT: usize = 20;
+
 /// The most recent runs kept per key: what a family did last month says more about today than
 /// what it did last year, and the model's memory stays bounded.
 pub const KEPT_PER_KEY: usize = 1_000;
@@ -335,7 +345,9 @@ impl RuntimeModel {
         keys: &[String],
         announced: Option<i64>,
     ) -> Option<(bool, Vec<f64>)> {
-        let (key, ratio) = match self.basis(keys, announced) {
+        // A batch is of one family: its μ's prior is the family's own runs once there are
+        // any to go on, however few.
+        let (key, ratio) = match self.basis_from(keys, announced, MIN_HISTORY) {
             Basis::Ratio { key, .. } => (key, true),
             Basis::Duration { key, .. } => (key, false),
             Basis::Announced | Basis::Unknown => return None,
@@ -369,8 +381,15 @@ impl RuntimeModel {
         self.alike.correlation()
     }
 
-    /// Which history answers for a job with `keys` that announced `announced`.
+    /// Which history answers for a job with `keys` that announced `announced` and has not
+    /// started: the first key with [`DRAW_SUPPORT`] runs, else the first with
+    /// [`MIN_HISTORY`].
     pub fn basis(&self, keys: &[String], announced: Option<i64>) -> Basis {
+        self.basis_from(keys, announced, DRAW_SUPPORT)
+    }
+
+    /// [`RuntimeModel::basis`], from the first key with `least` runs (else [`MIN_HISTORY`]).
+    fn basis_from(&self, keys: &[String], announced: Option<i64>, least: usize) -> Basis {
         if let Mode::AnnouncedOnly { otherwise } = self.mode {
             return if announced.or(otherwise).is_some() {
                 Basis::Announced
@@ -378,11 +397,15 @@ impl RuntimeModel {
                 Basis::Unknown
             };
         }
+        // The first key with runs enough to choose among, else the first with any to go on.
         let first = |enough: &dyn Fn(&History) -> usize| {
-            keys.iter().find_map(|k| {
-                let n = self.histories.get(k).map_or(0, enough);
-                (n >= MIN_HISTORY).then(|| (k.clone(), n))
-            })
+            let with = |least: usize| {
+                keys.iter().find_map(|k| {
+                    let n = self.histories.get(k).map_or(0, enough);
+                    (n >= least).then(|| (k.clone(), n))
+                })
+            };
+            with(least).or_else(|| with(MIN_HISTORY))
         };
         match announced.filter(|a| *a > 0) {
             Some(_) => match first(&|h| h.sorted_ratios.len()) {
@@ -394,6 +417,18 @@ impl RuntimeModel {
                 None => Basis::Unknown,
             },
         }
+    }
+
+    /// The histories of `keys` from `key` on, most specific first.
+    fn coarser_from<'k>(
+        &'k self,
+        keys: &'k [String],
+        key: &str,
+    ) -> impl Iterator<Item = (&'k String, &'k History)> + 'k {
+        let from = keys.iter().position(|k| k == key).unwrap_or(keys.len());
+        keys[from..]
+            .iter()
+            .filter_map(|k| self.histories.get(k).map(|h| (k, h)))
     }
 
     /// Draws a job's whole runtime, seconds, given that it has already run `elapsed` seconds
@@ -425,8 +460,14 @@ impl RuntimeModel {
         beyond: f64,
     ) -> Option<i64> {
         let elapsed = elapsed.max(0);
-        let drawn = match self.basis(keys, announced) {
+        // From the first key with any runs to go on: which of it and the keys after it has
+        // runs enough depends on how long the job has run.
+        let drawn = match self.basis_from(keys, announced, MIN_HISTORY) {
             Basis::Ratio { key, .. } => {
+                let key = self
+                    .coarser_from(keys, &key)
+                    .find(|(_, h)| h.sorted_ratios.len() >= DRAW_SUPPORT)
+                    .map_or(key, |(k, _)| k.clone());
                 let announced = announced.unwrap_or(1);
                 #[expect(
                     clippy::cast_precision_loss,
@@ -441,7 +482,13 @@ impl RuntimeModel {
                     .map(|r| round(a * r))
             }
             Basis::Duration { key, .. } => {
-                let sorted = &self.histories[&key].sorted_durations;
+                // A job that has run a while is drawn from a coarser key when its own has
+                // few runs as long: see [`DRAW_SUPPORT`].
+                let sorted = self
+                    .coarser_from(keys, &key)
+                    .map(|(_, h)| &h.sorted_durations)
+                    .find(|d| d.len() - d.partition_point(|d| *d <= elapsed) >= DRAW_SUPPORT)
+                    .unwrap_or(&self.histories[&key].sorted_durations);
                 pick_above(sorted, |d| *d <= elapsed, quantile)
             }
             Basis::Announced => announced

@@ -311,6 +311,107 @@ fn a_family_with_too_little_history_answers_from_a_coarser_key() {
     );
 }
 
+/// A family `team-a/eval` with `family` runs of 100 s and one of 50,000 s, in a queue whose
+/// other family ran 40 runs of 1,000 to 40,000 s; no run announced a runtime.
+fn thin_family_model(family: usize) -> RuntimeModel {
+    let eval = || vec!["team-a/eval".to_owned(), "team-a".to_owned(), String::new()];
+    let mut runs: Vec<FinishedRun> = (0..40)
+        .map(|i| FinishedRun {
+            keys: keys(),
+            announced: None,
+            ran: 1_000 * (i + 1),
+            batch: None,
+        })
+        .collect();
+    runs.extend((0..family).map(|_| FinishedRun {
+        keys: eval(),
+        announced: None,
+        ran: 100,
+        batch: None,
+    }));
+    runs.push(FinishedRun {
+        keys: eval(),
+        announced: None,
+        ran: 50_000,
+        batch: None,
+    });
+    RuntimeModel::learned(&runs)
+}
+
+#[test]
+fn a_draw_chooses_among_enough_runs_longer_than_the_job_has_run() {
+    let eval = vec!["team-a/eval".to_owned(), "team-a".to_owned(), String::new()];
+    let quantiles = [0.05, 0.25, 0.5, 0.75, 0.95];
+    // 25 runs of its own: the family answers a job that has not started...
+    let model = thin_family_model(24);
+    assert_eq!(
+        model.basis(&eval, None),
+        Basis::Duration {
+            key: "team-a/eval".to_owned(),
+            runs: 25
+        }
+    );
+    for q in quantiles {
+        let total = model.at_quantile(&eval, None, 0, q, 0.5);
+        assert!(total.is_some_and(|t| t == 100 || t == 50_000), "{total:?}");
+    }
+    // ...but one that has run 5,000 s outlasted all but one of them: the queue's runs
+    // longer than 5,000 s (the other family's 6,000 to 40,000 s and the 50,000 s one) say
+    // when it ends, not that one run alone.
+    let ends: Vec<i64> = quantiles
+        .iter()
+        .filter_map(|q| model.at_quantile(&eval, None, 5_000, *q, 0.5))
+        .collect();
+    assert_eq!(ends.len(), quantiles.len());
+    assert!(
+        ends.iter().all(|t| (6_000..=50_000).contains(t)),
+        "{ends:?}"
+    );
+    assert!(ends.windows(2).all(|w| w[0] < w[1]), "{ends:?}");
+    // Had the queue as few runs that long, the family's would answer as before.
+    let sparse: Vec<FinishedRun> = (0..24)
+        .map(|_| FinishedRun {
+            keys: eval.clone(),
+            announced: None,
+            ran: 100,
+            batch: None,
+        })
+        .chain(std::iter::once(FinishedRun {
+            keys: eval.clone(),
+            announced: None,
+            ran: 50_000,
+            batch: None,
+        }))
+        .collect();
+    let alone = RuntimeModel::learned(&sparse);
+    assert_eq!(
+        alone.at_quantile(&eval, None, 5_000, 0.5, 0.5),
+        Some(50_000)
+    );
+}
+
+#[test]
+fn a_family_with_fewer_runs_than_a_draw_wants_is_drawn_from_its_queue_but_priors_its_batches() {
+    let eval = vec!["team-a/eval".to_owned(), "team-a".to_owned(), String::new()];
+    // Ten runs of its own: enough to go on, too few to choose among.
+    let model = thin_family_model(9);
+    assert_eq!(
+        model.basis(&eval, None),
+        Basis::Duration {
+            key: "team-a".to_owned(),
+            runs: 50
+        }
+    );
+    let total = model.at_quantile(&eval, None, 0, 0.5, 0.5);
+    assert!(total.is_some_and(|t| t > 100 && t < 50_000), "{total:?}");
+    // A batch of the family starts from the family's own ten runs.
+    let prior = model.batch_prior(&eval, None);
+    assert_eq!(
+        prior.map(|(ratio, points)| (ratio, points.len())),
+        Some((false, 10))
+    );
+}
+
 #[test]
 fn the_history_of_a_key_stays_bounded_and_recent() {
     let mut model = RuntimeModel::new();

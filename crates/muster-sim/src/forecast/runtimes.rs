@@ -424,11 +424,9 @@ impl RuntimeModel {
         &'k self,
         keys: &'k [String],
         key: &str,
-    ) -> impl Iterator<Item = (&'k String, &'k History)> + 'k {
+    ) -> impl Iterator<Item = &'k History> + 'k {
         let from = keys.iter().position(|k| k == key).unwrap_or(keys.len());
-        keys[from..]
-            .iter()
-            .filter_map(|k| self.histories.get(k).map(|h| (k, h)))
+        keys[from..].iter().filter_map(|k| self.histories.get(k))
     }
 
     /// Draws a job's whole runtime, seconds, given that it has already run `elapsed` seconds
@@ -464,17 +462,17 @@ impl RuntimeModel {
         // runs enough depends on how long the job has run.
         let drawn = match self.basis_from(keys, announced, MIN_HISTORY) {
             Basis::Ratio { key, .. } => {
-                let key = self
+                // The first key with runs enough to choose among ([`DRAW_SUPPORT`]).
+                let history = self
                     .coarser_from(keys, &key)
-                    .find(|(_, h)| h.sorted_ratios.len() >= DRAW_SUPPORT)
-                    .map_or(key, |(k, _)| k.clone());
+                    .find(|h| h.sorted_ratios.len() >= DRAW_SUPPORT)
+                    .unwrap_or(&self.histories[&key]);
                 let announced = announced.unwrap_or(1);
                 #[expect(
                     clippy::cast_precision_loss,
                     reason = "runtimes in seconds are far below 2^53"
                 )]
                 let (a, e) = (announced as f64, elapsed as f64);
-                let history = &self.histories[&key];
                 // Nearest announcements first; a job that has run longer than any of those
                 // would falls back on the family's every run.
                 pick_above(&history.near(announced), |r| a * r <= e, quantile)
@@ -486,7 +484,7 @@ impl RuntimeModel {
                 // few runs as long: see [`DRAW_SUPPORT`].
                 let sorted = self
                     .coarser_from(keys, &key)
-                    .map(|(_, h)| &h.sorted_durations)
+                    .map(|h| &h.sorted_durations)
                     .find(|d| d.len() - d.partition_point(|d| *d <= elapsed) >= DRAW_SUPPORT)
                     .unwrap_or(&self.histories[&key].sorted_durations);
                 pick_above(sorted, |d| *d <= elapsed, quantile)

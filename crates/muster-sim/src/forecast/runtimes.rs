@@ -466,7 +466,7 @@ impl RuntimeModel {
                 let history = self
                     .coarser_from(keys, &key)
                     .find(|h| h.sorted_ratios.len() >= DRAW_SUPPORT)
-                    .unwrap_or(&self.histories[&key]);
+                    .unwrap_or_else(|| &self.histories[&key]);
                 let announced = announced.unwrap_or(1);
                 #[expect(
                     clippy::cast_precision_loss,
@@ -486,7 +486,7 @@ impl RuntimeModel {
                     .coarser_from(keys, &key)
                     .map(|h| &h.sorted_durations)
                     .find(|d| d.len() - d.partition_point(|d| *d <= elapsed) >= DRAW_SUPPORT)
-                    .unwrap_or(&self.histories[&key].sorted_durations);
+                    .unwrap_or_else(|| &self.histories[&key].sorted_durations);
                 pick_above(sorted, |d| *d <= elapsed, quantile)
             }
             Basis::Announced => announced

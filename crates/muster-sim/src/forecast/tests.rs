@@ -311,39 +311,39 @@ fn a_family_with_too_little_history_answers_from_a_coarser_key() {
     );
 }
 
-/// A family `team-a/eval` with `family` runs of 100 s and one of 50,000 s, in a queue whose
-/// other family ran 40 runs of 1,000 to 40,000 s; no run announced a runtime.
-fn thin_family_model(family: usize) -> RuntimeModel {
-    let eval = || vec!["team-a/eval".to_owned(), "team-a".to_owned(), String::new()];
-    let mut runs: Vec<FinishedRun> = (0..40)
-        .map(|i| FinishedRun {
-            keys: keys(),
-            announced: None,
-            ran: 1_000 * (i + 1),
-            batch: None,
-        })
-        .collect();
-    runs.extend((0..family).map(|_| FinishedRun {
-        keys: eval(),
-        announced: None,
-        ran: 100,
+/// The keys of a family `team-a/eval` in the queue of [`keys`].
+fn eval_keys() -> Vec<String> {
+    vec!["team-a/eval".to_owned(), "team-a".to_owned(), String::new()]
+}
+
+/// A finished run of `keys` that ran `ran` seconds and announced `announced`.
+fn finished(keys: &[String], announced: Option<i64>, ran: i64) -> FinishedRun {
+    FinishedRun {
+        keys: keys.to_vec(),
+        announced,
+        ran,
         batch: None,
-    }));
-    runs.push(FinishedRun {
-        keys: eval(),
-        announced: None,
-        ran: 50_000,
-        batch: None,
-    });
-    RuntimeModel::learned(&runs)
+    }
+}
+
+/// `team-a/eval` with `family` runs of 100 s and one of 50,000 s, after (when `queue`) the
+/// queue's other family ran 40 runs of 1,000 to 40,000 s; no run announced a runtime.
+fn thin_family_model(family: usize, queue: bool) -> RuntimeModel {
+    let others = (1..=40)
+        .filter(|_| queue)
+        .map(|i| finished(&keys(), None, 1_000 * i));
+    let eval = std::iter::repeat_n(100, family)
+        .chain([50_000])
+        .map(|ran| finished(&eval_keys(), None, ran));
+    RuntimeModel::learned(&others.chain(eval).collect::<Vec<_>>())
 }
 
 #[test]
 fn a_draw_chooses_among_enough_runs_longer_than_the_job_has_run() {
-    let eval = vec!["team-a/eval".to_owned(), "team-a".to_owned(), String::new()];
+    let eval = eval_keys();
     let quantiles = [0.05, 0.25, 0.5, 0.75, 0.95];
     // 25 runs of its own: the family answers a job that has not started...
-    let model = thin_family_model(24);
+    let model = thin_family_model(24, true);
     assert_eq!(
         model.basis(&eval, None),
         Basis::Duration {
@@ -368,22 +368,8 @@ fn a_draw_chooses_among_enough_runs_longer_than_the_job_has_run() {
         "{ends:?}"
     );
     assert!(ends.windows(2).all(|w| w[0] < w[1]), "{ends:?}");
-    // Had the queue as few runs that long, the family's would answer as before.
-    let sparse: Vec<FinishedRun> = (0..24)
-        .map(|_| FinishedRun {
-            keys: eval.clone(),
-            announced: None,
-            ran: 100,
-            batch: None,
-        })
-        .chain(std::iter::once(FinishedRun {
-            keys: eval.clone(),
-            announced: None,
-            ran: 50_000,
-            batch: None,
-        }))
-        .collect();
-    let alone = RuntimeModel::learned(&sparse);
+    // Had no key as many runs that long, the family's would answer as before.
+    let alone = thin_family_model(24, false);
     assert_eq!(
         alone.at_quantile(&eval, None, 5_000, 0.5, 0.5),
         Some(50_000)
@@ -392,9 +378,9 @@ fn a_draw_chooses_among_enough_runs_longer_than_the_job_has_run() {
 
 #[test]
 fn a_family_with_fewer_runs_than_a_draw_wants_is_drawn_from_its_queue_but_priors_its_batches() {
-    let eval = vec!["team-a/eval".to_owned(), "team-a".to_owned(), String::new()];
+    let eval = eval_keys();
     // Ten runs of its own: enough to go on, too few to choose among.
-    let model = thin_family_model(9);
+    let model = thin_family_model(9, true);
     assert_eq!(
         model.basis(&eval, None),
         Basis::Duration {
@@ -410,6 +396,40 @@ fn a_family_with_fewer_runs_than_a_draw_wants_is_drawn_from_its_queue_but_priors
         prior.map(|(ratio, points)| (ratio, points.len())),
         Some((false, 10))
     );
+}
+
+#[test]
+fn a_ratio_is_drawn_from_a_key_with_enough_runs_that_announced_one() {
+    let eval = eval_keys();
+    // The family ran what it announced, ten times; the queue's other family twice that, 30
+    // times: the queue's 40 answer, a third of them from the family.
+    let runs: Vec<FinishedRun> = (0..30)
+        .map(|_| finished(&keys(), Some(1_000), 2_000))
+        .chain((0..10).map(|_| finished(&eval, Some(1_000), 1_000)))
+        .collect();
+    let model = RuntimeModel::learned(&runs);
+    assert_eq!(
+        model.basis(&eval, Some(1_000)),
+        Basis::Ratio {
+            key: "team-a".to_owned(),
+            runs: 40
+        }
+    );
+    assert_eq!(model.at_quantile(&eval, Some(500), 0, 0.1, 0.5), Some(500));
+    assert_eq!(
+        model.at_quantile(&eval, Some(500), 0, 0.9, 0.5),
+        Some(1_000)
+    );
+    // Ten more of the family's own: it answers alone, and every draw is its ratio of 1.
+    let more: Vec<FinishedRun> = runs
+        .iter()
+        .cloned()
+        .chain((0..10).map(|_| finished(&eval, Some(1_000), 1_000)))
+        .collect();
+    let model = RuntimeModel::learned(&more);
+    for q in [0.1, 0.5, 0.9] {
+        assert_eq!(model.at_quantile(&eval, Some(500), 0, q, 0.5), Some(500));
+    }
 }
 
 #[test]

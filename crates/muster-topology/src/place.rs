@@ -23,52 +23,30 @@ pub fn place(
     let mut pod_sets = Vec::with_capacity(gang.len());
     for req in gang {
         let eligible = topo.eligibility(req);
+        // The pod set's requests by the topology's numbers, resolved once for its capacity
+        // index and every pod it books.
+        let dense = topo.dense(&req.requests);
         let placed = match &req.constraint {
             Constraint::Tpu { .. } => tpu::place_slices(topo, req, &eligible),
             _ => {
-                let index = topo.capacity_index(req, &eligible);
+                let index = topo.capacity_index(&dense, &eligible);
                 place_in_domain(topo, req, index, &eligible, policy)
             }
         };
-        match placed {
-            Ok((domain, nodes, chosen)) => {
-                let mut devices = Vec::with_capacity(nodes.len());
-                for (pod, node) in nodes.iter().enumerate() {
-                    // The node's capacity counted its devices, so they hold every pod placed
-                    // there; a pod they cannot hold is a fitter bug, not a reason to overbook.
-                    let taken = match chosen.get(pod) {
-                        Some(taken) => Some(taken.clone()),
-                        None => topo.device_choice(*node, &req.requests),
-                    };
-                    let Some(taken) = taken else {
-                        topo.rollback(mark);
-                        return Err(NoFit {
-                            pod_set: req.name.clone(),
-                            kind: NoFitKind::NotEnoughCapacity,
-                            message: format!(
-                                "pod set {}: the GPU devices of node {} cannot hold its pods",
-                                req.name,
-                                topo.nodes()[*node].info.name
-                            ),
-                            needed: req.count,
-                            best: None,
-                            total_capacity: 0,
-                            fragmented: false,
-                        });
-                    };
-                    topo.add_pod(*node, &req.requests, &taken);
-                    devices.push(taken);
-                }
-                pod_sets.push(PodSetFit {
-                    name: req.name.clone(),
-                    domain,
-                    nodes: nodes
-                        .iter()
-                        .map(|n| topo.nodes()[*n].info.name.clone())
-                        .collect(),
-                    devices,
-                });
-            }
+        let booked = placed.and_then(|(domain, nodes, chosen)| {
+            let devices = book_pods(topo, req, &dense, &nodes, &chosen)?;
+            Ok(PodSetFit {
+                name: req.name.clone(),
+                domain,
+                nodes: nodes
+                    .iter()
+                    .map(|n| topo.nodes()[*n].info.name.clone())
+                    .collect(),
+                devices,
+            })
+        });
+        match booked {
+            Ok(fit) => pod_sets.push(fit),
             Err(no_fit) => {
                 topo.rollback(mark);
                 return Err(no_fit);
@@ -76,6 +54,51 @@ pub fn place(
         }
     }
     Ok(Fit { pod_sets })
+}
+
+/// Books the pods of `req` on `nodes` (pod by pod), on the GPU devices the fitter `chosen`
+/// for them or else the node's own choice; returns the devices each pod took. `dense` is
+/// `req`'s requests as [`Topology::dense`] resolved them: a pod that took no devices one by
+/// one books those amounts without looking its resources up by name again. On failure some
+/// pods may be booked: the caller rolls back.
+fn book_pods(
+    topo: &mut Topology,
+    req: &PodSetRequest,
+    dense: &crate::DenseRequest,
+    nodes: &[NodeId],
+    chosen: &[Vec<u32>],
+) -> Result<Vec<Vec<u32>>, NoFit> {
+    let mut devices = Vec::with_capacity(nodes.len());
+    for (pod, node) in nodes.iter().enumerate() {
+        // The node's capacity counted its devices, so they hold every pod placed there; a
+        // pod they cannot hold is a fitter bug, not a reason to overbook.
+        let taken = match chosen.get(pod) {
+            Some(taken) => Some(taken.clone()),
+            None => topo.device_choice(*node, &req.requests),
+        };
+        let Some(taken) = taken else {
+            return Err(NoFit {
+                pod_set: req.name.clone(),
+                kind: NoFitKind::NotEnoughCapacity,
+                message: format!(
+                    "pod set {}: the GPU devices of node {} cannot hold its pods",
+                    req.name,
+                    topo.nodes()[*node].info.name
+                ),
+                needed: req.count,
+                best: None,
+                total_capacity: 0,
+                fragmented: false,
+            });
+        };
+        if taken.is_empty() && dense.is_some() {
+            topo.add_pod_dense(*node, dense);
+        } else {
+            topo.add_pod(*node, &req.requests, &taken);
+        }
+        devices.push(taken);
+    }
+    Ok(devices)
 }
 
 /// Per-node and per-domain capacity (in pods of this set) for one pod set.
@@ -245,8 +268,7 @@ fn place_in_domain(
     {
         return Ok((domain, nodes, devices));
     }
-    let mut runs = Vec::new();
-    distribute(topo, &cap, policy, chosen, req.count, &mut runs);
+    let runs = distributed(topo, &cap, policy, chosen, req.count);
     let nodes = runs
         .iter()
         .flat_map(|(node, n)| std::iter::repeat_n(*node, *n as usize))
@@ -458,12 +480,36 @@ fn domains_at(topo: &Topology, cap: &Capacity, depth: usize) -> Vec<Unit> {
 
 /// Splits `need` pods over the children (or nodes) of `domain`, appending (node, pods) runs in
 /// pod-index order.
-fn distribute(
+/// `need` pods spread over the units of `domain` by `policy` ([`distribute`]): (node, pods
+/// on it) runs, in label and name order.
+fn distributed(
     topo: &Topology,
     cap: &Capacity,
     policy: &dyn Policy,
     domain: DomainId,
     need: u32,
+) -> Vec<(NodeId, u32)> {
+    let mut runs = Vec::new();
+    let scratch = &mut Scratch::default();
+    distribute(topo, cap, policy, (domain, need), scratch, &mut runs);
+    runs
+}
+
+/// What [`distribute`] works in at every level of a domain, one buffer for all: a level's
+/// units and picks are pushed past its parent's and taken off again before it returns, so a
+/// placement allocates them once, not once per domain it descends into.
+#[derive(Default)]
+struct Scratch {
+    units: Vec<Unit>,
+    picked: Vec<(usize, u32)>,
+}
+
+fn distribute(
+    topo: &Topology,
+    cap: &Capacity,
+    policy: &dyn Policy,
+    (domain, need): (DomainId, u32),
+    scratch: &mut Scratch,
     out: &mut Vec<(NodeId, u32)>,
 ) {
     let d = &topo.domains()[domain];
@@ -478,11 +524,11 @@ fn distribute(
             cap.domain_unit(id)
         }
     };
-    let mut units: Vec<Unit> = match topo.with_room(cap.index, domain) {
+    let first_unit = scratch.units.len();
+    match topo.with_room(cap.index, domain) {
         Some(with_room) => {
-            let mut units = Vec::with_capacity(with_room.how_many());
-            units.extend(with_room.map(unit));
-            units
+            scratch.units.reserve(with_room.how_many());
+            scratch.units.extend(with_room.map(unit));
         }
         None => {
             let (ids, room) = if leaf {
@@ -490,34 +536,38 @@ fn distribute(
             } else {
                 (&d.children, cap.domain)
             };
-            let mut units = Vec::with_capacity(ids.len());
-            units.extend(ids.iter().filter(|&&id| room[id] > 0).map(|&id| unit(id)));
-            units
+            scratch
+                .units
+                .extend(ids.iter().filter(|&&id| room[id] > 0).map(|&id| unit(id)));
         }
-    };
+    }
+    let first_pick = scratch.picked.len();
     let mut left = need;
-    let mut picked: Vec<(usize, u32)> = Vec::new();
     while left > 0 {
-        let (i, take) = match policy.choose_single(&units, left) {
+        let units = &scratch.units[first_unit..];
+        let (i, take) = match policy.choose_single(units, left) {
             Some(i) => (i, left),
-            None => match policy.fill_next(&units, left) {
+            None => match policy.fill_next(units, left) {
                 Some(i) => (i, units[i].capacity.min(left)),
                 None => break, // unreachable when the domain's capacity covers `need`
             },
         };
-        picked.push((units[i].id, take));
+        scratch.picked.push((units[i].id, take));
         left -= take;
-        units.remove(i);
+        scratch.units.remove(first_unit + i);
     }
+    scratch.units.truncate(first_unit);
     // Keep runs in label/name order so consecutive pod indices are neighbours.
-    picked.sort_unstable();
-    for (id, take) in picked {
+    scratch.picked[first_pick..].sort_unstable();
+    for k in first_pick..scratch.picked.len() {
+        let (id, take) = scratch.picked[k];
         if leaf {
             out.push((id, take));
         } else {
-            distribute(topo, cap, policy, id, take, out);
+            distribute(topo, cap, policy, (id, take), scratch, out);
         }
     }
+    scratch.picked.truncate(first_pick);
 }
 
 fn domain_message(

@@ -443,9 +443,14 @@ impl Topology {
 
     /// The index of `req`'s capacity per node and per domain (`eligible` as from
     /// [`Topology::eligibility`]), built on first use and kept current on every change.
-    pub(crate) fn capacity_index(&mut self, req: &PodSetRequest, eligible: &Arc<[bool]>) -> usize {
+    /// `request` is `req`'s requests resolved by [`Topology::dense`], which a placement does
+    /// once for the index and every pod it books.
+    pub(crate) fn capacity_index(
+        &mut self,
+        request: &DenseRequest,
+        eligible: &Arc<[bool]>,
+    ) -> usize {
         self.refresh_capacities();
-        let request = self.dense(&req.requests);
         // Capacities are not capped at the pod set's count: how much room a node or domain has
         // beyond the count is what lets best fit find the tightest one (and spread the
         // emptiest), even for one-pod sets.
@@ -454,14 +459,14 @@ impl Topology {
         if let Some(i) = self
             .capacities
             .iter()
-            .position(|c| Arc::ptr_eq(&c.eligible, eligible) && c.request == request)
+            .position(|c| Arc::ptr_eq(&c.eligible, eligible) && c.request == *request)
         {
             return i;
         }
         let node: Vec<u32> = (0..self.nodes.len())
             .map(|id| {
                 if eligible.get(id).copied().unwrap_or(false) {
-                    self.pods_fitting(id, &request, u32::MAX)
+                    self.pods_fitting(id, request, u32::MAX)
                 } else {
                     0
                 }
@@ -473,7 +478,7 @@ impl Topology {
         }
         self.capacities.push(CapacityIndex::new(
             Arc::clone(eligible),
-            request,
+            request.clone(),
             node,
             domain,
             (&self.room_layout, &self.domains),
@@ -733,6 +738,24 @@ impl Topology {
         self.journal_pod(node, requests, devices, true);
     }
 
+    /// [`Topology::add_pod`] of a pod that took no GPU devices one by one, with its requests
+    /// as [`Topology::dense`] resolved them (`None`: it asks for a resource no node has, which
+    /// books nothing): a placement resolves a pod set's requests once for all its pods.
+    pub(crate) fn add_pod_dense(&mut self, node: NodeId, request: &DenseRequest) {
+        let from = self.journal_amounts.len();
+        if let Some(amounts) = request {
+            self.journal_amounts.extend_from_slice(amounts);
+        }
+        let amounts = std::mem::take(&mut self.journal_amounts);
+        self.change(node, &amounts[from..], true);
+        self.journal_amounts = amounts;
+        self.journal.push(Change {
+            node,
+            added: true,
+            from,
+        });
+    }
+
     /// Records that a pod of `requests` on `devices` left `node`: the reverse of
     /// [`Topology::add_pod`].
     pub fn remove_pod(&mut self, node: NodeId, requests: &Resources, devices: &[u32]) {
@@ -941,7 +964,7 @@ mod tests {
                     .iter()
                     .map(|req| {
                         let eligible = topo.eligibility(req);
-                        topo.capacity_index(req, &eligible)
+                        topo.capacity_index(&topo.dense(&req.requests), &eligible)
                     })
                     .collect()
             };

@@ -73,7 +73,7 @@ pub fn entry_for(job: &Job) -> Result<GpuJob, Vec<FieldError>> {
 /// The workload `workload` as `index` last saw it.
 pub fn run<'a>(index: &'a Index, workload: &WorkloadRef) -> Option<Run<'a>> {
     match workload.kind {
-        WorkloadKind::Job => index.workloads.get(&workload.key).map(Run::Job),
+        WorkloadKind::Job => index.workloads.get(&workload.key).map(|job| Run::Job(job)),
         WorkloadKind::JobSet => index.jobsets.get(&workload.key).map(Run::JobSet),
         WorkloadKind::PodGroup => index
             .pod_groups

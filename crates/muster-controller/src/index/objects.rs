@@ -332,7 +332,7 @@ impl Indexed for Job {
         ));
         index
             .workloads
-            .insert(key, muster_api::workload::slimmed(self));
+            .insert(key, Box::new(muster_api::workload::slimmed(self)));
     }
     fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
         index

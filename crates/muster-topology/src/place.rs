@@ -478,10 +478,8 @@ fn domains_at(topo: &Topology, cap: &Capacity, depth: usize) -> Vec<Unit> {
         .collect()
 }
 
-/// Splits `need` pods over the children (or nodes) of `domain`, appending (node, pods) runs in
-/// pod-index order.
 /// `need` pods spread over the units of `domain` by `policy` ([`distribute`]): (node, pods
-/// on it) runs, in label and name order.
+/// on it) runs, in pod-index order.
 fn distributed(
     topo: &Topology,
     cap: &Capacity,
@@ -496,14 +494,16 @@ fn distributed(
 }
 
 /// What [`distribute`] works in at every level of a domain, one buffer for all: a level's
-/// units and picks are pushed past its parent's and taken off again before it returns, so a
-/// placement allocates them once, not once per domain it descends into.
+/// units are taken off before it descends, and its picks, pushed past its parent's, before it
+/// returns, so a placement allocates them once, not once per domain it descends into.
 #[derive(Default)]
 struct Scratch {
     units: Vec<Unit>,
     picked: Vec<(usize, u32)>,
 }
 
+/// Splits `need` pods over the children (or nodes) of `domain`, appending (node, pods) runs to
+/// `out` in pod-index order.
 fn distribute(
     topo: &Topology,
     cap: &Capacity,

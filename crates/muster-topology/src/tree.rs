@@ -739,8 +739,10 @@ impl Topology {
     }
 
     /// [`Topology::add_pod`] of a pod that took no GPU devices one by one, with its requests
-    /// as [`Topology::dense`] resolved them (`None`: it asks for a resource no node has, which
-    /// books nothing): a placement resolves a pod set's requests once for all its pods.
+    /// as [`Topology::dense`] resolved them: a placement resolves a pod set's requests once for
+    /// all its pods. Only for requests that resolved (`Some`): `None` (a resource no node has)
+    /// books nothing here, where `add_pod` would book the resources the registry knows, so a
+    /// caller holding `None` books through `add_pod`.
     pub(crate) fn add_pod_dense(&mut self, node: NodeId, request: &DenseRequest) {
         let from = self.journal_amounts.len();
         if let Some(amounts) = request {

@@ -941,6 +941,31 @@ mod tests {
         Topology::new(levels.iter().map(|l| (*l).to_owned()).collect(), nodes)
     }
 
+    /// A pod booked by its requests resolved once (`add_pod_dense`) leaves every node and
+    /// domain as booking it by name (`add_pod`) does, and rolls back the same way.
+    #[test]
+    fn a_pod_booked_by_number_is_booked_as_by_name() {
+        let (mut by_name, mut by_number) = (fleet(&["block", "host"]), fleet(&["block", "host"]));
+        let requests = gpus(3);
+        let dense = by_number.dense(&requests);
+        assert!(dense.is_some());
+        let (name_mark, number_mark) = (by_name.mark(), by_number.mark());
+        for node in [0, 1, 1, 250, 299] {
+            by_name.add_pod(node, &requests, &[]);
+            by_number.add_pod_dense(node, &dense);
+        }
+        let same = |a: &Topology, b: &Topology| {
+            (0..a.nodes().len()).all(|n| a.free(n) == b.free(n))
+                && (0..a.domains().len()).all(|d| a.domain_free(d) == b.domain_free(d))
+        };
+        assert!(same(&by_name, &by_number));
+        assert_eq!(by_name.free(1), gpus(2));
+        by_name.rollback(name_mark);
+        by_number.rollback(number_mark);
+        assert!(same(&by_name, &by_number));
+        assert_eq!(by_number.free(1), gpus(8));
+    }
+
     /// What the room bits say of every domain equals what its units' counts say, after every
     /// change, rollback and commit, for every kept shape.
     #[test]

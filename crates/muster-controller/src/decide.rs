@@ -93,27 +93,36 @@ pub(crate) fn release_action(
 /// waiting job, without a string built for each).
 #[derive(Default)]
 pub(crate) struct QueueTally {
-    queue_of: BTreeMap<String, String>,
+    /// Namespace → LocalQueue name → its ClusterQueue ("" for none): found from the job's
+    /// own namespace and queue name, with no lookup of the job in the scheduler and no key
+    /// built per job.
+    queue_of: BTreeMap<String, BTreeMap<String, String>>,
     pending: BTreeMap<String, BTreeMap<&'static str, i64>>,
 }
 
 impl QueueTally {
-    /// Counts job `key` as waiting for a reason of `kind`, under its ClusterQueue ("" without
-    /// one).
-    fn count(&mut self, scheduler: &Scheduler, key: &str, kind: &'static str) {
+    /// Counts `job` as waiting for a reason of `kind`, under the ClusterQueue its LocalQueue
+    /// leads to ("" without one).
+    fn count(&mut self, scheduler: &Scheduler, job: &muster_api::GpuJob, kind: &'static str) {
         let QueueTally { queue_of, pending } = self;
-        let cq = match scheduler.job(key) {
-            Some(job) => {
-                if !queue_of.contains_key(&job.local_queue) {
-                    let cq = scheduler
-                        .cluster_queue_of_local_queue(&job.local_queue)
-                        .unwrap_or_default();
-                    queue_of.insert(job.local_queue.clone(), cq);
-                }
-                queue_of.get(&job.local_queue).map_or("", String::as_str)
-            }
-            None => "",
-        };
+        let namespace = job.metadata.namespace.as_deref().unwrap_or_default();
+        let local = &job.spec.queue_name;
+        let known = queue_of
+            .get(namespace)
+            .is_some_and(|names| names.contains_key(local));
+        if !known {
+            let cq = scheduler
+                .cluster_queue_of_local_queue(ObjectRef::new(namespace, local).as_str())
+                .unwrap_or_default();
+            queue_of
+                .entry(namespace.to_owned())
+                .or_default()
+                .insert(local.clone(), cq);
+        }
+        let cq = queue_of
+            .get(namespace)
+            .and_then(|names| names.get(local))
+            .map_or("", String::as_str);
         let kinds = match pending.get_mut(cq) {
             Some(kinds) => kinds,
             None => pending.entry(cq.to_owned()).or_default(),
@@ -168,16 +177,33 @@ pub(crate) fn decide(
             reason,
             eta,
         } => {
-            let Some(key) = state.index.job_ref(&job) else {
+            // Every waiting job comes here each time the waiting are explained, and most
+            // have nothing to write: the job is found once and its key copied only for a
+            // write.
+            let State {
+                index,
+                ledger,
+                figures,
+                forecasting,
+                first_status_after,
+                ..
+            } = state;
+            let Some((key, job)) = index.jobs.get_key_value(job.as_str()) else {
                 return;
             };
-            tally.count(scheduler, &key, reason.kind().as_str());
+            tally.count(scheduler, job, reason.kind().as_str());
             let standing = Standing {
                 position,
                 reason: &reason,
                 eta,
             };
-            wait(state, key, &standing, now, plan);
+            let room = WaitRoom {
+                ledger,
+                figures,
+                forecasting,
+                first_status_after: first_status_after.0,
+            };
+            wait(room, key, job, &standing, now, plan);
         }
         Decision::Preempt { victims, for_job } => {
             for victim in victims {
@@ -223,18 +249,36 @@ struct Standing<'a> {
     eta: Option<i64>,
 }
 
+/// What deciding a waiting job's write reads and changes besides the job itself.
+struct WaitRoom<'a> {
+    ledger: &'a mut crate::ledger::Ledger,
+    figures: &'a mut crate::figure_budget::Figures,
+    forecasting: &'a crate::forecasting::Forecasting,
+    first_status_after: i64,
+}
+
 /// A job that waits: counted under its queue and reason, and its status written when the
 /// reason changed, or when its figures moved and were last written a refresh interval ago.
-fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, plan: &mut Plan) {
+fn wait(
+    room: WaitRoom<'_>,
+    key: &ObjectRef,
+    job: &muster_api::GpuJob,
+    standing: &Standing<'_>,
+    now: &Time,
+    plan: &mut Plan,
+) {
     let Standing {
         position,
         reason,
         eta,
     } = *standing;
-    let Some(job) = state.index.jobs.get(&key) else {
-        return;
-    };
-    if state.ledger.is_busy(&key) {
+    let WaitRoom {
+        ledger,
+        figures,
+        forecasting,
+        first_status_after: after,
+    } = room;
+    if ledger.is_busy(key) {
         return;
     }
     let no_status = GpuJobStatus::default();
@@ -246,9 +290,8 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
     // is written only for jobs whose position is shown (or was), at most once per refresh
     // interval; further back a job keeps the message of its last new reason. A write still
     // queued is always brought up to date: replacing it costs no request.
-    let queued = state.ledger.is_queued(&key);
+    let queued = ledger.is_queued(key);
     let invalid = reason.kind() == PendingReasonKind::InvalidJob;
-    let after = state.first_status_after.0;
     if after > 0 && job.status.is_none() && !invalid && !queued {
         // A new job is told why it waits only once it has waited a while (see
         // [`status::FIRST_STATUS_AFTER_SECONDS`]); the ledger brings it back then.
@@ -258,7 +301,7 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
             .as_ref()
             .map(|t| t.0.as_second());
         if let Some(due) = created.map(|c| c + after).filter(|due| *due > now_s) {
-            state.ledger.write_first_status_at(&key, due);
+            ledger.write_first_status_at(key, due);
             return;
         }
     }
@@ -269,7 +312,7 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
         || (before.is_some_and(waits_its_turn) && waits_its_turn(reason.kind()));
     if same && !queued {
         let shown = position > 0 && position <= status::SHOWN_POSITIONS;
-        let refreshed_lately = state.ledger.refreshed_lately(&key, now_s);
+        let refreshed_lately = ledger.refreshed_lately(key, now_s);
         if refreshed_lately || !(shown || current.queue_position.is_some()) {
             return;
         }
@@ -280,20 +323,25 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
         // make room", say) is told where it stands at once.
         if current.queue_position.is_none()
             && before == Some(reason.kind())
-            && !state.ledger.position_due(&key, now_s)
+            && !ledger.position_due(key, now_s)
         {
             return;
         }
     }
-    let figures = status::Figures {
+    let shown_figures = status::Figures {
         position,
         eta,
-        range: state.forecasting.range_of(key.as_str()),
+        range: forecasting.range_of(key.as_str()),
     };
-    let Some(next) = status::pending(current, job.metadata.generation, reason, &figures, now)
-    else {
+    let Some(next) = status::pending(
+        current,
+        job.metadata.generation,
+        reason,
+        &shown_figures,
+        now,
+    ) else {
         // The status already says it: a write still queued would say something older.
-        state.ledger.drop_deferred(&key);
+        ledger.drop_deferred(key);
         return;
     };
     if queued && same {
@@ -301,7 +349,7 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
         // is not shown keeps its status as it is.
         let shown = position > 0 && position <= status::SHOWN_POSITIONS;
         if !(shown || current.queue_position.is_some()) {
-            state.ledger.drop_deferred(&key);
+            ledger.drop_deferred(key);
             return;
         }
     }
@@ -323,12 +371,12 @@ fn wait(state: &mut State, key: ObjectRef, standing: &Standing<'_>, now: &Time, 
     if same && !queued {
         // Figures alone: written as the controller's figure budget allows, once the pass has
         // seen every job whose figures moved (see [`crate::figure_budget`]).
-        state.figures.jobs.offer(key, action);
+        figures.jobs.offer(key.clone(), action);
         return;
     }
     // A write still queued for the job is replaced in its turn; else a new one goes out (the
     // sender queues it: see [`crate::ledger::Ledger::defer`]).
-    if let Some(action) = state.ledger.status_written(key, action, now_s) {
+    if let Some(action) = ledger.status_written(key.clone(), action, now_s) {
         plan.actions.push(action);
     }
 }

@@ -627,33 +627,45 @@ pub struct QueueCounts {
     pub local: std::collections::BTreeMap<String, LocalQueueCounts>,
 }
 
-/// Counts every queue's jobs in one scan: each job is looked at once, and each LocalQueue's
-/// ClusterQueue is resolved once (it is the same for all its jobs), so the cost is one
-/// step per job whatever the number of queues.
+/// Counts every queue's jobs from the scheduler's own tallies: the jobs each LocalQueue has
+/// (kept as jobs come and go) less those of them that hold capacity, which are walked one by
+/// one for their usage. The cost is one step per queue and per holder, not per job: at fleet
+/// scale most jobs wait, and counting them one by one every second cost as much as the rest
+/// of a pass.
 pub fn queue_counts(scheduler: &muster_admission::Scheduler) -> QueueCounts {
     use muster_admission::JobState;
     let mut counts = QueueCounts::default();
+    for (local_queue, jobs) in scheduler.jobs_per_local_queue() {
+        counts.local.insert(
+            local_queue.to_owned(),
+            LocalQueueCounts {
+                pending: i32::try_from(jobs).unwrap_or(i32::MAX),
+                ..LocalQueueCounts::default()
+            },
+        );
+    }
     // Counts and exact sums (quantities in milli-units): no order to keep.
-    for (job, state) in scheduler.jobs_with_states_unordered() {
+    for (job, state) in scheduler.holders_with_states() {
+        let (JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h)) = state
+        else {
+            continue;
+        };
         let local = match counts.local.get_mut(&job.local_queue) {
             Some(local) => local,
             None => counts.local.entry(job.local_queue.clone()).or_default(),
         };
-        match state {
-            JobState::Pending => local.pending = local.pending.saturating_add(1),
-            JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) => {
-                local.admitted = local.admitted.saturating_add(1);
-                for (set, placement) in job.pod_sets.iter().zip(&h.pod_sets) {
-                    local
-                        .usage
-                        .entry(placement.flavor.clone())
-                        .or_default()
-                        .add_all(&muster_admission::quota_usage(set));
-                }
-                let cluster = counts.cluster.entry(h.cluster_queue.clone()).or_default();
-                cluster.admitted = cluster.admitted.saturating_add(1);
-            }
+        // Every job was counted as waiting above: a holder is not.
+        local.pending = local.pending.saturating_sub(1).max(0);
+        local.admitted = local.admitted.saturating_add(1);
+        for (set, placement) in job.pod_sets.iter().zip(&h.pod_sets) {
+            local
+                .usage
+                .entry(placement.flavor.clone())
+                .or_default()
+                .add_all(&muster_admission::quota_usage(set));
         }
+        let cluster = counts.cluster.entry(h.cluster_queue.clone()).or_default();
+        cluster.admitted = cluster.admitted.saturating_add(1);
     }
     for (local_queue, local) in &counts.local {
         if local.pending == 0 {

@@ -518,7 +518,7 @@ pub fn cluster_queues(state: &State) -> Result<ClusterQueueSummaryList, Unanswer
         }
     }
     let mut admitted: BTreeMap<&str, u32> = BTreeMap::new();
-    for (_, job_state) in scheduler.jobs_with_states_unordered() {
+    for (_, job_state) in scheduler.holders_with_states() {
         if let JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) = job_state
         {
             *admitted.entry(h.cluster_queue.as_str()).or_default() += 1;

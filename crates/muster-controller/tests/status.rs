@@ -360,6 +360,73 @@ fn a_cluster_queue_reports_its_jobs_and_usage() {
         None
     );
     assert_invalid(&s);
+    assert_counts_follow_the_jobs(&mut s);
+}
+
+/// As jobs end, are admitted, queue again and move between LocalQueues, the counts kept stay
+/// what a walk over every job finds.
+fn assert_counts_follow_the_jobs(s: &mut muster_admission::Scheduler) {
+    assert_counts_as_a_scan_finds(s);
+    s.finish("ns/a");
+    s.cycle(10);
+    assert_counts_as_a_scan_finds(s);
+    assert_eq!(
+        status::queue_counts(s).cluster.get("q").copied(),
+        Some(status::ClusterQueueCounts {
+            pending: 1,
+            admitted: 1
+        })
+    );
+    s.requeue("ns/b");
+    assert_counts_as_a_scan_finds(s);
+    s.submit(six_gpu_job("c", "ns/lq", 2));
+    s.submit(six_gpu_job("f", "ns/lq2", 5));
+    s.cycle(20);
+    assert_counts_as_a_scan_finds(s);
+    for id in ["ns/b", "ns/c", "ns/d", "ns/e", "ns/f"] {
+        s.finish(id);
+    }
+    assert_counts_as_a_scan_finds(s);
+    assert!(status::queue_counts(s).local.is_empty());
+}
+
+/// `queue_counts` agrees with counting every job the scheduler has, one by one.
+fn assert_counts_as_a_scan_finds(s: &muster_admission::Scheduler) {
+    use muster_admission::JobState;
+    let mut scanned = status::QueueCounts::default();
+    for (job, state) in s.jobs_with_states() {
+        let local = scanned.local.entry(job.local_queue.clone()).or_default();
+        match state {
+            JobState::Pending => local.pending += 1,
+            JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h) => {
+                local.admitted += 1;
+                for (set, placement) in job.pod_sets.iter().zip(&h.pod_sets) {
+                    local
+                        .usage
+                        .entry(placement.flavor.clone())
+                        .or_default()
+                        .add_all(&muster_admission::quota_usage(set));
+                }
+                scanned
+                    .cluster
+                    .entry(h.cluster_queue.clone())
+                    .or_default()
+                    .admitted += 1;
+            }
+        }
+    }
+    for (local_queue, local) in &scanned.local {
+        if let (Some(cq), true) = (
+            s.cluster_queue_of_local_queue(local_queue),
+            local.pending > 0,
+        ) {
+            scanned.cluster.entry(cq).or_default().pending += local.pending;
+        }
+    }
+    assert_eq!(
+        format!("{:?}", status::queue_counts(s)),
+        format!("{scanned:?}")
+    );
 }
 
 #[test]

@@ -660,12 +660,21 @@ impl Scheduler {
         self.jobs.values().map(|e| (e.job.as_ref(), &e.state))
     }
 
-    /// [`Scheduler::jobs_with_states`] in no order to rely on: for counts and sums, which
-    /// need every job once and no order (the walk in id order looks each job up).
-    pub fn jobs_with_states_unordered(&self) -> impl Iterator<Item = (&Job, &JobState)> {
-        self.jobs
-            .values_unordered()
+    /// The jobs that hold capacity (admitted, provisioning or being evicted) with their
+    /// states, in no order to rely on: for counts and sums over the few jobs that hold,
+    /// without a walk over every job.
+    pub fn holders_with_states(&self) -> impl Iterator<Item = (&Job, &JobState)> {
+        self.holders
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
             .map(|e| (e.job.as_ref(), &e.state))
+    }
+
+    /// How many jobs each LocalQueue (`namespace/name`) has, in every state (LocalQueues
+    /// with none are left out), in no order to rely on. Kept as jobs come and go: reading
+    /// it costs one step per LocalQueue.
+    pub fn jobs_per_local_queue(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.jobs.per_local_queue()
     }
 
     /// The ClusterQueue a job is queued in, if its LocalQueue leads to a valid one that admits

@@ -25,12 +25,15 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
         status,
         current,
         now,
+        workload,
         ..
     } = *reading;
     let now_s = now.0.as_second();
     let generation = job.metadata.generation;
     let is_entry = crate::workload::workload_of(job).is_some();
-    if is_entry && let Some(pins) = entry::pins(index, key, job, &held, status.requeue_count) {
+    if is_entry
+        && let Some(pins) = entry::pins(index, key, job, workload, &held, status.requeue_count)
+    {
         // The Job controller has made the whole gang behind the gate: let it go, holding the
         // admission meanwhile.
         return Step::new(Phase::Releasing)
@@ -116,7 +119,7 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
     };
     // An admission whose Job still looks unreleased is given back once the release has had
     // time to show (see `entry::release_missing`); until then the pass wakes for it.
-    let unreleased = is_entry && entry::release_missing(index, job, &held, status.requeue_count);
+    let unreleased = is_entry && entry::release_missing(workload, &held, status.requeue_count);
     let release_due = since.saturating_add(entry::RELEASE_LANDS_WITHIN_SECONDS);
     if unreleased && now_s < release_due {
         deadline = Some(deadline.map_or(release_due, |d| d.min(release_due)));

@@ -38,9 +38,9 @@ pub(super) const RELEASE_LANDS_WITHIN_SECONDS: i64 = 30;
 /// without this attempt's release ([`crate::workload::release_missing`]) — its patch failed,
 /// or its leader lost the Lease between the two writes. A gated Job's release is written
 /// before its status, so its entry never shows an admission its Job has not had.
-pub(super) fn release_missing(index: &Index, entry: &GpuJob, held: &Holding, attempt: i32) -> bool {
+pub(super) fn release_missing(workload: Option<Run<'_>>, held: &Holding, attempt: i32) -> bool {
     let one_node = matches!(held.pod_sets.as_slice(), [set] if set.nodes.len() == 1);
-    matches!(workload(index, entry), Some(Run::Job(job))
+    matches!(workload, Some(Run::Job(job))
         if one_node
             && crate::workload::never_more_than_one_pod(job)
             && crate::workload::release_missing(job, attempt))
@@ -48,7 +48,7 @@ pub(super) fn release_missing(index: &Index, entry: &GpuJob, held: &Holding, att
 
 /// The step of an entry whose workload has ended: its status says how.
 pub(super) fn finished(reading: &Reading<'_>) -> Option<Step> {
-    let run = workload(reading.index, reading.job)?;
+    let run = reading.workload?;
     let (succeeded, message) = match run {
         Run::PodGroup(..) => group_finished(reading)?,
         Run::Job(_) | Run::JobSet(_) => run.finished()?,
@@ -111,8 +111,8 @@ fn group_finished(reading: &Reading<'_>) -> Option<(bool, String)> {
 /// from arriving running): the Job controller may still have its pods, or has not yet reset
 /// its start time, so its template cannot change and it must not be released again yet. A
 /// JobSet settles once no child Job is counted active and none of its gang's pods is left.
-pub(super) fn settling(index: &Index, key: &ObjectRef, job: &GpuJob) -> bool {
-    workload(index, job).is_some_and(|run| crate::workload::settling(index, run, key))
+pub(super) fn settling(index: &Index, key: &ObjectRef, workload: Option<Run<'_>>) -> bool {
+    workload.is_some_and(|run| crate::workload::settling(index, run, key))
 }
 
 /// The Job or JobSet `job` is the queue entry of, whose controller deletes the pods of an
@@ -220,6 +220,7 @@ pub(super) fn pins(
     index: &Index,
     key: &ObjectRef,
     entry: &GpuJob,
+    workload: Option<Run<'_>>,
     held: &Holding,
     attempt: i32,
 ) -> Option<Vec<(ObjectRef, serde_json::Value)>> {
@@ -230,7 +231,7 @@ pub(super) fn pins(
             (member.attempt == attempt && record.gated && !record.deleting).then_some((pod, member))
         })
         .collect();
-    match workload(index, entry)? {
+    match workload? {
         Run::Job(_) => {
             let [placed] = held.pod_sets.as_slice() else {
                 return None;

@@ -376,6 +376,7 @@ fn step_by_status(index: &Index, ledger: &Ledger, key: &ObjectRef, now: &Time) -
         status,
         current: &current,
         now,
+        workload: entry::workload(index, job),
     };
     let mut step = next(&reading, stale);
     step.add_finalizer = add_finalizer;
@@ -394,6 +395,9 @@ pub(super) struct Reading<'a> {
     /// The job's pods of its current attempt, with those being deleted.
     pub(super) current: &'a Pods<'a>,
     pub(super) now: &'a Time,
+    /// The workload behind the job when it is a queue entry and the index holds that very
+    /// workload ([`entry::workload`]): found once, as several of the step's questions ask it.
+    pub(super) workload: Option<crate::workload::Run<'a>>,
 }
 
 /// [`step`] for a job with no write in flight and not deleted, with its pods of earlier
@@ -407,6 +411,7 @@ fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
         status,
         current,
         now,
+        workload,
     } = *reading;
     let now_s = now.0.as_second();
     // A Job's or JobSet's pods are its controller's to delete: the entries step keeps the
@@ -451,7 +456,7 @@ fn next(reading: &Reading<'_>, stale: Vec<ObjectRef>) -> Step {
         let waiting: Pods<'_> = current.iter().copied().chain(draining).collect();
         return terminating::step(index, key, status, &waiting, now_s);
     }
-    if entry::settling(index, key, job) {
+    if entry::settling(index, key, workload) {
         // Its pods are gone, but its Job has not yet taken in the suspension: held, as for
         // terminating pods, until the Job controller has.
         return Step::new(Phase::Evicting);

@@ -27,6 +27,7 @@ pub(super) fn step(reading: &Reading<'_>, live: &Pods<'_>) -> Step {
         status,
         current,
         now,
+        ..
     } = *reading;
     let now_s = now.0.as_second();
     let held = provision::holding(status, now_s);

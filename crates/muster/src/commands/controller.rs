@@ -36,6 +36,10 @@ pub struct Args {
     /// Writes in flight at once.
     #[arg(long, default_value_t = 32)]
     write_concurrency: usize,
+    /// Threads that read watch events and send writes (passes and forecasts run on threads
+    /// of their own). 0: one per CPU.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    io_threads: usize,
     /// How gangs are placed: best-fit, spread, fragmentation-aware, or packing, random, fgd
     /// or fgd-gang (which also choose the node and GPU device of each pod asking for part of a
     /// GPU; fgd-gang also chooses a gang's block by the fragmentation it adds).
@@ -70,7 +74,11 @@ pub struct Args {
 /// Runs the controller until SIGTERM or Ctrl-C.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     init_logging();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if args.io_threads > 0 {
+        runtime.worker_threads(args.io_threads);
+    }
+    let runtime = runtime
         .enable_all()
         .build()
         .context("starting the async runtime")?;

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobSpec};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
@@ -197,7 +197,11 @@ impl Origin {
 /// Reading the early conditions frees a queue entry from preemption a few seconds sooner; its
 /// quota still comes back only when its pods are gone.
 pub fn finished(job: &Job) -> Option<(bool, String)> {
-    let conditions = job.status.as_ref()?.conditions.as_ref()?;
+    finished_by(job.status.as_ref()?.conditions.as_ref()?)
+}
+
+/// How a Job's run ended, from its `status.conditions` (see [`finished`]).
+pub fn finished_by(conditions: &[JobCondition]) -> Option<(bool, String)> {
     conditions
         .iter()
         .filter(|c| c.status == "True")
@@ -217,32 +221,17 @@ pub fn finished(job: &Job) -> Option<(bool, String)> {
         })
 }
 
-/// `job` as a controller's cache keeps it. A finished Job ([`finished`]) never runs again, so
-/// nothing reads its pod template any more: it is dropped, along with the status counts only a
-/// running Job's controller reads. A Job is kept until its owner deletes it, so in a busy
-/// cluster most Jobs the index holds have finished, and the template is most of each.
-pub fn slimmed(mut job: Job) -> Job {
-    if finished(&job).is_none() {
-        return job;
-    }
-    if let Some(spec) = job.spec.as_mut() {
-        spec.template = PodTemplateSpec::default();
-        spec.selector = None;
-    }
-    if let Some(status) = job.status.as_mut() {
-        status.uncounted_terminated_pods = None;
-        status.completed_indexes = None;
-        status.failed_indexes = None;
-    }
-    job
-}
-
 /// How many pods one Job runs at once: `min(parallelism, completions)`, parallelism 1 when
 /// unset, completions unset meaning as many as run in parallel.
 pub fn pods_per_job(spec: &JobSpec) -> i32 {
-    let parallelism = spec.parallelism.unwrap_or(1);
-    spec.completions
-        .map_or(parallelism, |completions| completions.min(parallelism))
+    pods_at_once(spec.parallelism, spec.completions)
+}
+
+/// How many pods a Job of this `spec.parallelism` and `spec.completions` runs at once (see
+/// [`pods_per_job`]).
+pub fn pods_at_once(parallelism: Option<i32>, completions: Option<i32>) -> i32 {
+    let parallelism = parallelism.unwrap_or(1);
+    completions.map_or(parallelism, |completions| completions.min(parallelism))
 }
 
 fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {

@@ -357,6 +357,7 @@ mod tests {
     use muster_api::GpuJob;
 
     use super::Lean;
+    use crate::index::BatchJob;
 
     const MANAGED: &str = r#"[{"manager":"kubelet","operation":"Update","apiVersion":"v1",
         "time":"2026-12-01T10:00:00Z","fieldsType":"FieldsV1","subresource":"status",
@@ -446,6 +447,43 @@ mod tests {
                 .iter()
                 .all(|j| j.0.metadata.managed_fields.is_none() && j.0.spec.queue_name == "q")
         );
+    }
+
+    #[test]
+    fn a_labelled_job_is_read_lean_with_its_template_kept_as_sent() {
+        let job = format!(
+            r#"{{"apiVersion":"batch/v1","kind":"Job","metadata":{{"name":"train",
+            "namespace":"ns","managedFields":{MANAGED}}},"spec":{{"parallelism":2,
+            "template":{{"metadata":{{"labels":{{"app":"a"}}}},"spec":{{"containers":[{{"name":"c",
+            "image":"i","resources":{{"requests":{{"nvidia.com/gpu":"1"}}}}}}]}}}}}},
+            "status":{{"active":1}}}}"#
+        );
+        let event = format!(r#"{{"type":"MODIFIED","object":{job}}}"#);
+        let lean: WatchEvent<Lean<BatchJob>> =
+            serde_json::from_str(&event).unwrap_or_else(|e| unreachable!("{e}"));
+        let WatchEvent::Modified(Lean(lean)) = lean else {
+            unreachable!("not a modification");
+        };
+        assert_eq!(lean.metadata.managed_fields, None);
+        assert_eq!(
+            (lean.spec.parallelism, lean.status.active),
+            (Some(2), Some(1))
+        );
+        let template = lean
+            .spec
+            .template
+            .template()
+            .unwrap_or_else(|e| unreachable!("{e:?}"));
+        let containers = template.spec.map(|s| s.containers).unwrap_or_default();
+        assert_eq!(containers[0].image.as_deref(), Some("i"));
+        let list = format!(r#"{{"metadata":{{}},"items":[{job},{job}]}}"#);
+        let list: kube::core::ObjectList<Lean<BatchJob>> =
+            serde_json::from_str(&list).unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(list.items.len(), 2);
+        // An object before its type is buffered before it is read, and a template's text
+        // cannot be taken from what was buffered: an error, not a Job read wrong.
+        let late_tag = format!(r#"{{"object":{job},"type":"ADDED"}}"#);
+        assert!(serde_json::from_str::<WatchEvent<Lean<BatchJob>>>(&late_tag).is_err());
     }
 
     #[test]

@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodTemplate};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::scheduling::v1alpha2::PodGroup as SchedulingPodGroup;
@@ -26,7 +25,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, watch};
 
 use crate::executor::Executor;
-use crate::index::{Indexed, Kind};
+use crate::index::{BatchJob, Indexed, Kind};
 use crate::lean::Lean;
 use crate::metrics::{ApiRequests, Metrics};
 use crate::plan::plan;
@@ -183,7 +182,11 @@ async fn start_watches(client: &Client, options: &Options, shared: &Arc<Shared>)
     tokio::spawn(watch_kind(Api::<PriorityClass>::all(client.clone()), s()));
     // Only Jobs labelled with a queue are Muster's; no other Job is ever read.
     let labelled = watcher::Config::default().labels(muster_api::wire::QUEUE_NAME_LABEL);
-    tokio::spawn(watch_selected(scoped::<Job>(client, ns), labelled, s()));
+    tokio::spawn(watch_selected(
+        scoped::<BatchJob>(client, ns),
+        labelled,
+        s(),
+    ));
     // The first probes are awaited, so that a served API is expected before the first pass.
     let requests: Api<ProvisioningRequest> = scoped(client, ns);
     let start_requests = {
@@ -706,7 +709,7 @@ async fn catch_up(shared: &Arc<Shared>, client: &Client, namespace: Option<&str>
 async fn fresh_view(
     client: &Client,
     namespace: Option<&str>,
-) -> Result<(Vec<GpuJob>, Vec<Pod>, Vec<Job>), kube::Error> {
+) -> Result<(Vec<GpuJob>, Vec<Pod>, Vec<BatchJob>), kube::Error> {
     let jobs = scoped::<GpuJob>(client, namespace)
         .list(&ListParams::default())
         .await?
@@ -716,10 +719,13 @@ async fn fresh_view(
         .await?
         .items;
     let labelled = ListParams::default().labels(muster_api::wire::QUEUE_NAME_LABEL);
-    let workloads = scoped::<Job>(client, namespace)
+    let workloads = crate::lean::lean(&scoped::<BatchJob>(client, namespace))
         .list(&labelled)
         .await?
-        .items;
+        .items
+        .into_iter()
+        .map(Lean::into_inner)
+        .collect();
     Ok((jobs, pods, workloads))
 }
 

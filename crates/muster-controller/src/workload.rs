@@ -32,7 +32,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{PodSchedulingGate, PodSpec, PodTemplateSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use muster_admission::PodSetPlacement;
@@ -46,14 +45,14 @@ use muster_api::wire::{
 use muster_api::{GpuJob, ObjectRef, ResourceFlavorSpec};
 use serde_json::{Map, Value, json};
 
-use crate::index::Index;
+use crate::index::{BatchJob, Index, KeptTemplate};
 
 pub mod jobset;
 mod kind;
 pub mod pod_group;
 
 pub use kind::{Run, WorkloadKind, WorkloadPatch, WorkloadRef};
-pub use muster_api::workload::{entry_name, finished, slimmed};
+pub use muster_api::workload::entry_name;
 
 /// Annotation on a labelled Job that cannot be queued as it stands: every problem, each with
 /// the Job's field and the fix. Removed once the Job can be queued.
@@ -66,7 +65,7 @@ pub const JOB_KIND: &str = "Job";
 /// The queue entry of `job` (see the module docs): the Job read as admission sees it, named
 /// [`entry_name`], labelled with the workload's kind and owned by the Job. Every problem,
 /// each on the Job's own field, when the Job cannot be queued as it stands.
-pub fn entry_for(job: &Job) -> Result<GpuJob, Vec<FieldError>> {
+pub fn entry_for(job: &BatchJob) -> Result<GpuJob, Vec<FieldError>> {
     Run::Job(job).entry()
 }
 
@@ -179,7 +178,7 @@ pub fn workload_of(entry: &GpuJob) -> Option<WorkloadRef> {
 
 /// Whether `job` still is the Job `entry` was made for (the same UID): a Job deleted and
 /// made again under its name gets a new entry, never the old one's admission.
-pub fn is_entry_of(entry: &GpuJob, job: &Job) -> bool {
+pub fn is_entry_of(entry: &GpuJob, job: &BatchJob) -> bool {
     owned_by(entry, job.metadata.uid.as_deref())
 }
 
@@ -194,8 +193,8 @@ fn owned_by(entry: &GpuJob, uid: Option<&str>) -> bool {
 }
 
 /// Whether the Job is suspended.
-pub fn is_suspended(job: &Job) -> bool {
-    job.spec.as_ref().and_then(|s| s.suspend).unwrap_or(false)
+pub fn is_suspended(job: &BatchJob) -> bool {
+    job.spec.suspend.unwrap_or(false)
 }
 
 /// Whether the Job controller may still have pods of `job`, or not yet have taken in its
@@ -203,23 +202,20 @@ pub fn is_suspended(job: &Job) -> bool {
 /// resets `status.startTime` once it has suspended a Job, and only then does the API server
 /// let a suspended Job's template change — so neither the template is put back nor the Job
 /// released again before.
-pub fn may_have_pods(job: &Job) -> bool {
-    let Some(status) = job.status.as_ref() else {
-        return false;
-    };
-    status.active.unwrap_or(0) > 0 || status.start_time.is_some()
+pub fn may_have_pods(job: &BatchJob) -> bool {
+    job.status.active.unwrap_or(0) > 0 || job.status.start_time.is_some()
 }
 
 /// Whether `job` is suspended with no release of attempt `attempt` of its entry in its
 /// template: a release written to the entry's status whose patch of the Job never landed
 /// (see [`crate::release::WorkloadRelease::ungated`]). A Job suspended after its release
 /// landed (by its owner, say) still carries it.
-pub fn release_missing(job: &Job, attempt: i32) -> bool {
+pub fn release_missing(job: &BatchJob, attempt: i32) -> bool {
     let carried = job
         .spec
+        .template
+        .labels
         .as_ref()
-        .and_then(|s| s.template.metadata.as_ref())
-        .and_then(|m| m.labels.as_ref())
         .and_then(|l| l.get(ATTEMPT_LABEL))
         .is_some_and(|a| *a == attempt.to_string());
     is_suspended(job) && !(carried && carries_release(job))
@@ -227,11 +223,11 @@ pub fn release_missing(job: &Job, attempt: i32) -> bool {
 
 /// Whether `job`'s template still carries what a release wrote (the gang's job label): it is
 /// Muster's to put back, not its owner's edit.
-pub fn carries_release(job: &Job) -> bool {
+pub fn carries_release(job: &BatchJob) -> bool {
     job.spec
+        .template
+        .labels
         .as_ref()
-        .and_then(|s| s.template.metadata.as_ref())
-        .and_then(|m| m.labels.as_ref())
         .is_some_and(|l| l.contains_key(JOB_LABEL))
 }
 
@@ -239,17 +235,12 @@ pub fn carries_release(job: &Job) -> bool {
 /// what a suspended Job's template may take (labels, annotations, node selector,
 /// tolerations, scheduling gates). Compared in place: it is asked of every waiting Job in
 /// every pass.
-pub fn edited_since(entry: &GpuJob, job: &Job) -> bool {
-    let count = job
-        .spec
-        .as_ref()
-        .map_or(1, muster_api::workload::pods_per_job);
+pub fn edited_since(entry: &GpuJob, job: &BatchJob) -> bool {
+    let count = job.pods_at_once();
     let recorded = entry.spec.pod_sets.first();
     recorded.is_none_or(|set| set.count != count)
-        || !same_scheduling(
-            job.spec.as_ref().map(|s| &s.template),
-            recorded.map(|s| &s.template),
-        )
+        || !Scheduling::kept(&job.spec.template)
+            .same(&Scheduling::of(recorded.map(|s| &s.template)))
 }
 
 /// Whether the Job controller can never keep more than one pod of `job` active at a time,
@@ -260,14 +251,13 @@ pub fn edited_since(entry: &GpuJob, job: &Job) -> bool {
 /// same node, it waits there until the old pod's resources are free.) An `Indexed` Job's
 /// completions may be raised with its parallelism, and a Job without completions runs as many
 /// pods as its parallelism says: both stay gated.
-pub fn never_more_than_one_pod(job: &Job) -> bool {
-    job.spec.as_ref().is_some_and(|spec| {
-        spec.completions == Some(1)
-            && spec
-                .completion_mode
-                .as_deref()
-                .is_none_or(|mode| mode == "NonIndexed")
-    })
+pub fn never_more_than_one_pod(job: &BatchJob) -> bool {
+    job.spec.completions == Some(1)
+        && job
+            .spec
+            .completion_mode
+            .as_deref()
+            .is_none_or(|mode| mode == "NonIndexed")
 }
 
 /// What the gang's release writes into a Job's pod template: the flavor's node labels and
@@ -293,19 +283,21 @@ pub struct Placement<'a> {
 /// written.
 pub fn template_patch(
     entry: &GpuJob,
-    job: &Job,
+    job: &BatchJob,
     placement: Option<&Placement<'_>>,
     suspend: bool,
 ) -> Value {
-    let (recorded, current) = templates(entry, job);
+    let recorded = entry
+        .spec
+        .pod_sets
+        .first()
+        .map(|s| s.template.clone())
+        .unwrap_or_default();
+    let current = &job.spec.template;
     let additions = placement.map(|p| p.additions_for(job));
     let wanted = wanted_template(&recorded, additions.as_ref());
-    let (current_meta, wanted_meta) = (
-        current.metadata.unwrap_or_default(),
+    let (wanted_meta, wanted_spec) = (
         wanted.metadata.unwrap_or_default(),
-    );
-    let (current_spec, wanted_spec) = (
-        current.spec.unwrap_or_default(),
         wanted.spec.unwrap_or_default(),
     );
     json!({
@@ -313,15 +305,15 @@ pub fn template_patch(
             "suspend": suspend,
             "template": {
                 "metadata": {
-                    "labels": map_patch(current_meta.labels.as_ref(), wanted_meta.labels.as_ref()),
+                    "labels": map_patch(current.labels.as_ref(), wanted_meta.labels.as_ref()),
                     "annotations": map_patch(
-                        current_meta.annotations.as_ref(),
+                        current.annotations.as_ref(),
                         wanted_meta.annotations.as_ref(),
                     ),
                 },
                 "spec": {
                     "nodeSelector": map_patch(
-                        current_spec.node_selector.as_ref(),
+                        current.node_selector.as_ref(),
                         wanted_spec.node_selector.as_ref(),
                     ),
                     "tolerations": list(wanted_spec.tolerations),
@@ -334,16 +326,16 @@ pub fn template_patch(
 
 /// Whether `job`'s template is what [`template_patch`] would make it from `entry` with
 /// `placement`: nothing to write.
-pub fn template_is(entry: &GpuJob, job: &Job, placement: Option<&Placement<'_>>) -> bool {
-    let current = job.spec.as_ref().map(|s| &s.template);
+pub fn template_is(entry: &GpuJob, job: &BatchJob, placement: Option<&Placement<'_>>) -> bool {
+    let current = Scheduling::kept(&job.spec.template);
     let recorded = entry.spec.pod_sets.first().map(|s| &s.template);
     // Read every pass for every waiting Job: compared in place, copied only with additions.
     match placement {
-        None => same_scheduling(current, recorded),
+        None => current.same(&Scheduling::of(recorded)),
         Some(placement) => {
             let additions = placement.additions_for(job);
             let wanted = wanted_template(&recorded.cloned().unwrap_or_default(), Some(&additions));
-            same_scheduling(current, Some(&wanted))
+            current.same(&Scheduling::of(Some(&wanted)))
         }
     }
 }
@@ -351,45 +343,59 @@ pub fn template_is(entry: &GpuJob, job: &Job, placement: Option<&Placement<'_>>)
 /// Whether two templates agree in what a release writes: labels, annotations, node
 /// selector, tolerations and scheduling gates (absent and empty alike).
 pub(crate) fn same_scheduling(a: Option<&PodTemplateSpec>, b: Option<&PodTemplateSpec>) -> bool {
-    fn map(m: Option<&BTreeMap<String, String>>) -> Option<&BTreeMap<String, String>> {
-        m.filter(|m| !m.is_empty())
-    }
-    fn list<T>(l: Option<&Vec<T>>) -> &[T] {
-        l.map_or(&[], Vec::as_slice)
-    }
-    let (ma, mb) = (
-        a.and_then(|t| t.metadata.as_ref()),
-        b.and_then(|t| t.metadata.as_ref()),
-    );
-    let (sa, sb) = (
-        a.and_then(|t| t.spec.as_ref()),
-        b.and_then(|t| t.spec.as_ref()),
-    );
-    map(ma.and_then(|m| m.labels.as_ref())) == map(mb.and_then(|m| m.labels.as_ref()))
-        && map(ma.and_then(|m| m.annotations.as_ref()))
-            == map(mb.and_then(|m| m.annotations.as_ref()))
-        && map(sa.and_then(|s| s.node_selector.as_ref()))
-            == map(sb.and_then(|s| s.node_selector.as_ref()))
-        && list(sa.and_then(|s| s.tolerations.as_ref()))
-            == list(sb.and_then(|s| s.tolerations.as_ref()))
-        && list(sa.and_then(|s| s.scheduling_gates.as_ref()))
-            == list(sb.and_then(|s| s.scheduling_gates.as_ref()))
+    Scheduling::of(a).same(&Scheduling::of(b))
 }
 
-/// The pod template `entry` recorded of its Job, and the one `job` has now.
-fn templates(entry: &GpuJob, job: &Job) -> (PodTemplateSpec, PodTemplateSpec) {
-    let recorded = entry
-        .spec
-        .pod_sets
-        .first()
-        .map(|s| s.template.clone())
-        .unwrap_or_default();
-    let current = job
-        .spec
-        .as_ref()
-        .map(|s| s.template.clone())
-        .unwrap_or_default();
-    (recorded, current)
+/// What a release writes into a pod template, borrowed from a template or from a Job's
+/// [`KeptTemplate`]: absent and empty alike.
+struct Scheduling<'a> {
+    labels: Option<&'a BTreeMap<String, String>>,
+    annotations: Option<&'a BTreeMap<String, String>>,
+    node_selector: Option<&'a BTreeMap<String, String>>,
+    tolerations: &'a [Toleration],
+    gates: &'a [PodSchedulingGate],
+}
+
+impl<'a> Scheduling<'a> {
+    /// What `template` says of it (nothing, without one).
+    fn of(template: Option<&'a PodTemplateSpec>) -> Scheduling<'a> {
+        let meta = template.and_then(|t| t.metadata.as_ref());
+        let spec = template.and_then(|t| t.spec.as_ref());
+        Scheduling {
+            labels: meta.and_then(|m| m.labels.as_ref()),
+            annotations: meta.and_then(|m| m.annotations.as_ref()),
+            node_selector: spec.and_then(|s| s.node_selector.as_ref()),
+            tolerations: spec
+                .and_then(|s| s.tolerations.as_deref())
+                .unwrap_or_default(),
+            gates: spec
+                .and_then(|s| s.scheduling_gates.as_deref())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// What a Job's kept template says of it.
+    fn kept(template: &'a KeptTemplate) -> Scheduling<'a> {
+        Scheduling {
+            labels: template.labels.as_ref(),
+            annotations: template.annotations.as_ref(),
+            node_selector: template.node_selector.as_ref(),
+            tolerations: template.tolerations.as_deref().unwrap_or_default(),
+            gates: template.scheduling_gates.as_deref().unwrap_or_default(),
+        }
+    }
+
+    /// Whether both say the same.
+    fn same(&self, other: &Scheduling<'_>) -> bool {
+        fn map(m: Option<&BTreeMap<String, String>>) -> Option<&BTreeMap<String, String>> {
+            m.filter(|m| !m.is_empty())
+        }
+        map(self.labels) == map(other.labels)
+            && map(self.annotations) == map(other.annotations)
+            && map(self.node_selector) == map(other.node_selector)
+            && self.tolerations == other.tolerations
+            && self.gates == other.gates
+    }
 }
 
 /// What a release adds to a workload's pod template: the gang's labels, the admission's
@@ -416,7 +422,7 @@ pub struct Additions {
 impl Placement<'_> {
     /// What this placement adds to `job`'s template: [`Placement::additions`], pinned to the
     /// node when `job` never runs more than one pod and the admission placed it on one node.
-    pub fn additions_for(&self, job: &Job) -> Additions {
+    pub fn additions_for(&self, job: &BatchJob) -> Additions {
         Additions {
             pin: self.pin_for(job).map(str::to_owned),
             ..self.additions()
@@ -425,7 +431,7 @@ impl Placement<'_> {
 
     /// The node `job`'s template is pinned to instead of gated: see
     /// [`Placement::additions_for`].
-    pub fn pin_for(&self, job: &Job) -> Option<&str> {
+    pub fn pin_for(&self, job: &BatchJob) -> Option<&str> {
         match self.pod_set.nodes.as_slice() {
             [node] if never_more_than_one_pod(job) => Some(node),
             _ => None,

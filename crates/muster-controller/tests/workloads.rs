@@ -8,6 +8,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use muster_api::gpujob::{GpuJobPhase, PendingReasonKind};
 use muster_api::wire::{ADMISSION_GATE, ATTEMPT_LABEL, JOB_LABEL, POD_SET_LABEL};
+use muster_controller::index::BatchJob;
 use muster_controller::plan::{Action, plan};
 use muster_controller::state::State;
 use serde_json::{Value, json};
@@ -244,8 +245,8 @@ fn one_pod_job(suspend: bool, status: &Value) -> Job {
 
 /// The pod the Job controller makes from `job`'s released template: bound to the node the
 /// template names, Running and Ready since `ready` (seconds, see [`at`]).
-fn made_from(job: &Job, ready: i64) -> Pod {
-    let template = job.spec.clone().unwrap_or_default().template;
+fn made_from(job: &BatchJob, ready: i64) -> Pod {
+    let template = job.spec.template.template().unwrap_or_default();
     let node = template
         .spec
         .as_ref()
@@ -313,7 +314,7 @@ fn a_job_that_never_runs_two_pods_is_released_with_its_node_in_its_template_and_
         .workload("team-a/train")
         .cloned()
         .unwrap_or_else(|| unreachable!());
-    assert_eq!(running.spec.as_ref().and_then(|s| s.suspend), Some(false));
+    assert_eq!(running.spec.suspend, Some(false));
     state.apply(made_from(&running, released_at + 1));
     for t in released_at + 1..released_at + 60 {
         let pass = plan(&mut state, at(t));

@@ -87,13 +87,15 @@ impl Executor {
         let key = &workload.key;
         Ok(match workload.kind {
             WorkloadKind::Job => {
-                let api: Api<k8s_openapi::api::batch::v1::Job> =
-                    Api::namespaced(self.client.clone(), key.namespace());
+                let api = lean(&Api::<crate::index::BatchJob>::namespaced(
+                    self.client.clone(),
+                    key.namespace(),
+                ));
                 self.retrying(self.read_retry, false, "reading Job back", key, || {
                     api.get_opt(key.name())
                 })
                 .await?
-                .map(|job| Written::Workload(Box::new(job)))
+                .map(|Lean(job)| Written::Workload(Box::new(job)))
             }
             WorkloadKind::JobSet => {
                 let api: Api<muster_api::jobset::JobSet> =

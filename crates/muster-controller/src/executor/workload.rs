@@ -4,7 +4,6 @@
 //! nothing more.
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use muster_api::jobset::JobSet;
@@ -12,6 +11,8 @@ use muster_api::{GpuJob, ObjectRef};
 
 use super::{ExecuteError, Executor, FIELD_MANAGER, Written, already_exists, is_code};
 use crate::action::Note;
+use crate::index::BatchJob;
+use crate::lean::{Lean, lean};
 use crate::release::WorkloadRelease;
 use crate::workload::{WorkloadKind, WorkloadPatch, WorkloadRef};
 
@@ -111,8 +112,11 @@ impl Executor {
         let name = key.name();
         match workload.kind {
             WorkloadKind::Job => {
-                let api: Api<Job> = Api::namespaced(self.client.clone(), key.namespace());
-                let job = self
+                let api = lean(&Api::<BatchJob>::namespaced(
+                    self.client.clone(),
+                    key.namespace(),
+                ));
+                let Lean(job) = self
                     .call(what, key, || api.patch(name, &params, &body))
                     .await?;
                 Ok(vec![Written::Workload(Box::new(job))])

@@ -7,14 +7,15 @@
 //! requests while it holds them, its phase and readiness, and — for Muster's own pods — the
 //! job, pod set, attempt and admission it was released under.
 
+mod batch_job;
 mod ended;
 mod objects;
 
+pub use batch_job::{BatchJob, BatchJobSpec, BatchJobStatus, KeptTemplate};
 pub use objects::pinned_node;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 use muster_admission::CohortTree;
@@ -232,7 +233,7 @@ pub enum Written {
     /// A Cohort with its new status.
     Cohort(Box<Cohort>),
     /// The Job behind a queue entry.
-    Workload(Box<Job>),
+    Workload(Box<BatchJob>),
     /// The JobSet behind a queue entry.
     JobSet(Box<muster_api::jobset::JobSet>),
 }
@@ -270,11 +271,11 @@ pub struct Index {
     pub(crate) provisioning_requests: BTreeMap<ObjectRef, ProvisioningRequest>,
     /// Muster's PodTemplates.
     pub(crate) pod_templates: BTreeMap<ObjectRef, TemplateRecord>,
-    /// Jobs labelled with a queue: the workloads behind queue entries. Boxed: a `Job` is
-    /// 2,640 bytes before any string, and an ordered map's nodes keep room for eleven values
-    /// inline, of which a batch run's Jobs filled about three fifths; boxed, an empty place
-    /// costs a pointer.
-    pub(crate) workloads: BTreeMap<ObjectRef, Box<Job>>,
+    /// Jobs labelled with a queue: the workloads behind queue entries, each as a
+    /// [`BatchJob`]. Boxed: an ordered map's nodes keep room for eleven values inline, of
+    /// which a batch run's Jobs filled about three fifths; boxed, an empty place costs a
+    /// pointer.
+    pub(crate) workloads: BTreeMap<ObjectRef, Box<BatchJob>>,
     /// JobSets labelled with a queue: the other workloads behind queue entries.
     pub(crate) jobsets: BTreeMap<ObjectRef, muster_api::jobset::JobSet>,
     /// Pods labelled with a queue and a pod group, whole, by group (`namespace/group`).
@@ -456,7 +457,7 @@ impl Index {
     }
 
     /// A Job labelled with a queue (the workload behind a queue entry) by `namespace/name`.
-    pub fn workload(&self, key: &str) -> Option<&Job> {
+    pub fn workload(&self, key: &str) -> Option<&BatchJob> {
         self.workloads.get(key).map(AsRef::as_ref)
     }
 

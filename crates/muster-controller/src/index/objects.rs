@@ -16,7 +16,9 @@ use muster_api::{
 };
 use muster_topology::{NodeInfo, pod_usage};
 
-use super::{GangMember, Index, Indexed, Kind, NotReady, PodPhase, PodRecord, TemplateRecord};
+use super::{
+    BatchJob, GangMember, Index, Indexed, Kind, NotReady, PodPhase, PodRecord, TemplateRecord,
+};
 use muster_api::wire::parse_domain;
 
 impl Indexed for GpuJob {
@@ -316,13 +318,13 @@ impl Indexed for PodTemplate {
     }
 }
 
-impl Indexed for Job {
+impl Indexed for BatchJob {
     const KIND: Kind = Kind::Job;
     fn apply(self, index: &mut Index) {
         let key = ObjectRef::of(&self.metadata);
-        if controlled_by_jobset(&self) {
+        if controlled_by_jobset(&self.metadata) {
             // A JobSet's child Job is its JobSet's: queued, if at all, as the JobSet.
-            Job::remove(index, key.as_str());
+            BatchJob::remove(index, key.as_str());
             return;
         }
         // The entry's step reads its Job (held suspended, finished, or released).
@@ -330,9 +332,7 @@ impl Indexed for Job {
             key.namespace(),
             &muster_api::workload::entry_name(key.name()),
         ));
-        index
-            .workloads
-            .insert(key, Box::new(muster_api::workload::slimmed(self)));
+        index.workloads.insert(key, Box::new(self.slimmed()));
     }
     fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
         index
@@ -349,6 +349,21 @@ impl Indexed for Job {
                 &muster_api::workload::entry_name(key.name()),
             ));
         }
+    }
+}
+
+/// A Job read whole (by a client of the index other than the controller's watches: tests, a
+/// snapshot) is kept as the watches keep it.
+impl Indexed for Job {
+    const KIND: Kind = Kind::Job;
+    fn apply(self, index: &mut Index) {
+        BatchJob::of(&self).apply(index);
+    }
+    fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
+        BatchJob::stored_version(index, key)
+    }
+    fn remove(index: &mut Index, key: &str) {
+        BatchJob::remove(index, key);
     }
 }
 
@@ -375,9 +390,9 @@ impl Indexed for JobSet {
     }
 }
 
-/// Whether a JobSet controls `job` (its child Job).
-fn controlled_by_jobset(job: &Job) -> bool {
-    job.metadata.owner_references.iter().flatten().any(|o| {
+/// Whether a JobSet controls the Job of `meta` (its child Job).
+fn controlled_by_jobset(meta: &kube::core::ObjectMeta) -> bool {
+    meta.owner_references.iter().flatten().any(|o| {
         o.controller == Some(true)
             && o.kind == "JobSet"
             && o.api_version.starts_with("jobset.x-k8s.io/")

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::api::batch::v1::Job;
 use kube::Resource;
 use muster_api::jobset::JobSet;
 use muster_api::validation::FieldError;
@@ -15,6 +14,7 @@ use serde_json::{Map, Value};
 
 use super::pod_group::PodGroup;
 use super::{jobset, made_entry};
+use crate::index::BatchJob;
 
 /// The kind of a workload behind a queue entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -122,7 +122,7 @@ impl fmt::Display for WorkloadRef {
 #[derive(Clone, Copy, Debug)]
 pub enum Run<'a> {
     /// A Job.
-    Job(&'a Job),
+    Job(&'a BatchJob),
     /// A JobSet.
     JobSet(&'a JobSet),
     /// A pod group, named.
@@ -164,7 +164,9 @@ impl<'a> Run<'a> {
     pub fn entry(self) -> Result<GpuJob, Vec<FieldError>> {
         match self {
             Run::Job(job) => made_entry(
-                muster_api::workload::job_as_gpujob(job),
+                job.job()
+                    .map_err(|e| vec![e])
+                    .and_then(|job| muster_api::workload::job_as_gpujob(&job)),
                 &job.metadata,
                 job.controller_owner_ref(&()),
                 WorkloadKind::Job,
@@ -203,7 +205,7 @@ impl<'a> Run<'a> {
     /// group says nothing: its entry's step reads its gang's pods.
     pub fn finished(self) -> Option<(bool, String)> {
         match self {
-            Run::Job(job) => super::finished(job),
+            Run::Job(job) => job.finished(),
             Run::JobSet(jobset) => jobset::finished(jobset),
             Run::PodGroup(..) => None,
         }

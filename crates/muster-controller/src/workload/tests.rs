@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Toleration;
 use muster_admission::PodSetPlacement;
 use muster_api::ResourceFlavorSpec;
@@ -10,11 +9,17 @@ use muster_api::wire::{ADMISSION_GATE, JOB_LABEL, QUEUE_NAME_LABEL, WORKLOAD_KIN
 use serde_json::{Value, json};
 
 use super::*;
+use crate::index::BatchJobStatus;
+
+/// A Job as the index reads it from JSON the API server sent.
+fn read_back(value: &Value) -> BatchJob {
+    serde_json::from_str(&value.to_string()).unwrap_or_else(|e| unreachable!("{e}"))
+}
 
 /// An Indexed Job of 4 one-GPU pods as the API server stores it: defaulted, with the Job
 /// controller's template labels, the user's own node selector, toleration and gate.
-fn stored_job(suspend: bool) -> Job {
-    serde_json::from_value(json!({
+fn stored_job(suspend: bool) -> BatchJob {
+    read_back(&json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -42,7 +47,6 @@ fn stored_job(suspend: bool) -> Job {
             },
         },
     }))
-    .unwrap_or_else(|e| unreachable!("{e}"))
 }
 
 fn h100() -> ResourceFlavorSpec {
@@ -164,13 +168,11 @@ fn the_release_adds_the_flavor_the_gate_and_the_gang_to_the_user_s_template_and_
 }
 
 /// The Job of [`stored_job`] with one pod: `completions` and `completionMode` as given.
-fn one_pod_job(completions: Option<i32>, mode: &str) -> Job {
+fn one_pod_job(completions: Option<i32>, mode: &str) -> BatchJob {
     let mut job = stored_job(true);
-    if let Some(spec) = job.spec.as_mut() {
-        spec.parallelism = Some(1);
-        spec.completions = completions;
-        spec.completion_mode = Some(mode.to_owned());
-    }
+    job.spec.parallelism = Some(1);
+    job.spec.completions = completions;
+    job.spec.completion_mode = Some(mode.to_owned());
     job
 }
 
@@ -204,18 +206,14 @@ fn a_job_that_never_runs_two_pods_is_pinned_in_its_template_without_the_gate_and
     assert_eq!(labels["muster.dev/pod-set"], json!("main"));
     let mut released = serde_json::to_value(&job).unwrap_or_default();
     json_patch::merge(&mut released, &patch);
-    let released: Job = serde_json::from_value(released).unwrap_or_else(|e| unreachable!("{e}"));
+    let released = read_back(&released);
     assert!(template_is(&entry, &released, Some(&placement)));
     assert!(!release_missing(&released, 0), "released: not suspended");
     let mut back = serde_json::to_value(&released).unwrap_or_default();
     json_patch::merge(&mut back, &template_patch(&entry, &released, None, true));
-    let back: Job = serde_json::from_value(back).unwrap_or_else(|e| unreachable!("{e}"));
+    let back = read_back(&back);
     assert!(template_is(&entry, &back, None));
-    let selector = back
-        .spec
-        .and_then(|s| s.template.spec)
-        .and_then(|s| s.node_selector)
-        .unwrap_or_default();
+    let selector = back.spec.template.node_selector.unwrap_or_default();
     assert_eq!(
         selector,
         BTreeMap::from([("team".to_owned(), "a".to_owned())]),
@@ -268,7 +266,7 @@ fn a_suspended_job_without_this_attempt_s_release_is_missing_it() {
     );
     // Its owner suspends it after the release landed: it carries the release.
     json_patch::merge(&mut released, &json!({"spec": {"suspend": true}}));
-    let released: Job = serde_json::from_value(released).unwrap_or_else(|e| unreachable!("{e}"));
+    let released = read_back(&released);
     assert!(!release_missing(&released, 0));
     assert!(release_missing(&released, 1), "another attempt's release");
 }
@@ -282,25 +280,23 @@ fn putting_the_template_back_removes_everything_the_release_added_and_only_that(
         &mut released,
         &template_patch(&entry, &stored_job(true), Some(&placement), false),
     );
-    let released: Job = serde_json::from_value(released).unwrap_or_else(|e| unreachable!("{e}"));
+    let released = read_back(&released);
     assert!(template_is(&entry, &released, Some(&placement)));
     assert!(!template_is(&entry, &released, None));
     let mut back = serde_json::to_value(&released).unwrap_or_default();
     json_patch::merge(&mut back, &template_patch(&entry, &released, None, true));
-    let mut back: Job = serde_json::from_value(back).unwrap_or_else(|e| unreachable!("{e}"));
+    let back = read_back(&back);
     assert!(template_is(&entry, &back, None));
+    let mut template = back.spec.template.template().unwrap_or_default();
     // An empty map is no map to the API server (Go's `omitempty`).
-    if let Some(meta) = back
-        .spec
-        .as_mut()
-        .and_then(|s| s.template.metadata.as_mut())
+    if let Some(meta) = template.metadata.as_mut()
         && meta.annotations.as_ref().is_some_and(BTreeMap::is_empty)
     {
         meta.annotations = None;
     }
     assert_eq!(
-        back.spec.clone().unwrap_or_default().template,
-        stored_job(true).spec.unwrap_or_default().template,
+        Ok(template),
+        stored_job(true).spec.template.template(),
         "the template is the user's again, byte for byte"
     );
     assert!(is_suspended(&back));
@@ -328,8 +324,8 @@ fn a_job_ends_by_its_conditions() {
         job.status = serde_json::from_value(json!({"conditions": [{
             "type": type_, "status": status, "message": "Job has reached the specified backoff limit",
         }]}))
-        .ok();
-        finished(&job)
+        .unwrap_or_default();
+        job.finished()
     };
     assert_eq!(with("Complete", "True").map(|f| f.0), Some(true));
     let failed = with("Failed", "True").unwrap_or_default();
@@ -341,14 +337,14 @@ fn a_job_ends_by_its_conditions() {
     assert_eq!(with("FailureTarget", "True").map(|f| f.0), Some(false));
     assert_eq!(with("Complete", "False"), None);
     assert_eq!(with("Suspended", "True"), None);
-    assert_eq!(finished(&stored_job(false)), None);
+    assert_eq!(stored_job(false).finished(), None);
 }
 
 #[test]
 fn a_suspended_job_may_still_have_pods_until_its_controller_resets_its_start_time() {
     let status = |v: Value| {
         let mut job = stored_job(true);
-        job.status = serde_json::from_value(v).ok();
+        job.status = serde_json::from_value(v).unwrap_or_default();
         may_have_pods(&job)
     };
     assert!(!status(json!({})), "never started");
@@ -371,26 +367,31 @@ fn a_suspended_job_may_still_have_pods_until_its_controller_resets_its_start_tim
 #[test]
 fn a_finished_job_is_kept_without_its_template_and_a_running_one_whole() {
     let mut running = stored_job(false);
-    running.status = Some(k8s_openapi::api::batch::v1::JobStatus {
+    running.status = BatchJobStatus {
         active: Some(4),
-        ..Default::default()
-    });
-    assert_eq!(slimmed(running.clone()), running);
+        ..BatchJobStatus::default()
+    };
+    assert_eq!(running.clone().slimmed(), running);
     let mut done = running;
     done.status = serde_json::from_value(json!({
         "succeeded": 4, "uncountedTerminatedPods": {},
         "conditions": [{"type": "Complete", "status": "True"}],
     }))
-    .ok();
-    let kept = slimmed(done.clone());
+    .unwrap_or_default();
+    let kept = done.clone().slimmed();
     assert_eq!(
-        finished(&kept),
-        finished(&done),
+        kept.finished(),
+        done.finished(),
         "it still reads as finished"
     );
     assert_eq!(kept.metadata, done.metadata);
-    let spec = kept.spec.unwrap_or_default();
-    assert_eq!(spec.template, PodTemplateSpec::default());
-    assert_eq!(spec.parallelism, Some(4));
-    assert_eq!(kept.status.and_then(|s| s.uncounted_terminated_pods), None);
+    assert_eq!(
+        kept.spec.template.template(),
+        Ok(PodTemplateSpec::default())
+    );
+    assert_eq!(kept.spec.parallelism, Some(4));
+    assert_eq!(
+        kept.spec.template.node_selector, done.spec.template.node_selector,
+        "what a release wrote is still read"
+    );
 }

@@ -260,7 +260,8 @@ fn released_job(index: &State, gang: &muster_controller::release::Gang) -> Optio
     let job = index.index().workload(release.workload.key.as_str())?;
     let mut value = serde_json::to_value(job).ok()?;
     json_patch::merge(&mut value, patch);
-    let job = serde_json::from_value(value).ok()?;
+    // Read from text, as the API server's answer is: the index keeps the template's text.
+    let job = serde_json::from_str(&value.to_string()).ok()?;
     Some(Written::Workload(Box::new(job)))
 }
 

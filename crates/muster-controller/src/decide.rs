@@ -4,6 +4,7 @@
 //! pass neither repeats nor contradicts it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use muster_admission::{Admitted, Decision, Job, PendingReason, Scheduler};
@@ -84,7 +85,7 @@ pub(crate) fn release_action(
     };
     Ok((
         action,
-        Job::from_gpujob(job, |c| index.priority_classes.get(c).copied()),
+        Arc::unwrap_or_clone(index.admission_job(key.as_str(), job)),
     ))
 }
 
@@ -505,7 +506,10 @@ fn start_provisioning(
         .iter()
         .map(|(n, f)| (n.clone(), f.spec.clone()))
         .collect();
-    match provision::start(job, cluster_queue, flavors, &specs, &policy, now) {
+    // The requests' PodTemplates carry the pods' whole spec: a batch Job's entry is kept
+    // without it, and given back whole here.
+    let whole = state.index.whole_job(key.as_str(), job);
+    match provision::start(&whole, cluster_queue, flavors, &specs, &policy, now) {
         Ok((objects, status)) => {
             *plan
                 .summary

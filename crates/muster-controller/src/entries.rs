@@ -195,14 +195,16 @@ fn keep_one(index: &Index, key: &WorkloadRef, run: Run<'_>, actions: &mut Vec<Ac
         return;
     }
     let settling = crate::workload::settling(index, run, &entry_key);
-    actions.extend(waiting(entry, run, settling, &key, reported));
+    actions.extend(waiting(index, entry, run, settling, &key, reported));
 }
 
 /// The writes that hold the workload of `entry` while the entry holds no admission:
 /// suspended, what a release wrote put back once its controller has taken in the suspension,
 /// and its owner's edits read again (see [`keep`]). `settling`: the workload may still have
-/// pods of its last run (see [`crate::workload::settling`]).
+/// pods of its last run (see [`crate::workload::settling`]); `index` gives the whole entry
+/// back for a write of its spec.
 fn waiting(
+    index: &Index,
     entry: &GpuJob,
     run: Run<'_>,
     settling: bool,
@@ -247,7 +249,9 @@ fn waiting(
             }),
             Err(errors) => {
                 if !entry.spec.suspend {
-                    let mut held = entry.spec.clone();
+                    // Written whole: the index keeps a batch Job's entry without its
+                    // templates.
+                    let mut held = index.whole_job(entry_key.as_str(), entry).spec.clone();
                     held.suspend = true;
                     out.push(Action::UpdateEntry {
                         job: entry_key.clone(),

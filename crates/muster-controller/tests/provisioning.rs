@@ -6,7 +6,7 @@
 
 mod support;
 
-use muster_api::wire::JOB_LABEL;
+use muster_api::wire::{JOB_LABEL, WORKLOAD_KIND_LABEL};
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -209,6 +209,43 @@ fn a_job_without_a_block_buys_one_waits_for_it_and_starts_on_it() {
             .any(|c| c.type_ == "Provisioned" && c.status == "True")
     );
     assert_eq!(status.provisioning_request.as_deref(), Some("big-1"));
+}
+
+/// A batch Job's entry is kept without its pods' spec (only what a release writes of its
+/// template); the capacity it buys is asked for with the whole spec.
+#[test]
+fn a_batch_job_s_entry_buys_capacity_for_its_pods_whole_spec() {
+    let mut entry = big();
+    entry
+        .metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(WORKLOAD_KIND_LABEL.to_owned(), "Job".to_owned());
+    let whole = entry.spec.pod_sets[0]
+        .template
+        .spec
+        .clone()
+        .unwrap_or_default();
+    assert!(!whole.containers.is_empty());
+    let mut index = buying(vec![entry, job("small", 2, 5)]);
+    let kept = index
+        .index()
+        .job("team-a/big")
+        .and_then(|j| j.spec.pod_sets[0].template.spec.clone())
+        .unwrap_or_default();
+    assert!(kept.containers.is_empty(), "kept without its containers");
+    let pass = plan(&mut index, at(10));
+    let Some(Action::Provision { templates, .. }) =
+        pass.actions.iter().find(|a| a.kind() == "provision")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    let asked = templates[0]
+        .template
+        .as_ref()
+        .and_then(|t| t.spec.clone())
+        .unwrap_or_default();
+    assert_eq!(asked.containers, whole.containers);
 }
 
 #[test]

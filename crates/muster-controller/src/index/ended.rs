@@ -10,8 +10,9 @@
 //! without its templates, and admission's reading of it, made from the whole object once as
 //! it arrives, beside it ([`Index::admission_job`]).
 //!
-//! A queue entry is kept whole: the entry of a Job, JobSet or pod group is compared with its
-//! workload's template, and its workload is already kept without its own once it finished.
+//! A queue entry is not slimmed here: a batch Job's is kept as [`super::job_entry`] says,
+//! whether it ended or not; a JobSet's or pod group's is kept whole, compared with its
+//! workload's templates.
 
 use std::sync::Arc;
 
@@ -53,6 +54,12 @@ fn slims(job: &GpuJob) -> bool {
 /// Folds `job` into `index` under `key`: whole while it has not ended, else without its pod
 /// templates, with admission's reading of it kept beside it.
 pub(super) fn fold(index: &mut Index, key: ObjectRef, mut job: GpuJob) {
+    if super::job_entry::is_job_entry(&job) {
+        index.ended_reads.remove(&key);
+        index.fold_job_entry(key, job);
+        return;
+    }
+    index.entry_kept.remove(&key);
     if !slims(&job) {
         index.ended_reads.remove(&key);
         index.jobs.insert(key, job);
@@ -85,10 +92,13 @@ pub(super) fn fold(index: &mut Index, key: ObjectRef, mut job: GpuJob) {
 }
 
 impl Index {
-    /// Admission's reading of the GpuJob `job` the index holds under `key`: for an ended job,
-    /// the reading made when it arrived whole (its templates are not kept); for any other, read
-    /// now.
+    /// Admission's reading of the GpuJob `job` the index holds under `key`: for an ended job
+    /// and a batch Job's entry, the reading made when it arrived whole (their templates are
+    /// not kept; see [`super::job_entry`]); for any other, read now.
     pub(crate) fn admission_job(&self, key: &str, job: &GpuJob) -> Arc<Job> {
+        if let Some(read) = self.job_entry_read(key, job) {
+            return read;
+        }
         match self.ended_reads.get(key) {
             Some(read) => Arc::clone(&read.job),
             None => Arc::new(Job::from_gpujob(job, |class| {

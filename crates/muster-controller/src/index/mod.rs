@@ -9,6 +9,7 @@
 
 mod batch_job;
 mod ended;
+mod job_entry;
 mod objects;
 
 pub use batch_job::{BatchJob, BatchJobSpec, BatchJobStatus, KeptTemplate};
@@ -241,11 +242,15 @@ pub enum Written {
 /// What a controller knows about the cluster.
 #[derive(Clone, Debug, Default)]
 pub struct Index {
-    /// Every GpuJob, an ended one without its pod templates (see [`ended`]).
+    /// Every GpuJob, an ended one without its pod templates (see [`ended`]), a batch Job's
+    /// queue entry with only what a release writes of its templates (see [`job_entry`]).
     pub(crate) jobs: BTreeMap<ObjectRef, GpuJob>,
     /// Admission's reading of every ended GpuJob in `jobs`, made before its templates were
     /// dropped.
     ended_reads: BTreeMap<ObjectRef, ended::EndedRead>,
+    /// What is kept beside each batch Job's queue entry in `jobs`, held there with only what
+    /// a release writes of its templates (see [`job_entry`]).
+    entry_kept: BTreeMap<ObjectRef, job_entry::EntryKept>,
     pub(crate) cluster_queues: BTreeMap<String, ClusterQueue>,
     pub(crate) local_queues: BTreeMap<ObjectRef, LocalQueue>,
     pub(crate) flavors: BTreeMap<String, ResourceFlavor>,

@@ -33,6 +33,7 @@ impl Indexed for GpuJob {
     }
     fn remove(index: &mut Index, key: &str) {
         index.ended_reads.remove(key);
+        index.entry_kept.remove(key);
         if let Some((job_ref, _)) = index.jobs.remove_entry(key) {
             index.changed_jobs.insert(job_ref);
         } else if let Ok(job_ref) = ObjectRef::parse(key) {

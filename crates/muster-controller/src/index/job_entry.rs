@@ -1,0 +1,270 @@
+//! What the index keeps of a batch Job's queue entry (a GpuJob labelled with the workload
+//! kind `Job`, see [`crate::workload`]).
+//!
+//! An entry's pod template is a copy of its Job's, and k8s-openapi's `PodSpec` and
+//! `Container` take about 3.6 KB of it before any string. Muster makes no pod from an entry —
+//! the Job controller makes them — so what is read of an entry's template is what a release
+//! writes into the Job's (labels, annotations, node selector, tolerations, scheduling gates:
+//! compared with the Job's, and the base of the release's patch), admission's reading of the
+//! whole entry, and the whole entry in the two writes made from it (capacity bought for it,
+//! whose PodTemplates carry its pods' spec; the entry held while its Job's edit cannot be
+//! queued). So the index keeps the entry with only that part of each template, each whole
+//! template as JSON text beside it, and admission's reading made once as it arrives
+//! ([`Index::admission_job`], read again when the priority its class names changes), and
+//! gives the whole entry back on request ([`Index::whole_job`]).
+//!
+//! Kept so whether it waits, runs or has ended: an entry's spec changes only with its
+//! generation, and what is kept is made again then.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use kube::core::ObjectMeta;
+use muster_admission::Job;
+use muster_api::wire::WORKLOAD_KIND_LABEL;
+use muster_api::{GpuJob, ObjectRef};
+use serde_json::value::RawValue;
+
+use super::Index;
+
+/// What the index keeps beside a batch Job's entry: its templates and admission's reading.
+#[derive(Clone, Debug)]
+pub(crate) struct EntryKept {
+    /// The entry's `metadata.generation` when kept.
+    generation: Option<i64>,
+    /// Its `metadata.uid`: an entry made again under the same name is kept again.
+    uid: Option<String>,
+    /// Each pod set's whole template as JSON, in the order of its pod sets.
+    templates: Vec<Box<RawValue>>,
+    /// Admission's reading of the whole entry.
+    read: Arc<Job>,
+    /// The priority its `priorityClassName` resolved to when read (`None`: none named, or no
+    /// such class).
+    class_priority: Option<i32>,
+}
+
+/// Whether `job` is the queue entry of a batch Job (its workload label says `Job`).
+pub(super) fn is_job_entry(job: &GpuJob) -> bool {
+    job.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(WORKLOAD_KIND_LABEL))
+        .is_some_and(|kind| kind == crate::workload::JOB_KIND)
+}
+
+/// What a release writes of `template`, and nothing else.
+fn scheduling_only(template: &PodTemplateSpec) -> PodTemplateSpec {
+    PodTemplateSpec {
+        metadata: template.metadata.as_ref().map(|m| ObjectMeta {
+            labels: m.labels.clone(),
+            annotations: m.annotations.clone(),
+            ..ObjectMeta::default()
+        }),
+        spec: template.spec.as_ref().map(|s| PodSpec {
+            node_selector: s.node_selector.clone(),
+            tolerations: s.tolerations.clone(),
+            scheduling_gates: s.scheduling_gates.clone(),
+            ..PodSpec::default()
+        }),
+    }
+}
+
+impl Index {
+    /// The priority `job`'s `priorityClassName` resolves to now.
+    fn class_priority(&self, job: &GpuJob) -> Option<i32> {
+        let class = job.spec.priority_class_name.as_ref()?;
+        self.priority_classes.get(class).copied()
+    }
+
+    /// Folds the batch Job entry `job` (whole, as the API server sent it) into the index
+    /// under `key`, its templates kept beside it (see the module docs).
+    pub(super) fn fold_job_entry(&mut self, key: ObjectRef, mut job: GpuJob) {
+        let generation = job.metadata.generation;
+        let uid = job.metadata.uid.clone();
+        let same = self.entry_kept.get(&key).is_some_and(|kept| {
+            kept.generation == generation
+                && kept.uid == uid
+                && kept.templates.len() == job.spec.pod_sets.len()
+        });
+        if !same {
+            let templates: Option<Vec<Box<RawValue>>> = job
+                .spec
+                .pod_sets
+                .iter()
+                .map(|set| serde_json::value::to_raw_value(&set.template).ok())
+                .collect();
+            let Some(templates) = templates else {
+                // A template that does not serialize cannot be given back: kept whole.
+                self.entry_kept.remove(&key);
+                self.jobs.insert(key, job);
+                return;
+            };
+            let read = Job::from_gpujob(&job, |class| self.priority_classes.get(class).copied());
+            let kept = EntryKept {
+                generation,
+                uid,
+                templates,
+                read: Arc::new(read),
+                class_priority: self.class_priority(&job),
+            };
+            self.entry_kept.insert(key.clone(), kept);
+        }
+        for set in &mut job.spec.pod_sets {
+            set.template = scheduling_only(&set.template);
+        }
+        self.jobs.insert(key, job);
+    }
+
+    /// Admission's reading of a batch Job entry the index keeps under `key` (see
+    /// [`Index::admission_job`]): the one kept, unless the priority its class names changed.
+    pub(super) fn job_entry_read(&self, key: &str, job: &GpuJob) -> Option<Arc<Job>> {
+        let kept = self.entry_kept.get(key)?;
+        if kept.class_priority == self.class_priority(job) {
+            return Some(Arc::clone(&kept.read));
+        }
+        let whole = self.whole_job(key, job);
+        Some(Arc::new(Job::from_gpujob(&whole, |class| {
+            self.priority_classes.get(class).copied()
+        })))
+    }
+
+    /// The GpuJob `job` the index holds under `key`, whole: a batch Job's entry with its
+    /// templates as they arrived (see the module docs); any other as it is.
+    pub(crate) fn whole_job<'a>(&self, key: &str, job: &'a GpuJob) -> Cow<'a, GpuJob> {
+        let Some(kept) = self.entry_kept.get(key) else {
+            return Cow::Borrowed(job);
+        };
+        let mut whole = job.clone();
+        for (set, text) in whole.spec.pod_sets.iter_mut().zip(&kept.templates) {
+            // Written from a template, so it reads as one; were it not to, the set keeps what
+            // the index holds of it.
+            if let Ok(template) = serde_json::from_str(text.get()) {
+                set.template = template;
+            }
+        }
+        Cow::Owned(whole)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use muster_admission::Job;
+    use muster_api::GpuJob;
+    use serde_json::json;
+
+    use crate::index::Index;
+
+    /// A batch Job's entry of 4 pods asking for 8 GPUs each.
+    fn entry(uid: &str, generation: i64, class: Option<&str>) -> GpuJob {
+        serde_json::from_value(json!({
+            "apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
+            "metadata": {"name": "job-train", "namespace": "team-a", "uid": uid,
+                         "generation": generation, "resourceVersion": "1",
+                         "labels": {"muster.dev/workload-kind": "Job"},
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"queueName": "research", "priorityClassName": class, "podSets": [{
+                "name": "main", "count": 4,
+                "template": {
+                    "metadata": {"labels": {"app": "train"}, "annotations": {"a": "b"}},
+                    "spec": {
+                        "nodeSelector": {"pool": "a100"},
+                        "tolerations": [{"key": "gpu", "operator": "Exists"}],
+                        "schedulingGates": [{"name": "other.dev/gate"}],
+                        "containers": [{"name": "main", "image": "trainer:1",
+                            "command": ["python", "train.py"],
+                            "resources": {"requests": {"cpu": "8", "nvidia.com/gpu": "8"},
+                                          "limits": {"nvidia.com/gpu": "8"}}}]}}}]},
+        }))
+        .unwrap_or_else(|e| unreachable!("{e}"))
+    }
+
+    fn read(index: &Index, job: &GpuJob) -> Job {
+        Job::from_gpujob(job, |class| index.priority_classes.get(class).copied())
+    }
+
+    #[test]
+    fn a_job_entry_keeps_what_a_release_writes_and_gives_the_whole_back() {
+        let mut index = Index::new();
+        let whole = entry("uid-1", 1, None);
+        let expected = read(&index, &whole);
+        index.apply(whole.clone());
+        let kept = index.job("team-a/job-train").cloned().unwrap_or_default();
+        let template = &kept.spec.pod_sets[0].template;
+        let spec = template.spec.clone().unwrap_or_default();
+        assert!(spec.containers.is_empty(), "the containers are not kept");
+        let whole_spec = whole.spec.pod_sets[0]
+            .template
+            .spec
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(spec.node_selector, whole_spec.node_selector);
+        assert_eq!(spec.tolerations, whole_spec.tolerations);
+        assert_eq!(spec.scheduling_gates, whole_spec.scheduling_gates);
+        assert_eq!(
+            template.metadata.clone().unwrap_or_default().labels,
+            whole.spec.pod_sets[0]
+                .template
+                .metadata
+                .clone()
+                .unwrap_or_default()
+                .labels
+        );
+        assert_eq!(kept.metadata, whole.metadata);
+        assert_eq!(
+            *index.admission_job("team-a/job-train", &kept),
+            expected,
+            "admission reads it as it read the whole"
+        );
+        assert_eq!(
+            *index.whole_job("team-a/job-train", &kept),
+            whole,
+            "the whole entry, as it arrived"
+        );
+        // A status write's answer (same generation) keeps what was kept; a new spec is kept
+        // anew.
+        index.apply(whole.clone());
+        assert_eq!(*index.whole_job("team-a/job-train", &kept), whole);
+        let mut edited = entry("uid-1", 2, None);
+        edited.spec.pod_sets[0].count = 2;
+        index.apply(edited.clone());
+        let kept = index.job("team-a/job-train").cloned().unwrap_or_default();
+        assert_eq!(
+            index.admission_job("team-a/job-train", &kept).pod_sets[0].count,
+            2
+        );
+        assert_eq!(*index.whole_job("team-a/job-train", &kept), edited);
+        index.delete(&kept);
+        assert_eq!(
+            *index.whole_job("team-a/job-train", &kept),
+            kept,
+            "forgotten with the entry"
+        );
+    }
+
+    #[test]
+    fn a_job_entry_is_read_again_when_its_priority_class_changes() {
+        let mut index = Index::new();
+        let whole = entry("uid-1", 1, Some("high"));
+        index.apply(whole.clone());
+        let kept = index.job("team-a/job-train").cloned().unwrap_or_default();
+        let before = index.admission_job("team-a/job-train", &kept);
+        assert!(before.invalid.is_some(), "no such class yet");
+        index.priority_classes.insert("high".to_owned(), 1000);
+        let after = index.admission_job("team-a/job-train", &kept);
+        assert_eq!(*after, read(&index, &whole));
+        assert_eq!((after.priority, after.invalid.clone()), (1000, None));
+    }
+
+    #[test]
+    fn only_a_batch_job_s_entry_is_kept_so() {
+        for kind in ["JobSet", "PodGroup"] {
+            let mut index = Index::new();
+            let mut whole = entry("uid-1", 1, None);
+            whole.metadata.labels =
+                Some([("muster.dev/workload-kind".to_owned(), kind.to_owned())].into());
+            index.apply(whole.clone());
+            assert_eq!(index.job("team-a/job-train"), Some(&whole), "{kind}");
+        }
+    }
+}

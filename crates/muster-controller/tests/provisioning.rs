@@ -221,6 +221,8 @@ fn a_batch_job_s_entry_buys_capacity_for_its_pods_whole_spec() {
         .labels
         .get_or_insert_with(BTreeMap::new)
         .insert(WORKLOAD_KIND_LABEL.to_owned(), "Job".to_owned());
+    entry.metadata.owner_references = object(json!([{"apiVersion": "batch/v1", "kind": "Job",
+        "name": "big", "uid": "uid-big", "controller": true}]));
     let whole = entry.spec.pod_sets[0]
         .template
         .spec

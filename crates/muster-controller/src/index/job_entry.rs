@@ -23,10 +23,14 @@ use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
 use kube::core::ObjectMeta;
 use muster_admission::Job;
 use muster_api::wire::WORKLOAD_KIND_LABEL;
+use muster_api::workload::JOB_API_VERSION;
 use muster_api::{GpuJob, ObjectRef};
 use serde_json::value::RawValue;
 
 use super::Index;
+
+/// The workload label's value, and the owner's kind, of a batch Job's entry.
+const JOB_KIND: &str = "Job";
 
 /// What the index keeps beside a batch Job's entry: its templates and admission's reading.
 #[derive(Clone, Debug)]
@@ -44,13 +48,20 @@ pub(crate) struct EntryKept {
     class_priority: Option<i32>,
 }
 
-/// Whether `job` is the queue entry of a batch Job (its workload label says `Job`).
+/// Whether `job` is the queue entry of a batch Job: its workload label says `Job` and a Job
+/// controls it, as [`crate::workload::workload_of`] reads an entry. A GpuJob that only
+/// carries the label is released from its own templates, so it is kept whole.
 pub(super) fn is_job_entry(job: &GpuJob) -> bool {
-    job.metadata
+    let meta = &job.metadata;
+    let labelled = meta
         .labels
         .as_ref()
         .and_then(|l| l.get(WORKLOAD_KIND_LABEL))
-        .is_some_and(|kind| kind == crate::workload::JOB_KIND)
+        .is_some_and(|kind| kind == JOB_KIND);
+    labelled
+        && meta.owner_references.iter().flatten().any(|o| {
+            o.controller == Some(true) && o.kind == JOB_KIND && o.api_version == JOB_API_VERSION
+        })
 }
 
 /// What a release writes of `template`, and nothing else.
@@ -162,6 +173,8 @@ mod tests {
             "metadata": {"name": "job-train", "namespace": "team-a", "uid": uid,
                          "generation": generation, "resourceVersion": "1",
                          "labels": {"muster.dev/workload-kind": "Job"},
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                             "name": "train", "uid": "uid-train", "controller": true}],
                          "creationTimestamp": "2026-01-01T00:00:00Z"},
             "spec": {"queueName": "research", "priorityClassName": class, "podSets": [{
                 "name": "main", "count": 4,
@@ -266,5 +279,12 @@ mod tests {
             index.apply(whole.clone());
             assert_eq!(index.job("team-a/job-train"), Some(&whole), "{kind}");
         }
+        // Labelled as a Job's entry but controlled by no Job: a GpuJob of its own, released
+        // from its templates.
+        let mut index = Index::new();
+        let mut whole = entry("uid-1", 1, None);
+        whole.metadata.owner_references = None;
+        index.apply(whole.clone());
+        assert_eq!(index.job("team-a/job-train"), Some(&whole));
     }
 }

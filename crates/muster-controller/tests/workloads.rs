@@ -599,6 +599,14 @@ fn an_invalid_edit_holds_the_entry_and_says_why_once_until_it_is_fixed() {
         unreachable!("{:#?}", pass.actions)
     };
     assert!(spec.suspend, "held while the Job cannot be queued");
+    // The index keeps the entry without its pods' spec; the spec written to hold it is
+    // whole, or the merge patch would take the containers out of the entry.
+    let containers = spec.pod_sets[0]
+        .template
+        .spec
+        .as_ref()
+        .map(|s| s.containers.len());
+    assert_eq!(containers, Some(1), "written whole");
     let Some(Action::PatchWorkload { patch, event, .. }) =
         pass.actions.iter().find(|a| a.kind() == "patch_workload")
     else {

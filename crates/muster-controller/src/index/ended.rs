@@ -96,7 +96,7 @@ impl Index {
     /// and a batch Job's entry, the reading made when it arrived whole (their templates are
     /// not kept; see [`super::job_entry`]); for any other, read now.
     pub(crate) fn admission_job(&self, key: &str, job: &GpuJob) -> Arc<Job> {
-        if let Some(read) = self.job_entry_read(key, job) {
+        if let Some(read) = self.job_entry_read(key) {
             return read;
         }
         match self.ended_reads.get(key) {

@@ -10,7 +10,7 @@
 //! whose PodTemplates carry its pods' spec; the entry held while its Job's edit cannot be
 //! queued). So the index keeps the entry with only that part of each template, each whole
 //! template as JSON text beside it, and admission's reading made once as it arrives
-//! ([`Index::admission_job`], read again when the priority its class names changes), and
+//! ([`Index::admission_job`], made again when the priority class it names changes), and
 //! gives the whole entry back on request ([`Index::whole_job`]).
 //!
 //! Kept so whether it waits, runs or has ended: an entry's spec changes only with its
@@ -43,9 +43,6 @@ pub(crate) struct EntryKept {
     templates: Vec<Box<RawValue>>,
     /// Admission's reading of the whole entry.
     read: Arc<Job>,
-    /// The priority its `priorityClassName` resolved to when read (`None`: none named, or no
-    /// such class).
-    class_priority: Option<i32>,
 }
 
 /// Whether `job` is the queue entry of a batch Job: its workload label says `Job` and a Job
@@ -82,12 +79,6 @@ fn scheduling_only(template: &PodTemplateSpec) -> PodTemplateSpec {
 }
 
 impl Index {
-    /// The priority `job`'s `priorityClassName` resolves to now.
-    fn class_priority(&self, job: &GpuJob) -> Option<i32> {
-        let class = job.spec.priority_class_name.as_ref()?;
-        self.priority_classes.get(class).copied()
-    }
-
     /// Folds the batch Job entry `job` (whole, as the API server sent it) into the index
     /// under `key`, its templates kept beside it (see the module docs).
     pub(super) fn fold_job_entry(&mut self, key: ObjectRef, mut job: GpuJob) {
@@ -117,7 +108,6 @@ impl Index {
                 uid,
                 templates,
                 read: Arc::new(read),
-                class_priority: self.class_priority(&job),
             };
             self.entry_kept.insert(key.clone(), kept);
         }
@@ -127,17 +117,36 @@ impl Index {
         self.jobs.insert(key, job);
     }
 
-    /// Admission's reading of a batch Job entry the index keeps under `key` (see
-    /// [`Index::admission_job`]): the one kept, unless the priority its class names changed.
-    pub(super) fn job_entry_read(&self, key: &str, job: &GpuJob) -> Option<Arc<Job>> {
-        let kept = self.entry_kept.get(key)?;
-        if kept.class_priority == self.class_priority(job) {
-            return Some(Arc::clone(&kept.read));
+    /// Admission's reading of the batch Job entry the index keeps under `key` (see
+    /// [`Index::admission_job`]).
+    pub(super) fn job_entry_read(&self, key: &str) -> Option<Arc<Job>> {
+        self.entry_kept.get(key).map(|kept| Arc::clone(&kept.read))
+    }
+
+    /// Makes admission's reading of every batch Job entry that names the priority class
+    /// `class` again: the class was created, changed its value or was deleted, and a reading
+    /// holds the value (or the error) it resolved to.
+    pub(super) fn reread_entries_naming(&mut self, class: &str) {
+        let naming: Vec<ObjectRef> = self
+            .entry_kept
+            .keys()
+            .filter(|key| {
+                self.jobs
+                    .get(*key)
+                    .is_some_and(|job| job.spec.priority_class_name.as_deref() == Some(class))
+            })
+            .cloned()
+            .collect();
+        for key in naming {
+            let Some(job) = self.jobs.get(&key) else {
+                continue;
+            };
+            let whole = self.whole_job(key.as_str(), job);
+            let read = Job::from_gpujob(&whole, |c| self.priority_classes.get(c).copied());
+            if let Some(kept) = self.entry_kept.get_mut(&key) {
+                kept.read = Arc::new(read);
+            }
         }
-        let whole = self.whole_job(key, job);
-        Some(Arc::new(Job::from_gpujob(&whole, |class| {
-            self.priority_classes.get(class).copied()
-        })))
     }
 
     /// The GpuJob `job` the index holds under `key`, whole: a batch Job's entry with its
@@ -160,6 +169,7 @@ impl Index {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
     use muster_admission::Job;
     use muster_api::GpuJob;
     use serde_json::json;
@@ -263,10 +273,24 @@ mod tests {
         let kept = index.job("team-a/job-train").cloned().unwrap_or_default();
         let before = index.admission_job("team-a/job-train", &kept);
         assert!(before.invalid.is_some(), "no such class yet");
-        index.priority_classes.insert("high".to_owned(), 1000);
+        let class = |value: i32| -> PriorityClass {
+            serde_json::from_value(json!({"metadata": {"name": "high"}, "value": value}))
+                .unwrap_or_else(|e| unreachable!("{e}"))
+        };
+        index.apply(class(1000));
         let after = index.admission_job("team-a/job-train", &kept);
         assert_eq!(*after, read(&index, &whole));
         assert_eq!((after.priority, after.invalid.clone()), (1000, None));
+        index.apply(class(10));
+        assert_eq!(index.admission_job("team-a/job-train", &kept).priority, 10);
+        index.delete(&class(10));
+        assert!(
+            index
+                .admission_job("team-a/job-train", &kept)
+                .invalid
+                .is_some(),
+            "the class is gone again"
+        );
     }
 
     #[test]

@@ -259,13 +259,16 @@ impl Indexed for PriorityClass {
     fn apply(self, index: &mut Index) {
         // The API server defaults the value to 0 when a class leaves it out.
         let value = self.value.unwrap_or(0);
-        if index.priority_classes.insert(Indexed::key(&self), value) != Some(value) {
+        let name = Indexed::key(&self);
+        if index.priority_classes.insert(name.clone(), value) != Some(value) {
             index.shared_version += 1;
+            index.reread_entries_naming(&name);
         }
     }
     fn remove(index: &mut Index, key: &str) {
         if index.priority_classes.remove(key).is_some() {
             index.shared_version += 1;
+            index.reread_entries_naming(key);
         }
     }
 }

@@ -237,13 +237,13 @@ fn settle(fleet: Fleet, jobs: impl Iterator<Item = Job> + Clone, now: i64) -> Sn
                     pod_sets: a.pod_sets,
                 },
                 job: Arc::new(j),
-                keys: vec![String::new()],
+                keys: vec![String::new()].into(),
                 batch: None,
                 provisioning: false,
             }),
             None => waiting.push(WaitingJob {
                 job: Arc::new(j),
-                keys: vec![String::new()],
+                keys: vec![String::new()].into(),
                 queues_at: None,
                 batch: None,
             }),
@@ -342,7 +342,7 @@ fn kueue_flood() -> Snapshot {
     snapshot.recent = jobs
         .map(|job| RecentJob {
             job: Arc::new(job),
-            keys: vec![String::new()],
+            keys: vec![String::new()].into(),
         })
         .collect();
     snapshot

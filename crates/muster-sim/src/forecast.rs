@@ -43,7 +43,7 @@ pub struct RunningJob {
     /// What it holds, and since when (`since`: when it was admitted; unknown counts as now).
     pub holding: Holding,
     /// Its runtime keys, most specific first (see [`FinishedRun::keys`]).
-    pub keys: Vec<String>,
+    pub keys: Arc<[String]>,
     /// The batch it was submitted in ([`batches::batches`]), if known.
     pub batch: Option<String>,
     /// Capacity was bought for it from the autoscaler: while its holding names no nodes it
@@ -85,7 +85,7 @@ pub struct WaitingJob {
     /// The job as admission sees it, shared as [`RunningJob::job`] is.
     pub job: Arc<Job>,
     /// Its runtime keys, most specific first.
-    pub keys: Vec<String>,
+    pub keys: Arc<[String]>,
     /// It backs off until this time and queues only then.
     pub queues_at: Option<i64>,
     /// The batch it was submitted in ([`batches::batches`]), if known.
@@ -100,7 +100,7 @@ pub struct RecentJob {
     /// running or waiting job's).
     pub job: Arc<Job>,
     /// Its runtime keys, most specific first.
-    pub keys: Vec<String>,
+    pub keys: Arc<[String]>,
 }
 
 /// The cluster at one moment, as admission sees it.
@@ -139,6 +139,8 @@ pub struct Options {
     /// Seeds the runtime draws.
     pub seed: u64,
     /// How far ahead to run, seconds: a job not started by then is "later than the horizon".
+    /// Runs look at most about 136 years ahead (`u32::MAX - 1` seconds), however far this
+    /// says.
     pub horizon: i64,
     /// The placement policy (the controller's is best fit).
     pub policy: String,
@@ -263,7 +265,8 @@ pub fn forecast(
         .iter()
         .enumerate()
         .map(|(i, w)| {
-            let mut at: Vec<Option<i64>> = starts.iter().map(|s| s.start[i]).collect();
+            let mut at: Vec<Option<i64>> =
+                starts.iter().map(|s| s.start(i, snapshot.now)).collect();
             // `None` (not within the horizon) sorts after every time.
             at.sort_by_key(|t| (t.is_none(), *t));
             let started = u32::try_from(at.iter().flatten().count()).unwrap_or(u32::MAX);

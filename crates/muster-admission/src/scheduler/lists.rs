@@ -271,12 +271,6 @@ pub(super) struct Lists {
 }
 
 impl Lists {
-    /// Makes room for `more` listed jobs than are listed, so that as many listings never
-    /// grow or rehash the table of where each is.
-    pub(super) fn reserve(&mut self, more: usize) {
-        self.queue_of.reserve(more);
-    }
-
     /// Lists `job` in `cq`, in queue order.
     pub(super) fn insert(&mut self, cq: &str, queued: Queued) {
         self.queue_of

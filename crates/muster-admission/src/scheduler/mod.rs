@@ -428,15 +428,6 @@ impl Scheduler {
         self
     }
 
-    /// Makes room for `more` jobs than it knows, so that submitting as many never grows its
-    /// table. Copies ([`Scheduler::copy_with_policy`]) keep the room: runs copied from one
-    /// scheduler that each submit jobs as they go reserve once in the original, where each
-    /// copy's table would otherwise grow, moving every entry, as its submissions come.
-    pub fn reserve_jobs(&mut self, more: usize) {
-        self.jobs.reserve(more);
-        self.lists.reserve(more);
-    }
-
     /// A copy of this scheduler, every job, queue, node and what each holds, that places
     /// with `policy`: a policy may carry what it learned from the placements it made, which
     /// a copy cannot share, so the caller hands it one (a fresh one of the same name gives a

@@ -51,11 +51,6 @@ impl JobTable {
         self.entries.get_mut(id)
     }
 
-    /// Makes room for `more` entries than it holds, so that as many inserts never grow it.
-    pub(super) fn reserve(&mut self, more: usize) {
-        self.entries.reserve(more);
-    }
-
     /// Adds (or replaces) the entry of `id`.
     pub(super) fn insert(&mut self, id: JobId, entry: Entry) {
         if let Some(ids) = &mut self.ids

@@ -79,6 +79,11 @@ pub struct Latest {
 }
 
 impl Latest {
+    /// The ranges, margins applied: what is shown.
+    pub fn forecast(&self) -> &Forecast {
+        &self.forecast
+    }
+
     /// The range of `job` (`namespace/name`), when this forecast has it.
     pub(crate) fn range_of(&self, job: &str) -> Option<StartRange> {
         let eta = &self.forecast.etas[*self.by_job.get(job)?];

@@ -145,7 +145,7 @@ fn submitted(json: &str, index: &Index, now: i64) -> Result<WaitingJob, String> 
     let keys = super::history::keys(index, &gpujob);
     Ok(WaitingJob {
         job: std::sync::Arc::new(job),
-        keys,
+        keys: keys.into(),
         queues_at: None,
         batch: None,
     })

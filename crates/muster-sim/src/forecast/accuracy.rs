@@ -487,7 +487,7 @@ fn snapshot_at(
             .map(|(i, holding)| RunningJob {
                 job: Arc::new(admission_job(&loaded.jobs[*i], namespace)),
                 holding: holding.clone(),
-                keys: trace_keys(&loaded.jobs[*i]),
+                keys: trace_keys(&loaded.jobs[*i]).into(),
                 batch: Some(batch[*i].clone()),
                 provisioning: false,
             })
@@ -497,7 +497,7 @@ fn snapshot_at(
             .iter()
             .map(|(i, _, _)| WaitingJob {
                 job: Arc::new(admission_job(&loaded.jobs[*i], namespace)),
-                keys: trace_keys(&loaded.jobs[*i]),
+                keys: trace_keys(&loaded.jobs[*i]).into(),
                 queues_at: None,
                 batch: Some(batch[*i].clone()),
             })
@@ -506,7 +506,7 @@ fn snapshot_at(
             .iter()
             .map(|j| RecentJob {
                 job: Arc::new(admission_job(j, namespace)),
-                keys: trace_keys(j),
+                keys: trace_keys(j).into(),
             })
             .collect(),
     }

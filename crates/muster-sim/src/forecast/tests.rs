@@ -94,7 +94,7 @@ fn running(snapshot: &mut Snapshot, job: muster_admission::Job, since: i64) {
             since: Some(since),
             pod_sets: a.pod_sets,
         },
-        keys: keys(),
+        keys: keys().into(),
         batch: None,
         provisioning: false,
     });
@@ -103,7 +103,7 @@ fn running(snapshot: &mut Snapshot, job: muster_admission::Job, since: i64) {
 fn waiting(snapshot: &mut Snapshot, job: muster_admission::Job) {
     snapshot.waiting.push(WaitingJob {
         job: Arc::new(job),
-        keys: keys(),
+        keys: keys().into(),
         queues_at: None,
         batch: None,
     });
@@ -211,6 +211,28 @@ fn a_backing_off_job_starts_when_its_backoff_ends() {
     let f = run(&s, &RuntimeModel::new());
     assert_eq!(f.etas[0].p50, Some(NOW + 120));
     assert_eq!(f.etas[1].p50, Some(NOW));
+}
+
+/// Starts are kept as seconds after the snapshot: a horizon further than that can count
+/// looks as far as it can, and a job that starts within it is not lost.
+#[test]
+fn a_horizon_beyond_what_a_start_can_count_looks_as_far_as_it_can() {
+    let mut s = fleet();
+    running(&mut s, job("big", 4, Some(1_000)), NOW - 400);
+    waiting(&mut s, job("first", 4, Some(300)));
+    waiting(&mut s, job("never", 5, Some(300)));
+    for horizon in [i64::MAX, 200 * 365 * 86_400] {
+        let options = Options {
+            horizon,
+            ..Options::default()
+        };
+        let f = forecast(&s, &RuntimeModel::new(), &options);
+        let etas = f.map(|f| f.etas).unwrap_or_default();
+        assert_eq!(etas.len(), 2);
+        assert_eq!((etas[0].p50, etas[0].started), (Some(NOW + 600), 32));
+        // Five hosts on a fleet of four: later than any horizon.
+        assert_eq!((etas[1].p50, etas[1].started), (None, 0));
+    }
 }
 
 #[test]
@@ -527,7 +549,7 @@ fn jobs_arriving_as_they_recently_did_go_ahead_when_they_rank_higher() {
         urgent.priority = 10;
         s.recent.push(RecentJob {
             job: Arc::new(urgent),
-            keys: keys(),
+            keys: keys().into(),
         });
     }
     let alone = match forecast(
@@ -773,7 +795,7 @@ fn a_job_not_yet_submitted_gets_a_range_of_its_own() {
     running(&mut s, job("big", 4, Some(1_000)), NOW - 400);
     let planned = WaitingJob {
         job: Arc::new(job("planned", 2, Some(600))),
-        keys: keys(),
+        keys: keys().into(),
         queues_at: None,
         batch: None,
     };

@@ -10,14 +10,16 @@
 //! are dealt again. A cycle costs what it looks at: grouping every waiting job by shape at
 //! every cycle would cost what waits, and at fleet scale most jobs wait.
 
+use std::borrow::Borrow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use foldhash::fast::FixedState;
 
 use super::MemoKey;
-use crate::job::{Job, JobId};
+use crate::job::Job;
 
 /// A job waiting in a ClusterQueue, with its shape (the memo's key).
 #[derive(Clone, Debug)]
@@ -266,19 +268,60 @@ impl<'a> Iterator for InOrder<'a> {
 pub(super) struct Lists {
     pub(super) by_queue: BTreeMap<String, QueueList>,
     /// The queue and shape each listed job is in: looked up for every job that starts, ends
-    /// or leaves, never walked in order, so hashed (with a fixed seed).
-    queue_of: HashMap<JobId, (String, MemoKey), FixedState>,
+    /// or leaves, never walked in order, so hashed (with a fixed seed). Keyed by the job and
+    /// naming the queue by pointers: a forecast copies these lists for each of its runs.
+    queue_of: HashMap<ById, (Arc<str>, MemoKey), FixedState>,
+    /// The names of the queues jobs are listed in, each kept once for `queue_of`.
+    names: BTreeMap<String, Arc<str>>,
+}
+
+/// A listed job as [`Lists::queue_of`] keys it: hashed and compared by its id, as the id
+/// itself would be, so that it is looked up by id.
+#[derive(Clone, Debug)]
+struct ById(Arc<Job>);
+
+impl PartialEq for ById {
+    fn eq(&self, other: &ById) -> bool {
+        self.0.id == other.0.id
+    }
+}
+
+impl Eq for ById {}
+
+impl Hash for ById {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // As `str` hashes, which `Borrow<str>` requires.
+        self.0.id.as_str().hash(state);
+    }
+}
+
+impl Borrow<str> for ById {
+    fn borrow(&self) -> &str {
+        &self.0.id
+    }
 }
 
 impl Lists {
     /// Lists `job` in `cq`, in queue order.
     pub(super) fn insert(&mut self, cq: &str, queued: Queued) {
+        let name = match self.names.get(cq) {
+            Some(name) => Arc::clone(name),
+            None => {
+                let name: Arc<str> = Arc::from(cq);
+                self.names.insert(cq.to_owned(), Arc::clone(&name));
+                name
+            }
+        };
         self.queue_of
-            .insert(queued.job.id.clone(), (cq.to_owned(), queued.shape));
-        self.by_queue
-            .entry(cq.to_owned())
-            .or_default()
-            .insert(queued);
+            .insert(ById(Arc::clone(&queued.job)), (name, queued.shape));
+        match self.by_queue.get_mut(cq) {
+            Some(list) => list.insert(queued),
+            None => {
+                let mut list = QueueList::default();
+                list.insert(queued);
+                self.by_queue.insert(cq.to_owned(), list);
+            }
+        }
     }
 
     /// Takes `job` (as it was listed) off its queue's list, if it is on one.
@@ -289,14 +332,14 @@ impl Lists {
     /// Takes every job in `gone` off the lists (those a cycle admitted or sent provisioning):
     /// each run is changed once, however many of its jobs go.
     pub(super) fn remove_all<'a>(&mut self, gone: impl IntoIterator<Item = &'a Job>) {
-        let mut at_by_run: BTreeMap<(String, MemoKey), Vec<usize>> = BTreeMap::new();
+        let mut at_by_run: BTreeMap<(Arc<str>, MemoKey), Vec<usize>> = BTreeMap::new();
         for job in gone {
-            let Some((cq, shape)) = self.queue_of.remove(&job.id) else {
+            let Some((cq, shape)) = self.queue_of.remove(job.id.as_str()) else {
                 continue;
             };
             let at = self
                 .by_queue
-                .get(&cq)
+                .get(&*cq)
                 .and_then(|list| list.runs.get(&shape))
                 .and_then(|run| position(&run.jobs, job));
             if let Some(at) = at {
@@ -304,10 +347,11 @@ impl Lists {
             }
         }
         for ((cq, shape), ats) in at_by_run {
-            if let Some(list) = self.by_queue.get_mut(&cq) {
+            if let Some(list) = self.by_queue.get_mut(&*cq) {
                 list.remove_at(shape, ats);
                 if list.is_empty() {
-                    self.by_queue.remove(&cq);
+                    self.by_queue.remove(&*cq);
+                    self.names.remove(&*cq);
                 }
             }
         }
@@ -315,7 +359,7 @@ impl Lists {
 
     /// The queue `id` is listed in.
     pub(super) fn queue_of(&self, id: &str) -> Option<&str> {
-        self.queue_of.get(id).map(|(cq, _)| cq.as_str())
+        self.queue_of.get(id).map(|(cq, _)| &**cq)
     }
 }
 

@@ -535,30 +535,26 @@ impl Scheduler {
             }
             None => (JobState::Pending, None, SharedId::from(job.id.as_str())),
         };
-        let id = job.id.clone();
         if let Some(old) = &old_job {
             self.unfile(&shared, old, &state);
         }
         self.file(&shared, &job, &state);
         if state == JobState::Pending {
-            self.holders.remove(id.as_str());
+            self.holders.remove(job.id.as_str());
             self.enlist(Arc::clone(&job), shape);
         } else {
             self.holders.insert(Arc::clone(&shared));
         }
         let usage = Arc::clone(&self.shape_usage[shape]);
         let booking = booking_of(&self.quota, &state, &usage);
-        self.jobs.insert(
-            id,
-            Entry {
-                job,
-                id: shared,
-                shape,
-                state,
-                usage,
-                booking,
-            },
-        );
+        self.jobs.insert(Entry {
+            job,
+            id: shared,
+            shape,
+            state,
+            usage,
+            booking,
+        });
     }
 
     /// Records a job admitted before this scheduler existed (a restart): books its quota and
@@ -642,7 +638,7 @@ impl Scheduler {
 
     /// Every job id with its state, in id order.
     pub fn jobs(&self) -> impl Iterator<Item = (&str, &JobState)> {
-        self.jobs.iter().map(|(id, e)| (id.as_str(), &e.state))
+        self.jobs.iter().map(|(id, e)| (id, &e.state))
     }
 
     /// Every job with its state, by id: what [`Scheduler::jobs`] and [`Scheduler::job`] give

@@ -112,7 +112,7 @@ impl Scheduler {
                 }
             };
             out.push(Decision::Pending {
-                job: id.clone(),
+                job: id.to_owned(),
                 position: 0,
                 reason,
                 eta: None,

@@ -155,7 +155,7 @@ impl RunHistory {
                 };
                 new.push((end, uid.to_owned(), run));
             }
-            present.insert(uid.to_owned());
+            present.insert(uid);
         }
         new.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         for (_, uid, run) in new {
@@ -163,7 +163,7 @@ impl RunHistory {
             self.learned.insert(uid);
             self.runs += 1;
         }
-        self.learned.retain(|uid| present.contains(uid));
+        self.learned.retain(|uid| present.contains(uid.as_str()));
     }
 
     /// The model learned so far.

@@ -17,7 +17,6 @@ mod scoring;
 pub(crate) mod snapshot;
 pub mod whatif;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -68,12 +67,15 @@ pub struct Latest {
     /// The late scores of jobs then still waiting past a range (see
     /// [`Calibration::late`]).
     pub(crate) late: Vec<f64>,
-    /// The forward runs' own ranges, before any margin: what is scored.
-    pub(crate) raw: Forecast,
+    /// The forward runs' own ranges, before any margin: what is scored. Taken when the
+    /// forecast is kept ([`Forecasting::keep`]), once noted: 15,000 waiting jobs' ranges
+    /// and names are 2 MB the kept forecast would hold for nothing.
+    pub(crate) raw: Option<Forecast>,
     /// The ranges, margins applied: what is shown.
     pub(crate) forecast: Forecast,
-    /// Job (`namespace/name`) → its place in `forecast.etas`.
-    pub(crate) by_job: BTreeMap<String, usize>,
+    /// The places in `forecast.etas`, in the order of their jobs' names (`namespace/name`):
+    /// a job's range is found by a search, not through a map holding every name again.
+    pub(crate) by_job: Vec<u32>,
     /// How long it took, milliseconds (measured by the caller).
     pub(crate) took_millis: u64,
 }
@@ -86,7 +88,12 @@ impl Latest {
 
     /// The range of `job` (`namespace/name`), when this forecast has it.
     pub(crate) fn range_of(&self, job: &str) -> Option<StartRange> {
-        let eta = &self.forecast.etas[*self.by_job.get(job)?];
+        let etas = &self.forecast.etas;
+        let at = self
+            .by_job
+            .binary_search_by(|&i| etas[i as usize].job.as_str().cmp(job))
+            .ok()?;
+        let eta = &etas[self.by_job[at] as usize];
         Some(range(self.forecast.now, [eta.p10, eta.p50, eta.p90]))
     }
 }
@@ -108,12 +115,7 @@ pub fn make(input: Input, options: Options) -> Result<Latest, String> {
     let raw = muster_sim::forecast::forecast(&input.snapshot, &input.model, &options)?;
     let mut forecast = raw.clone();
     input.calibration.apply(&mut forecast, &input.late);
-    let by_job = forecast
-        .etas
-        .iter()
-        .enumerate()
-        .map(|(i, e)| (e.job.clone(), i))
-        .collect();
+    let by_job = places_by_name(&forecast);
     Ok(Latest {
         snapshot: input.snapshot,
         model: input.model,
@@ -121,11 +123,23 @@ pub fn make(input: Input, options: Options) -> Result<Latest, String> {
         options,
         calibration: input.calibration,
         late: input.late,
-        raw,
+        raw: Some(raw),
         forecast,
         by_job,
         took_millis: 0,
     })
+}
+
+/// The places of `forecast`'s ranges, in the order of their jobs' names ([`Latest::by_job`]).
+fn places_by_name(forecast: &Forecast) -> Vec<u32> {
+    let mut places: Vec<u32> =
+        (0..u32::try_from(forecast.etas.len()).unwrap_or(u32::MAX)).collect();
+    places.sort_unstable_by(|&a, &b| {
+        forecast.etas[a as usize]
+            .job
+            .cmp(&forecast.etas[b as usize].job)
+    });
+    places
 }
 
 /// The controller's forecasting memory: finished runs learned, ranges given and how they
@@ -158,10 +172,12 @@ impl Forecasting {
 
     /// Keeps `latest` as the forecast passes and the visibility API read, and notes its
     /// ranges for scoring (jobs named as in `index`).
-    pub(crate) fn keep(&mut self, index: &Index, latest: Latest) {
-        self.scoring.note(&latest.raw, &latest.forecast, |job| {
-            index.jobs.get(job).and_then(|j| j.metadata.uid.clone())
-        });
+    pub(crate) fn keep(&mut self, index: &Index, mut latest: Latest) {
+        if let Some(raw) = latest.raw.take() {
+            self.scoring.note(&raw, &latest.forecast, |job| {
+                index.jobs.get(job).and_then(|j| j.metadata.uid.as_deref())
+            });
+        }
         self.latest = Some(Arc::new(latest));
     }
 
@@ -173,5 +189,57 @@ impl Forecasting {
     /// The range the latest forecast gives `job` (`namespace/name`).
     pub(crate) fn range_of(&self, job: &str) -> Option<StartRange> {
         self.latest.as_ref()?.range_of(job)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use muster_sim::forecast::{Basis, Calibration, Eta, Forecast, Options, RuntimeModel};
+
+    use super::{Latest, places_by_name};
+
+    /// A range is found by its job's name whatever order the forecast gives them in.
+    #[test]
+    fn each_job_s_range_is_found_by_its_name() {
+        let eta = |job: &str, p50: i64| Eta {
+            job: job.to_owned(),
+            p10: Some(p50 - 10),
+            p50: Some(p50),
+            p90: Some(p50 + 10),
+            started: 32,
+            buys_capacity: 0,
+            basis: Basis::Unknown,
+        };
+        let forecast = Forecast {
+            now: 1_000,
+            samples: 32,
+            etas: vec![eta("b/x", 2_000), eta("a/y", 3_000), eta("c/z", 4_000)],
+            unknown_runtimes: 0,
+            margin: None,
+        };
+        let latest = Latest {
+            snapshot: muster_sim::forecast::Snapshot::default(),
+            model: RuntimeModel::new(),
+            history: 0,
+            options: Options::default(),
+            calibration: Calibration::default(),
+            late: Vec::new(),
+            raw: None,
+            by_job: places_by_name(&forecast),
+            forecast,
+            took_millis: 0,
+        };
+        let p50 = |job: &str| {
+            latest
+                .range_of(job)
+                .and_then(|r| r.likely)
+                .map(|t| t.0.as_second())
+        };
+        assert_eq!(
+            [p50("a/y"), p50("b/x"), p50("c/z")],
+            [Some(3_000), Some(2_000), Some(4_000)]
+        );
+        assert_eq!(p50("b/y"), None);
+        assert_eq!(p50(""), None);
     }
 }

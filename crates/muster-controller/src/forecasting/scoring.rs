@@ -34,36 +34,42 @@ impl Scoring {
     /// Notes the ranges of jobs whose last noted range is [`NOTE_EVERY`] old: `raw`'s (the
     /// forward runs' own, before any margin) and `given`'s (the same forecast, margins
     /// applied); `uid` names each job's uid in the index.
-    pub(crate) fn note(
+    pub(crate) fn note<'i>(
         &mut self,
         raw: &Forecast,
         given: &Forecast,
-        uid: impl Fn(&str) -> Option<String>,
+        uid: impl Fn(&str) -> Option<&'i str>,
     ) {
         let made_at = raw.now;
         for (eta, shown) in raw.etas.iter().zip(&given.etas) {
             let Some(uid) = uid(&eta.job) else {
                 continue;
             };
-            let entry = self
-                .noted
-                .entry(eta.job.clone())
-                .or_insert_with(|| (uid.clone(), Vec::new()));
-            if entry.0 != uid {
-                *entry = (uid, Vec::new());
-            }
-            let due = entry
-                .1
-                .last()
-                .is_none_or(|(at, _, _)| made_at - at >= NOTE_EVERY);
-            if due {
-                entry.1.push((
-                    made_at,
-                    [eta.p10, eta.p50, eta.p90],
-                    [shown.p10, shown.p50, shown.p90],
-                ));
-                if entry.1.len() > NOTED_PER_JOB {
-                    entry.1.remove(0);
+            let range = (
+                made_at,
+                [eta.p10, eta.p50, eta.p90],
+                [shown.p10, shown.p50, shown.p90],
+            );
+            match self.noted.get_mut(eta.job.as_str()) {
+                Some((noted_uid, ranges)) if noted_uid.as_str() == uid => {
+                    let due = ranges
+                        .last()
+                        .is_none_or(|(at, _, _)| made_at - at >= NOTE_EVERY);
+                    if due {
+                        ranges.push(range);
+                        if ranges.len() > NOTED_PER_JOB {
+                            ranges.remove(0);
+                        }
+                    }
+                }
+                // A job noted under another uid was replaced by one of the same name.
+                Some(replaced) => *replaced = (uid.to_owned(), vec![range]),
+                // Room for one range: most jobs wait less than `NOTE_EVERY` and are noted
+                // once (a vector's first room is four, 416 bytes: 6 MB over a flood of
+                // 15,000 waiting jobs).
+                None => {
+                    self.noted
+                        .insert(eta.job.clone(), (uid.to_owned(), vec![range]));
                 }
             }
         }

@@ -163,8 +163,10 @@ struct Run<'a> {
     /// Job id → number, for arrivals.
     arrived_index: HashMap<String, usize, FixedState>,
     arrivals: Arrivals,
-    /// (end, job, attempt): an eviction bumps the attempt, so its stale end is ignored.
-    ends: BinaryHeap<Reverse<(i64, usize, u32)>>,
+    /// (end, job, attempt, runtime in seconds): an eviction bumps the attempt, so its stale
+    /// end is ignored; the runtime bounds the step of the clock the end is taken on
+    /// ([`coarse`]).
+    ends: BinaryHeap<Reverse<(i64, usize, u32, u32)>>,
     attempt: Vec<u32>,
     running: Vec<bool>,
     starts: Starts,
@@ -236,7 +238,9 @@ impl<'a> Run<'a> {
             self.model
                 .at_quantile(keys, announced, elapsed, quantile, beyond)
         }) {
-            self.ends.push(Reverse((since + total, i, self.attempt[i])));
+            let runtime = u32::try_from(total.max(0)).unwrap_or(u32::MAX);
+            self.ends
+                .push(Reverse((since + total, i, self.attempt[i], runtime)));
         }
     }
 
@@ -404,15 +408,27 @@ impl<'a> Start<'a> {
 /// step on average, and a job that waits on a chain of others' ends, late by as many.
 const CLOCK_STEPS: i64 = 64;
 
+/// A job's end is never taken on a step longer than `1 / RUNTIME_STEPS` of its runtime
+/// ([`coarse`]). Short jobs run in chains: a queue of a minute's jobs behind one another
+/// starts one as each ends, and taken on a day-ahead step of a quarter of an hour, each would
+/// hold its room for that step, not its minute — the queue would drain fifteen times too
+/// slowly. Bounded by the runtime, each link of a chain is late by at most a sixteenth of
+/// its runtime (on average a 64th: the midpoint [`stamp`]).
+const RUNTIME_STEPS: i64 = 16;
+
 /// Seconds ahead within which the forward runs' clock keeps every second.
 const EXACT_AHEAD: i64 = 600;
 
 /// The instant an event at `t` is taken at, in a run from `now`: within [`EXACT_AHEAD`],
 /// `t`; beyond, `t` rounded up to a step of the largest power of two seconds no longer than
-/// `(t - now - EXACT_AHEAD) / CLOCK_STEPS`. Steps are powers of two on one grid, so events
-/// in one step round to the same instant, and later events never to an earlier one.
-fn coarse(now: i64, t: i64) -> i64 {
-    let ahead = (t - now - EXACT_AHEAD).max(0) / CLOCK_STEPS;
+/// `(t - now - EXACT_AHEAD) / CLOCK_STEPS`, nor, when the event is a job's end, than
+/// `runtime / RUNTIME_STEPS`. Steps are powers of two on one grid, so events in one step
+/// round to the same instant, and an event never to an instant before it.
+fn coarse(now: i64, t: i64, runtime: Option<u32>) -> i64 {
+    let mut ahead = (t - now - EXACT_AHEAD).max(0) / CLOCK_STEPS;
+    if let Some(runtime) = runtime {
+        ahead = ahead.min(i64::from(runtime) / RUNTIME_STEPS);
+    }
     if ahead <= 1 {
         return t;
     }
@@ -479,7 +495,7 @@ pub(super) fn forward<'a>(
     let horizon = now.saturating_add(options.horizon.min(MAX_HORIZON));
     let (mut at, mut admitted_at) = (now, now);
     loop {
-        while let Some(Reverse((t, i, a))) = run.ends.peek().copied()
+        while let Some(Reverse((t, i, a, _))) = run.ends.peek().copied()
             && t <= at
         {
             run.ends.pop();
@@ -501,20 +517,23 @@ pub(super) fn forward<'a>(
         if run.left == 0 {
             break;
         }
+        // The next event, and the runtime of the job it ends (if it is an end).
         let next = [
             // A job started mid-step may end before the step's instant: at the next second.
-            run.ends.peek().map(|Reverse((t, _, _))| (*t).max(at + 1)),
-            queueing.get(next_queueing).map(|(t, _)| *t),
-            run.arrivals.due(),
-            s.reweigh_at(at),
+            run.ends
+                .peek()
+                .map(|Reverse((t, _, _, runtime))| ((*t).max(at + 1), Some(*runtime))),
+            queueing.get(next_queueing).map(|(t, _)| (*t, None)),
+            run.arrivals.due().map(|t| (t, None)),
+            s.reweigh_at(at).map(|t| (t, None)),
         ]
         .into_iter()
         .flatten()
-        .filter(|t| *t > at)
+        .filter(|(t, _)| *t > at)
         .min();
         match next {
-            Some(t) if t <= horizon => {
-                at = coarse(now, t);
+            Some((t, runtime)) if t <= horizon => {
+                at = coarse(now, t, runtime);
                 admitted_at = stamp(t, at);
             }
             _ => break,
@@ -584,11 +603,11 @@ mod tests {
     fn the_clock_keeps_every_second_near_now_and_coarsens_in_proportion_further_ahead() {
         let now = 1_000;
         for t in now..=now + EXACT_AHEAD + 2 * CLOCK_STEPS {
-            assert_eq!(coarse(now, t), t);
+            assert_eq!(coarse(now, t, None), t);
         }
         let mut last = now;
         for t in now..now + 30 * 86_400 {
-            let c = coarse(now, t);
+            let c = coarse(now, t, None);
             assert!(c >= t && c >= last, "{t} -> {c} after {last}");
             // Never later than a 64th of the way beyond the exact span.
             assert!(
@@ -598,7 +617,14 @@ mod tests {
             last = c;
         }
         // Events an hour ahead share 32-second steps: fewer instants, fewer cycles.
-        assert_eq!(coarse(now, now + 3_590), now + 3_616);
-        assert_eq!(coarse(now, now + 3_600), now + 3_616);
+        assert_eq!(coarse(now, now + 3_590, None), now + 3_616);
+        assert_eq!(coarse(now, now + 3_600, None), now + 3_616);
+        // A minute's job ending then is taken on a step no longer than a 16th of its
+        // runtime (two seconds), an hour's on the distance's 32 seconds.
+        assert_eq!(coarse(now, now + 3_591, Some(60)), now + 3_592);
+        assert_eq!(coarse(now, now + 3_590, Some(3_600)), now + 3_616);
+        // A day ahead, a ten-minute job's end is on a 32-second step, not a 1,024-second one.
+        assert_eq!(coarse(now, now + 86_401, None), now + 87_040);
+        assert_eq!(coarse(now, now + 86_401, Some(600)), now + 86_432);
     }
 }

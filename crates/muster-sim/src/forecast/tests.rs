@@ -247,6 +247,26 @@ fn jobs_queue_in_order_behind_each_other() {
     assert_eq!(f.etas[1].p50, Some(NOW + 900));
 }
 
+/// A queue of short jobs drains at the fleet's pace however far ahead it reaches: each
+/// job frees its room when its minute is up, not when the clock's step for that distance
+/// ends.
+#[test]
+fn a_flood_of_minute_jobs_drains_at_the_pace_the_fleet_runs_them() {
+    let mut s = fleet();
+    // 1,000 one-host jobs of a minute on four hosts: 250 rounds, the last from 14,940 s on.
+    for i in 0..1_000 {
+        waiting(&mut s, job(&format!("short-{i:04}"), 1, Some(60)));
+    }
+    let f = run(&s, &RuntimeModel::new());
+    assert!(f.etas.iter().all(|e| e.started == f.samples));
+    let last = f.etas.iter().filter_map(|e| e.p50).max().unwrap_or(0) - NOW;
+    // Each round may be late by a 16th of its minute at most.
+    assert!((14_940..=14_940 + 14_940 / 16).contains(&last), "{last}");
+    // Round by round: the 401st job starts in the 101st round, 6,000 s on.
+    let p50 = f.etas[400].p50.unwrap_or(0) - NOW;
+    assert!((6_000..=6_000 + 6_000 / 16).contains(&p50), "{p50}");
+}
+
 #[test]
 fn the_answer_is_the_same_on_any_number_of_threads_and_every_time() {
     let mut s = fleet();

@@ -330,7 +330,7 @@ impl Ledger {
 
     /// Queued status writes whose job has since got another write, or is gone, are dropped:
     /// the other write carries the whole status, and a gone job has none.
-    pub(crate) fn drop_superseded(&mut self, jobs: &BTreeMap<ObjectRef, GpuJob>) {
+    pub(crate) fn drop_superseded(&mut self, jobs: &BTreeMap<ObjectRef, Box<GpuJob>>) {
         let superseded: Vec<ObjectRef> = self
             .deferred
             .jobs()
@@ -403,7 +403,7 @@ impl Ledger {
 
     /// Counts every job action of a pass as in flight until it lands, and keeps the version
     /// of `jobs` each status write was decided on.
-    pub(crate) fn sent(&mut self, actions: &[Action], jobs: &BTreeMap<ObjectRef, GpuJob>) {
+    pub(crate) fn sent(&mut self, actions: &[Action], jobs: &BTreeMap<ObjectRef, Box<GpuJob>>) {
         for action in actions {
             if let Some(job) = action.job() {
                 *self.in_flight.entry(job.to_owned()).or_default() += 1;

@@ -282,7 +282,7 @@ fn pending_job(
             && state.index.jobsets.is_empty()
             && state.index.pod_groups.is_empty());
         if entries {
-            out.owner = owner_of(state.index.jobs.get(id));
+            out.owner = owner_of(state.index.job(id));
         }
         out.message = Some(memo.message(reason, may_see));
     }

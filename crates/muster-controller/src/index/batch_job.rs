@@ -9,8 +9,8 @@
 //! pod template a release writes (labels, annotations, node selector, tolerations,
 //! scheduling gates); and from its status whether it may still have pods and how it ended.
 //! The rest of the template is read once, to make the Job's queue entry
-//! ([`BatchJob::job`]): it is kept as the JSON text the API server sent, parsed only then,
-//! and dropped once the Job has finished. Every other field is passed over as the event is
+//! ([`BatchJob::job`]): it is kept as the JSON text the API server sent, parsed only then.
+//! Once the Job has finished, its template is dropped whole ([`BatchJob::slimmed`]). Every other field is passed over as the event is
 //! parsed, nothing allocated for it.
 //!
 //! The template's text is taken from the JSON as it is read, so a `BatchJob` is read only
@@ -82,8 +82,8 @@ pub struct BatchJobStatus {
     pub conditions: Option<Vec<JobCondition>>,
 }
 
-/// A Job's pod template as the index keeps it: what a release writes, parsed, and the whole
-/// template as the API server sent it, until the Job has finished. Two are equal when they
+/// A Job's pod template as the index keeps it, until the Job has finished: what a release
+/// writes, parsed, and the whole template as the API server sent it. Two are equal when they
 /// say the same in what a release writes and hold the same text.
 #[derive(Clone, Debug, Default)]
 pub struct KeptTemplate {
@@ -97,8 +97,8 @@ pub struct KeptTemplate {
     pub tolerations: Option<Vec<Toleration>>,
     /// `spec.schedulingGates`.
     pub scheduling_gates: Option<Vec<PodSchedulingGate>>,
-    /// The whole template as JSON (`None` once the Job has finished, or for a Job with no
-    /// template).
+    /// The whole template as JSON (`None` for a Job with no template, and once it has
+    /// finished).
     whole: Option<Box<RawValue>>,
 }
 
@@ -205,7 +205,7 @@ impl Serialize for KeptTemplate {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match &self.whole {
             Some(whole) => whole.serialize(serializer),
-            // Finished: what is kept is what a release wrote.
+            // No text (finished, or never had one): what is kept of it.
             None => PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: self.labels.clone(),
@@ -277,13 +277,14 @@ impl BatchJob {
         muster_api::workload::pods_at_once(self.spec.parallelism, self.spec.completions)
     }
 
-    /// The Job as kept once it has finished: it never runs again, so nothing reads the rest
-    /// of its template, and a Job is kept until its owner deletes it — in a busy cluster most
-    /// Jobs the index holds have finished.
+    /// The Job as kept once it has finished, without its template: it never runs again, so
+    /// nothing is released into it or put back (the entries' step and the job step stop at a
+    /// finished Job: [`crate::entries`], [`crate::job`]), and a Job is kept until its owner
+    /// deletes it — in a busy cluster most Jobs the index holds have finished.
     #[must_use]
     pub fn slimmed(mut self) -> BatchJob {
         if self.finished().is_some() {
-            self.spec.template.whole = None;
+            self.spec.template = KeptTemplate::default();
         }
         self
     }
@@ -422,7 +423,7 @@ mod tests {
     }
 
     #[test]
-    fn a_finished_job_keeps_only_what_a_release_wrote() -> Result<(), serde_json::Error> {
+    fn a_finished_job_keeps_no_template() -> Result<(), serde_json::Error> {
         let mut value = sent();
         value["status"]["conditions"] = json!([
             {"type": "SuccessCriteriaMet", "status": "True"},
@@ -433,18 +434,29 @@ mod tests {
             kept.finished(),
             Some((true, "the Job completed".to_owned()))
         );
-        assert!(kept.spec.template.whole.is_none());
-        assert_eq!(
-            kept.spec.template.node_selector.as_ref().map(BTreeMap::len),
-            Some(1)
-        );
+        assert_eq!(kept.spec.template, KeptTemplate::default());
         assert_eq!(
             kept.spec.template.template().ok(),
             Some(PodTemplateSpec::default())
         );
+        // What else Muster reads of it stays.
+        let whole = read(&value.to_string())?;
+        assert_eq!(
+            (&kept.metadata, &kept.status, kept.pods_at_once()),
+            (&whole.metadata, &whole.status, whole.pods_at_once())
+        );
         // A running Job keeps it.
         let running = read(&sent().to_string())?.slimmed();
         assert!(running.spec.template.whole.is_some());
+        assert_eq!(
+            running
+                .spec
+                .template
+                .node_selector
+                .as_ref()
+                .map(BTreeMap::len),
+            Some(1)
+        );
         Ok(())
     }
 

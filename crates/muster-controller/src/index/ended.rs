@@ -35,12 +35,16 @@ pub(crate) struct EndedRead {
     job: Arc<Job>,
 }
 
+/// Whether `job` has ended: `Succeeded` or `Failed`.
+pub(super) fn has_ended(job: &GpuJob) -> bool {
+    job.status
+        .as_ref()
+        .is_some_and(|s| matches!(s.phase, Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)))
+}
+
 /// Whether `job` has ended and may be kept without its templates.
 fn slims(job: &GpuJob) -> bool {
-    let ended = job
-        .status
-        .as_ref()
-        .is_some_and(|s| matches!(s.phase, Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)));
+    let ended = has_ended(job);
     // Any GpuJob labelled with a workload kind is taken for a queue entry (the index knows
     // nothing of workloads beyond their label): kept whole is never wrong, only larger.
     let entry = job
@@ -62,7 +66,7 @@ pub(super) fn fold(index: &mut Index, key: ObjectRef, mut job: GpuJob) {
     index.entry_kept.remove(&key);
     if !slims(&job) {
         index.ended_reads.remove(&key);
-        index.jobs.insert(key, job);
+        index.jobs.insert(key, Box::new(job));
         return;
     }
     let generation = job.metadata.generation;
@@ -88,7 +92,7 @@ pub(super) fn fold(index: &mut Index, key: ObjectRef, mut job: GpuJob) {
             job: read,
         },
     );
-    index.jobs.insert(key, job);
+    index.jobs.insert(key, Box::new(job));
 }
 
 impl Index {

@@ -13,8 +13,11 @@
 //! ([`Index::admission_job`], made again when the priority class it names changes), and
 //! gives the whole entry back on request ([`Index::whole_job`]).
 //!
-//! Kept so whether it waits, runs or has ended: an entry's spec changes only with its
-//! generation, and what is kept is made again then.
+//! An entry's spec changes only with its generation, and what is kept is made again then.
+//! Once the entry has ended (`Succeeded` or `Failed`) nothing is released from it or written
+//! from its spec again, and the Job it queued has finished: it is kept without its templates
+//! at all, as an ended GpuJob is ([`super::ended`]), with admission's reading made while it
+//! was whole. In a busy cluster most entries the index holds have ended.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -39,7 +42,8 @@ pub(crate) struct EntryKept {
     generation: Option<i64>,
     /// Its `metadata.uid`: an entry made again under the same name is kept again.
     uid: Option<String>,
-    /// Each pod set's whole template as JSON, in the order of its pod sets.
+    /// Each pod set's whole template as JSON, in the order of its pod sets; none once the
+    /// entry has ended.
     templates: Vec<Box<RawValue>>,
     /// Admission's reading of the whole entry.
     read: Arc<Job>,
@@ -84,10 +88,12 @@ impl Index {
     pub(super) fn fold_job_entry(&mut self, key: ObjectRef, mut job: GpuJob) {
         let generation = job.metadata.generation;
         let uid = job.metadata.uid.clone();
+        let ended = super::ended::has_ended(&job);
         let same = self.entry_kept.get(&key).is_some_and(|kept| {
             kept.generation == generation
                 && kept.uid == uid
-                && kept.templates.len() == job.spec.pod_sets.len()
+                && (kept.templates.len() == job.spec.pod_sets.len()
+                    || ended && kept.templates.is_empty())
         });
         if !same {
             let templates: Option<Vec<Box<RawValue>>> = job
@@ -99,7 +105,7 @@ impl Index {
             let Some(templates) = templates else {
                 // A template that does not serialize cannot be given back: kept whole.
                 self.entry_kept.remove(&key);
-                self.jobs.insert(key, job);
+                self.jobs.insert(key, Box::new(job));
                 return;
             };
             let read = Job::from_gpujob(&job, |class| self.priority_classes.get(class).copied());
@@ -111,10 +117,19 @@ impl Index {
             };
             self.entry_kept.insert(key.clone(), kept);
         }
-        for set in &mut job.spec.pod_sets {
-            set.template = scheduling_only(&set.template);
+        if ended {
+            if let Some(kept) = self.entry_kept.get_mut(&key) {
+                kept.templates = Vec::new();
+            }
+            for set in &mut job.spec.pod_sets {
+                set.template = PodTemplateSpec::default();
+            }
+        } else {
+            for set in &mut job.spec.pod_sets {
+                set.template = scheduling_only(&set.template);
+            }
         }
-        self.jobs.insert(key, job);
+        self.jobs.insert(key, Box::new(job));
     }
 
     /// Admission's reading of the batch Job entry the index keeps under `key` (see
@@ -125,15 +140,17 @@ impl Index {
 
     /// Makes admission's reading of every batch Job entry that names the priority class
     /// `class` again: the class was created, changed its value or was deleted, and a reading
-    /// holds the value (or the error) it resolved to.
+    /// holds the value (or the error) it resolved to. An ended entry keeps the reading it
+    /// ended with, as an ended GpuJob does: its templates are no longer kept to read it from.
     pub(super) fn reread_entries_naming(&mut self, class: &str) {
         let naming: Vec<ObjectRef> = self
             .entry_kept
             .keys()
             .filter(|key| {
-                self.jobs
-                    .get(*key)
-                    .is_some_and(|job| job.spec.priority_class_name.as_deref() == Some(class))
+                self.jobs.get(*key).is_some_and(|job| {
+                    job.spec.priority_class_name.as_deref() == Some(class)
+                        && !super::ended::has_ended(job)
+                })
             })
             .cloned()
             .collect();
@@ -150,7 +167,8 @@ impl Index {
     }
 
     /// The GpuJob `job` the index holds under `key`, whole: a batch Job's entry with its
-    /// templates as they arrived (see the module docs); any other as it is.
+    /// templates as they arrived (see the module docs); an ended entry, and any other
+    /// GpuJob, as it is.
     pub(crate) fn whole_job<'a>(&self, key: &str, job: &'a GpuJob) -> Cow<'a, GpuJob> {
         let Some(kept) = self.entry_kept.get(key) else {
             return Cow::Borrowed(job);
@@ -263,6 +281,43 @@ mod tests {
             kept,
             "forgotten with the entry"
         );
+    }
+
+    /// An ended entry is kept without its templates, read for admission as it was while
+    /// whole, and not read again.
+    #[test]
+    fn an_ended_job_entry_keeps_no_templates_and_the_reading_it_had() {
+        let mut index = Index::new();
+        let whole = entry("uid-1", 1, Some("high"));
+        index.apply(whole.clone());
+        let kept = index.job("team-a/job-train").cloned().unwrap_or_default();
+        let reading = index.admission_job("team-a/job-train", &kept);
+        let mut ended = whole.clone();
+        ended.status = Some(
+            serde_json::from_value(json!({"phase": "Succeeded"}))
+                .unwrap_or_else(|e| unreachable!("{e}")),
+        );
+        index.apply(ended.clone());
+        let kept = index.job("team-a/job-train").cloned().unwrap_or_default();
+        let set = &kept.spec.pod_sets[0];
+        assert_eq!((set.name.as_str(), set.count), ("main", 4));
+        assert_eq!(
+            set.template,
+            k8s_openapi::api::core::v1::PodTemplateSpec::default()
+        );
+        assert_eq!(index.admission_job("team-a/job-train", &kept), reading);
+        assert_eq!(
+            index.admission_job("team-a/job-train", &kept).pod_sets[0].count,
+            4
+        );
+        assert_eq!(*index.whole_job("team-a/job-train", &kept), kept);
+        // Its status written again, and its priority class made: the reading stays.
+        index.apply(ended);
+        let class: PriorityClass =
+            serde_json::from_value(json!({"metadata": {"name": "high"}, "value": 1000}))
+                .unwrap_or_else(|e| unreachable!("{e}"));
+        index.apply(class);
+        assert_eq!(index.admission_job("team-a/job-train", &kept), reading);
     }
 
     #[test]

@@ -18,7 +18,6 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use muster_admission::Job;
-use muster_api::gpujob::GpuJobPhase;
 use muster_api::wire::WORKLOAD_KIND_LABEL;
 use muster_api::{GpuJob, ObjectRef};
 
@@ -35,16 +34,9 @@ pub(crate) struct EndedRead {
     job: Arc<Job>,
 }
 
-/// Whether `job` has ended: `Succeeded` or `Failed`.
-pub(super) fn has_ended(job: &GpuJob) -> bool {
-    job.status
-        .as_ref()
-        .is_some_and(|s| matches!(s.phase, Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)))
-}
-
 /// Whether `job` has ended and may be kept without its templates.
 fn slims(job: &GpuJob) -> bool {
-    let ended = has_ended(job);
+    let ended = super::has_ended(job);
     // Any GpuJob labelled with a workload kind is taken for a queue entry (the index knows
     // nothing of workloads beyond their label): kept whole is never wrong, only larger.
     let entry = job

@@ -10,8 +10,8 @@
 //! scheduling gates); and from its status whether it may still have pods and how it ended.
 //! The rest of the template is read once, to make the Job's queue entry
 //! ([`BatchJob::job`]): it is kept as the JSON text the API server sent, parsed only then.
-//! Once the Job has finished, its template is dropped whole ([`BatchJob::slimmed`]). Every other field is passed over as the event is
-//! parsed, nothing allocated for it.
+//! Once the Job has finished, its template is dropped whole ([`BatchJob::slimmed`]). Every
+//! other field is passed over as the event is parsed, nothing allocated for it.
 //!
 //! The template's text is taken from the JSON as it is read, so a `BatchJob` is read only
 //! from JSON text (`serde_json::from_str` and `from_slice`, as kube reads lists, answers and

@@ -96,12 +96,17 @@ impl Index {
                     || ended && kept.templates.is_empty())
         });
         if !same {
-            let templates: Option<Vec<Box<RawValue>>> = job
-                .spec
-                .pod_sets
-                .iter()
-                .map(|set| serde_json::value::to_raw_value(&set.template).ok())
-                .collect();
+            // An ended entry's templates are not kept (see the module docs): not written out
+            // to be dropped.
+            let templates: Option<Vec<Box<RawValue>>> = if ended {
+                Some(Vec::new())
+            } else {
+                job.spec
+                    .pod_sets
+                    .iter()
+                    .map(|set| serde_json::value::to_raw_value(&set.template).ok())
+                    .collect()
+            };
             let Some(templates) = templates else {
                 // A template that does not serialize cannot be given back: kept whole.
                 self.entry_kept.remove(&key);
@@ -219,6 +224,12 @@ mod tests {
         .unwrap_or_else(|e| unreachable!("{e}"))
     }
 
+    /// The priority class `high` of `value`.
+    fn high(value: i32) -> PriorityClass {
+        serde_json::from_value(json!({"metadata": {"name": "high"}, "value": value}))
+            .unwrap_or_else(|e| unreachable!("{e}"))
+    }
+
     fn read(index: &Index, job: &GpuJob) -> Job {
         Job::from_gpujob(job, |class| index.priority_classes.get(class).copied())
     }
@@ -312,10 +323,7 @@ mod tests {
         assert_eq!(*index.whole_job("team-a/job-train", &kept), kept);
         // Its status written again, and its priority class made: the reading stays.
         index.apply(ended);
-        let class: PriorityClass =
-            serde_json::from_value(json!({"metadata": {"name": "high"}, "value": 1000}))
-                .unwrap_or_else(|e| unreachable!("{e}"));
-        index.apply(class);
+        index.apply(high(1000));
         assert_eq!(index.admission_job("team-a/job-train", &kept), reading);
     }
 
@@ -327,17 +335,13 @@ mod tests {
         let kept = index.job("team-a/job-train").cloned().unwrap_or_default();
         let before = index.admission_job("team-a/job-train", &kept);
         assert!(before.invalid.is_some(), "no such class yet");
-        let class = |value: i32| -> PriorityClass {
-            serde_json::from_value(json!({"metadata": {"name": "high"}, "value": value}))
-                .unwrap_or_else(|e| unreachable!("{e}"))
-        };
-        index.apply(class(1000));
+        index.apply(high(1000));
         let after = index.admission_job("team-a/job-train", &kept);
         assert_eq!(*after, read(&index, &whole));
         assert_eq!((after.priority, after.invalid.clone()), (1000, None));
-        index.apply(class(10));
+        index.apply(high(10));
         assert_eq!(index.admission_job("team-a/job-train", &kept).priority, 10);
-        index.delete(&class(10));
+        index.delete(&high(10));
         assert!(
             index
                 .admission_job("team-a/job-train", &kept)

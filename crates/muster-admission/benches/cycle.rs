@@ -1,14 +1,15 @@
 //! One admission cycle over 100,000 pending jobs in 30 ClusterQueues (three cohorts of ten) on
 //! a 10,000-node fleet: how long the cycle takes and how many decisions per second it makes.
 //! And the same jobs in 100 ClusterQueues, in one flat cohort and in a three-level cohort tree:
-//! what the tree costs a cycle.
+//! what the tree costs a cycle. And what listing the 100,000 jobs in their queues' order
+//! costs before any cycle.
 //!
 //! Run: `cargo bench -p muster-admission --bench cycle`
 
 mod support;
 
 use muster_admission::Decision;
-use support::{Sharing, scheduler, scheduler_100_queues};
+use support::{Sharing, job, scheduler, scheduler_100_queues};
 
 fn main() {
     divan::main();
@@ -63,4 +64,19 @@ fn first_cycle_100k_jobs_100_queues_10k_nodes(bencher: divan::Bencher, sharing: 
         .counter(divan::counter::ItemsCount::new(JOBS))
         .with_inputs(|| scheduler_100_queues(JOBS, HOSTS, sharing))
         .bench_local_refs(first_cycle);
+}
+
+/// Submitting the 100,000 jobs of [`first_cycle_100k_jobs_30_queues_10k_nodes`] to a scheduler
+/// with none: each is listed in its queue's order, among the jobs of its shape.
+#[divan::bench(sample_count = 5, sample_size = 1)]
+fn submit_100k_jobs_30_queues_10k_nodes(bencher: divan::Bencher) {
+    bencher
+        .counter(divan::counter::ItemsCount::new(JOBS))
+        .with_inputs(|| (scheduler(0, HOSTS), (0..JOBS).map(job).collect::<Vec<_>>()))
+        .bench_local_values(|(mut s, jobs)| {
+            for j in jobs {
+                s.submit(j);
+            }
+            s
+        });
 }

@@ -51,13 +51,21 @@ pub(super) struct Run {
 
 impl Run {
     /// Sets [`Listed::shortest`] again for the jobs before index `upto` (exclusive), after a
-    /// change at `upto` or before it: the rest of the run is as it was.
-    fn reshortest(&mut self, upto: usize) {
+    /// change at `upto` or before it: the rest of the run is as it was. The jobs before
+    /// index `changed` are the ones the run had before the change, in the same order, so
+    /// the walk stops at the first of them whose shortest comes out as it was: each one
+    /// ahead of it takes its shortest from it alone. A job joining a run mostly joins at its
+    /// end, and a walk over the whole run for each of them made listing a queue's jobs cost
+    /// the square of their number.
+    fn reshortest(&mut self, upto: usize, changed: usize) {
         let upto = upto.min(self.jobs.len());
         let mut shortest = self.jobs.get(upto).map_or(i64::MAX, |l| l.shortest);
         for k in (0..upto).rev() {
             let l = &mut self.jobs[k];
             shortest = shortest.min(l.queued.runtime.unwrap_or(i64::MAX));
+            if k < changed && l.shortest == shortest {
+                return;
+            }
             l.shortest = shortest;
         }
     }
@@ -179,7 +187,7 @@ impl QueueList {
                 shortest: i64::MAX,
             },
         );
-        run.reshortest(at + 1);
+        run.reshortest(at + 1, at);
         self.len += 1;
     }
 
@@ -190,7 +198,7 @@ impl QueueList {
         };
         ats.sort_unstable();
         ats.dedup();
-        let Some(&last) = ats.last() else {
+        let (Some(&first), Some(&last)) = (ats.first(), ats.last()) else {
             return;
         };
         let before = run.jobs.len();
@@ -219,8 +227,9 @@ impl QueueList {
         if run.jobs.is_empty() {
             self.runs.remove(&shape);
         } else {
-            // Only the jobs ahead of the last one gone can have had it as their shortest.
-            run.reshortest(last.saturating_sub(ats.len() - 1));
+            // Only the jobs ahead of the last one gone can have had it as their shortest;
+            // those ahead of the first one gone are as they were.
+            run.reshortest(last.saturating_sub(ats.len() - 1), first);
         }
     }
 }

@@ -171,6 +171,14 @@ pub enum GpuJobPhase {
     Failed,
 }
 
+impl GpuJobPhase {
+    /// Whether a job in this phase has ended for good (`Succeeded` or `Failed`): it holds no
+    /// quota and no capacity, and nothing of it is released, bought or queued again.
+    pub fn has_ended(self) -> bool {
+        matches!(self, GpuJobPhase::Succeeded | GpuJobPhase::Failed)
+    }
+}
+
 /// What Muster knows about a job.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -395,6 +403,14 @@ impl GpuJob {
             block_owner_deletion: Some(true),
             ..self.controller_owner_ref(&())?
         })
+    }
+
+    /// Whether the job's status says it has ended ([`GpuJobPhase::has_ended`]).
+    pub fn has_ended(&self) -> bool {
+        self.status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_some_and(GpuJobPhase::has_ended)
     }
 }
 

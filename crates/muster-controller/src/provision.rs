@@ -124,12 +124,7 @@ pub(crate) fn orphans(
         let namespace = meta.namespace.clone().unwrap_or_default();
         let job_key = ObjectRef::new(&namespace, job_name);
         // A job that ended never names a request again: its requests go at once.
-        let ended = index.jobs.get(&job_key).is_some_and(|job| {
-            matches!(
-                job.status.as_ref().and_then(|s| s.phase),
-                Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)
-            )
-        });
+        let ended = index.jobs.get(&job_key).is_some_and(|job| job.has_ended());
         let young = meta
             .creation_timestamp
             .as_ref()
@@ -143,10 +138,7 @@ pub(crate) fn orphans(
         let wanted = index.jobs.get(&job_key).is_some_and(|job| {
             let status = job.status.clone().unwrap_or_default();
             let live = status.provisioning_request.is_some()
-                && !matches!(
-                    status.phase,
-                    Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)
-                );
+                && !status.phase.is_some_and(GpuJobPhase::has_ended);
             live && possible_request_keys(job, attempts(&status)).contains(key)
         });
         if wanted {
@@ -203,10 +195,7 @@ pub(crate) fn orphan_templates(
             continue;
         }
         let status = job.status.clone().unwrap_or_default();
-        let ended = matches!(
-            status.phase,
-            Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)
-        );
+        let ended = status.phase.is_some_and(GpuJobPhase::has_ended);
         let young = template
             .created
             .is_none_or(|t| now.saturating_sub(t) < ORPHAN_AFTER_SECONDS);

@@ -703,10 +703,7 @@ async fn watch_jobs(client: Client, recorder: Arc<Mutex<Recorder>>, start: Insta
                 .failed(&key, &why);
         }
         let admitted = status.admission.is_some();
-        let finished = matches!(
-            status.phase,
-            Some(muster_api::GpuJobPhase::Succeeded | muster_api::GpuJobPhase::Failed)
-        );
+        let finished = status.phase.is_some_and(muster_api::GpuJobPhase::has_ended);
         recorder
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

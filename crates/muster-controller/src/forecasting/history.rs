@@ -108,10 +108,7 @@ pub(crate) fn name_prefix(name: &str) -> &str {
 /// pods were released.
 fn finished(job: &GpuJob) -> Option<(&str, i64, i64)> {
     let status = job.status.as_ref()?;
-    if !matches!(
-        status.phase,
-        Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)
-    ) {
+    if !status.phase.is_some_and(GpuJobPhase::has_ended) {
         return None;
     }
     let start = status.start_time.as_ref()?.0.as_second();

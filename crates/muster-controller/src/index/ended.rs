@@ -36,7 +36,7 @@ pub(crate) struct EndedRead {
 
 /// Whether `job` has ended and may be kept without its templates.
 fn slims(job: &GpuJob) -> bool {
-    let ended = super::has_ended(job);
+    let ended = job.has_ended();
     // Any GpuJob labelled with a workload kind is taken for a queue entry (the index knows
     // nothing of workloads beyond their label): kept whole is never wrong, only larger.
     let entry = job

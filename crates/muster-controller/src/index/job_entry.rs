@@ -88,7 +88,7 @@ impl Index {
     pub(super) fn fold_job_entry(&mut self, key: ObjectRef, mut job: GpuJob) {
         let generation = job.metadata.generation;
         let uid = job.metadata.uid.clone();
-        let ended = super::has_ended(&job);
+        let ended = job.has_ended();
         let same = self.entry_kept.get(&key).is_some_and(|kept| {
             kept.generation == generation
                 && kept.uid == uid
@@ -153,7 +153,7 @@ impl Index {
             .keys()
             .filter(|key| {
                 self.jobs.get(*key).is_some_and(|job| {
-                    job.spec.priority_class_name.as_deref() == Some(class) && !super::has_ended(job)
+                    job.spec.priority_class_name.as_deref() == Some(class) && !job.has_ended()
                 })
             })
             .cloned()

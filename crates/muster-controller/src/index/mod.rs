@@ -239,20 +239,6 @@ pub enum Written {
     JobSet(Box<muster_api::jobset::JobSet>),
 }
 
-/// Whether `job` has ended (`Succeeded` or `Failed`): the index keeps it without its pod
-/// templates ([`ended`], [`job_entry`]).
-fn has_ended(job: &GpuJob) -> bool {
-    job.status.as_ref().is_some_and(|s| {
-        matches!(
-            s.phase,
-            Some(
-                muster_api::gpujob::GpuJobPhase::Succeeded
-                    | muster_api::gpujob::GpuJobPhase::Failed
-            )
-        )
-    })
-}
-
 /// What a controller knows about the cluster.
 #[derive(Clone, Debug, Default)]
 pub struct Index {

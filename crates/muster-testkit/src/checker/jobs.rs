@@ -29,10 +29,7 @@ impl Checker {
         let split = self.domains.job(&key, required_levels(job));
         self.report_splits(split);
         let status = job.status.clone().unwrap_or_default();
-        let ended = matches!(
-            status.phase,
-            Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)
-        );
+        let ended = status.phase.is_some_and(GpuJobPhase::has_ended);
         let gpus: i64 = job
             .spec
             .pod_sets

@@ -19,6 +19,15 @@ use crate::quota::{PreparedUsage, QuotaFit};
 /// ([`Scheduler::borrowing_plan`]).
 pub(super) type BorrowingPlan = Vec<Vec<PreparedUsage>>;
 
+/// Where a job the cycle serves is listed: its ClusterQueue, its shape (the memo's key, as
+/// its queue's list keeps it beside the job, so that the cycle need not look the job up to
+/// learn it) and its place among the jobs of its queue served so far (1: the first).
+pub(super) struct Place<'a> {
+    pub(super) cq: &'a str,
+    pub(super) shape: MemoKey,
+    pub(super) position: u32,
+}
+
 impl Scheduler {
     /// How many cycles ran in full, not skipped as quiet (see [`Scheduler::step`]). While it
     /// stays the same, [`Scheduler::waiting`] gives the same answer: nothing a waiting job's
@@ -80,7 +89,12 @@ impl Scheduler {
         while let Some(next) = self.next_job(&mut walk, &state, &nominated) {
             let job = Arc::clone(&next.queued.job);
             let before = out.len();
-            self.serve(next.cq, &job, next.position, now, &mut state, &mut out);
+            let at = Place {
+                cq: next.cq,
+                shape: next.queued.shape,
+                position: next.position,
+            };
+            self.serve(&at, &job, now, &mut state, &mut out);
             walk.served(&next);
             if out[before..].iter().any(|d| {
                 matches!(
@@ -220,16 +234,20 @@ impl Scheduler {
             .map_or(i64::MAX, |(end, _)| (*end).max(now))
     }
 
-    /// Decides for one job, the next in the cycle's order.
+    /// Decides for one job, the next in the cycle's order, listed at `at`.
     pub(super) fn serve(
         &mut self,
-        cq: &str,
+        at: &Place<'_>,
         job: &Arc<Job>,
-        position: u32,
         now: i64,
         state: &mut CycleState,
         out: &mut Vec<Decision>,
     ) {
+        let &Place {
+            cq,
+            shape,
+            position,
+        } = at;
         let pending = |reason, eta| waiting(job, position, reason, eta);
         let Some(spec) = self.queues.get(cq).map(|q| &q.spec) else {
             return;
@@ -258,8 +276,7 @@ impl Scheduler {
             .enumerate()
             .filter(|(_, r)| !r.ends_before(ends))
             .fold(0u64, |mask, (i, _)| mask | (1u64 << (i % 64)));
-        let key = self.jobs.get(&job.id).map_or(usize::MAX, |e| e.shape);
-        let known = state.memo.get(&key).and_then(|seen| {
+        let known = state.memo.get(&shape).and_then(|seen| {
             seen.iter()
                 .find(|(mask, _)| mask & !respected == 0)
                 .map(|(_, reason)| reason)
@@ -301,7 +318,7 @@ impl Scheduler {
             position,
             now,
             blocked,
-            (key, respected),
+            (shape, respected),
             state,
             out,
         );

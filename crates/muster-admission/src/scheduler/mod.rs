@@ -575,9 +575,9 @@ impl Scheduler {
     /// The job finished or was deleted: releases what it held and forgets it.
     pub fn finish(&mut self, id: &str) {
         self.generation += 1;
-        self.release_all(id);
         self.deferred.remove(id);
         if let Some(old) = self.jobs.remove(id) {
+            old.release(&mut self.quota, &mut self.cluster);
             self.lists.remove(&old.job);
             self.holders.remove(id);
             self.unfile(&old.id, &old.job, &old.state);

@@ -4,7 +4,10 @@
 //! back, what its owner edits read into the entry again. The entry's own step (in
 //! [`crate::job`]) releases, evicts and finishes it.
 
-use std::collections::BTreeSet;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use muster_api::workload::JOB_ENTRY_PREFIX;
 use muster_api::{GpuJob, ObjectRef};
@@ -53,9 +56,20 @@ pub(crate) fn jobs_changed(changed: &BTreeSet<ObjectRef>) -> BTreeSet<ObjectRef>
         .collect()
 }
 
+/// How many queue entries one pass makes at most. A pass hands its writes out as permits
+/// allow and the next pass waits until the last has one (see `crate::run`), so a flood of new
+/// workloads (15,000 Jobs within a minute and a half, say) had each pass make thousands of
+/// entries, and every release decided meanwhile waited behind them: admissions all but
+/// stopped until the last entry was made. The rest are made by the passes after, at the same
+/// pace the API server takes them, while admissions go on between.
+pub const ENTRIES_PER_PASS: usize = 256;
+
 /// The writes that keep every labelled Job's entry and hold its Job, for jobs with no write in
 /// flight: each names the entry it is for. `changed`: the Jobs that changed, or whose entry
-/// did, since the last pass (see [`jobs_changed`] and [`Revisit`]).
+/// did, since the last pass (see [`jobs_changed`] and [`Revisit`]). At most
+/// [`ENTRIES_PER_PASS`] entries are made, of the workloads that queue first: the highest
+/// priority, then the oldest (an entry's place in its queue is its own creation time, so
+/// workloads of one priority are queued in the order they arrived).
 pub(crate) fn keep(
     index: &Index,
     ledger: &Ledger,
@@ -63,6 +77,7 @@ pub(crate) fn keep(
     revisit: &mut Revisit,
 ) -> Vec<Action> {
     let mut actions = Vec::new();
+    let mut making = Making::default();
     let mut jobs = std::mem::take(&mut revisit.jobs);
     if std::mem::replace(&mut revisit.all, false) {
         jobs.extend(index.workloads.keys().cloned());
@@ -73,26 +88,92 @@ pub(crate) fn keep(
         let Some(job) = index.workloads.get(&key) else {
             continue;
         };
-        if !settled(
-            index,
-            ledger,
-            &WorkloadRef::job(key.clone()),
-            Run::Job(job),
-            &mut actions,
-        ) {
-            revisit.jobs.insert(key);
+        let created = job.metadata.creation_timestamp.as_ref();
+        let key = WorkloadRef::job(key);
+        if !making.look(index, ledger, &key, Run::Job(job), created, &mut actions) {
+            // Looked at again next pass, whatever changes: its write may fail, or wait for
+            // its turn among the entries to make.
+            revisit.jobs.insert(key.key);
         }
     }
     for (key, jobset) in &index.jobsets {
         let key = WorkloadRef::jobset(key.clone());
-        settled(index, ledger, &key, Run::JobSet(jobset), &mut actions);
+        let created = jobset.metadata.creation_timestamp.as_ref();
+        making.look(
+            index,
+            ledger,
+            &key,
+            Run::JobSet(jobset),
+            created,
+            &mut actions,
+        );
     }
     for (key, group) in &index.pod_groups {
         let run = Run::PodGroup(key.name(), group);
         let key = WorkloadRef::pod_group(key.clone());
-        settled(index, ledger, &key, run, &mut actions);
+        making.look(index, ledger, &key, run, None, &mut actions);
     }
+    making.made(&mut actions);
     actions
+}
+
+/// The entries a pass would make, each with the writes that go with it (a Job that arrived
+/// running is suspended beside its entry's creation), in the order they queue.
+#[derive(Default)]
+struct Making {
+    /// (priority, highest first; the workload's creation, oldest first; the entry) → the
+    /// writes.
+    entries: BTreeMap<(Reverse<i32>, i64, ObjectRef), Vec<Action>>,
+}
+
+impl Making {
+    /// Looks at one workload (see [`settled`]): its writes go to `actions`, but for one whose
+    /// entry is to be made, which wait in `self` for [`Making::made`]. Whether it is settled.
+    fn look(
+        &mut self,
+        index: &Index,
+        ledger: &Ledger,
+        key: &WorkloadRef,
+        run: Run<'_>,
+        created: Option<&Time>,
+        actions: &mut Vec<Action>,
+    ) -> bool {
+        let mut writes = Vec::new();
+        let settled = settled(index, ledger, key, run, &mut writes);
+        let priority = writes.iter().find_map(|a| match a {
+            Action::CreateEntry { entry, .. } => Some(priority_of(index, entry)),
+            _ => None,
+        });
+        match priority {
+            Some(priority) => {
+                let created = created.map_or(i64::MAX, |t| t.0.as_second());
+                self.entries
+                    .insert((Reverse(priority), created, key.entry()), writes);
+            }
+            None => actions.extend(writes),
+        }
+        settled
+    }
+
+    /// The writes of the first [`ENTRIES_PER_PASS`] entries to make, onto `actions`.
+    fn made(self, actions: &mut Vec<Action>) {
+        for writes in self.entries.into_values().take(ENTRIES_PER_PASS) {
+            actions.extend(writes);
+        }
+    }
+}
+
+/// The priority `entry` queues at: its own, else its PriorityClass's value (0 when there is
+/// none, as admission reads a class that does not exist as invalid anyway).
+fn priority_of(index: &Index, entry: &GpuJob) -> i32 {
+    entry
+        .spec
+        .priority
+        .or_else(|| {
+            let class = entry.spec.priority_class_name.as_deref()?;
+            index.priority_classes.get(class).copied()
+        })
+        .unwrap_or(0)
 }
 
 /// Looks at one workload: adds the writes its entry needs to `actions`, and says whether it

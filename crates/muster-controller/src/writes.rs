@@ -57,6 +57,11 @@ pub(crate) fn log_quota_change(action: &Action, term: u64) {
 /// once, the finalizer would move the job's version under the status write, whose
 /// precondition would then fail and cost a read and a second write (see
 /// [`JobRead`]); sent first, its answer gives the version to write onto.
+///
+/// The writes of jobs whose work starts or stops in the pass (a release, an eviction, a
+/// request for capacity) go out first, each job's in the order the pass made them: each
+/// unit waits for a permit, and a pass that also makes hundreds of queue entries or waiting
+/// statuses held its releases behind all of them, with their quota held and nothing running.
 pub(crate) fn in_order(
     actions: Vec<(Action, Option<JobRead>)>,
 ) -> Vec<Vec<(Action, Option<JobRead>)>> {
@@ -74,7 +79,28 @@ pub(crate) fn in_order(
         }
         units.push(vec![(action, read)]);
     }
+    let moving: std::collections::BTreeSet<muster_api::ObjectRef> = units
+        .iter()
+        .flatten()
+        .filter(|(action, _)| moves_work(action))
+        .filter_map(|(action, _)| action.job().cloned())
+        .collect();
+    // Stable: each group keeps the pass's order.
+    units.sort_by_key(|unit| {
+        !unit
+            .iter()
+            .any(|(action, _)| action.job().is_some_and(|job| moving.contains(job)))
+    });
     units
+}
+
+/// Whether `action` starts or stops a job's work: a release, an eviction, a request for
+/// capacity.
+fn moves_work(action: &Action) -> bool {
+    matches!(
+        action,
+        Action::Release { .. } | Action::Evict { .. } | Action::Provision { .. }
+    )
 }
 
 /// Carries `writes` out one after the other in a task of their own, holding `permit` until
@@ -318,6 +344,56 @@ mod tests {
                 vec!["add_finalizer b"],
                 vec!["delete_pods c"],
                 vec!["job_status c"],
+            ]
+        );
+    }
+
+    /// A pass's queue entries and waiting statuses go out behind the writes that start or
+    /// stop work, and every write of a job whose work moves goes with them, in its order.
+    #[test]
+    fn releases_and_evictions_go_out_ahead_of_the_rest_of_their_pass() {
+        use crate::action::Note;
+        let key = |job: &str| ObjectRef::new("team-a", job);
+        let entry = |job: &str| Action::CreateEntry {
+            job: key(job),
+            entry: Box::default(),
+        };
+        let evict = |job: &str| Action::Evict {
+            job: key(job),
+            status: Box::default(),
+            pods: Vec::new(),
+            event: Note::normal("Preempted", String::new()),
+            workload: None,
+        };
+        let actions = vec![
+            entry("e1"),
+            status("w"),
+            Action::DeletePods {
+                job: key("v"),
+                pods: Vec::new(),
+            },
+            entry("e2"),
+            evict("v"),
+            finalizer("r"),
+            status("r"),
+            evict("x"),
+        ];
+        let order: Vec<String> = in_order(actions.into_iter().map(|a| (a, None)).collect())
+            .iter()
+            .flatten()
+            .map(|(a, _)| format!("{} {}", a.kind(), a.job().map_or("", |j| j.name())))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "delete_pods v",
+                "evict v",
+                "evict x",
+                "create_entry e1",
+                "job_status w",
+                "create_entry e2",
+                "add_finalizer r",
+                "job_status r",
             ]
         );
     }

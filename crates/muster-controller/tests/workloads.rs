@@ -104,6 +104,53 @@ fn a_labelled_job_gets_an_entry_and_arriving_running_is_suspended_at_once() {
     assert_eq!(entry.spec.pod_sets[0].count, 2);
 }
 
+/// A flood of labelled Jobs gets its entries a pass's share at a time, the highest priority
+/// first and, within a priority, the oldest first; the rest in the passes after.
+#[test]
+fn a_flood_of_labelled_jobs_gets_its_entries_a_pass_s_share_at_a_time_in_queue_order() {
+    use muster_controller::entries::ENTRIES_PER_PASS;
+    let mut state = cluster(16, Vec::new());
+    let flood = ENTRIES_PER_PASS + 5;
+    for i in 0..flood {
+        let mut job = labelled_job(1, true, &json!({}));
+        job.metadata.name = Some(format!("train-{i:04}"));
+        job.metadata.uid = Some(format!("uid-{i:04}"));
+        // Newer Jobs first by name; the last five are urgent.
+        let created = i64::try_from(flood - i).unwrap_or(0);
+        job.metadata.creation_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(created)),
+        );
+        if i >= ENTRIES_PER_PASS
+            && let Some(spec) = job.spec.as_mut().and_then(|s| s.template.spec.as_mut())
+        {
+            spec.priority = Some(1000);
+        }
+        apply_job(&mut state, job);
+    }
+    let made = |actions: &[Action]| -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::CreateEntry { job, .. } => Some(job.name().to_owned()),
+                _ => None,
+            })
+            .collect()
+    };
+    let first = made(&plan(&mut state, at(10)).actions);
+    assert_eq!(first.len(), ENTRIES_PER_PASS);
+    // The five of priority 1000, oldest first, then the others, oldest first.
+    let want: Vec<String> = (ENTRIES_PER_PASS..flood)
+        .rev()
+        .chain((5..ENTRIES_PER_PASS).rev())
+        .map(|i| format!("job-train-{i:04}"))
+        .collect();
+    assert_eq!(first, want);
+    // The entries made are on their way: the next pass makes the rest.
+    let second = made(&plan(&mut state, at(11)).actions);
+    let rest: Vec<String> = (0..5).rev().map(|i| format!("job-train-{i:04}")).collect();
+    assert_eq!(second, rest);
+}
+
 #[test]
 fn a_labelled_job_that_ended_before_it_was_queued_gets_no_entry_and_no_write() {
     let mut state = cluster(16, Vec::new());

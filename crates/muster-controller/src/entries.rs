@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use muster_api::gpujob::GpuJobPhase;
 use muster_api::workload::JOB_ENTRY_PREFIX;
 use muster_api::{GpuJob, ObjectRef};
 
@@ -305,7 +306,14 @@ fn waiting(
         .as_ref()
         .is_some_and(|s| s.admission.is_some() || s.provisioning_request.is_some());
     let ended = run.finished().is_some();
-    if holds || ended {
+    // An entry that succeeded before its Job says so (its one pod succeeded: see
+    // `crate::workload::succeeds_with_its_pod`) leaves the Job to its controller, which
+    // marks it complete; suspended now, it would be held for nothing.
+    let succeeded = entry
+        .status
+        .as_ref()
+        .is_some_and(|s| s.phase == Some(GpuJobPhase::Succeeded));
+    if holds || ended || succeeded {
         return Vec::new();
     }
     if !run.is_suspended() {

@@ -26,7 +26,10 @@
 //! - **Evicted** (preempted, timed out, its node lost): the status is written, then the Job is
 //!   suspended, and its controller deletes the pods; the quota is freed once they are gone, and
 //!   the template is put back before the Job is released again.
-//! - **Finished** when the Job says so: its `Complete` or `Failed` condition.
+//! - **Finished** when the Job says so: its `Complete` or `Failed` condition — or, for a Job
+//!   whose one pod's success is the Job's ([`succeeds_with_its_pod`]), as soon as that pod has
+//!   succeeded: its quota goes back to the queue without waiting for the Job controller's
+//!   next sync, and the entry leaves the Job to it (never suspended after its success).
 //!
 //! Pure: objects in, objects and patches out.
 
@@ -258,6 +261,17 @@ pub fn never_more_than_one_pod(job: &BatchJob) -> bool {
             .completion_mode
             .as_deref()
             .is_none_or(|mode| mode == "NonIndexed")
+}
+
+/// Whether `job` has succeeded once a pod of it has, before its controller says so: a Job of
+/// one completion ([`never_more_than_one_pod`]) with no active deadline. Once that pod
+/// succeeded and no other runs, the Job controller marks the Job complete on its next sync
+/// (a failed pod of the same run breaks the gang first, and restarts count only pods still
+/// running); only a deadline it finds passed on that sync would fail it instead. Under load
+/// that sync comes seconds after the pod ended, and until it does the Job's quota would sit
+/// idle.
+pub fn succeeds_with_its_pod(job: &BatchJob) -> bool {
+    never_more_than_one_pod(job) && job.spec.active_deadline_seconds.is_none()
 }
 
 /// What the gang's release writes into a Job's pod template: the flavor's node labels and

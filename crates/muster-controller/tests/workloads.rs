@@ -378,6 +378,130 @@ fn a_job_that_never_runs_two_pods_is_released_with_its_node_in_its_template_and_
     assert_eq!(status.phase, Some(GpuJobPhase::Running), "{status:#?}");
 }
 
+/// `pod` ended in `phase`, as its kubelet writes it.
+fn ended(mut pod: Pod, phase: &str) -> Pod {
+    pod.status = object(json!({"phase": phase}));
+    pod
+}
+
+/// Releases the one-pod Job `job` (applied suspended) and runs its pod for a few passes: the
+/// pod and the second the test goes on from.
+fn one_pod_running(state: &mut State, job: Job) -> (Pod, i64) {
+    apply_job(state, job);
+    let released = until_released(state, 10);
+    let running = state
+        .index()
+        .workload("team-a/train")
+        .cloned()
+        .unwrap_or_else(|| unreachable!());
+    let pod = made_from(&running, released + 1);
+    state.apply(pod.clone());
+    for t in released + 1..released + 5 {
+        let pass = plan(state, at(t));
+        land_all(state, &pass.actions, t);
+    }
+    let status = entry_status(state);
+    assert!(status.admission.is_some(), "{status:#?}");
+    (pod, released + 5)
+}
+
+#[test]
+fn a_job_of_one_completion_succeeds_with_its_pod_and_is_then_left_to_its_controller() {
+    let mut state = cluster(8, Vec::new());
+    let (pod, from) = one_pod_running(&mut state, one_pod_job(true, &json!({})));
+
+    // Its pod succeeded; the Job controller has not yet marked the Job complete. The Job's
+    // success is decided: the entry finishes now and its quota goes back.
+    state.apply(ended(pod, "Succeeded"));
+    let done = plan(&mut state, at(from + 1));
+    assert_eq!(kinds(&done.actions), ["job_status"], "{:#?}", done.actions);
+    land_all(&mut state, &done.actions, from + 1);
+    let status = entry_status(&state);
+    assert_eq!(status.phase, Some(GpuJobPhase::Succeeded), "{status:#?}");
+    assert!(status.admission.is_none());
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Finished" && c.message == "the Job's one pod succeeded"),
+        "{status:#?}"
+    );
+
+    // The Job is left to its controller: never suspended, its entry not written again, before
+    // or after the Job says it completed.
+    for t in from + 2..from + 30 {
+        let pass = plan(&mut state, at(t));
+        assert!(
+            kinds(&pass.actions).is_empty(),
+            "at {t}: {:#?}",
+            pass.actions
+        );
+        land_all(&mut state, &pass.actions, t);
+    }
+    apply_job(
+        &mut state,
+        one_pod_job(
+            false,
+            &json!({"conditions": [{"type": "Complete", "status": "True"}]}),
+        ),
+    );
+    let after = plan(&mut state, at(from + 30));
+    assert!(kinds(&after.actions).is_empty(), "{:#?}", after.actions);
+    assert_eq!(entry_status(&state).phase, Some(GpuJobPhase::Succeeded));
+}
+
+#[test]
+fn a_job_with_an_active_deadline_or_more_completions_ends_when_the_job_says_so() {
+    let with_deadline = {
+        let mut job = one_pod_job(true, &json!({}));
+        if let Some(spec) = job.spec.as_mut() {
+            spec.active_deadline_seconds = Some(3600);
+        }
+        job
+    };
+    // Two completions one pod at a time: its first pod's success is not the Job's.
+    let two_completions = {
+        let mut job = one_pod_job(true, &json!({}));
+        if let Some(spec) = job.spec.as_mut() {
+            spec.completions = Some(2);
+        }
+        job
+    };
+    for (name, job) in [
+        ("deadline", with_deadline),
+        ("two completions", two_completions),
+    ] {
+        let mut state = cluster(8, Vec::new());
+        let (pod, from) = one_pod_running(&mut state, job.clone());
+        state.apply(ended(pod, "Succeeded"));
+        for t in from + 1..from + 10 {
+            let pass = plan(&mut state, at(t));
+            land_all(&mut state, &pass.actions, t);
+        }
+        let status = entry_status(&state);
+        assert!(status.admission.is_some(), "{name}: {status:#?}");
+        assert!(!status.phase.is_some_and(GpuJobPhase::has_ended), "{name}");
+
+        let mut complete = job;
+        if let Some(spec) = complete.spec.as_mut() {
+            spec.suspend = Some(false);
+        }
+        complete.status = object(json!({"conditions": [{"type": "Complete", "status": "True"}]}));
+        apply_job(&mut state, complete);
+        let done = plan(&mut state, at(from + 10));
+        land_all(&mut state, &done.actions, from + 10);
+        let status = entry_status(&state);
+        assert_eq!(status.phase, Some(GpuJobPhase::Succeeded), "{name}");
+        assert!(
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Finished" && c.message == "the Job completed"),
+            "{name}: {status:#?}"
+        );
+    }
+}
+
 /// Plans passes from `from` on, landing each, until one releases the entry: that second.
 fn until_released(state: &mut State, from: i64) -> i64 {
     (from..from + 60)

@@ -61,6 +61,10 @@ pub struct BatchJobSpec {
     /// `spec.suspend`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
+    /// `spec.activeDeadlineSeconds`: past it the Job controller fails the Job, even one whose
+    /// pods have all succeeded but which it has not yet marked complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<i64>,
     /// `spec.template`.
     #[serde(default)]
     pub template: KeptTemplate,
@@ -239,6 +243,7 @@ impl BatchJob {
                 completions: spec.and_then(|s| s.completions),
                 completion_mode: spec.and_then(|s| s.completion_mode.clone()),
                 suspend: spec.and_then(|s| s.suspend),
+                active_deadline_seconds: spec.and_then(|s| s.active_deadline_seconds),
                 template: spec
                     .map_or_else(KeptTemplate::default, |s| KeptTemplate::of(&s.template)),
             },
@@ -260,6 +265,7 @@ impl BatchJob {
                 completions: self.spec.completions,
                 completion_mode: self.spec.completion_mode.clone(),
                 suspend: self.spec.suspend,
+                active_deadline_seconds: self.spec.active_deadline_seconds,
                 template: self.spec.template.template()?,
                 ..JobSpec::default()
             }),
@@ -343,7 +349,7 @@ mod tests {
             },
             "spec": {
                 "parallelism": 4, "completions": 8, "completionMode": "Indexed", "suspend": true,
-                "backoffLimit": 6,
+                "backoffLimit": 6, "activeDeadlineSeconds": 3600,
                 "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}},
                 "template": {
                     "metadata": {"labels": {"app": "train"}, "annotations": {"a": "b"}},
@@ -380,6 +386,7 @@ mod tests {
         assert_eq!(kept.spec.parallelism, Some(4));
         assert_eq!(kept.pods_at_once(), 4);
         assert_eq!(kept.spec.suspend, Some(true));
+        assert_eq!(kept.spec.active_deadline_seconds, Some(3600));
         assert_eq!(kept.status.active, Some(2));
         assert!(kept.status.start_time.is_some());
         let template = &kept.spec.template;
@@ -403,6 +410,7 @@ mod tests {
         assert_eq!(again_spec.parallelism, spec.parallelism);
         assert_eq!(again_spec.completions, spec.completions);
         assert_eq!(again_spec.completion_mode, spec.completion_mode);
+        assert_eq!(again_spec.active_deadline_seconds, Some(3600));
         // Built from a parsed Job, the record reads as the one read from the text.
         let built = BatchJob::of(&whole);
         assert_eq!(built.metadata.managed_fields, None);

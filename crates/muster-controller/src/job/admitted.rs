@@ -176,19 +176,21 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
         (Phase::Evicting, Some(evict(Eviction::Suspended)))
     } else {
         let action = match gang_health {
-            // An entry's Job says when it is done (its pods may come and go until then).
-            Health::Succeeded if is_entry => None,
-            Health::Succeeded => Some(Action::JobStatus {
-                job: key.to_owned(),
-                status: Box::new(status::finished(
-                    status,
-                    generation,
-                    true,
-                    "every pod succeeded",
-                    now,
-                )),
-                event: Some(Note::normal("Succeeded", "every pod succeeded")),
-            }),
+            // An entry's workload says when it is done (its pods may come and go until
+            // then), but for a Job that has succeeded once its pod has.
+            Health::Succeeded if is_entry && !entry::succeeds_with_its_pods(workload) => None,
+            Health::Succeeded => {
+                let message = if is_entry {
+                    "the Job's one pod succeeded"
+                } else {
+                    "every pod succeeded"
+                };
+                Some(Action::JobStatus {
+                    job: key.to_owned(),
+                    status: Box::new(status::finished(status, generation, true, message, now)),
+                    event: Some(Note::normal("Succeeded", message)),
+                })
+            }
             Health::TimedOut => Some(evict(Eviction::PodsReadyTimeout {
                 retry_at: requeue_at(now_s, status.requeue_count),
             })),

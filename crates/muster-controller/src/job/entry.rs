@@ -46,6 +46,13 @@ pub(super) fn release_missing(workload: Option<Run<'_>>, held: &Holding, attempt
             && crate::workload::release_missing(job, attempt))
 }
 
+/// Whether the success of every pod of the entry's gang is its workload's success, so the
+/// entry finishes with them rather than when its Job says so: a Job whose one pod's success
+/// is the Job's ([`crate::workload::succeeds_with_its_pod`]).
+pub(super) fn succeeds_with_its_pods(workload: Option<Run<'_>>) -> bool {
+    matches!(workload, Some(Run::Job(job)) if crate::workload::succeeds_with_its_pod(job))
+}
+
 /// The step of an entry whose workload has ended: its status says how.
 pub(super) fn finished(reading: &Reading<'_>) -> Option<Step> {
     let run = reading.workload?;

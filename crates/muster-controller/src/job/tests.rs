@@ -113,6 +113,19 @@ fn completed_job() -> Job {
     }))
 }
 
+/// The Job `team-a/train` behind an entry, `NonIndexed` of one completion, its pod running as
+/// its controller last wrote (no condition yet), with `deadline` as its
+/// `activeDeadlineSeconds`.
+fn one_completion_job(deadline: Option<i64>) -> Job {
+    object(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "train", "namespace": "team-a", "uid": "uid-job"},
+        "spec": {"completions": 1, "parallelism": 1, "activeDeadlineSeconds": deadline,
+                 "template": {"spec": {"containers": []}}},
+        "status": {"active": 1}
+    }))
+}
+
 /// One job's world: the index around it and the ledger.
 pub(crate) struct World {
     pub(crate) index: Index,
@@ -262,6 +275,17 @@ impl World {
             "apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "uid-job",
             "controller": true
         }))]);
+        self
+    }
+
+    /// The job is the queue entry of a one-pod Job: a gang of one, admitted onto n1 when
+    /// admitted.
+    fn entry_of_a_one_pod_job(mut self) -> World {
+        self = self.entry_of_a_job();
+        self.job.spec.pod_sets[0].count = 1;
+        if let Some(admission) = self.status().admission.as_mut() {
+            admission.pod_sets[0].nodes.truncate(1);
+        }
         self
     }
 
@@ -635,6 +659,24 @@ fn every_situation_gives_its_step() {
                 .entry_of_a_job()
                 .with_workload(completed_job()),
             "Finishing · JobStatus(Succeeded, Succeeded) · out",
+        ),
+        (
+            "a one-completion Job's entry whose pod succeeded: it succeeds before its Job says so",
+            World::new()
+                .admitted()
+                .pods(&[("Succeeded", false)])
+                .entry_of_a_one_pod_job()
+                .with_workload(one_completion_job(None)),
+            "Finishing · JobStatus(Succeeded, Succeeded) · holds",
+        ),
+        (
+            "the same with an active deadline, which its Job's controller may find passed: it waits for the Job",
+            World::new()
+                .admitted()
+                .pods(&[("Succeeded", false)])
+                .entry_of_a_one_pod_job()
+                .with_workload(one_completion_job(Some(600))),
+            "Finishing · holds",
         ),
         // Evicting.
         (

@@ -286,6 +286,13 @@ async fn a_job_of_one_completion_goes_to_its_node_as_made_and_never_grows_while_
         .await;
     assert!(done.admission.is_none(), "{done:?}");
     assert_eq!(job_pods(&env, "solo").await.len(), 1);
+    // Its pod's success was the Job's: the entry may finish before the Job controller marks
+    // the Job complete, and then leaves the Job to it, never suspending it.
+    let complete = eventually("the Job complete", 60, || async {
+        job(&env, "solo").await.filter(|j| condition(j, "Complete"))
+    })
+    .await;
+    assert!(!suspended(&complete), "{:?}", complete.spec);
     controller.stop().await;
 }
 

@@ -49,18 +49,14 @@ impl Job {
             .validate()
             .first()
             .map(|e| format!("{}: {}", e.path, e.message));
-        let priority = match (&spec.priority_class_name, spec.priority) {
-            (_, Some(p)) => p,
-            (Some(class), None) => priority_class(class).unwrap_or_else(|| {
-                invalid.get_or_insert_with(|| {
-                    format!(
-                        "spec.priorityClassName: no PriorityClass {class:?} exists; create it or name another"
-                    )
-                });
-                0
-            }),
-            (None, None) => 0,
-        };
+        let priority = spec.priority_with(priority_class).unwrap_or_else(|class| {
+            invalid.get_or_insert_with(|| {
+                format!(
+                    "spec.priorityClassName: no PriorityClass {class:?} exists; create it or name another"
+                )
+            });
+            0
+        });
         let mut pod_sets = Vec::with_capacity(spec.pod_sets.len());
         for set in &spec.pod_sets {
             match PodSetRequest::from_pod_set(set, None) {

@@ -425,6 +425,17 @@ impl GpuJobSpec {
     pub fn backoff_limit(&self) -> i32 {
         self.backoff_limit.unwrap_or(DEFAULT_BACKOFF_LIMIT)
     }
+
+    /// The priority the job queues at: `priority` when set, else the value of the
+    /// PriorityClass `priorityClassName` names (`class_value` resolves a class; `None`: no
+    /// such class), else 0. `Err` names a class that does not exist.
+    pub fn priority_with(&self, class_value: impl Fn(&str) -> Option<i32>) -> Result<i32, &str> {
+        match (&self.priority, &self.priority_class_name) {
+            (Some(priority), _) => Ok(*priority),
+            (None, Some(class)) => class_value(class).ok_or(class.as_str()),
+            (None, None) => Ok(0),
+        }
+    }
 }
 
 impl TpuSliceRequest {

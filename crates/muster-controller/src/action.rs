@@ -195,6 +195,19 @@ impl Action {
         )
     }
 
+    /// Whether the action starts or stops its job's work: a release, an eviction, a request
+    /// for capacity, or the status of a job that ended (whose quota the next pass may give
+    /// to another only once it has landed). A pass sends these first (see `writes`).
+    pub fn moves_work(&self) -> bool {
+        match self {
+            Action::Release { .. } | Action::Evict { .. } | Action::Provision { .. } => true,
+            Action::JobStatus { status, .. } => status
+                .phase
+                .is_some_and(muster_api::gpujob::GpuJobPhase::has_ended),
+            _ => false,
+        }
+    }
+
     /// The phase the job status this action writes shows, lower case, for metrics: `None`
     /// when it writes no job status.
     pub fn status_phase(&self) -> Option<&'static str> {

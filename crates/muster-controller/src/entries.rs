@@ -164,16 +164,12 @@ impl Making {
     }
 }
 
-/// The priority `entry` queues at: its own, else its PriorityClass's value (0 when there is
-/// none, as admission reads a class that does not exist as invalid anyway).
+/// The priority `entry` queues at ([`muster_api::GpuJobSpec::priority_with`]; 0 for a class
+/// that does not exist, as admission reads such an entry as invalid anyway).
 fn priority_of(index: &Index, entry: &GpuJob) -> i32 {
     entry
         .spec
-        .priority
-        .or_else(|| {
-            let class = entry.spec.priority_class_name.as_deref()?;
-            index.priority_classes.get(class).copied()
-        })
+        .priority_with(|class| index.priority_classes.get(class).copied())
         .unwrap_or(0)
 }
 

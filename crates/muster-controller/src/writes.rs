@@ -59,7 +59,8 @@ pub(crate) fn log_quota_change(action: &Action, term: u64) {
 /// [`JobRead`]); sent first, its answer gives the version to write onto.
 ///
 /// The writes of jobs whose work starts or stops in the pass (a release, an eviction, a
-/// request for capacity) go out first, each job's in the order the pass made them: each
+/// request for capacity, a finish: [`Action::moves_work`]) go out first, each job's in the
+/// order the pass made them: each
 /// unit waits for a permit, and a pass that also makes hundreds of queue entries or waiting
 /// statuses held its releases behind all of them, with their quota held and nothing running.
 pub(crate) fn in_order(
@@ -82,7 +83,7 @@ pub(crate) fn in_order(
     let moving: std::collections::BTreeSet<muster_api::ObjectRef> = units
         .iter()
         .flatten()
-        .filter(|(action, _)| moves_work(action))
+        .filter(|(action, _)| action.moves_work())
         .filter_map(|(action, _)| action.job().cloned())
         .collect();
     // Stable: each group keeps the pass's order.
@@ -92,15 +93,6 @@ pub(crate) fn in_order(
             .any(|(action, _)| action.job().is_some_and(|job| moving.contains(job)))
     });
     units
-}
-
-/// Whether `action` starts or stops a job's work: a release, an eviction, a request for
-/// capacity.
-fn moves_work(action: &Action) -> bool {
-    matches!(
-        action,
-        Action::Release { .. } | Action::Evict { .. } | Action::Provision { .. }
-    )
 }
 
 /// Carries `writes` out one after the other in a task of their own, holding `permit` until
@@ -351,8 +343,16 @@ mod tests {
     /// A pass's queue entries and waiting statuses go out behind the writes that start or
     /// stop work, and every write of a job whose work moves goes with them, in its order.
     #[test]
-    fn releases_and_evictions_go_out_ahead_of_the_rest_of_their_pass() {
+    fn releases_evictions_and_finishes_go_out_ahead_of_the_rest_of_their_pass() {
         use crate::action::Note;
+        let finished = |job: &str| Action::JobStatus {
+            job: ObjectRef::new("team-a", job),
+            status: Box::new(GpuJobStatus {
+                phase: Some(muster_api::GpuJobPhase::Succeeded),
+                ..GpuJobStatus::default()
+            }),
+            event: None,
+        };
         let key = |job: &str| ObjectRef::new("team-a", job);
         let entry = |job: &str| Action::CreateEntry {
             job: key(job),
@@ -377,6 +377,8 @@ mod tests {
             finalizer("r"),
             status("r"),
             evict("x"),
+            status("w2"),
+            finished("f"),
         ];
         let order: Vec<String> = in_order(actions.into_iter().map(|a| (a, None)).collect())
             .iter()
@@ -389,11 +391,13 @@ mod tests {
                 "delete_pods v",
                 "evict v",
                 "evict x",
+                "job_status f",
                 "create_entry e1",
                 "job_status w",
                 "create_entry e2",
                 "add_finalizer r",
                 "job_status r",
+                "job_status w2",
             ]
         );
     }

@@ -378,6 +378,14 @@ fn a_job_that_never_runs_two_pods_is_released_with_its_node_in_its_template_and_
     assert_eq!(status.phase, Some(GpuJobPhase::Running), "{status:#?}");
 }
 
+/// Whether `status`'s `Finished` condition gives `message` as how the run ended.
+fn finished_saying(status: &muster_api::GpuJobStatus, message: &str) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "Finished" && c.message == message)
+}
+
 /// `pod` ended in `phase`, as its kubelet writes it.
 fn ended(mut pod: Pod, phase: &str) -> Pod {
     pod.status = object(json!({"phase": phase}));
@@ -420,10 +428,7 @@ fn a_job_of_one_completion_succeeds_with_its_pod_and_is_then_left_to_its_control
     assert_eq!(status.phase, Some(GpuJobPhase::Succeeded), "{status:#?}");
     assert!(status.admission.is_none());
     assert!(
-        status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Finished" && c.message == "the Job's one pod succeeded"),
+        finished_saying(&status, "the Job's one pod succeeded"),
         "{status:#?}"
     );
 
@@ -493,10 +498,7 @@ fn a_job_with_an_active_deadline_or_more_completions_ends_when_the_job_says_so()
         let status = entry_status(&state);
         assert_eq!(status.phase, Some(GpuJobPhase::Succeeded), "{name}");
         assert!(
-            status
-                .conditions
-                .iter()
-                .any(|c| c.type_ == "Finished" && c.message == "the Job completed"),
+            finished_saying(&status, "the Job completed"),
             "{name}: {status:#?}"
         );
     }

@@ -1,12 +1,14 @@
 //! What a run leaves behind: once every job ended, no live pod, PodTemplate or
-//! ProvisioningRequest and no ClusterQueue usage; once every job is deleted, nothing of them.
+//! ProvisioningRequest and no ClusterQueue usage; once every job is deleted, nothing of them
+//! (nor of a batch Job: its queue entry and the Job itself).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodTemplate, Service};
 use kube::Client;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use muster_api::{Amount, ClusterQueue, GpuJob, ProvisioningRequest};
 
 use super::Found;
@@ -39,20 +41,30 @@ pub(super) async fn wait_clean(
     }
 }
 
-/// Deletes every GpuJob of the workload's namespaces, as their users would.
+/// Deletes every labelled Job and then every GpuJob of the workload's namespaces, as their
+/// users would (a Job in the background: the garbage collector deletes its pods and its
+/// queue entry).
 pub(super) async fn delete_jobs(client: &Client, workload: &Workload) {
     for queue in &workload.queues {
-        let api: Api<GpuJob> = Api::namespaced(client.clone(), &queue.name);
-        for _ in 0..10 {
-            if api
-                .delete_collection(&kube::api::DeleteParams::default(), &ListParams::default())
-                .await
-                .is_ok()
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+        delete_all(&Api::<Job>::namespaced(client.clone(), &queue.name)).await;
+        delete_all(&Api::<GpuJob>::namespaced(client.clone(), &queue.name)).await;
+    }
+}
+
+/// Deletes every object of `api`, trying for ten seconds.
+async fn delete_all<K>(api: &Api<K>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    for _ in 0..10 {
+        if api
+            .delete_collection(&DeleteParams::background(), &ListParams::default())
+            .await
+            .is_ok()
+        {
+            break;
         }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
@@ -94,6 +106,10 @@ async fn leftovers(client: &Client, workload: &Workload, stage: Stage) -> Vec<Fo
         found.extend(names(
             "GpuJob",
             list::<GpuJob>(client, namespace, |_| false).await,
+        ));
+        found.extend(names(
+            "Job",
+            list::<Job>(client, namespace, |_| false).await,
         ));
     }
     let queues: Api<ClusterQueue> = Api::all(client.clone());

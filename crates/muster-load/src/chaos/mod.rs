@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use k8s_openapi::api::batch::v1::Job;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use muster_api::GpuJob;
@@ -39,7 +40,7 @@ use self::faults::Chaos;
 use self::leftovers::{Stage, delete_jobs, wait_clean};
 use self::replicas::Replicas;
 use self::watches::{watch_jobs, watch_nodes, watch_pods};
-use self::workload::Workload;
+use self::workload::{JobKind, Workload};
 use muster_testkit::checker::{Checker, ViolationKind};
 use muster_testkit::kubelet::{FakeKubelet, KubeletOptions};
 use muster_testkit::nodes::create_nodes;
@@ -421,21 +422,37 @@ fn harness_failed(what: &str, how: &str) -> Found {
     )
 }
 
-/// Submits every job at its time, retrying through API server restarts.
+/// Submits every job at its time, as a GpuJob or a labelled Job, retrying through API server
+/// restarts.
 async fn submit(client: Client, workload: Workload, start: Instant) -> anyhow::Result<()> {
     for job in &workload.jobs {
         tokio::time::sleep_until((start + job.at).into()).await;
-        let object = job.object()?;
-        let api: Api<GpuJob> = Api::namespaced(client.clone(), &job.namespace);
-        loop {
-            match api.create(&PostParams::default(), &object).await {
-                Ok(_) => break,
-                Err(kube::Error::Api(e)) if e.code == 409 => break,
-                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        match job.kind {
+            JobKind::GpuJob => {
+                let api: Api<GpuJob> = Api::namespaced(client.clone(), &job.namespace);
+                create(&api, &job.object()?).await;
+            }
+            JobKind::BatchJob => {
+                let api: Api<Job> = Api::namespaced(client.clone(), &job.namespace);
+                create(&api, &job.batch_job()?).await;
             }
         }
     }
     Ok(())
+}
+
+/// Creates `object`, again until the API server takes it (or has it already).
+async fn create<K>(api: &Api<K>, object: &K)
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    loop {
+        match api.create(&PostParams::default(), object).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(e)) if e.code == 409 => break,
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -2,15 +2,21 @@
 //! ClusterQueues that lend and borrow in a two-level cohort tree (with preemption; two of them
 //! in a department whose borrowing limit caps what they take together), one ClusterQueue that
 //! buys its capacity through ProvisioningRequests, and jobs of 1 to 16 pods in one block at
-//! three priorities, some built to fail.
+//! three priorities, some built to fail. About a third of the jobs are labelled `batch/v1`
+//! Jobs (queued through the GpuJob Muster makes beside each, run by the Job controller), the
+//! rest GpuJobs.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Client;
 use kube::api::Api;
+use muster_api::wire::{QUEUE_NAME_LABEL, TOPOLOGY_REQUIRED_ANNOTATION};
+use muster_api::workload::entry_name;
 use muster_api::{ClusterQueue, Cohort, GpuJob, LocalQueue, ObjectRef, ResourceFlavor};
 use muster_sim::trace::Rng;
 use serde_json::{Value, json};
@@ -39,6 +45,24 @@ pub const NODE_GPUS: u32 = 8;
 pub const BLOCK_NODES: u32 = 8;
 /// The field manager of the run's own writes.
 const MANAGER: &str = "muster-chaos";
+/// The share of jobs submitted as labelled `batch/v1` Jobs.
+const BATCH_SHARE: f64 = 0.35;
+/// Mixed into the seed for the draw of which jobs are batch Jobs, so that every other draw
+/// of a seed (sizes, priorities, runtimes, failures) is what it was before batch Jobs joined.
+const BATCH_DRAW: u64 = 0xBA7C_4B0B_5EED_0001;
+/// The priorities jobs are drawn at; a batch Job's is its template's PriorityClass,
+/// `chaos-<priority>`.
+const PRIORITIES: [i32; 3] = [0, 100, 1000];
+
+/// What a job is submitted as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobKind {
+    /// A GpuJob.
+    GpuJob,
+    /// A `batch/v1` Job labelled with its queue, created suspended; Muster queues it through
+    /// its entry, the GpuJob `job-<name>`.
+    BatchJob,
+}
 
 /// One job to submit.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,25 +83,44 @@ pub struct JobDef {
     pub run: Duration,
     /// Every pod exits 1: the job must end Failed.
     pub fails: bool,
+    /// What it is submitted as.
+    pub kind: JobKind,
 }
 
 impl JobDef {
-    /// `namespace/name`.
+    /// `namespace/name` of the GpuJob the checker judges: the job itself, or a batch Job's
+    /// queue entry.
     pub fn key(&self) -> String {
-        ObjectRef::new(&self.namespace, &self.name).into_string()
+        let name = match self.kind {
+            JobKind::GpuJob => self.name.clone(),
+            JobKind::BatchJob => entry_name(&self.name),
+        };
+        ObjectRef::new(&self.namespace, &name).into_string()
     }
 
-    /// The GpuJob.
-    pub fn object(&self) -> anyhow::Result<GpuJob> {
+    /// The pod annotations the fake kubelet runs a pod by: how long, and how it exits.
+    fn pod_annotations(&self) -> Value {
         let mut annotations = json!({RUN_ANNOTATION: self.run.as_millis().to_string()});
         if self.fails {
             annotations[EXIT_CODE_ANNOTATION] = json!("1");
         }
+        annotations
+    }
+
+    /// How many pod failures the job takes before it fails: one for a job built to fail (its
+    /// second failure ends it), else enough that the run's node deaths never end it.
+    fn backoff_limit(&self) -> i32 {
+        if self.fails { 1 } else { 20 }
+    }
+
+    /// The GpuJob (a [`JobKind::GpuJob`]).
+    pub fn object(&self) -> anyhow::Result<GpuJob> {
+        let annotations = self.pod_annotations();
         serde_json::from_value(json!({
             "apiVersion": "muster.dev/v1alpha1", "kind": "GpuJob",
             "metadata": {"name": self.name, "namespace": self.namespace},
             "spec": {"queueName": self.namespace, "priority": self.priority,
-                "backoffLimit": if self.fails { 1 } else { 20 },
+                "backoffLimit": self.backoff_limit(),
                 "podSets": [{"name": "workers", "count": self.pods,
                     "topology": {"required": BLOCK_LABEL},
                     "template": {"metadata": {"annotations": annotations},
@@ -86,6 +129,38 @@ impl JobDef {
                             "resources": {"limits": {"nvidia.com/gpu": self.gpus.to_string()}}}]}}}]}}))
         .with_context(|| format!("building job {}", self.key()))
     }
+
+    /// The labelled Job (a [`JobKind::BatchJob`]): created suspended, as a team creates one
+    /// for Muster; one pod per completion, all at once (Indexed when more than one, so that
+    /// pod `i` goes to the admission's `i`-th node), in one block, at the priority of its
+    /// template's PriorityClass.
+    pub fn batch_job(&self) -> anyhow::Result<Job> {
+        let mut annotations = self.pod_annotations();
+        annotations[TOPOLOGY_REQUIRED_ANNOTATION] = json!(BLOCK_LABEL);
+        let mode = if self.pods > 1 {
+            "Indexed"
+        } else {
+            "NonIndexed"
+        };
+        serde_json::from_value(json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": self.name, "namespace": self.namespace,
+                         "labels": {QUEUE_NAME_LABEL: self.namespace}},
+            "spec": {"suspend": true, "parallelism": self.pods, "completions": self.pods,
+                "completionMode": mode, "backoffLimit": self.backoff_limit(),
+                "template": {"metadata": {"annotations": annotations},
+                    "spec": {"restartPolicy": "Never",
+                        "priorityClassName": priority_class(self.priority),
+                        "containers": [{
+                            "name": "main", "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"limits": {"nvidia.com/gpu": self.gpus.to_string()}}}]}}}}))
+        .with_context(|| format!("building Job {}/{}", self.namespace, self.name))
+    }
+}
+
+/// The PriorityClass of a batch Job of `priority`.
+fn priority_class(priority: i32) -> String {
+    format!("chaos-{priority}")
 }
 
 /// A ClusterQueue of the run.
@@ -131,6 +206,7 @@ impl Workload {
     /// `jobs` jobs arriving over `span` (Poisson), on `blocks` blocks, from `seed`.
     pub fn generate(seed: u64, jobs: usize, span: Duration, blocks: u32) -> Workload {
         let mut rng = Rng::new(seed);
+        let mut kinds = Rng::new(seed ^ BATCH_DRAW);
         let share = blocks * BLOCK_NODES * NODE_GPUS / 3;
         // team-0 and team-1 in the department, team-2 beside it at the root: the department
         // takes at most half a share of team-2's quota, though each team alone may borrow that.
@@ -175,12 +251,17 @@ impl Workload {
                 };
                 let (pods, gpus) = gang(&mut rng);
                 let priority = match rng.unit() {
-                    p if p <= 0.6 => 0,
-                    p if p <= 0.9 => 100,
-                    _ => 1000,
+                    p if p <= 0.6 => PRIORITIES[0],
+                    p if p <= 0.9 => PRIORITIES[1],
+                    _ => PRIORITIES[2],
                 };
                 let run = Duration::from_millis(2_000 + rng.next_u64() % 13_000);
                 let fails = rng.unit() <= 0.03;
+                let kind = if kinds.unit() <= BATCH_SHARE {
+                    JobKind::BatchJob
+                } else {
+                    JobKind::GpuJob
+                };
                 JobDef {
                     namespace,
                     name: format!("j-{index:05}"),
@@ -190,6 +271,7 @@ impl Workload {
                     priority,
                     run,
                     fails,
+                    kind,
                 }
             })
             .collect();
@@ -260,8 +342,21 @@ impl Workload {
             .collect()
     }
 
-    /// The namespaces, flavors, Cohorts, ClusterQueues and LocalQueues.
+    /// The PriorityClasses of batch Jobs, the namespaces, flavors, Cohorts, ClusterQueues
+    /// and LocalQueues.
     pub async fn apply_queues(&self, client: &Client) -> anyhow::Result<()> {
+        for priority in PRIORITIES {
+            let name = priority_class(priority);
+            // Never preempting: which pods go is Muster's to decide, not kube-scheduler's.
+            apply(
+                &Api::<PriorityClass>::all(client.clone()),
+                &name,
+                json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                       "metadata": {"name": name}, "value": priority,
+                       "preemptionPolicy": "Never"}),
+            )
+            .await?;
+        }
         for cohort in &self.cohorts {
             apply(
                 &Api::<Cohort>::all(client.clone()),
@@ -388,8 +483,9 @@ where
 mod tests {
     use std::time::Duration;
 
-    use super::Workload;
-    use muster_api::Validate as _;
+    use super::{BLOCK_LABEL, JobKind, Workload};
+    use muster_api::workload::entry_name;
+    use muster_api::{ObjectRef, Validate as _};
 
     #[test]
     fn a_seed_gives_one_workload_of_valid_jobs_that_fit_a_block() {
@@ -398,14 +494,77 @@ mod tests {
         assert_ne!(a, Workload::generate(8, 300, Duration::from_secs(60), 6));
         assert!(a.jobs.iter().any(|j| j.fails));
         assert!(a.jobs.iter().any(|j| j.namespace == "burst"));
+        let batch = a
+            .jobs
+            .iter()
+            .filter(|j| j.kind == JobKind::BatchJob)
+            .count();
+        assert!((70..=140).contains(&batch), "{batch} of 300 batch Jobs");
         for job in &a.jobs {
             assert!(job.pods * job.gpus <= 64, "{job:?}");
-            let object = job.object();
-            assert!(object.is_ok(), "{job:?}");
+            let object = match job.kind {
+                JobKind::GpuJob => job.object(),
+                // Read as Muster reads a labelled Job: its queue entry, which must be valid,
+                // in one block, of the job's size, priority and name.
+                JobKind::BatchJob => job.batch_job().and_then(|j| {
+                    assert_eq!(j.spec.as_ref().and_then(|s| s.suspend), Some(true));
+                    muster_api::workload::job_as_gpujob(&j)
+                        .map_err(|e| anyhow::anyhow!("{e:?}"))
+                        .map(|mut entry| {
+                            entry.metadata.name = Some(entry_name(&job.name));
+                            entry
+                        })
+                }),
+            };
+            assert!(object.is_ok(), "{job:?}: {object:?}");
             if let Ok(object) = object {
                 assert_eq!(object.validate(), [], "{job:?}");
+                assert_eq!(
+                    ObjectRef::new(
+                        &job.namespace,
+                        object.metadata.name.as_deref().unwrap_or_default()
+                    )
+                    .into_string(),
+                    job.key()
+                );
+                let set = &object.spec.pod_sets[0];
+                assert_eq!(
+                    (set.count, object.spec.pod_sets.len()),
+                    (i32::try_from(job.pods).unwrap_or(0), 1)
+                );
+                assert_eq!(
+                    set.topology.as_ref().and_then(|t| t.required.as_deref()),
+                    Some(BLOCK_LABEL),
+                    "{job:?}"
+                );
+                if job.kind == JobKind::GpuJob {
+                    assert_eq!(object.spec.priority, Some(job.priority));
+                } else {
+                    assert_eq!(
+                        object.spec.priority_class_name.as_deref(),
+                        Some(format!("chaos-{}", job.priority).as_str())
+                    );
+                }
             }
         }
+        // The batch draw leaves every other draw of the seed as it was.
+        let mut plain = a.clone();
+        for job in &mut plain.jobs {
+            job.kind = JobKind::GpuJob;
+        }
+        let again = Workload::generate(7, 300, Duration::from_secs(60), 6);
+        assert_eq!(
+            again
+                .jobs
+                .iter()
+                .map(|j| (&j.name, j.at, j.pods, j.gpus, j.priority, j.run, j.fails))
+                .collect::<Vec<_>>(),
+            plain
+                .jobs
+                .iter()
+                .map(|j| (&j.name, j.at, j.pods, j.gpus, j.priority, j.run, j.fails))
+                .collect::<Vec<_>>()
+        );
         let limits = a.limits();
         assert_eq!(limits.cohorts.get("research"), Some(&384));
         assert_eq!(limits.cohorts.get("research-vision"), Some(&(256 + 64)));

@@ -278,7 +278,8 @@ fn keep_one(index: &Index, key: &WorkloadRef, run: Run<'_>, actions: &mut Vec<Ac
 
 /// The writes that hold the workload of `entry` while the entry holds no admission:
 /// suspended, what a release wrote put back once its controller has taken in the suspension,
-/// and its owner's edits read again (see [`keep`]). `settling`: the workload may still have
+/// and its owner's edits read again (see [`keep`]); while it holds quota for capacity being
+/// bought, only suspended. `settling`: the workload may still have
 /// pods of its last run (see [`crate::workload::settling`]); `index` gives the whole entry
 /// back for a write of its spec.
 fn waiting(
@@ -297,10 +298,13 @@ fn waiting(
         event,
     };
     let mut out = Vec::new();
-    let holds = entry
-        .status
-        .as_ref()
-        .is_some_and(|s| s.admission.is_some() || s.provisioning_request.is_some());
+    let status = entry.status.as_ref();
+    let holds = status.is_some_and(|s| s.admission.is_some() || s.provisioning_request.is_some());
+    // Placed: its admission names the nodes its pods go to, which a release records.
+    // Quota reserved while capacity is bought names none.
+    let placed = status
+        .and_then(|s| s.admission.as_ref())
+        .is_some_and(|a| a.pod_sets.iter().any(|p| !p.nodes.is_empty()));
     let ended = run.finished().is_some();
     // An entry that succeeded before its Job says so (its one pod succeeded: see
     // `crate::workload::succeeds_with_its_pod`) leaves the Job to its controller, which
@@ -309,8 +313,19 @@ fn waiting(
         .status
         .as_ref()
         .is_some_and(|s| s.phase == Some(GpuJobPhase::Succeeded));
-    if holds || ended || succeeded {
+    if ended || succeeded || placed {
         return Vec::new();
+    }
+    if holds {
+        // Capacity is being bought for it: its workload stays held until a release places
+        // it. One found running carries a release the entry never recorded (its writer cut
+        // off between the workload's patch and the entry's status): held again, its pods
+        // go, and once the workload has settled the bought capacity's release comes again.
+        // Left running, it would never settle, and the release would wait on it for ever.
+        if !run.is_suspended() {
+            out.push(patch(WorkloadPatch::suspend(), None));
+        }
+        return out;
     }
     if !run.is_suspended() {
         // Arrived running, or released by a write the entry's status never showed: held

@@ -914,3 +914,90 @@ fn a_labelled_job_buys_its_block_and_its_template_consumes_the_request() {
     );
     assert_eq!(workload.patch.body()["spec"]["suspend"], json!(false));
 }
+
+#[test]
+fn a_labelled_job_released_onto_bought_capacity_without_its_entry_s_status_is_held_and_released_again()
+ {
+    let mut index = buying(Vec::new());
+    let job = |suspend: bool, template_labels: serde_json::Value, status: serde_json::Value| {
+        object::<k8s_openapi::api::batch::v1::Job>(json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "train", "namespace": "team-a", "uid": "uid-train",
+                         "resourceVersion": "1", "labels": {"muster.dev/queue-name": "research"}},
+            "spec": {
+                "suspend": suspend, "parallelism": 4, "completions": 4,
+                "completionMode": "Indexed",
+                "template": {
+                    "metadata": {"labels": template_labels,
+                                 "annotations": {"muster.dev/topology-required": "example.com/block"}},
+                    "spec": {"restartPolicy": "Never", "containers": [{
+                        "name": "main", "image": "trainer:1",
+                        "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}},
+            "status": status,
+        }))
+    };
+    index.apply(job(true, json!({}), json!({})));
+    for t in 10..20 {
+        let pass = plan(&mut index, at(t));
+        land_all(&mut index, &pass.actions, t);
+    }
+    assert_eq!(
+        status_of(&index, "team-a/job-train").phase,
+        Some(GpuJobPhase::Provisioning)
+    );
+    autoscaler_says(&mut index, "job-train-1", &[("Provisioned", "True")]);
+    capacity_arrives(&mut index);
+    let pass = plan(&mut index, at(40));
+    assert!(kinds(&pass.actions, "team-a/job-train").contains(&"release"));
+    // The Job's patch landed, then the controller stopped before the entry's status was
+    // written: the next leader finds the Job running, its entry still buying capacity.
+    let mut restarted = buying(Vec::new());
+    restarted.apply(
+        index
+            .index()
+            .job("team-a/job-train")
+            .cloned()
+            .unwrap_or_default(),
+    );
+    for n in ["n5", "n6", "n7", "n8"] {
+        let mut node = support::node(n, "b3");
+        if let Some(labels) = node.metadata.labels.as_mut() {
+            labels.insert("cloud.google.com/gke-nodepool".into(), "dws-pool-1".into());
+        }
+        restarted.apply(node);
+    }
+    restarted.apply(
+        index
+            .index()
+            .provisioning_request("team-a/job-train-1")
+            .cloned()
+            .unwrap_or_default(),
+    );
+    let released = json!({"muster.dev/job-name": "job-train", "muster.dev/attempt": "0"});
+    restarted.apply(job(
+        false,
+        released.clone(),
+        json!({"active": 4, "startTime": "2026-01-01T00:00:41Z"}),
+    ));
+    // It is held again (left running, it would never settle and the release would wait
+    // on it for ever).
+    let pass = plan(&mut restarted, at(50));
+    let held = pass.actions.iter().find_map(|a| match a {
+        Action::PatchWorkload { patch, .. } => Some(patch.body()["spec"]["suspend"].clone()),
+        _ => None,
+    });
+    assert_eq!(held, Some(json!(true)), "{:#?}", pass.actions);
+    land_all(&mut restarted, &pass.actions, 50);
+    // Once its controller took in the suspension, the bought capacity's release comes again.
+    restarted.apply(job(
+        true,
+        released,
+        json!({"conditions": [{"type": "Suspended", "status": "True"}]}),
+    ));
+    let again = (51..120).any(|t| {
+        let pass = plan(&mut restarted, at(t));
+        land_all(&mut restarted, &pass.actions, t);
+        kinds(&pass.actions, "team-a/job-train").contains(&"release")
+    });
+    assert!(again, "never released again");
+}

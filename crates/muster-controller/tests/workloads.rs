@@ -862,3 +862,91 @@ fn a_hold_that_failed_is_written_again_and_a_quiet_job_is_left_alone() {
         land_all(&mut state, &pass.actions, t);
     }
 }
+
+/// `pod` after its run: let go (no gate) and in `phase`.
+fn ran(mut pod: Pod, phase: &str) -> Pod {
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.scheduling_gates = None;
+    }
+    pod.status = object(json!({"phase": phase}));
+    pod
+}
+
+#[test]
+fn a_job_restarted_after_some_of_its_pods_succeeded_is_queued_and_released_for_the_rest() {
+    let mut state = cluster(16, Vec::new());
+    apply_job(&mut state, labelled_job(2, true, &json!({})));
+    for t in 10..13 {
+        let pass = plan(&mut state, at(t));
+        land_all(&mut state, &pass.actions, t);
+    }
+    apply_job(&mut state, labelled_job(2, false, &json!({"active": 2})));
+    state.apply(job_pod(0, 0));
+    state.apply(job_pod(1, 0));
+    let pinned = plan(&mut state, at(13));
+    land_all(&mut state, &pinned.actions, 13);
+    // Index 0 succeeds, index 1 fails: the gang restarts.
+    state.apply(ran(job_pod(0, 0), "Succeeded"));
+    state.apply(ran(job_pod(1, 0), "Failed"));
+    let evicted = plan(&mut state, at(14));
+    assert!(kinds(&evicted.actions).contains(&"evict"));
+    land_all(&mut state, &evicted.actions, 14);
+    // Its controller took in the suspension and keeps index 0 completed: the next run makes
+    // index 1 alone.
+    apply_job(
+        &mut state,
+        labelled_job(
+            2,
+            true,
+            &json!({"succeeded": 1, "failed": 1, "completedIndexes": "0",
+                    "conditions": [{"type": "Suspended", "status": "True"}]}),
+        ),
+    );
+    state.delete(&job_pod(1, 0));
+    let mut released = None;
+    for t in 15..400 {
+        let pass = plan(&mut state, at(t));
+        if let Some(Action::Release { status, .. }) =
+            pass.actions.iter().find(|a| a.kind() == "release")
+        {
+            released = Some((t, status.admission.clone().unwrap_or_default()));
+        }
+        land_all(&mut state, &pass.actions, t);
+        if released.is_some() {
+            break;
+        }
+    }
+    let Some((t, admission)) = released else {
+        unreachable!("never released again")
+    };
+    // The entry asks for the one pod left, and the admission places one.
+    let entry = state.index().job("team-a/job-train").cloned();
+    assert_eq!(
+        entry.map(|e| e.spec.pod_sets[0].count),
+        Some(1),
+        "the entry counts the completions left"
+    );
+    let nodes = admission.pod_sets[0].nodes.clone();
+    assert_eq!(nodes.len(), 1, "{admission:?}");
+    // The pod of index 1 is the whole gang: let go on the admission's node.
+    apply_job(
+        &mut state,
+        labelled_job(
+            2,
+            false,
+            &json!({"active": 1, "succeeded": 1, "completedIndexes": "0"}),
+        ),
+    );
+    state.apply(job_pod(1, 1));
+    let whole = plan(&mut state, at(t + 1));
+    let Some(Action::PinPods { pins, .. }) = whole.actions.iter().find(|a| a.kind() == "pin_pods")
+    else {
+        unreachable!("{:#?}", whole.actions)
+    };
+    assert_eq!(pins.len(), 1);
+    assert_eq!(pins[0].0.name(), "train-1-x1");
+    assert_eq!(
+        pins[0].1["spec"]["nodeSelector"]["kubernetes.io/hostname"],
+        json!(nodes[0])
+    );
+}

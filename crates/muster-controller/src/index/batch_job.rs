@@ -84,6 +84,9 @@ pub struct BatchJobStatus {
     /// `status.conditions`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<JobCondition>>,
+    /// `status.succeeded`: its pods that succeeded, over every run of the Job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded: Option<i32>,
 }
 
 /// A Job's pod template as the index keeps it, until the Job has finished: what a release
@@ -251,6 +254,7 @@ impl BatchJob {
                 active: status.and_then(|s| s.active),
                 start_time: status.and_then(|s| s.start_time.clone()),
                 conditions: status.and_then(|s| s.conditions.clone()),
+                succeeded: status.and_then(|s| s.succeeded),
             },
         }
     }
@@ -278,9 +282,25 @@ impl BatchJob {
         muster_api::workload::finished_by(self.status.conditions.as_deref()?)
     }
 
-    /// How many pods it runs at once (see [`muster_api::workload::pods_at_once`]).
+    /// How many pods its next run makes at once: as many as its parallelism allows of the
+    /// completions it still lacks (see [`muster_api::workload::pods_at_once`]). The Job
+    /// controller never makes a pod again for a completion that succeeded — an `Indexed` Job
+    /// keeps its completed indexes through a suspension — so a Job restarted after some of
+    /// its pods succeeded runs the rest only, and a gang counted from its spec alone would
+    /// wait for pods that are never made, time out and restart for ever. While some
+    /// completions are left, they count; once none is (the Job is about to complete), its
+    /// spec does, so a queue entry never asks for no pods.
     pub fn pods_at_once(&self) -> i32 {
-        muster_api::workload::pods_at_once(self.spec.parallelism, self.spec.completions)
+        let left = self
+            .spec
+            .completions
+            .map(|completions| match self.status.succeeded {
+                Some(succeeded) if succeeded > 0 && succeeded < completions => {
+                    completions - succeeded
+                }
+                _ => completions,
+            });
+        muster_api::workload::pods_at_once(self.spec.parallelism, left)
     }
 
     /// The Job as kept once it has finished, without its template: it never runs again, so

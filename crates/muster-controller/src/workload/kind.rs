@@ -166,7 +166,15 @@ impl<'a> Run<'a> {
             Run::Job(job) => made_entry(
                 job.job()
                     .map_err(|e| vec![e])
-                    .and_then(|job| muster_api::workload::job_as_gpujob(&job)),
+                    .and_then(|read| muster_api::workload::job_as_gpujob(&read))
+                    .map(|mut entry| {
+                        // The pods its next run makes: a restarted Job runs only the
+                        // completions it still lacks (`BatchJob::pods_at_once`).
+                        if let Some(set) = entry.spec.pod_sets.first_mut() {
+                            set.count = job.pods_at_once();
+                        }
+                        entry
+                    }),
                 &job.metadata,
                 job.controller_owner_ref(&()),
                 WorkloadKind::Job,

@@ -681,13 +681,7 @@ fn a_release_onto_bought_capacity_cut_off_after_every_pod_exists_is_finished_as_
     let mut restarted = buying(vec![
         index.index().job("team-a/big").cloned().unwrap_or_default(),
     ]);
-    for n in ["n5", "n6", "n7", "n8"] {
-        let mut node = support::node(n, "b3");
-        if let Some(labels) = node.metadata.labels.as_mut() {
-            labels.insert("cloud.google.com/gke-nodepool".into(), "dws-pool-1".into());
-        }
-        restarted.apply(node);
-    }
+    capacity_arrives(&mut restarted);
     restarted.apply(
         index
             .index()
@@ -959,13 +953,7 @@ fn a_labelled_job_released_onto_bought_capacity_without_its_entry_s_status_is_he
             .cloned()
             .unwrap_or_default(),
     );
-    for n in ["n5", "n6", "n7", "n8"] {
-        let mut node = support::node(n, "b3");
-        if let Some(labels) = node.metadata.labels.as_mut() {
-            labels.insert("cloud.google.com/gke-nodepool".into(), "dws-pool-1".into());
-        }
-        restarted.apply(node);
-    }
+    capacity_arrives(&mut restarted);
     restarted.apply(
         index
             .index()

@@ -572,25 +572,10 @@ fn a_gated_job_seen_unreleased_beside_its_admission_is_not_taken_for_a_lost_rele
 
 #[test]
 fn an_evicted_entry_suspends_its_job_instead_of_deleting_pods() {
-    let mut state = cluster(16, Vec::new());
-    apply_job(&mut state, labelled_job(2, true, &json!({})));
-    for t in 10..13 {
-        let pass = plan(&mut state, at(t));
-        land_all(&mut state, &pass.actions, t);
-    }
-    assert!(entry_status(&state).admission.is_some());
     // Its pods exist and are let go; then one fails: the gang restarts.
-    apply_job(&mut state, labelled_job(2, false, &json!({"active": 2})));
-    state.apply(job_pod(0, 0));
-    state.apply(job_pod(1, 0));
-    let pinned = plan(&mut state, at(13));
-    land_all(&mut state, &pinned.actions, 13);
-    let mut failed = job_pod(1, 0);
-    if let Some(spec) = failed.spec.as_mut() {
-        spec.scheduling_gates = None;
-    }
-    failed.status = object(json!({"phase": "Failed"}));
-    state.apply(failed);
+    let mut state = pinned_gang_of_two();
+    assert!(entry_status(&state).admission.is_some());
+    state.apply(ran(job_pod(1, 0), "Failed"));
     let pass = plan(&mut state, at(14));
     let Some(Action::Evict { pods, workload, .. }) =
         pass.actions.iter().find(|a| a.kind() == "evict")
@@ -606,23 +591,8 @@ fn an_evicted_entry_suspends_its_job_instead_of_deleting_pods() {
 
 #[test]
 fn an_evicted_entry_waits_for_its_job_controller_to_reset_the_start_time_before_release() {
-    let mut state = cluster(16, Vec::new());
-    apply_job(&mut state, labelled_job(2, true, &json!({})));
-    for t in 10..13 {
-        let pass = plan(&mut state, at(t));
-        land_all(&mut state, &pass.actions, t);
-    }
-    apply_job(&mut state, labelled_job(2, false, &json!({"active": 2})));
-    state.apply(job_pod(0, 0));
-    state.apply(job_pod(1, 0));
-    let pinned = plan(&mut state, at(13));
-    land_all(&mut state, &pinned.actions, 13);
-    let mut failed = job_pod(1, 0);
-    if let Some(spec) = failed.spec.as_mut() {
-        spec.scheduling_gates = None;
-    }
-    failed.status = object(json!({"phase": "Failed"}));
-    state.apply(failed);
+    let mut state = pinned_gang_of_two();
+    state.apply(ran(job_pod(1, 0), "Failed"));
     let evicted = plan(&mut state, at(14));
     land_all(&mut state, &evicted.actions, 14);
     assert!(kinds(&evicted.actions).contains(&"evict"));
@@ -863,17 +833,8 @@ fn a_hold_that_failed_is_written_again_and_a_quiet_job_is_left_alone() {
     }
 }
 
-/// `pod` after its run: let go (no gate) and in `phase`.
-fn ran(mut pod: Pod, phase: &str) -> Pod {
-    if let Some(spec) = pod.spec.as_mut() {
-        spec.scheduling_gates = None;
-    }
-    pod.status = object(json!({"phase": phase}));
-    pod
-}
-
-#[test]
-fn a_job_restarted_after_some_of_its_pods_succeeded_is_queued_and_released_for_the_rest() {
+/// A 2-pod Job admitted, released, both its pods made and let go (second 13).
+fn pinned_gang_of_two() -> State {
     let mut state = cluster(16, Vec::new());
     apply_job(&mut state, labelled_job(2, true, &json!({})));
     for t in 10..13 {
@@ -885,6 +846,21 @@ fn a_job_restarted_after_some_of_its_pods_succeeded_is_queued_and_released_for_t
     state.apply(job_pod(1, 0));
     let pinned = plan(&mut state, at(13));
     land_all(&mut state, &pinned.actions, 13);
+    state
+}
+
+/// `pod` after its run: let go (no gate) and in `phase`.
+fn ran(mut pod: Pod, phase: &str) -> Pod {
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.scheduling_gates = None;
+    }
+    pod.status = object(json!({"phase": phase}));
+    pod
+}
+
+#[test]
+fn a_job_restarted_after_some_of_its_pods_succeeded_is_queued_and_released_for_the_rest() {
+    let mut state = pinned_gang_of_two();
     // Index 0 succeeds, index 1 fails: the gang restarts.
     state.apply(ran(job_pod(0, 0), "Succeeded"));
     state.apply(ran(job_pod(1, 0), "Failed"));

@@ -873,6 +873,17 @@ impl QuotaBook {
         })
     }
 
+    /// Makes this book a copy of `other` (its layout shared, its usage copied), reusing the
+    /// usage's cells where there are enough: what a check that books into a throwaway copy
+    /// again and again uses instead of a fresh clone each time.
+    pub(crate) fn copy_from(&mut self, other: &QuotaBook) {
+        if !Arc::ptr_eq(&self.layout, &other.layout) {
+            self.layout = Arc::clone(&other.layout);
+        }
+        self.usage.width = other.usage.width;
+        self.usage.cells.clone_from(&other.usage.cells);
+    }
+
     /// Books `usage` of `flavor` to `queue`.
     pub fn add(&mut self, queue: &str, flavor: &str, usage: &Resources) {
         self.change(queue, flavor, usage, true);
@@ -1233,6 +1244,30 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_book_copied_into_another_is_what_a_clone_is_whatever_that_one_held() {
+        let specs = three_queues();
+        let mut source = QuotaBook::new(specs.iter().map(|(n, s)| (*n, s)));
+        source.add("a", "h100", &usage(&[(GPU, 9), ("cpu", 30)]));
+        source.add("b", "h100", &usage(&[(GPU, 5)]));
+        // A book of another layout (one queue, fewer cells) and one of this layout whose
+        // usage differs: both become the source's copy, and changing it leaves the source be.
+        let lone = [specs[2].clone()];
+        let mut other_layout = QuotaBook::new(lone.iter().map(|(n, s)| (*n, s)));
+        other_layout.add("c", "h100", &usage(&[(GPU, 2)]));
+        let mut same_layout = source.clone();
+        same_layout.add("a", "a100", &usage(&[(GPU, 3)]));
+        for mut copy in [other_layout, same_layout, QuotaBook::default()] {
+            copy.copy_from(&source);
+            for queue in ["a", "b", "c"] {
+                assert_eq!(copy.report(queue), source.report(queue), "{queue}");
+            }
+            copy.add("b", "h100", &usage(&[(GPU, 4)]));
+            assert_ne!(copy.report("b"), source.report("b"));
+            assert_eq!(source.usage("b", "h100", GPU).0, Amount::from_units(5));
         }
     }
 

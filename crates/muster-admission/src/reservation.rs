@@ -45,9 +45,12 @@ impl Reservation {
     }
 
     /// Whether booking `usage` (per flavor) to `cluster_queue` would leave the reserved job
-    /// shorter of quota at its start than it is without it.
+    /// shorter of quota at its start than it is without it. `scratch` is overwritten with
+    /// the book at the reservation's start and the usage booked into it: a book the caller
+    /// keeps between checks, so that a check allocates nothing.
     pub(crate) fn would_delay(
         &self,
+        scratch: &mut QuotaBook,
         quota: &QuotaBook,
         cluster_queue: &str,
         usage: &BTreeMap<String, Resources>,
@@ -55,13 +58,13 @@ impl Reservation {
         if !self.shares_quota(quota, cluster_queue) {
             return false;
         }
-        let mut with = self.book_at.clone();
+        scratch.copy_from(&self.book_at);
         for (flavor, u) in usage {
-            with.add(cluster_queue, flavor, u);
+            scratch.add(cluster_queue, flavor, u);
         }
         self.need
             .iter()
-            .any(|need| with.shorter_than_prepared(&self.book_at, need))
+            .any(|need| scratch.shorter_than_prepared(&self.book_at, need))
     }
 
     /// A job was admitted later in the cycle: if it still runs when the reservation starts,

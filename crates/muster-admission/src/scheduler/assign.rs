@@ -43,9 +43,10 @@ impl Scheduler {
         let result = self.assign_pod_sets(cq, job, opts, &mut fill);
         let filled = fill.done;
         let result = result.and_then(|a| {
+            let (scratch, quota) = (&mut self.scratch_quota, &self.quota);
             match binding
                 .iter()
-                .find(|r| r.would_delay(&self.quota, cq, &a.usage))
+                .find(|r| r.would_delay(scratch, quota, cq, &a.usage))
             {
                 Some(r) => Err(Blocked::Reserved {
                     for_job: r.job.clone(),

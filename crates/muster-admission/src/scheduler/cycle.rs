@@ -531,16 +531,21 @@ impl Scheduler {
         for (flavor, usage) in &assignment.usage {
             self.quota.add(cq, flavor, usage);
         }
+        let told = if self.placements_told {
+            assignment.pod_sets.clone()
+        } else {
+            Vec::new()
+        };
         let holding = Holding {
             cluster_queue: cq.to_owned(),
             since: Some(now),
-            pod_sets: assignment.pod_sets.clone(),
+            pod_sets: assignment.pod_sets,
         };
         self.set_state(&job.id, JobState::Admitted(holding));
         out.push(Decision::Admit(Admitted {
             job: job.id.clone(),
             cluster_queue: cq.to_owned(),
-            pod_sets: assignment.pod_sets,
+            pod_sets: told,
             borrowing: assignment.borrowing,
         }));
     }

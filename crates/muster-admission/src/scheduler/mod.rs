@@ -338,6 +338,14 @@ pub struct Scheduler {
     quiet: Option<(u64, i64)>,
     /// Cycles that ran in full (not skipped as quiet).
     cycles_run: u64,
+    /// A book whose usage a reservation's check overwrites with its own before booking the
+    /// tried job into it ([`crate::reservation::Reservation::would_delay`]): kept between
+    /// checks so that each copies usage into cells it already has instead of allocating a
+    /// book. Holds nothing between checks.
+    scratch_quota: QuotaBook,
+    /// Whether an admission's decision carries its pod sets' placements (nodes, domain,
+    /// devices) or only the job and its queue ([`Scheduler::admissions_by_job_alone`]).
+    placements_told: bool,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -407,6 +415,8 @@ impl Scheduler {
             epoch: 0,
             quiet: None,
             cycles_run: 0,
+            scratch_quota: QuotaBook::default(),
+            placements_told: true,
         }
     }
 
@@ -425,6 +435,17 @@ impl Scheduler {
     #[must_use]
     pub fn without_id_order(mut self) -> Scheduler {
         self.jobs.forget_order();
+        self
+    }
+
+    /// This scheduler with admissions told by job alone: a [`Decision::Admit`] then names the
+    /// job, its ClusterQueue and whether it borrows, with no pod sets (the scheduler's own
+    /// holding keeps them: [`Scheduler::state`]), which saves a copy of every
+    /// admission's nodes. For callers that read only who was admitted, such as a forecast's
+    /// forward runs (copies keep the choice).
+    #[must_use]
+    pub fn admissions_by_job_alone(mut self) -> Scheduler {
+        self.placements_told = false;
         self
     }
 
@@ -462,6 +483,8 @@ impl Scheduler {
             epoch: self.epoch,
             quiet: self.quiet,
             cycles_run: self.cycles_run,
+            scratch_quota: QuotaBook::default(),
+            placements_told: self.placements_told,
         }
     }
 

@@ -363,8 +363,9 @@ impl<'a> Start<'a> {
         .with_cohorts(CohortTree::new(snapshot.cohorts.clone()))
         .with_policy(policy(&options.policy))
         // Forward runs never walk their jobs in order; every start, end and arrival would
-        // keep them so.
-        .without_id_order();
+        // keep them so. And they read only which job an admission started.
+        .without_id_order()
+        .admissions_by_job_alone();
         for (name, labels) in &snapshot.namespaces {
             s.set_namespace(name, labels.clone());
         }

@@ -89,4 +89,46 @@ pub struct ReplicatedJobStatus {
     /// Child Jobs with at least one pod active (running or pending).
     #[serde(default)]
     pub active: i32,
+    /// Child Jobs that completed.
+    #[serde(default)]
+    pub succeeded: i32,
+}
+
+impl JobSet {
+    /// How many child Jobs of the replicated Job `rj` are left to run: its replicas less
+    /// those that completed. The JobSet controller keeps a completed child Job through a
+    /// suspension and resumes only the others, so a JobSet suspended after some of its
+    /// child Jobs completed (an eviction) runs, once let go, only the rest: their pods are
+    /// all the gang it will make. A JobSet that never ran (a manifest, a new JobSet) has
+    /// all its replicas left.
+    pub fn replicas_left(&self, rj: &ReplicatedJob) -> i32 {
+        if self
+            .spec
+            .replicated_jobs
+            .iter()
+            .all(|r| r.replicas() > 0 && self.succeeded(r) >= r.replicas())
+        {
+            // Finishing: see [`JobSet::is_done`].
+            return rj.replicas();
+        }
+        let replicas = rj.replicas();
+        replicas - self.succeeded(rj).clamp(0, replicas.max(0))
+    }
+
+    /// Child Jobs of the replicated Job `rj` that completed, as the status says.
+    fn succeeded(&self, rj: &ReplicatedJob) -> i32 {
+        self.status
+            .as_ref()
+            .and_then(|s| s.replicated_jobs_status.iter().find(|r| r.name == rj.name))
+            .map_or(0, |r| r.succeeded)
+    }
+
+    /// Whether the replicated Job `rj` is done: it has replicas, all of them completed, and
+    /// some other replicated Job has child Jobs left. Its child Jobs make no pod again, so it
+    /// is no part of what the JobSet still queues for, and its template is no longer
+    /// Muster's to write. (A JobSet all of whose child Jobs completed is about to be marked
+    /// `Completed` by its controller; until then it reads as a JobSet that never ran.)
+    pub fn is_done(&self, rj: &ReplicatedJob) -> bool {
+        rj.replicas() > 0 && self.replicas_left(rj) == 0
+    }
 }

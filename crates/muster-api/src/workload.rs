@@ -104,10 +104,15 @@ pub fn jobset_as_gpujob(jobset: &JobSet) -> Result<GpuJob, Vec<FieldError>> {
     let mut sets = Vec::new();
     let mut errors = Vec::new();
     for (i, replicated) in jobset.spec.replicated_jobs.iter().enumerate() {
+        if jobset.is_done(replicated) {
+            // Every child Job of it completed (the JobSet ran and was suspended since).
+            continue;
+        }
         let at = format!("spec.replicatedJobs[{i}]");
         let job_spec = replicated.template.spec.clone().unwrap_or_default();
         let per_job = pods_per_job(&job_spec);
-        let replicas = replicated.replicas();
+        // The child Jobs still to run: after an eviction, those that had not completed.
+        let replicas = jobset.replicas_left(replicated);
         let exclusive = replicated
             .template
             .metadata

@@ -65,7 +65,13 @@ fn bumped(jobset: &JobSet) -> JobSet {
 /// A pod of replica `replica` of the JobSet's child Jobs, completion index `index`, made
 /// from the released template: gated, with the gang's labels.
 fn child_pod(replica: usize, index: usize, attempt: i32) -> Pod {
-    let child = format!("train-workers-{replica}");
+    child_pod_of("workers", replica, index, attempt)
+}
+
+/// A pod of replica `replica` of the child Jobs of the replicated Job `rj`, completion index
+/// `index`, made from the released template (see [`child_pod`]).
+fn child_pod_of(rj: &str, replica: usize, index: usize, attempt: i32) -> Pod {
+    let child = format!("train-{rj}-{replica}");
     object(json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
@@ -75,9 +81,9 @@ fn child_pod(replica: usize, index: usize, attempt: i32) -> Pod {
                 "batch.kubernetes.io/job-name": child,
                 "batch.kubernetes.io/job-completion-index": index.to_string(),
                 "jobset.sigs.k8s.io/jobset-name": "train",
-                "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+                "jobset.sigs.k8s.io/replicatedjob-name": rj,
                 "jobset.sigs.k8s.io/job-index": replica.to_string(),
-                JOB_LABEL: "jobset-train", POD_SET_LABEL: "workers",
+                JOB_LABEL: "jobset-train", POD_SET_LABEL: rj,
                 ATTEMPT_LABEL: attempt.to_string(),
             },
             "annotations": {"muster.dev/cluster-queue": "research", "muster.dev/flavor": "h100"},
@@ -294,4 +300,266 @@ fn a_jobset_is_released_by_one_json_patch_its_replicas_pinned_each_to_its_block_
         "the release's labels and gate were taken back first"
     );
     assert!(released, "released again");
+}
+
+/// `pod` as its kubelet last reported it: bound to the node its pin named, in `phase`.
+fn ran_as_pinned(pod: &Pod, pins: &[(muster_api::ObjectRef, Value)], phase: &str) -> Pod {
+    let patch = pins
+        .iter()
+        .find(|(p, _)| Some(p.name()) == pod.metadata.name.as_deref())
+        .map_or(Value::Null, |(_, patch)| patch.clone());
+    let mut value = serde_json::to_value(pod).unwrap_or_default();
+    json_patch::merge(&mut value, &patch);
+    value["metadata"]["resourceVersion"] = json!("5");
+    value["spec"]["nodeName"] = patch["spec"]["nodeSelector"]["kubernetes.io/hostname"].clone();
+    value["status"]["phase"] = json!(phase);
+    object(value)
+}
+
+/// The pins of the pass at `t`, landed.
+fn pinned_at(state: &mut State, t: i64) -> Vec<(muster_api::ObjectRef, Value)> {
+    let pass = plan(state, at(t));
+    let Some(Action::PinPods { pins, .. }) = pass.actions.iter().find(|a| a.kind() == "pin_pods")
+    else {
+        unreachable!("{:#?}", pass.actions)
+    };
+    let pins = pins.clone();
+    land_all(state, &pass.actions, t);
+    pins
+}
+
+/// `jobset` released and its `pods` (attempt 0) pinned; then each in its phase of `ran`,
+/// a failure among them evicting the gang at 15, and the JobSet suspended by Muster with the
+/// child Jobs its controller reports in `status` (`replicatedJobsStatus`), the pods gone.
+/// The JobSet as it then stands.
+fn evicted_after_running(
+    state: &mut State,
+    jobset: &JobSet,
+    pods: &[Pod],
+    ran: &[&str],
+    status: &Value,
+) -> JobSet {
+    state.apply(jobset.clone());
+    let release = released_by(state, 10..14);
+    let released = patched(jobset, &release.patch);
+    state.apply(released.clone());
+    for pod in pods {
+        state.apply(pod.clone());
+    }
+    let pins = pinned_at(state, 14);
+    assert_eq!(pins.len(), pods.len());
+    for (pod, phase) in pods.iter().zip(ran) {
+        state.apply(ran_as_pinned(pod, &pins, phase));
+    }
+    let pass = plan(state, at(15));
+    assert!(
+        kinds(&pass.actions).contains(&"evict"),
+        "{:#?}",
+        pass.actions
+    );
+    land_all(state, &pass.actions, 15);
+    // The JobSet controller suspends the child Jobs still active and keeps those that
+    // completed.
+    let suspended: JobSet = object({
+        let mut value = serde_json::to_value(bumped(&released)).unwrap_or_default();
+        value["spec"]["suspend"] = json!(true);
+        value["status"] = json!({"replicatedJobsStatus": status});
+        value
+    });
+    state.apply(suspended.clone());
+    // Its pods are gone (Muster's deletes of the old attempt, and the Job controller's).
+    for pod in pods {
+        state.delete(&terminating(pod.clone()));
+    }
+    suspended
+}
+
+/// The passes from 16 on until one releases the JobSet again, each landed and every patch
+/// of the JobSet applied: the pass's time, the JobSet as it then stands, and the release.
+fn released_again(
+    state: &mut State,
+    mut current: JobSet,
+) -> (i64, JobSet, muster_controller::release::WorkloadRelease) {
+    for t in 16..700 {
+        let pass = plan(state, at(t));
+        let mut release = None;
+        for action in &pass.actions {
+            match action {
+                Action::PatchWorkload { patch, .. } => {
+                    current = patched(&current, patch);
+                    state.apply(current.clone());
+                }
+                Action::Release { gang, .. } => release = gang.workload.as_deref().cloned(),
+                _ => {}
+            }
+        }
+        land_all(state, &pass.actions, t);
+        if let Some(release) = release {
+            return (t, current, release);
+        }
+    }
+    unreachable!("never released again")
+}
+
+/// The entry's pod sets, names and counts.
+fn entry_sets(state: &State) -> Vec<(String, i32)> {
+    state
+        .index()
+        .job("team-a/jobset-train")
+        .map(|e| {
+            e.spec
+                .pod_sets
+                .iter()
+                .map(|s| (s.name.clone(), s.count))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_jobset_evicted_after_one_child_job_succeeded_is_queued_and_released_for_the_others_alone() {
+    let mut state = cluster(32, Vec::new());
+    let pods: Vec<Pod> = (0..2)
+        .flat_map(|replica| (0..2).map(move |index| child_pod(replica, index, 0)))
+        .collect();
+    // Replica 0's child Job completes; a pod of replica 1 fails.
+    let suspended = evicted_after_running(
+        &mut state,
+        &labelled_jobset(true),
+        &pods,
+        &["Succeeded", "Succeeded", "Running", "Failed"],
+        &json!([{"name": "workers", "succeeded": 1, "active": 0}]),
+    );
+    let (t, _, _) = released_again(&mut state, suspended);
+    // The entry asks for the child Job left, one block, and the admission places it.
+    assert_eq!(
+        entry_sets(&state),
+        [("workers-0".to_owned(), 2)],
+        "the entry counts the child Jobs left"
+    );
+    let status = entry_status(&state);
+    let admission = status.admission.unwrap_or_default();
+    assert_eq!(admission.pod_sets.len(), 1, "{admission:?}");
+    let block = admission.pod_sets[0].nodes.clone();
+    assert_eq!(block.len(), 2);
+    // Replica 1's pods of the new attempt are the whole gang: let go on that block.
+    for index in 0..2 {
+        state.apply(child_pod(1, index, status.requeue_count));
+    }
+    let pins = pinned_at(&mut state, t + 1);
+    assert_eq!(pins.len(), 2);
+    for (pod, patch) in &pins {
+        let index = usize::from(pod.name().contains("-1-x"));
+        assert!(pod.name().starts_with("train-workers-1"), "{pod}");
+        assert_eq!(
+            patch["spec"]["nodeSelector"]["kubernetes.io/hostname"],
+            json!(block[index]),
+            "{pod}"
+        );
+        assert_eq!(
+            patch["metadata"]["labels"][POD_SET_LABEL],
+            json!("workers-0")
+        );
+    }
+}
+
+/// A JobSet of an initializer (one pod) and three one-pod worker Jobs, 8 GPUs a pod, each
+/// replicated Job one pod set (no exclusive topology), labelled for the queue and suspended.
+fn pipeline() -> JobSet {
+    let one_pod = |name: &str, replicas: i32| {
+        json!({"name": name, "replicas": replicas, "template": {"spec": {
+            "parallelism": 1, "completions": 1, "completionMode": "Indexed",
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "trainer:1",
+                "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}})
+    };
+    object(json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "train", "namespace": "team-a", "uid": "uid-js",
+                     "resourceVersion": "1", "labels": {"muster.dev/queue-name": "research"}},
+        "spec": {"suspend": true, "replicatedJobs": [one_pod("init", 1), one_pod("workers", 3)]},
+    }))
+}
+
+#[test]
+fn a_jobset_released_again_leaves_a_completed_replicated_job_be_and_places_the_replicas_left_on_the_nodes_held()
+ {
+    let mut state = cluster(32, Vec::new());
+    let pods = [
+        child_pod_of("init", 0, 0, 0),
+        child_pod_of("workers", 0, 0, 0),
+        child_pod_of("workers", 1, 0, 0),
+        child_pod_of("workers", 2, 0, 0),
+    ];
+    // The initializer and worker 1 complete; worker 2 fails.
+    let suspended = evicted_after_running(
+        &mut state,
+        &pipeline(),
+        &pods,
+        &["Succeeded", "Running", "Succeeded", "Failed"],
+        &json!([{"name": "init", "succeeded": 1, "active": 0},
+                {"name": "workers", "succeeded": 1, "active": 0}]),
+    );
+    let (t, current, release) = released_again(&mut state, suspended);
+    // Every template was put back first; the release writes the workers' alone.
+    assert!(
+        current.spec.replicated_jobs.iter().all(|rj| {
+            rj.template
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.metadata.as_ref())
+                .and_then(|m| m.labels.as_ref())
+                .is_none_or(|l| !l.contains_key(JOB_LABEL))
+        }),
+        "{current:#?}"
+    );
+    let WorkloadPatch::Json(ops) = &release.patch else {
+        unreachable!("{:?}", release.patch)
+    };
+    let paths: Vec<&str> = ops
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|op| op["path"].as_str())
+        .collect();
+    assert!(
+        paths
+            .iter()
+            .all(|p| !p.starts_with("/spec/replicatedJobs/0/")),
+        "{paths:?}"
+    );
+    assert!(
+        paths
+            .iter()
+            .any(|p| p.starts_with("/spec/replicatedJobs/1/")),
+        "{paths:?}"
+    );
+    assert_eq!(entry_sets(&state), [("workers".to_owned(), 2)]);
+    let status = entry_status(&state);
+    let nodes = status.admission.unwrap_or_default().pod_sets[0]
+        .nodes
+        .clone();
+    assert_eq!(nodes.len(), 2);
+    // Workers 0 and 2 are the whole gang: worker 0 takes its own position, worker 2 the one
+    // left.
+    let attempt = status.requeue_count;
+    for replica in [0, 2] {
+        state.apply(child_pod_of("workers", replica, 0, attempt));
+    }
+    let placed: Vec<(String, Value)> = pinned_at(&mut state, t + 1)
+        .iter()
+        .map(|(pod, patch)| {
+            (
+                pod.name().to_owned(),
+                patch["spec"]["nodeSelector"]["kubernetes.io/hostname"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        placed,
+        [
+            (format!("train-workers-0-0-x{attempt}"), json!(nodes[0])),
+            (format!("train-workers-2-0-x{attempt}"), json!(nodes[1])),
+        ]
+    );
 }

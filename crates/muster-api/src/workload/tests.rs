@@ -150,14 +150,14 @@ fn jobset(value: Value) -> JobSet {
     read(value)
 }
 
-#[test]
-fn a_tpu_jobset_takes_one_whole_slice_per_replica() {
-    let set = jobset(json!({
+/// A suspended JobSet of `slices` TPU v5p 2x2x4 slices, one child Job of four pods each.
+fn multislice(slices: i32) -> JobSet {
+    jobset(json!({
         "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
         "metadata": {"name": "multislice", "namespace": "team-a",
                      "labels": {"muster.dev/queue-name": "training"}},
         "spec": {"suspend": true, "replicatedJobs": [{
-            "name": "slice", "replicas": 2,
+            "name": "slice", "replicas": slices,
             "template": {"spec": {"parallelism": 4, "completions": 4,
                 "completionMode": "Indexed",
                 "template": {
@@ -167,7 +167,12 @@ fn a_tpu_jobset_takes_one_whole_slice_per_replica() {
                     "spec": {"restartPolicy": "Never", "containers": [{
                         "name": "jax", "image": "jax:1",
                         "resources": {"limits": {"google.com/tpu": "4"}}}]}}}}}]}
-    }));
+    }))
+}
+
+#[test]
+fn a_tpu_jobset_takes_one_whole_slice_per_replica() {
+    let set = multislice(2);
     let read = jobset_as_gpujob(&set).unwrap_or_else(|e| unreachable!("{e:?}"));
     let [pods] = read.spec.pod_sets.as_slice() else {
         unreachable!("{:?}", read.spec.pod_sets)
@@ -242,6 +247,72 @@ fn an_exclusive_topology_gives_each_child_job_a_domain_of_its_own() {
         ),
         "{errors:#?}"
     );
+}
+
+/// `set` as its controller reports it once `succeeded` child Jobs of each named replicated
+/// Job completed.
+fn with_succeeded(set: &JobSet, succeeded: &[(&str, i32)]) -> JobSet {
+    let mut value = serde_json::to_value(set).unwrap_or_default();
+    value["status"] = json!({"replicatedJobsStatus": succeeded
+        .iter()
+        .map(|(name, n)| json!({"name": name, "succeeded": n, "active": 0}))
+        .collect::<Vec<_>>()});
+    jobset(value)
+}
+
+#[test]
+fn a_jobset_whose_child_jobs_partly_completed_queues_for_the_rest_alone() {
+    // Slices of a TPU replicated Job: the slices left.
+    let tpu = multislice(4);
+    let read = jobset_as_gpujob(&with_succeeded(&tpu, &[("slice", 1)]))
+        .unwrap_or_else(|e| unreachable!("{e:?}"));
+    let [pods] = read.spec.pod_sets.as_slice() else {
+        unreachable!("{:?}", read.spec.pod_sets)
+    };
+    assert_eq!(pods.count, 12);
+    let slices = pods
+        .topology
+        .as_ref()
+        .and_then(|t| t.tpu.as_ref())
+        .and_then(|t| t.slices);
+    assert_eq!(slices, Some(3));
+
+    // An initializer that completed is no part of the gang; the workers left are.
+    let pipeline = jobset(json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "train", "namespace": "team-a",
+                     "labels": {"muster.dev/queue-name": "training"}},
+        "spec": {"replicatedJobs": [
+            {"name": "init", "template": {"spec": {"template": {"spec": {
+                "restartPolicy": "Never", "containers": [{"name": "fetch", "image": "fetch:1"}]}}}}},
+            {"name": "workers", "replicas": 3, "template": {"spec": {"parallelism": 2,
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": "trainer:1",
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}}]}
+    }));
+    let counts = |set: &JobSet| -> Vec<(String, i32)> {
+        jobset_as_gpujob(set)
+            .unwrap_or_else(|e| unreachable!("{e:?}"))
+            .spec
+            .pod_sets
+            .iter()
+            .map(|p| (p.name.clone(), p.count))
+            .collect()
+    };
+    let named = |pairs: &[(&str, i32)]| -> Vec<(String, i32)> {
+        pairs.iter().map(|(n, c)| ((*n).to_owned(), *c)).collect()
+    };
+    assert_eq!(counts(&pipeline), named(&[("init", 1), ("workers", 6)]));
+    let partly = with_succeeded(&pipeline, &[("init", 1), ("workers", 2)]);
+    assert_eq!(counts(&partly), named(&[("workers", 2)]));
+    assert!(partly.is_done(&partly.spec.replicated_jobs[0]));
+    // Every child Job completed: its controller is about to mark it so, and until then it
+    // reads as it always did (an entry of no pod set would be refused).
+    let all = with_succeeded(&pipeline, &[("init", 1), ("workers", 3)]);
+    assert_eq!(counts(&all), counts(&pipeline));
+    // A count past the replicas, or below zero, is taken within them.
+    let odd = with_succeeded(&pipeline, &[("workers", -2)]);
+    assert_eq!(counts(&odd), counts(&pipeline));
 }
 
 fn read_meta(value: Value) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {

@@ -108,15 +108,21 @@ fn first_set<'a>(entry: &'a GpuJob, rj: &str) -> Option<&'a muster_api::gpujob::
 }
 
 /// Whether the JobSet's owner edited it since `entry` read it: its replicated Jobs, their
-/// replicas or pods per Job, or what a suspended JobSet's templates may take.
+/// replicas or pods per Job, or what a suspended JobSet's templates may take. Or whether
+/// child Jobs completed since (an evicted JobSet is queued for the rest alone:
+/// [`JobSet::replicas_left`]).
 pub fn edited_since(entry: &GpuJob, jobset: &JobSet) -> bool {
     let recorded = &entry.spec.pod_sets;
     let mut matched = 0;
     for rj in &jobset.spec.replicated_jobs {
+        if jobset.is_done(rj) {
+            // Queued for no more: an entry that still records it reads the JobSet again.
+            continue;
+        }
         let sets = sets_of(recorded, |s| &s.name, &rj.name);
         matched += sets.len();
         let per_job = rj.template.spec.as_ref().map_or(1, pods_per_job);
-        let replicas = rj.replicas();
+        let replicas = jobset.replicas_left(rj);
         let counts_hold = match sets.as_slice() {
             [whole] if whole.name == rj.name => whole.count == replicas.saturating_mul(per_job),
             each => {
@@ -253,6 +259,11 @@ fn patch(
 ) -> Result<WorkloadPatch, String> {
     let mut ops = Vec::new();
     for (i, rj) in jobset.spec.replicated_jobs.iter().enumerate() {
+        if placement.is_some() && jobset.is_done(rj) {
+            // Its child Jobs all completed: none of the gang is made of it, and its template
+            // was put back before the entry was read again.
+            continue;
+        }
         let Some(recorded) = first_set(entry, &rj.name) else {
             if placement.is_some() {
                 return Err(format!(
@@ -291,6 +302,13 @@ fn patch(
 /// replicated Job and replica, and within a pod set placed by position — replica `r`'s pod
 /// of completion index `c` at `r × pods per Job + c` of a set holding all replicas (pod `c`
 /// on host `c` of slice `r`), at `c` of a set holding one. `None` until every pod exists.
+///
+/// A JobSet released again after some of its child Jobs completed makes pods of the others
+/// alone, and its entry holds places for those only ([`JobSet::replicas_left`]): a set of
+/// all replicas then has fewer slices, where a replica's claim past the end takes the
+/// positions left in order (whole slices, as the claims are), and the sets `<name>-<k>`
+/// stand for the `k`-th replica by rank among those whose pods the gang has. With every
+/// replica's pods there, rank and replica agree.
 pub fn pins(
     entry: &GpuJob,
     jobset: &JobSet,
@@ -310,15 +328,24 @@ pub fn pins(
         })?;
         let recorded = entry.spec.pod_sets.iter().find(|s| s.name == set.name)?;
         let per_job = usize::try_from(rj.template.spec.as_ref().map_or(1, pods_per_job)).ok()?;
-        let replica = replica_of(&set.name, &rj.name);
+        let of_rj = |m: &GangMember| m.replicated_job.as_deref() == Some(rj.name.as_str());
+        // The replicas whose pods the gang has, in order: a set of one replica takes the
+        // replica of its rank among them.
+        let mut replicas: Vec<usize> = gated
+            .iter()
+            .filter(|(_, m)| of_rj(m))
+            .filter_map(|(_, m)| m.replica)
+            .collect();
+        replicas.sort_unstable();
+        replicas.dedup();
+        let rank = |replica: Option<usize>| replica.and_then(|r| replicas.binary_search(&r).ok());
+        // A set of one replica stands for the replica of its rank.
+        let slot = replica_of(&set.name, &rj.name);
         let claims: Vec<(usize, &ObjectRef)> = gated
             .iter()
-            .filter(|(_, m)| {
-                m.replicated_job.as_deref() == Some(rj.name.as_str())
-                    && replica.is_none_or(|r| m.replica == Some(r))
-            })
+            .filter(|(_, m)| of_rj(m) && slot.is_none_or(|k| rank(m.replica) == Some(k)))
             .map(|(pod, m)| {
-                let claim = match (replica, m.replica) {
+                let claim = match (slot, m.replica) {
                     (Some(_), _) => m.index,
                     (None, Some(r)) if m.index < per_job => r.saturating_mul(per_job) + m.index,
                     (None, _) => usize::MAX,

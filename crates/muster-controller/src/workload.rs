@@ -598,11 +598,12 @@ pub fn pin_patch(set: &PodSet, node: &str, index: usize) -> Value {
 /// Each pod of one placed pod set matched to its node's position: a pod that claims a
 /// position (its completion index, say) takes it, the rest take the positions left in name
 /// order. `claims` holds each pod with its claim (`usize::MAX` for none); `None` unless
-/// there are exactly `nodes` pods and no position is claimed twice.
-pub(crate) fn assign_positions(
-    mut claims: Vec<(usize, &ObjectRef)>,
+/// there are exactly `nodes` pods and no position is claimed twice. (A claimant may stand
+/// for a position already done rather than a pod: see [`jobset::pins`].)
+pub(crate) fn assign_positions<T: Ord>(
+    mut claims: Vec<(usize, T)>,
     nodes: usize,
-) -> Option<Vec<(usize, &ObjectRef)>> {
+) -> Option<Vec<(usize, T)>> {
     if claims.len() != nodes {
         return None;
     }

@@ -330,8 +330,8 @@ fn pinned_at(state: &mut State, t: i64) -> Vec<(muster_api::ObjectRef, Value)> {
 
 /// `jobset` released and its `pods` (attempt 0) pinned; then each in its phase of `ran`,
 /// a failure among them evicting the gang at 15, and the JobSet suspended by Muster with the
-/// child Jobs its controller reports in `status` (`replicatedJobsStatus`), the pods gone.
-/// The JobSet as it then stands.
+/// child Jobs its controller reports in `status` (`replicatedJobsStatus`), the pods gone but
+/// those that succeeded. The JobSet as it then stands.
 fn evicted_after_running(
     state: &mut State,
     jobset: &JobSet,
@@ -367,9 +367,12 @@ fn evicted_after_running(
         value
     });
     state.apply(suspended.clone());
-    // Its pods are gone (Muster's deletes of the old attempt, and the Job controller's).
-    for pod in pods {
-        state.delete(&terminating(pod.clone()));
+    // Its pods that had not succeeded are gone (Muster's deletes of the old attempt, and the
+    // Job controller's); those that succeeded stay, as their Jobs keep them.
+    for (pod, phase) in pods.iter().zip(ran) {
+        if *phase != "Succeeded" {
+            state.delete(&terminating(pod.clone()));
+        }
     }
     suspended
 }
@@ -416,21 +419,28 @@ fn entry_sets(state: &State) -> Vec<(String, i32)> {
         .unwrap_or_default()
 }
 
-#[test]
-fn a_jobset_evicted_after_one_child_job_succeeded_is_queued_and_released_for_the_others_alone() {
-    let mut state = cluster(32, Vec::new());
+/// The exclusive-topology JobSet released and run: replica 0's child Job completes, replica
+/// 1's pod of index 0 ends in `index_0` and its pod of index 1 fails. Evicted, it is released
+/// again at the time returned.
+fn released_after_replica_0(state: &mut State, index_0: &str) -> i64 {
     let pods: Vec<Pod> = (0..2)
         .flat_map(|replica| (0..2).map(move |index| child_pod(replica, index, 0)))
         .collect();
-    // Replica 0's child Job completes; a pod of replica 1 fails.
     let suspended = evicted_after_running(
-        &mut state,
+        state,
         &labelled_jobset(true),
         &pods,
-        &["Succeeded", "Succeeded", "Running", "Failed"],
+        &["Succeeded", "Succeeded", index_0, "Failed"],
         &json!([{"name": "workers", "succeeded": 1, "active": 0}]),
     );
-    let (t, _, _) = released_again(&mut state, suspended);
+    released_again(state, suspended).0
+}
+
+#[test]
+fn a_jobset_evicted_after_one_child_job_succeeded_is_queued_and_released_for_the_others_alone() {
+    let mut state = cluster(32, Vec::new());
+    // Replica 0's child Job completes; a pod of replica 1 fails.
+    let t = released_after_replica_0(&mut state, "Running");
     // The entry asks for the child Job left, one block, and the admission places it.
     assert_eq!(
         entry_sets(&state),
@@ -561,5 +571,49 @@ fn a_jobset_released_again_leaves_a_completed_replicated_job_be_and_places_the_r
             (format!("train-workers-0-0-x{attempt}"), json!(nodes[0])),
             (format!("train-workers-2-0-x{attempt}"), json!(nodes[1])),
         ]
+    );
+}
+
+#[test]
+fn a_jobset_whose_child_job_completed_part_of_its_pods_is_released_with_their_places_left_empty() {
+    let mut state = cluster(32, Vec::new());
+    // Replica 0's child Job completes; of replica 1's, index 0 succeeds and index 1 fails.
+    let t = released_after_replica_0(&mut state, "Succeeded");
+    assert_eq!(entry_sets(&state), [("workers-0".to_owned(), 2)]);
+    let status = entry_status(&state);
+    let block = status.admission.clone().unwrap_or_default().pod_sets[0]
+        .nodes
+        .clone();
+    // Replica 1's Job keeps index 0 completed and makes index 1 alone: the gang is whole
+    // with it, and it goes to its own place; index 0's stays empty.
+    let attempt = status.requeue_count;
+    let pod = child_pod(1, 1, attempt);
+    state.apply(pod.clone());
+    let pins = pinned_at(&mut state, t + 1);
+    assert_eq!(pins.len(), 1, "{pins:?}");
+    assert_eq!(pins[0].0.name(), format!("train-workers-1-1-x{attempt}"));
+    assert_eq!(
+        pins[0].1["spec"]["nodeSelector"]["kubernetes.io/hostname"],
+        json!(block[1])
+    );
+    // Running and Ready, it is the whole gang: the entry runs, and past its pods-ready
+    // timeout (600 s) nothing is missing.
+    let mut value = serde_json::to_value(ran_as_pinned(&pod, &pins, "Running")).unwrap_or_default();
+    value["spec"]["schedulingGates"] = Value::Null;
+    value["status"]["conditions"] = json!([{"type": "Ready", "status": "True",
+        "lastTransitionTime": at(t + 1).to_string()}]);
+    state.apply(object::<Pod>(value));
+    for now in t + 2..t + 700 {
+        let pass = plan(&mut state, at(now));
+        assert!(
+            !kinds(&pass.actions).contains(&"evict"),
+            "at {now}: {:#?}",
+            pass.actions
+        );
+        land_all(&mut state, &pass.actions, now);
+    }
+    assert_eq!(
+        entry_status(&state).phase,
+        Some(muster_api::gpujob::GpuJobPhase::Running)
     );
 }

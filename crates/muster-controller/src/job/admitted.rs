@@ -50,7 +50,9 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
         // a restart.
         return Step::new(Phase::Releasing).with(InCycle::FinishRelease(admitted));
     }
-    let expected: usize = held.pod_sets.iter().map(|p| p.nodes.len()).sum();
+    // A JobSet's places an earlier attempt completed get no pod (see `entry::places_done`).
+    let expected: usize = held.pod_sets.iter().map(|p| p.nodes.len()).sum::<usize>()
+        - entry::places_done(index, key, workload, status.requeue_count);
     let timeout = job
         .spec
         .pods_ready_timeout_seconds

@@ -218,6 +218,36 @@ pub(crate) fn release(
     })
 }
 
+/// The completions of a JobSet's child Jobs that an earlier attempt of its entry `key` left
+/// done and no pod of the gang will take again (see
+/// [`crate::workload::jobset::completed_before`]).
+pub(super) fn completed_before(
+    index: &Index,
+    key: &ObjectRef,
+    jobset: &muster_api::jobset::JobSet,
+    attempt: i32,
+) -> std::collections::BTreeSet<crate::workload::jobset::Completion> {
+    let succeeded = index
+        .pods_of(key)
+        .filter(|(_, p)| p.phase == crate::index::PodPhase::Succeeded)
+        .filter_map(|(_, p)| p.member.as_ref());
+    crate::workload::jobset::completed_before(jobset, succeeded, attempt)
+}
+
+/// How many places of an entry's gang stay empty because an earlier attempt completed them:
+/// a JobSet's ([`completed_before`]); none for any other workload.
+pub(super) fn places_done(
+    index: &Index,
+    key: &ObjectRef,
+    workload: Option<Run<'_>>,
+    attempt: i32,
+) -> usize {
+    match workload {
+        Some(Run::JobSet(jobset)) => completed_before(index, key, jobset, attempt).len(),
+        _ => 0,
+    }
+}
+
 /// The pins that let an admitted entry's gang go (for a Job: pod `i` of an Indexed Job on
 /// the `i`-th node the admission placed, others, by name, on the nodes left; for a JobSet see
 /// [`crate::workload::jobset::pins`]): every pod of its current attempt made by the
@@ -253,7 +283,13 @@ pub(super) fn pins(
                     .collect(),
             )
         }
-        Run::JobSet(jobset) => crate::workload::jobset::pins(entry, jobset, &held.pod_sets, &gated),
+        Run::JobSet(jobset) => crate::workload::jobset::pins(
+            entry,
+            jobset,
+            &held.pod_sets,
+            &gated,
+            &completed_before(index, key, jobset, attempt),
+        ),
         Run::PodGroup(_, group) => {
             let [placed] = held.pod_sets.as_slice() else {
                 return None;

@@ -6,7 +6,7 @@
 //! TPU one), or one per replica (`<name>-<i>`) under an exclusive topology; a pod is placed by
 //! its replicated Job, its replica (`jobset.sigs.k8s.io/job-index`) and its completion index.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{PodTemplateSpec, Toleration};
 use muster_admission::PodSetPlacement;
@@ -297,6 +297,48 @@ fn patch(
     Ok(WorkloadPatch::Json(Value::Array(ops)))
 }
 
+/// A completion of a child Job: its replicated Job, replica and completion index.
+pub type Completion = (String, usize, usize);
+
+/// The completions of the JobSet's child Jobs left part done by an earlier attempt: those
+/// of the gang's pods that succeeded before attempt `attempt` (`succeeded`: each pod's gang
+/// membership), of child Jobs that have completions left. An Indexed child Job keeps its
+/// completed indexes through a suspension and never makes a pod for them again, so a gang
+/// released again after some of a child Job's pods succeeded gets no pod for their places:
+/// [`pins`] leaves those places empty instead of waiting for pods that never come. A child
+/// Job all of whose completions succeeded is left out: it is done, and the JobSet's status
+/// already counts it ([`JobSet::replicas_left`]).
+pub fn completed_before<'a>(
+    jobset: &JobSet,
+    succeeded: impl Iterator<Item = &'a GangMember>,
+    attempt: i32,
+) -> BTreeSet<Completion> {
+    let mut done: BTreeMap<(String, usize), BTreeSet<usize>> = BTreeMap::new();
+    for m in succeeded.filter(|m| m.attempt < attempt) {
+        if let (Some(rj), Some(replica)) = (&m.replicated_job, m.replica) {
+            done.entry((rj.clone(), replica))
+                .or_default()
+                .insert(m.index);
+        }
+    }
+    let per_job = |rj: &str| {
+        jobset
+            .spec
+            .replicated_jobs
+            .iter()
+            .find(|r| r.name == rj)
+            .and_then(|r| usize::try_from(r.template.spec.as_ref().map_or(1, pods_per_job)).ok())
+    };
+    done.into_iter()
+        .filter(|((rj, _), indexes)| {
+            per_job(rj).is_some_and(|n| indexes.len() < n && indexes.iter().all(|i| *i < n))
+        })
+        .flat_map(|((rj, replica), indexes)| {
+            indexes.into_iter().map(move |i| (rj.clone(), replica, i))
+        })
+        .collect()
+}
+
 /// The pins that let a released JobSet's gang go: every pod of the current attempt made by
 /// its child Jobs and still behind Muster's gate, matched to the admission's pod sets by
 /// replicated Job and replica, and within a pod set placed by position — replica `r`'s pod
@@ -308,15 +350,17 @@ fn patch(
 /// all replicas then has fewer slices, where a replica's claim past the end takes the
 /// positions left in order (whole slices, as the claims are), and the sets `<name>-<k>`
 /// stand for the `k`-th replica by rank among those whose pods the gang has. With every
-/// replica's pods there, rank and replica agree.
+/// replica's pods there, rank and replica agree. The completions `done` by an earlier
+/// attempt ([`completed_before`]) hold their places, left empty.
 pub fn pins(
     entry: &GpuJob,
     jobset: &JobSet,
     placed: &[PodSetPlacement],
     gated: &[(&ObjectRef, &GangMember)],
+    done: &BTreeSet<Completion>,
 ) -> Option<Vec<(ObjectRef, Value)>> {
     let expected: usize = placed.iter().map(|p| p.nodes.len()).sum();
-    if gated.len() != expected {
+    if gated.len() + done.len() != expected {
         return None;
     }
     let mut out = Vec::with_capacity(expected);
@@ -329,32 +373,40 @@ pub fn pins(
         let recorded = entry.spec.pod_sets.iter().find(|s| s.name == set.name)?;
         let per_job = usize::try_from(rj.template.spec.as_ref().map_or(1, pods_per_job)).ok()?;
         let of_rj = |m: &GangMember| m.replicated_job.as_deref() == Some(rj.name.as_str());
-        // The replicas whose pods the gang has, in order: a set of one replica takes the
-        // replica of its rank among them.
-        let mut replicas: Vec<usize> = gated
+        // Every place of the gang: a gated pod, or a completion done before (no pod).
+        let spots: Vec<(Option<usize>, usize, Option<&ObjectRef>)> = gated
             .iter()
             .filter(|(_, m)| of_rj(m))
-            .filter_map(|(_, m)| m.replica)
+            .map(|(pod, m)| (m.replica, m.index, Some(*pod)))
+            .chain(
+                done.iter()
+                    .filter(|(name, _, _)| *name == rj.name)
+                    .map(|(_, replica, index)| (Some(*replica), *index, None)),
+            )
             .collect();
+        // The replicas the gang has places of, in order: a set of one replica takes the
+        // replica of its rank among them.
+        let mut replicas: Vec<usize> = spots.iter().filter_map(|(r, _, _)| *r).collect();
         replicas.sort_unstable();
         replicas.dedup();
         let rank = |replica: Option<usize>| replica.and_then(|r| replicas.binary_search(&r).ok());
-        // A set of one replica stands for the replica of its rank.
         let slot = replica_of(&set.name, &rj.name);
-        let claims: Vec<(usize, &ObjectRef)> = gated
+        let claims: Vec<(usize, Option<&ObjectRef>)> = spots
             .iter()
-            .filter(|(_, m)| of_rj(m) && slot.is_none_or(|k| rank(m.replica) == Some(k)))
-            .map(|(pod, m)| {
-                let claim = match (slot, m.replica) {
-                    (Some(_), _) => m.index,
-                    (None, Some(r)) if m.index < per_job => r.saturating_mul(per_job) + m.index,
+            .filter(|(replica, _, _)| slot.is_none_or(|k| rank(*replica) == Some(k)))
+            .map(|&(replica, index, pod)| {
+                let claim = match (slot, replica) {
+                    (Some(_), _) => index,
+                    (None, Some(r)) if index < per_job => r.saturating_mul(per_job) + index,
                     (None, _) => usize::MAX,
                 };
-                (claim, *pod)
+                (claim, pod)
             })
             .collect();
         for (i, pod) in super::assign_positions(claims, set.nodes.len())? {
-            out.push((pod.clone(), super::pin_patch(recorded, &set.nodes[i], i)));
+            if let Some(pod) = pod {
+                out.push((pod.clone(), super::pin_patch(recorded, &set.nodes[i], i)));
+            }
         }
     }
     Some(out)

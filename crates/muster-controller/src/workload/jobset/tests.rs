@@ -1,7 +1,7 @@
 //! A JobSet's queue entry, its release and restore patches (applied as the API server
 //! applies them), its pins, and what its conditions say.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Toleration;
 use muster_admission::PodSetPlacement;
@@ -239,7 +239,8 @@ fn each_pod_of_a_slice_is_pinned_to_its_host_of_its_slice() {
         .collect();
     let members: Vec<GangMember> = (0..8).map(|i| member(i / 4, i % 4)).collect();
     let gated: Vec<(&ObjectRef, &GangMember)> = names.iter().zip(&members).collect();
-    let pinned = pins(&entry, &jobset, &pod_sets, &gated).unwrap_or_else(|| unreachable!());
+    let pinned = pins(&entry, &jobset, &pod_sets, &gated, &BTreeSet::new())
+        .unwrap_or_else(|| unreachable!());
     for (i, (pod, patch)) in pinned.iter().enumerate() {
         let at = names.iter().position(|n| n == pod).unwrap_or(usize::MAX);
         assert_eq!(at, i);
@@ -256,7 +257,10 @@ fn each_pod_of_a_slice_is_pinned_to_its_host_of_its_slice() {
         );
     }
     // One pod short: nothing is let go.
-    assert_eq!(pins(&entry, &jobset, &pod_sets, &gated[..7]), None);
+    assert_eq!(
+        pins(&entry, &jobset, &pod_sets, &gated[..7], &BTreeSet::new()),
+        None
+    );
 }
 
 #[test]
@@ -282,7 +286,8 @@ fn under_an_exclusive_topology_each_replica_is_its_own_pod_set_pinned_by_replica
         .map(|(r, c)| member(r, c))
         .collect();
     let gated: Vec<(&ObjectRef, &GangMember)> = pods.iter().zip(&members).collect();
-    let pinned = pins(&entry, &jobset, &pod_sets, &gated).unwrap_or_else(|| unreachable!());
+    let pinned = pins(&entry, &jobset, &pod_sets, &gated, &BTreeSet::new())
+        .unwrap_or_else(|| unreachable!());
     let placed: BTreeMap<String, (String, String)> = pinned
         .iter()
         .map(|(pod, patch)| {

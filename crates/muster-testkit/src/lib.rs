@@ -3,7 +3,9 @@
 //! bound to them ([`FakeKubelet`]); a fault proxy that stands between a client and the API server
 //! and fails, drops or delays a seeded share of its requests ([`proxy::FaultProxy`]); and the
 //! invariant checker that watches a cluster and reports every broken promise of gang admission
-//! ([`checker::Checker`]); and a headless browser for page tests ([`browser::Browser`]).
+//! ([`checker::Checker`]); a fake JobSet controller for clusters that queue JobSets
+//! ([`jobsets::FakeJobSetController`]); and a headless browser for page tests
+//! ([`browser::Browser`]).
 //!
 //! Tests need the control-plane binaries in the folder named by `MUSTER_KUBE_BIN`; without it
 //! they print one line and pass:
@@ -28,6 +30,7 @@ pub mod checker;
 pub mod cluster;
 pub mod crds;
 mod credentials;
+pub mod jobsets;
 pub mod kubelet;
 pub mod nodes;
 mod process;

@@ -1,6 +1,6 @@
 //! What a run leaves behind: once every job ended, no live pod, PodTemplate or
 //! ProvisioningRequest and no ClusterQueue usage; once every job is deleted, nothing of them
-//! (nor of a batch Job: its queue entry and the Job itself).
+//! (nor of a batch Job or JobSet: its queue entry, child Jobs and the Job or JobSet itself).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -9,6 +9,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodTemplate, Service};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams};
+use muster_api::jobset::JobSet;
 use muster_api::{Amount, ClusterQueue, GpuJob, ProvisioningRequest};
 
 use super::Found;
@@ -41,11 +42,12 @@ pub(super) async fn wait_clean(
     }
 }
 
-/// Deletes every labelled Job and then every GpuJob of the workload's namespaces, as their
-/// users would (a Job in the background: the garbage collector deletes its pods and its
-/// queue entry).
+/// Deletes every labelled JobSet and Job and then every GpuJob of the workload's namespaces,
+/// as their users would (a JobSet or Job in the background: the garbage collector deletes
+/// its child Jobs, its pods and its queue entry).
 pub(super) async fn delete_jobs(client: &Client, workload: &Workload) {
     for queue in &workload.queues {
+        delete_all(&Api::<JobSet>::namespaced(client.clone(), &queue.name)).await;
         delete_all(&Api::<Job>::namespaced(client.clone(), &queue.name)).await;
         delete_all(&Api::<GpuJob>::namespaced(client.clone(), &queue.name)).await;
     }
@@ -110,6 +112,10 @@ async fn leftovers(client: &Client, workload: &Workload, stage: Stage) -> Vec<Fo
         found.extend(names(
             "Job",
             list::<Job>(client, namespace, |_| false).await,
+        ));
+        found.extend(names(
+            "JobSet",
+            list::<JobSet>(client, namespace, |_| false).await,
         ));
     }
     let queues: Api<ClusterQueue> = Api::all(client.clone());

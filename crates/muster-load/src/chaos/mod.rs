@@ -30,6 +30,7 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use muster_api::GpuJob;
+use muster_api::jobset::JobSet;
 use tokio::task::JoinHandle;
 
 pub use self::summary::{ChaosSummary, Kills, Restarts};
@@ -42,6 +43,7 @@ use self::replicas::Replicas;
 use self::watches::{watch_jobs, watch_nodes, watch_pods};
 use self::workload::{JobKind, Workload};
 use muster_testkit::checker::{Checker, ViolationKind};
+use muster_testkit::jobsets::FakeJobSetController;
 use muster_testkit::kubelet::{FakeKubelet, KubeletOptions};
 use muster_testkit::nodes::create_nodes;
 use muster_testkit::proxy::{FaultPlan, FaultProxy};
@@ -139,6 +141,7 @@ struct Harness {
     /// The same moment by the wall clock, which the replicas' logs are stamped with.
     started_at: k8s_openapi::jiff::Timestamp,
     _kubelet: FakeKubelet,
+    _jobset_controller: FakeJobSetController,
 }
 
 impl Harness {
@@ -157,7 +160,7 @@ impl Harness {
             // terminating on nodes tainted out-of-service); the taint eviction controller
             // deletes pods from nodes that stay unreachable past their tolerations.
             ClusterOptions {
-                upstream_crds: &[UpstreamCrd::ProvisioningRequest],
+                upstream_crds: &[UpstreamCrd::ProvisioningRequest, UpstreamCrd::JobSet],
                 controller_manager: true,
                 ..ClusterOptions::default()
             },
@@ -166,6 +169,8 @@ impl Harness {
         let client = cluster.client();
         workload.apply_queues(&client).await?;
         create_nodes(&client, &workload.nodes()).await?;
+        // The JobSet controller a cluster that queues JobSets runs.
+        let jobset_controller = FakeJobSetController::start(client.clone());
         let kubelet = FakeKubelet::start(
             client.clone(),
             KubeletOptions {
@@ -229,6 +234,7 @@ impl Harness {
             start,
             started_at,
             _kubelet: kubelet,
+            _jobset_controller: jobset_controller,
         })
     }
 
@@ -422,8 +428,8 @@ fn harness_failed(what: &str, how: &str) -> Found {
     )
 }
 
-/// Submits every job at its time, as a GpuJob or a labelled Job, retrying through API server
-/// restarts.
+/// Submits every job at its time, as a GpuJob, a labelled Job or a labelled JobSet, retrying
+/// through API server restarts.
 async fn submit(client: Client, workload: Workload, start: Instant) -> anyhow::Result<()> {
     for job in &workload.jobs {
         tokio::time::sleep_until((start + job.at).into()).await;
@@ -435,6 +441,10 @@ async fn submit(client: Client, workload: Workload, start: Instant) -> anyhow::R
             JobKind::BatchJob => {
                 let api: Api<Job> = Api::namespaced(client.clone(), &job.namespace);
                 create(&api, &job.batch_job()?).await;
+            }
+            JobKind::JobSet(_) => {
+                let api: Api<JobSet> = Api::namespaced(client.clone(), &job.namespace);
+                create(&api, &job.jobset()?).await;
             }
         }
     }

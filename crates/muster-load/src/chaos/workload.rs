@@ -3,8 +3,9 @@
 //! in a department whose borrowing limit caps what they take together), one ClusterQueue that
 //! buys its capacity through ProvisioningRequests, and jobs of 1 to 16 pods in one block at
 //! three priorities, some built to fail. About a third of the jobs are labelled `batch/v1`
-//! Jobs (queued through the GpuJob Muster makes beside each, run by the Job controller), the
-//! rest GpuJobs.
+//! Jobs (queued through the GpuJob Muster makes beside each, run by the Job controller), a
+//! fifth labelled JobSets (their child Jobs made by the test kit's JobSet controller, some
+//! with a one-pod initializer that finishes first), the rest GpuJobs.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -15,8 +16,9 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::Client;
 use kube::api::Api;
+use muster_api::jobset::JobSet;
 use muster_api::wire::{QUEUE_NAME_LABEL, TOPOLOGY_REQUIRED_ANNOTATION};
-use muster_api::workload::entry_name;
+use muster_api::workload::{entry_name, jobset_entry_name};
 use muster_api::{ClusterQueue, Cohort, GpuJob, LocalQueue, ObjectRef, ResourceFlavor};
 use muster_sim::trace::Rng;
 use serde_json::{Value, json};
@@ -50,8 +52,16 @@ const BATCH_SHARE: f64 = 0.35;
 /// Mixed into the seed for the draw of which jobs are batch Jobs, so that every other draw
 /// of a seed (sizes, priorities, runtimes, failures) is what it was before batch Jobs joined.
 const BATCH_DRAW: u64 = 0xBA7C_4B0B_5EED_0001;
-/// The priorities jobs are drawn at; a batch Job's is its template's PriorityClass,
-/// `chaos-<priority>`.
+/// The share of the jobs not drawn as batch Jobs that are submitted as labelled JobSets.
+const JOBSET_SHARE: f64 = 0.3;
+/// Mixed into the seed for the draw of which jobs are JobSets and which of those have an
+/// initializer, apart from every other draw (see [`BATCH_DRAW`]).
+const JOBSET_DRAW: u64 = 0x0B5E_7D4A_3B5E_ED02;
+/// How long a JobSet's initializer pod runs: it is done well before the workers, so that an
+/// eviction after it finds a replicated Job whose child Jobs all completed.
+const INIT_RUN: Duration = Duration::from_millis(500);
+/// The priorities jobs are drawn at; a batch Job's or JobSet's is its template's
+/// PriorityClass, `chaos-<priority>`.
 const PRIORITIES: [i32; 3] = [0, 100, 1000];
 
 /// What a job is submitted as.
@@ -62,6 +72,10 @@ pub enum JobKind {
     /// A `batch/v1` Job labelled with its queue, created suspended; Muster queues it through
     /// its entry, the GpuJob `job-<name>`.
     BatchJob,
+    /// A JobSet labelled with its queue, created suspended; Muster queues it through its
+    /// entry, the GpuJob `jobset-<name>`. Its workers are child Jobs of one pod per GPU gang
+    /// member; `true`: a replicated Job `init` of one 1-GPU pod comes before them.
+    JobSet(bool),
 }
 
 /// One job to submit.
@@ -89,11 +103,12 @@ pub struct JobDef {
 
 impl JobDef {
     /// `namespace/name` of the GpuJob the checker judges: the job itself, or a batch Job's
-    /// queue entry.
+    /// or JobSet's queue entry.
     pub fn key(&self) -> String {
         let name = match self.kind {
             JobKind::GpuJob => self.name.clone(),
             JobKind::BatchJob => entry_name(&self.name),
+            JobKind::JobSet(_) => jobset_entry_name(&self.name),
         };
         ObjectRef::new(&self.namespace, &name).into_string()
     }
@@ -158,6 +173,44 @@ impl JobDef {
     }
 }
 
+impl JobDef {
+    /// The labelled JobSet (a [`JobKind::JobSet`]): created suspended; its workers two child
+    /// Jobs of half the gang each when it is of an even number of pods (one otherwise), each
+    /// Indexed, in one block; with an initializer, a replicated Job `init` of one short 1-GPU
+    /// pod in a block of its own. No restarts: a child Job that fails fails the JobSet.
+    pub fn jobset(&self) -> anyhow::Result<JobSet> {
+        let mut annotations = self.pod_annotations();
+        annotations[TOPOLOGY_REQUIRED_ANNOTATION] = json!(BLOCK_LABEL);
+        let replicas = if self.pods.is_multiple_of(2) { 2 } else { 1 };
+        let per_job = self.pods / replicas;
+        let template = |annotations: &Value, pods: u32, gpus: u32| {
+            json!({"spec": {"parallelism": pods, "completions": pods,
+                "completionMode": "Indexed", "backoffLimit": self.backoff_limit(),
+                "template": {"metadata": {"annotations": annotations},
+                    "spec": {"restartPolicy": "Never",
+                        "priorityClassName": priority_class(self.priority),
+                        "containers": [{
+                            "name": "main", "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]}}}})
+        };
+        let mut replicated = Vec::new();
+        if self.kind == JobKind::JobSet(true) {
+            let init = json!({RUN_ANNOTATION: INIT_RUN.as_millis().to_string(),
+                              TOPOLOGY_REQUIRED_ANNOTATION: BLOCK_LABEL});
+            replicated
+                .push(json!({"name": "init", "replicas": 1, "template": template(&init, 1, 1)}));
+        }
+        replicated.push(json!({"name": "workers", "replicas": replicas,
+            "template": template(&annotations, per_job, self.gpus)}));
+        serde_json::from_value(json!({
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": self.name, "namespace": self.namespace,
+                         "labels": {QUEUE_NAME_LABEL: self.namespace}},
+            "spec": {"suspend": true, "replicatedJobs": replicated}}))
+        .with_context(|| format!("building JobSet {}/{}", self.namespace, self.name))
+    }
+}
+
 /// The PriorityClass of a batch Job of `priority`.
 fn priority_class(priority: i32) -> String {
     format!("chaos-{priority}")
@@ -207,6 +260,7 @@ impl Workload {
     pub fn generate(seed: u64, jobs: usize, span: Duration, blocks: u32) -> Workload {
         let mut rng = Rng::new(seed);
         let mut kinds = Rng::new(seed ^ BATCH_DRAW);
+        let mut sets = Rng::new(seed ^ JOBSET_DRAW);
         let share = blocks * BLOCK_NODES * NODE_GPUS / 3;
         // team-0 and team-1 in the department, team-2 beside it at the root: the department
         // takes at most half a share of team-2's quota, though each team alone may borrow that.
@@ -259,6 +313,8 @@ impl Workload {
                 let fails = rng.unit() <= 0.03;
                 let kind = if kinds.unit() <= BATCH_SHARE {
                     JobKind::BatchJob
+                } else if sets.unit() <= JOBSET_SHARE {
+                    JobKind::JobSet(sets.unit() <= 0.5)
                 } else {
                     JobKind::GpuJob
                 };
@@ -483,9 +539,38 @@ where
 mod tests {
     use std::time::Duration;
 
-    use super::{BLOCK_LABEL, JobKind, Workload};
-    use muster_api::workload::entry_name;
+    use super::{BLOCK_LABEL, JobDef, JobKind, Workload};
+    use muster_api::workload::{entry_name, jobset_entry_name};
     use muster_api::{ObjectRef, Validate as _};
+
+    /// The GpuJob Muster queues `job` as: the job itself, or read from the batch Job or
+    /// JobSet as the controller reads it, named as its queue entry.
+    fn entry_of(job: &JobDef) -> anyhow::Result<muster_api::GpuJob> {
+        match job.kind {
+            JobKind::GpuJob => job.object(),
+            // Read as Muster reads a labelled Job: its queue entry, which must be valid,
+            // in one block, of the job's size, priority and name.
+            JobKind::BatchJob => job.batch_job().and_then(|j| {
+                assert_eq!(j.spec.as_ref().and_then(|s| s.suspend), Some(true));
+                muster_api::workload::job_as_gpujob(&j)
+                    .map_err(|e| anyhow::anyhow!("{e:?}"))
+                    .map(|mut entry| {
+                        entry.metadata.name = Some(entry_name(&job.name));
+                        entry
+                    })
+            }),
+            // A JobSet too, its workers the last pod set.
+            JobKind::JobSet(_) => job.jobset().and_then(|j| {
+                assert_eq!(j.spec.suspend, Some(true));
+                muster_api::workload::jobset_as_gpujob(&j)
+                    .map_err(|e| anyhow::anyhow!("{e:?}"))
+                    .map(|mut entry| {
+                        entry.metadata.name = Some(jobset_entry_name(&job.name));
+                        entry
+                    })
+            }),
+        }
+    }
 
     #[test]
     fn a_seed_gives_one_workload_of_valid_jobs_that_fit_a_block() {
@@ -500,22 +585,23 @@ mod tests {
             .filter(|j| j.kind == JobKind::BatchJob)
             .count();
         assert!((70..=140).contains(&batch), "{batch} of 300 batch Jobs");
+        let jobsets: Vec<bool> = a
+            .jobs
+            .iter()
+            .filter_map(|j| match j.kind {
+                JobKind::JobSet(init) => Some(init),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            (30..=90).contains(&jobsets.len()),
+            "{} of 300 JobSets",
+            jobsets.len()
+        );
+        assert!(jobsets.iter().any(|init| *init) && jobsets.iter().any(|init| !init));
         for job in &a.jobs {
             assert!(job.pods * job.gpus <= 64, "{job:?}");
-            let object = match job.kind {
-                JobKind::GpuJob => job.object(),
-                // Read as Muster reads a labelled Job: its queue entry, which must be valid,
-                // in one block, of the job's size, priority and name.
-                JobKind::BatchJob => job.batch_job().and_then(|j| {
-                    assert_eq!(j.spec.as_ref().and_then(|s| s.suspend), Some(true));
-                    muster_api::workload::job_as_gpujob(&j)
-                        .map_err(|e| anyhow::anyhow!("{e:?}"))
-                        .map(|mut entry| {
-                            entry.metadata.name = Some(entry_name(&job.name));
-                            entry
-                        })
-                }),
-            };
+            let object = entry_of(job);
             assert!(object.is_ok(), "{job:?}: {object:?}");
             if let Ok(object) = object {
                 assert_eq!(object.validate(), [], "{job:?}");
@@ -527,16 +613,22 @@ mod tests {
                     .into_string(),
                     job.key()
                 );
-                let set = &object.spec.pod_sets[0];
-                assert_eq!(
-                    (set.count, object.spec.pod_sets.len()),
-                    (i32::try_from(job.pods).unwrap_or(0), 1)
-                );
-                assert_eq!(
-                    set.topology.as_ref().and_then(|t| t.required.as_deref()),
-                    Some(BLOCK_LABEL),
-                    "{job:?}"
-                );
+                let sets = &object.spec.pod_sets;
+                let counts: Vec<i32> = sets.iter().map(|s| s.count).collect();
+                let pods = i32::try_from(job.pods).unwrap_or(0);
+                let expected = if job.kind == JobKind::JobSet(true) {
+                    vec![1, pods]
+                } else {
+                    vec![pods]
+                };
+                assert_eq!(counts, expected, "{job:?}");
+                for set in sets {
+                    assert_eq!(
+                        set.topology.as_ref().and_then(|t| t.required.as_deref()),
+                        Some(BLOCK_LABEL),
+                        "{job:?}"
+                    );
+                }
                 if job.kind == JobKind::GpuJob {
                     assert_eq!(object.spec.priority, Some(job.priority));
                 } else {

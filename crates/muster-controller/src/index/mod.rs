@@ -125,6 +125,9 @@ pub struct GangMember {
     pub replicated_job: Option<String>,
     /// For a pod of a JobSet's child Job: the replica (child Job) of its replicated Job.
     pub replica: Option<usize>,
+    /// For a pod of an Indexed Job: its completion index (which [`GangMember::index`] no
+    /// longer says once the pod is pinned to a place of its set).
+    pub completion: Option<usize>,
 }
 
 /// A node whose Ready condition is not True: what the condition says, and since when. Kept

@@ -538,6 +538,9 @@ fn member(pod: &Pod) -> Option<GangMember> {
             .unwrap_or_default(),
         replicated_job: labels.get(REPLICATED_JOB_LABEL).cloned(),
         replica: labels.get(JOB_INDEX_LABEL).and_then(|i| i.parse().ok()),
+        completion: labels
+            .get(COMPLETION_INDEX_LABEL)
+            .and_then(|i| i.parse().ok()),
     })
 }
 

@@ -315,10 +315,13 @@ pub fn completed_before<'a>(
 ) -> BTreeSet<Completion> {
     let mut done: BTreeMap<(String, usize), BTreeSet<usize>> = BTreeMap::new();
     for m in succeeded.filter(|m| m.attempt < attempt) {
-        if let (Some(rj), Some(replica)) = (&m.replicated_job, m.replica) {
+        // By completion index: a pinned pod's index is its place in the set.
+        if let (Some(rj), Some(replica), Some(completion)) =
+            (&m.replicated_job, m.replica, m.completion)
+        {
             done.entry((rj.clone(), replica))
                 .or_default()
-                .insert(m.index);
+                .insert(completion);
         }
     }
     let per_job = |rj: &str| {

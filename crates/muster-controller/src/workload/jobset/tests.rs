@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Toleration;
 use muster_admission::PodSetPlacement;
 use muster_api::ResourceFlavorSpec;
 use muster_api::wire::{ADMISSION_GATE, JOB_LABEL, POD_INDEX_LABEL, QUEUE_NAME_LABEL};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::*;
 use crate::workload::Run;
@@ -115,6 +115,7 @@ fn member(replica: usize, completion: usize) -> GangMember {
         devices: Vec::new(),
         replicated_job: Some("slice".to_owned()),
         replica: Some(replica),
+        completion: Some(completion),
     }
 }
 
@@ -259,6 +260,65 @@ fn each_pod_of_a_slice_is_pinned_to_its_host_of_its_slice() {
     // One pod short: nothing is let go.
     assert_eq!(
         pins(&entry, &jobset, &pod_sets, &gated[..7], &BTreeSet::new()),
+        None
+    );
+}
+
+#[test]
+fn completions_an_earlier_attempt_left_done_keep_their_hosts_empty() {
+    let jobset = stored_jobset(2, 4, false);
+    let entry = entry_of(&jobset);
+    let pod_sets = [placed("slice", 0..8)];
+    // Attempt 0 pinned replica 1's pods to hosts 4–7 (their index there is their place, not
+    // their completion): completions 0 and 1 succeeded; and all four of replica 0's, whose
+    // child Job is then done and keeps no place.
+    let earlier: Vec<GangMember> = [(1, 0), (1, 1), (0, 0), (0, 1), (0, 2), (0, 3)]
+        .into_iter()
+        .map(|(r, c)| GangMember {
+            index: r * 4 + c,
+            ..member(r, c)
+        })
+        .collect();
+    assert_eq!(
+        completed_before(&jobset, earlier.iter(), 1),
+        BTreeSet::from([("slice".to_owned(), 1, 0), ("slice".to_owned(), 1, 1)])
+    );
+    assert_eq!(
+        completed_before(&jobset, earlier.iter(), 0),
+        BTreeSet::new()
+    );
+    // Attempt 1: replica 1's Job makes completions 2 and 3 alone.
+    let done = completed_before(&jobset, earlier.iter(), 1);
+    let names: Vec<ObjectRef> = (0..6)
+        .map(|i| ObjectRef::new("team-a", &format!("pod-{i}")))
+        .collect();
+    let members: Vec<GangMember> = [(0, 0), (0, 1), (0, 2), (0, 3), (1, 2), (1, 3)]
+        .into_iter()
+        .map(|(r, c)| GangMember {
+            attempt: 1,
+            ..member(r, c)
+        })
+        .collect();
+    let gated: Vec<(&ObjectRef, &GangMember)> = names.iter().zip(&members).collect();
+    let pinned = pins(&entry, &jobset, &pod_sets, &gated, &done).unwrap_or_else(|| unreachable!());
+    let hosts: Vec<(String, Value)> = pinned
+        .iter()
+        .map(|(pod, patch)| {
+            (
+                pod.name().to_owned(),
+                patch["spec"]["nodeSelector"]["kubernetes.io/hostname"].clone(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, Value)> = [0, 1, 2, 3, 6, 7]
+        .iter()
+        .enumerate()
+        .map(|(i, host)| (format!("pod-{i}"), json!(format!("host-{host}"))))
+        .collect();
+    assert_eq!(hosts, expected);
+    // Without the completions done, the gang is short and nothing is let go.
+    assert_eq!(
+        pins(&entry, &jobset, &pod_sets, &gated, &BTreeSet::new()),
         None
     );
 }

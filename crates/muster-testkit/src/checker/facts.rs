@@ -4,8 +4,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use muster_api::ObjectRef;
+use muster_api::jobset::{JOB_INDEX_LABEL, REPLICATED_JOB_LABEL};
 use muster_api::wire::{
-    ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, JOB_LABEL, OUT_OF_SERVICE_TAINT, POD_SET_LABEL,
+    ATTEMPT_LABEL, CLUSTER_QUEUE_ANNOTATION, COMPLETION_INDEX_LABEL, JOB_LABEL,
+    OUT_OF_SERVICE_TAINT, POD_SET_LABEL,
 };
 
 use super::GPU;
@@ -27,6 +29,17 @@ pub(super) struct PodFact {
     /// Where `queue` comes from.
     pub(super) queue_source: QueueSource,
     pub(super) gpus: i64,
+    /// For a pod of a JobSet's child Job: the completion it runs.
+    pub(super) completion: Option<Completion>,
+}
+
+/// The completion a pod of a JobSet's child Job runs, and whether it succeeded.
+#[derive(Clone, Debug)]
+pub(super) struct Completion {
+    /// Its replicated Job, replica and completion index (its labels').
+    pub(super) of: (String, String, String),
+    /// The pod's phase is Succeeded.
+    pub(super) succeeded: bool,
 }
 
 /// Where a pod's ClusterQueue comes from.
@@ -114,6 +127,19 @@ pub(super) fn pod_fact(pod: &Pod) -> Option<PodFact> {
         },
         queue,
         gpus: spec_gpus(spec),
+        completion: match (
+            label(REPLICATED_JOB_LABEL),
+            label(JOB_INDEX_LABEL),
+            label(COMPLETION_INDEX_LABEL),
+        ) {
+            (rj, replica, index) if !rj.is_empty() && !replica.is_empty() && !index.is_empty() => {
+                Some(Completion {
+                    of: (rj, replica, index),
+                    succeeded: phase == Some("Succeeded"),
+                })
+            }
+            _ => None,
+        },
     })
 }
 

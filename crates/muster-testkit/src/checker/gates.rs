@@ -152,14 +152,49 @@ impl Checker {
     }
 
     fn judge_lift(&mut self, job: &str, attempt: &str, pod: &str, seen: usize, size: u32, at: f64) {
-        if seen < size as usize {
+        let done = self.done_before(job, attempt);
+        if seen + done < size as usize {
+            let earlier = if done > 0 {
+                format!(" (and {done} completions done by earlier attempts)")
+            } else {
+                String::new()
+            };
             self.report(
                 ViolationKind::GateLiftedOnPartialGang,
                 format!("Pod/{pod}"),
                 at,
-                format!("gates lifted with {seen} of {size} pods of {job} attempt {attempt} made"),
+                format!(
+                    "gates lifted with {seen} of {size} pods of {job} attempt {attempt} made{earlier}"
+                ),
             );
         }
+    }
+
+    /// The completions of `job`'s JobSet child Jobs that pods of earlier attempts than
+    /// `attempt` ran to success, of child Jobs this attempt has pods of. Such a Job keeps
+    /// its completed indexes and makes no pod for them again: their places in the gang stay
+    /// empty, and the gang is whole without them.
+    fn done_before(&self, job: &str, attempt: &str) -> usize {
+        let key = (job.to_owned(), attempt.to_owned());
+        let running: BTreeSet<(&str, &str)> = self
+            .seen
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .filter_map(|pod| self.pods.get(pod)?.completion.as_ref())
+            .map(|c| (c.of.0.as_str(), c.of.1.as_str()))
+            .collect();
+        if running.is_empty() {
+            return 0;
+        }
+        self.pods
+            .values()
+            .filter(|p| p.job == job && p.attempt != attempt)
+            .filter_map(|p| p.completion.as_ref())
+            .filter(|c| c.succeeded && running.contains(&(c.of.0.as_str(), c.of.1.as_str())))
+            .map(|c| &c.of)
+            .collect::<BTreeSet<_>>()
+            .len()
     }
 }
 

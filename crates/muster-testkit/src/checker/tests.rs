@@ -116,6 +116,54 @@ fn kinds(checker: &Checker) -> Vec<ViolationKind> {
     checker.violations().iter().map(|v| v.kind).collect()
 }
 
+/// `pod` made by replica `replica` of a JobSet's replicated Job `w`, for completion `index`.
+fn of_child_job(mut pod: Pod, replica: u32, index: u32) -> Pod {
+    let labels = pod.metadata.labels.get_or_insert_with(Default::default);
+    labels.insert(
+        muster_api::jobset::REPLICATED_JOB_LABEL.to_owned(),
+        "w".to_owned(),
+    );
+    labels.insert(
+        muster_api::jobset::JOB_INDEX_LABEL.to_owned(),
+        replica.to_string(),
+    );
+    labels.insert(
+        muster_api::wire::COMPLETION_INDEX_LABEL.to_owned(),
+        index.to_string(),
+    );
+    pod
+}
+
+#[test]
+fn a_jobset_gang_is_whole_with_the_completions_an_earlier_attempt_ran() {
+    // Two child Jobs of two pods: attempt 0 ran replica 1's completion 0 to success; its Job
+    // makes completion 1 alone in attempt 1.
+    let lift = |earlier: &str| {
+        let mut checker = Checker::new(limits(), BTreeSet::new());
+        checker.job(&job("j", 4, 1, json!({})), 0.0);
+        checker.pod(&of_child_job(pod("old", 0, false, earlier, 1), 1, 0), 1.0);
+        let now = [(0, 0), (0, 1), (1, 1)];
+        for (replica, index) in now {
+            let name = format!("p{replica}{index}");
+            checker.pod(
+                &of_child_job(pod(&name, 1, true, "Pending", 1), replica, index),
+                2.0,
+            );
+        }
+        for (replica, index) in now {
+            let name = format!("p{replica}{index}");
+            checker.pod(
+                &of_child_job(pod(&name, 1, false, "Pending", 1), replica, index),
+                3.0,
+            );
+        }
+        kinds(&checker)
+    };
+    assert_eq!(lift("Succeeded"), []);
+    // A completion that failed is made again: three pods are not the gang.
+    assert_eq!(lift("Failed")[0], ViolationKind::GateLiftedOnPartialGang);
+}
+
 #[test]
 fn a_gate_lifted_before_the_whole_gang_exists_is_a_violation() {
     let mut checker = Checker::new(limits(), BTreeSet::new());

@@ -94,7 +94,13 @@ pub fn job_as_gpujob(job: &Job) -> Result<GpuJob, Vec<FieldError>> {
     let origin = Origin::new("spec.template", "spec.parallelism", None, &spec.template);
     let mut errors = Vec::new();
     let set = pod_set("main", &spec.template, count, 1, None, &origin, &mut errors);
-    read_as_gpujob(&job.metadata, vec![(set, origin)], errors)
+    let mut entry = read_as_gpujob(&job.metadata, vec![(set, origin)], errors)?;
+    // Each restart of the gang follows at least one failed pod, which the Job's own
+    // backoffLimit counts: the entry restarts it no more often than the Job would tolerate,
+    // and no less (a Job that takes twenty pod failures is not given up after three
+    // restarts, Muster's default, and left suspended).
+    entry.spec.backoff_limit = spec.backoff_limit;
+    Ok(entry)
 }
 
 /// A JobSet read as the GpuJob admission sees (see the module docs); every problem, each with

@@ -308,12 +308,16 @@ fn waiting(
     let ended = run.finished().is_some();
     // An entry that succeeded before its Job says so (its one pod succeeded: see
     // `crate::workload::succeeds_with_its_pod`) leaves the Job to its controller, which
-    // marks it complete; suspended now, it would be held for nothing.
-    let succeeded = entry
+    // marks it complete; suspended now, it would be held for nothing. One that Muster failed
+    // (its gang restarted past the backoff limit) left its workload suspended, and that is
+    // all: the index keeps an ended entry without its templates, so there is nothing to put
+    // back from, and a patch built from none is refused (a Job's template must keep its
+    // selector's labels) — every pass, for ever.
+    let finished = entry
         .status
         .as_ref()
-        .is_some_and(|s| s.phase == Some(GpuJobPhase::Succeeded));
-    if ended || succeeded || placed {
+        .is_some_and(|s| matches!(s.phase, Some(GpuJobPhase::Succeeded | GpuJobPhase::Failed)));
+    if ended || finished || placed {
         return Vec::new();
     }
     if holds {

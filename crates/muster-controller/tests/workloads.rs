@@ -835,13 +835,32 @@ fn a_hold_that_failed_is_written_again_and_a_quiet_job_is_left_alone() {
 
 /// A 2-pod Job admitted, released, both its pods made and let go (second 13).
 fn pinned_gang_of_two() -> State {
+    pinned_gang_of_two_restarted_at_most(None)
+}
+
+/// [`labelled_job`] with `spec.backoffLimit` at `limit`.
+fn with_backoff_limit(mut job: Job, limit: Option<i32>) -> Job {
+    if let Some(spec) = job.spec.as_mut() {
+        spec.backoff_limit = limit;
+    }
+    job
+}
+
+/// [`pinned_gang_of_two`], the Job's `spec.backoffLimit` at `limit`.
+fn pinned_gang_of_two_restarted_at_most(limit: Option<i32>) -> State {
     let mut state = cluster(16, Vec::new());
-    apply_job(&mut state, labelled_job(2, true, &json!({})));
+    apply_job(
+        &mut state,
+        with_backoff_limit(labelled_job(2, true, &json!({})), limit),
+    );
     for t in 10..13 {
         let pass = plan(&mut state, at(t));
         land_all(&mut state, &pass.actions, t);
     }
-    apply_job(&mut state, labelled_job(2, false, &json!({"active": 2})));
+    apply_job(
+        &mut state,
+        with_backoff_limit(labelled_job(2, false, &json!({"active": 2})), limit),
+    );
     state.apply(job_pod(0, 0));
     state.apply(job_pod(1, 0));
     let pinned = plan(&mut state, at(13));
@@ -925,4 +944,41 @@ fn a_job_restarted_after_some_of_its_pods_succeeded_is_queued_and_released_for_t
         pins[0].1["spec"]["nodeSelector"]["kubernetes.io/hostname"],
         json!(nodes[0])
     );
+}
+
+#[test]
+fn a_job_whose_entry_failed_past_its_backoff_limit_stays_suspended_and_is_written_no_more() {
+    // The Job tolerates no failure: the entry restarts its gang at most as often.
+    let mut state = pinned_gang_of_two_restarted_at_most(Some(0));
+    state.apply(ran(job_pod(0, 0), "Failed"));
+    let failed = plan(&mut state, at(14));
+    land_all(&mut state, &failed.actions, 14);
+    let status = entry_status(&state);
+    assert_eq!(
+        status.phase,
+        Some(muster_api::gpujob::GpuJobPhase::Failed),
+        "{:#?}",
+        failed.actions
+    );
+    // Its controller takes in the suspension; the template still carries the release.
+    let mut held = with_backoff_limit(labelled_job(2, true, &json!({})), Some(0));
+    if let Some(template) = held.spec.as_mut().map(|s| &mut s.template) {
+        template
+            .metadata
+            .get_or_insert_with(Default::default)
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(JOB_LABEL.to_owned(), "job-train".to_owned());
+    }
+    apply_job(&mut state, held);
+    state.delete(&ran(job_pod(0, 0), "Failed"));
+    for t in 15..200 {
+        let pass = plan(&mut state, at(t));
+        assert!(
+            !kinds(&pass.actions).contains(&"patch_workload"),
+            "at {t}: {:#?}",
+            pass.actions
+        );
+        land_all(&mut state, &pass.actions, t);
+    }
 }

@@ -49,6 +49,27 @@ fn an_indexed_job_is_one_pod_set_of_its_parallel_pods_in_the_level_it_requires()
 }
 
 #[test]
+fn a_job_s_entry_restarts_its_gang_as_often_as_the_job_tolerates_pod_failures() {
+    let mut job = gpu_job(4, &json!({}));
+    let limit = |job: &Job| {
+        job_as_gpujob(job).map_or_else(|e| unreachable!("{e:?}"), |j| j.spec.backoff_limit())
+    };
+    if let Some(spec) = job.spec.as_mut() {
+        spec.backoff_limit = Some(20);
+    }
+    assert_eq!(limit(&job), 20);
+    if let Some(spec) = job.spec.as_mut() {
+        spec.backoff_limit = Some(0);
+    }
+    assert_eq!(limit(&job), 0);
+    // A Job read before the API server defaulted it: Muster's own default.
+    if let Some(spec) = job.spec.as_mut() {
+        spec.backoff_limit = None;
+    }
+    assert_eq!(limit(&job), crate::gpujob::DEFAULT_BACKOFF_LIMIT);
+}
+
+#[test]
 fn a_job_runs_as_many_pods_at_once_as_its_parallelism_and_completions_allow() {
     let mut job = gpu_job(4, &json!({}));
     let count = |job: &Job| {

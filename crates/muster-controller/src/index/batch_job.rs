@@ -65,6 +65,10 @@ pub struct BatchJobSpec {
     /// pods have all succeeded but which it has not yet marked complete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_deadline_seconds: Option<i64>,
+    /// `spec.backoffLimit`: the pod failures the Job tolerates, and so the gang restarts its
+    /// queue entry makes (see [`muster_api::workload::job_as_gpujob`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_limit: Option<i32>,
     /// `spec.template`.
     #[serde(default)]
     pub template: KeptTemplate,
@@ -247,6 +251,7 @@ impl BatchJob {
                 completion_mode: spec.and_then(|s| s.completion_mode.clone()),
                 suspend: spec.and_then(|s| s.suspend),
                 active_deadline_seconds: spec.and_then(|s| s.active_deadline_seconds),
+                backoff_limit: spec.and_then(|s| s.backoff_limit),
                 template: spec
                     .map_or_else(KeptTemplate::default, |s| KeptTemplate::of(&s.template)),
             },
@@ -270,6 +275,7 @@ impl BatchJob {
                 completion_mode: self.spec.completion_mode.clone(),
                 suspend: self.spec.suspend,
                 active_deadline_seconds: self.spec.active_deadline_seconds,
+                backoff_limit: self.spec.backoff_limit,
                 template: self.spec.template.template()?,
                 ..JobSpec::default()
             }),
@@ -407,6 +413,7 @@ mod tests {
         assert_eq!(kept.pods_at_once(), 4);
         assert_eq!(kept.spec.suspend, Some(true));
         assert_eq!(kept.spec.active_deadline_seconds, Some(3600));
+        assert_eq!(kept.spec.backoff_limit, Some(6));
         assert_eq!(kept.status.active, Some(2));
         assert!(kept.status.start_time.is_some());
         let template = &kept.spec.template;

@@ -822,14 +822,19 @@ fn a_hold_that_failed_is_written_again_and_a_quiet_job_is_left_alone() {
     );
     land_all(&mut state, &again.actions, 12);
     apply_job(&mut state, labelled_job(2, true, &json!({})));
-    for t in 13..20 {
-        let pass = plan(&mut state, at(t));
+    writes_no_job(&mut state, 13..20);
+}
+
+/// The passes at `times`, each landed, none writing the Job.
+fn writes_no_job(state: &mut State, times: std::ops::Range<i64>) {
+    for t in times {
+        let pass = plan(state, at(t));
         assert!(
             !kinds(&pass.actions).contains(&"patch_workload"),
             "at {t}: {:#?}",
             pass.actions
         );
-        land_all(&mut state, &pass.actions, t);
+        land_all(state, &pass.actions, t);
     }
 }
 
@@ -972,13 +977,5 @@ fn a_job_whose_entry_failed_past_its_backoff_limit_stays_suspended_and_is_writte
     }
     apply_job(&mut state, held);
     state.delete(&ran(job_pod(0, 0), "Failed"));
-    for t in 15..200 {
-        let pass = plan(&mut state, at(t));
-        assert!(
-            !kinds(&pass.actions).contains(&"patch_workload"),
-            "at {t}: {:#?}",
-            pass.actions
-        );
-        land_all(&mut state, &pass.actions, t);
-    }
+    writes_no_job(&mut state, 15..200);
 }

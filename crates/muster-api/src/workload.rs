@@ -173,7 +173,13 @@ pub fn jobset_as_gpujob(jobset: &JobSet) -> Result<GpuJob, Vec<FieldError>> {
             message: "a JobSet needs at least one replicated Job".into(),
         });
     }
-    read_as_gpujob(&jobset.metadata, sets, errors)
+    let mut entry = read_as_gpujob(&jobset.metadata, sets, errors)?;
+    // As for a Job (see `job_as_gpujob`): each gang restart follows at least one failed pod,
+    // so the entry restarts the gang as often as the JobSet survives pod failures.
+    if let Some(survived) = jobset.pod_failures_survived() {
+        entry.spec.backoff_limit = Some(survived);
+    }
+    Ok(entry)
 }
 
 /// Where a pod set's fields come from in the Job or JobSet, for error paths.

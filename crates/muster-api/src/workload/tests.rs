@@ -336,6 +336,65 @@ fn a_jobset_whose_child_jobs_partly_completed_queues_for_the_rest_alone() {
     assert_eq!(counts(&odd), counts(&pipeline));
 }
 
+/// A JobSet of a one-pod `init` and two `workers`, each Job template with the given
+/// `backoffLimit` (none when `None`), restarted `max_restarts` times on a failed child Job.
+fn with_limits(init: Option<i32>, workers: Option<i32>, max_restarts: Option<i32>) -> JobSet {
+    let job = |limit: Option<i32>, gpus: &str| {
+        let mut spec = json!({"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "trainer:1",
+                "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}}});
+        if let Some(limit) = limit {
+            spec["backoffLimit"] = json!(limit);
+        }
+        json!({"spec": spec})
+    };
+    let mut value = json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "metadata": {"name": "train", "namespace": "team-a",
+                     "labels": {"muster.dev/queue-name": "training"}},
+        "spec": {"replicatedJobs": [
+            {"name": "init", "template": job(init, "0")},
+            {"name": "workers", "replicas": 2, "template": job(workers, "8")}]}
+    });
+    if let Some(restarts) = max_restarts {
+        value["spec"]["failurePolicy"] = json!({"maxRestarts": restarts});
+    }
+    jobset(value)
+}
+
+#[test]
+fn a_jobset_s_entry_restarts_its_gang_as_often_as_the_jobset_survives_pod_failures() {
+    let limit = |set: &JobSet| {
+        jobset_as_gpujob(set).map_or_else(|e| unreachable!("{e:?}"), |j| j.spec.backoff_limit())
+    };
+    // The weakest child Job bounds it: all failures may fall on it.
+    assert_eq!(limit(&with_limits(Some(20), Some(2), None)), 2);
+    assert_eq!(limit(&with_limits(Some(0), Some(20), None)), 0);
+    // A child Job that completed fails no more: the others bound it.
+    let init_done = with_succeeded(&with_limits(Some(0), Some(20), None), &[("init", 1)]);
+    assert_eq!(limit(&init_done), 20);
+    // Each restart of the JobSet gives every child Job its limit afresh: 3 failures end
+    // each of 3 attempts, so 8 are survived.
+    assert_eq!(limit(&with_limits(Some(20), Some(2), Some(2))), 8);
+    // A template without a limit makes a child Job the API server gives 6.
+    assert_eq!(
+        limit(&with_limits(None, None, None)),
+        crate::jobset::JOB_DEFAULT_BACKOFF_LIMIT
+    );
+    // Per-index limits leave the Job's own unbounded.
+    let mut per_index = with_limits(None, Some(20), None);
+    if let Some(spec) = per_index.spec.replicated_jobs[0].template.spec.as_mut() {
+        spec.completion_mode = Some("Indexed".into());
+        spec.backoff_limit_per_index = Some(1);
+    }
+    assert_eq!(limit(&per_index), 20);
+    // No overflow past the largest limit.
+    assert_eq!(
+        limit(&with_limits(Some(i32::MAX), Some(i32::MAX), Some(i32::MAX))),
+        i32::MAX
+    );
+}
+
 fn read_meta(value: Value) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
     read(value)
 }

@@ -31,8 +31,18 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
     let now_s = now.0.as_second();
     let generation = job.metadata.generation;
     let is_entry = crate::workload::workload_of(job).is_some();
+    // A JobSet's places an earlier attempt completed: they get no pod.
+    let done = entry::completed_before(index, key, workload, status.requeue_count);
     if is_entry
-        && let Some(pins) = entry::pins(index, key, job, workload, &held, status.requeue_count)
+        && let Some(pins) = entry::pins(
+            index,
+            key,
+            job,
+            workload,
+            &held,
+            status.requeue_count,
+            &done,
+        )
     {
         // The Job controller has made the whole gang behind the gate: let it go, holding the
         // admission meanwhile.
@@ -50,9 +60,12 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
         // a restart.
         return Step::new(Phase::Releasing).with(InCycle::FinishRelease(admitted));
     }
-    // A JobSet's places an earlier attempt completed get no pod (see `entry::places_done`).
-    let expected: usize = held.pod_sets.iter().map(|p| p.nodes.len()).sum::<usize>()
-        - entry::places_done(index, key, workload, status.requeue_count);
+    let expected = held
+        .pod_sets
+        .iter()
+        .map(|p| p.nodes.len())
+        .sum::<usize>()
+        .saturating_sub(done.len());
     let timeout = job
         .spec
         .pods_ready_timeout_seconds

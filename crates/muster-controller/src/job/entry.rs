@@ -2,7 +2,7 @@
 //! controller's, so it finishes when its Job (or JobSet) says so, and it is evicted by
 //! suspending the workload rather than by deleting pods that its controller would make again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use muster_admission::{Admitted, Holding};
 use muster_api::gpujob::GpuJobStatus;
@@ -14,8 +14,8 @@ use crate::index::{GangMember, Index};
 use crate::release::{Gang, WorkloadRelease};
 use crate::status;
 use crate::workload::{
-    Placement, Run, WorkloadKind, WorkloadPatch, WorkloadRef, pin_patch, template_patch,
-    workload_of,
+    Placement, Run, WorkloadKind, WorkloadPatch, WorkloadRef, jobset::Completion, pin_patch,
+    template_patch, workload_of,
 };
 
 /// The workload behind `job` when `job` is a queue entry and the index holds that very
@@ -219,14 +219,17 @@ pub(crate) fn release(
 }
 
 /// The completions of a JobSet's child Jobs that an earlier attempt of its entry `key` left
-/// done and no pod of the gang will take again (see
-/// [`crate::workload::jobset::completed_before`]).
+/// done: their places in the gang stay empty, as no pod takes them again (see
+/// [`crate::workload::jobset::completed_before`]); none for any other workload.
 pub(super) fn completed_before(
     index: &Index,
     key: &ObjectRef,
-    jobset: &muster_api::jobset::JobSet,
+    workload: Option<Run<'_>>,
     attempt: i32,
-) -> std::collections::BTreeSet<crate::workload::jobset::Completion> {
+) -> BTreeSet<Completion> {
+    let Some(Run::JobSet(jobset)) = workload else {
+        return BTreeSet::new();
+    };
     let succeeded = index
         .pods_of(key)
         .filter(|(_, p)| p.phase == crate::index::PodPhase::Succeeded)
@@ -234,25 +237,11 @@ pub(super) fn completed_before(
     crate::workload::jobset::completed_before(jobset, succeeded, attempt)
 }
 
-/// How many places of an entry's gang stay empty because an earlier attempt completed them:
-/// a JobSet's ([`completed_before`]); none for any other workload.
-pub(super) fn places_done(
-    index: &Index,
-    key: &ObjectRef,
-    workload: Option<Run<'_>>,
-    attempt: i32,
-) -> usize {
-    match workload {
-        Some(Run::JobSet(jobset)) => completed_before(index, key, jobset, attempt).len(),
-        _ => 0,
-    }
-}
-
 /// The pins that let an admitted entry's gang go (for a Job: pod `i` of an Indexed Job on
 /// the `i`-th node the admission placed, others, by name, on the nodes left; for a JobSet see
 /// [`crate::workload::jobset::pins`]): every pod of its current attempt made by the
 /// workload's controllers and still behind Muster's gate, as many as the admission placed,
-/// no position claimed twice. `None` until then — and once the gang has been let go.
+/// no position claimed twice (`done`: the places [`completed_before`] left empty). `None` until then — and once the gang has been let go.
 pub(super) fn pins(
     index: &Index,
     key: &ObjectRef,
@@ -260,6 +249,7 @@ pub(super) fn pins(
     workload: Option<Run<'_>>,
     held: &Holding,
     attempt: i32,
+    done: &BTreeSet<Completion>,
 ) -> Option<Vec<(ObjectRef, serde_json::Value)>> {
     let gated: Vec<(&ObjectRef, &GangMember)> = index
         .pods_of(key)
@@ -283,13 +273,9 @@ pub(super) fn pins(
                     .collect(),
             )
         }
-        Run::JobSet(jobset) => crate::workload::jobset::pins(
-            entry,
-            jobset,
-            &held.pod_sets,
-            &gated,
-            &completed_before(index, key, jobset, attempt),
-        ),
+        Run::JobSet(jobset) => {
+            crate::workload::jobset::pins(entry, jobset, &held.pod_sets, &gated, done)
+        }
         Run::PodGroup(_, group) => {
             let [placed] = held.pod_sets.as_slice() else {
                 return None;

@@ -58,6 +58,22 @@ pub fn health<'a>(
             cause: format!("node {gone} the gang was placed on is gone"),
         };
     }
+    // The same for a placed node that stopped reporting or was cordoned: the scheduler binds
+    // no new pod there, so a pod pinned to it waits for good. A node that holds one of the
+    // gang's bound pods is judged by that pod below (a finished pod's node may go away
+    // without harm); one that holds none has a pinned pod still to bind.
+    if unbound
+        && let Some(down) = placed.iter().find(|n| {
+            node(n.as_str()).is_some_and(|info| !info.schedulable)
+                && !pods
+                    .iter()
+                    .any(|(_, p)| p.node.as_deref() == Some(n.as_str()))
+        })
+    {
+        return Health::Broken {
+            cause: format!("node {down} the gang was placed on is NotReady or cordoned"),
+        };
+    }
     let mut ready = 0usize;
     let mut succeeded = 0usize;
     for (key, pod) in pods {

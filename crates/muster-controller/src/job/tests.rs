@@ -239,6 +239,14 @@ impl World {
         self.pods(&[("Running", true), ("Running", true)])
     }
 
+    /// Pod `i` is not bound yet (still pinned to its node by selector).
+    fn unbind(mut self, i: usize) -> World {
+        if let Some(spec) = self.pods[i].spec.as_mut() {
+            spec.node_name = None;
+        }
+        self
+    }
+
     /// Pod `i` has a deletion timestamp.
     fn deleting(mut self, i: usize) -> World {
         self.pods[i].metadata.deletion_timestamp = Some(time(NOW - 1));
@@ -610,6 +618,28 @@ fn every_situation_gives_its_step() {
             "a node the gang was placed on is gone before its pods were bound: it restarts",
             World::new().admitted().unbound().node_gone("n2"),
             "Restarting · Evict(GangRestart) · holds",
+        ),
+        (
+            "a node the gang was placed on stops reporting before its pods were bound: it restarts",
+            World::new()
+                .admitted()
+                .unbound()
+                .unreachable("n2", NOW - 60),
+            "Restarting · Evict(GangRestart) · holds",
+        ),
+        (
+            "a node the gang was placed on is cordoned before its pods were bound: it restarts",
+            World::new().admitted().unbound().cordoned("n1"),
+            "Restarting · Evict(GangRestart) · holds",
+        ),
+        (
+            "a pod succeeded and its node stops reporting while another pod is unbound: it holds",
+            World::new()
+                .admitted()
+                .pods(&[("Succeeded", false), ("Pending", false)])
+                .unbind(1)
+                .unreachable("n1", NOW - 60),
+            "Releasing · holds",
         ),
         (
             "a pod of a running gang is deleted: the gang restarts",

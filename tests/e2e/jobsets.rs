@@ -1,18 +1,16 @@
 //! A JobSet queued by Muster on a real control plane: a TPU JobSet of two v5p slices waits
 //! suspended, is admitted onto two whole node pools, and each pod runs on its host of its
 //! slice (pod `c` of replica `r` on the admission's node `r × 4 + c`). The JobSet controller
-//! is not available here: the test plays it (see [`play_jobset_controller`]), making the
-//! child Jobs as it would once the JobSet is unsuspended and reporting the JobSet Completed
-//! once they are; kube-controller-manager's Job controller makes their pods.
+//! is not available here: the test kit's fake one makes and resumes the child Jobs and
+//! reports the JobSet Completed once they are; kube-controller-manager's Job controller makes
+//! their pods.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Taint};
-use kube::Resource;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use muster_api::jobset::{JOB_INDEX_LABEL, JOBSET_NAME_LABEL, JobSet, REPLICATED_JOB_LABEL};
+use kube::api::{Api, ListParams};
+use muster_api::jobset::{JOB_INDEX_LABEL, JOBSET_NAME_LABEL, JobSet};
+use muster_testkit::jobsets::FakeJobSetController;
 use muster_testkit::nodes::{NodeSpec, create_node};
 use muster_testkit::{ClusterOptions, UpstreamCrd};
 use serde_json::{Value, json};
@@ -94,101 +92,6 @@ fn multislice(ms: u64) -> Value {
                                         "resources": {"limits": {"google.com/tpu": "4"}}}]}}}}}]}})
 }
 
-/// Plays the JobSet controller for JobSet `name` until the returned task is aborted, as far
-/// as this test needs it: once the JobSet is unsuspended, each replica of each replicated Job
-/// becomes a child Job `<jobset>-<replicatedJob>-<i>` — the replicated Job's template, the
-/// JobSet's labels on it and its pods, owned by the JobSet — and once every child Job is
-/// Complete the JobSet is marked Completed.
-fn play_jobset_controller(env: &Env, name: &'static str) -> tokio::task::JoinHandle<()> {
-    let jobsets: Api<JobSet> = env.api("team-a");
-    let jobs: Api<Job> = env.api("team-a");
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let Ok(jobset) = jobsets.get(name).await else {
-                continue;
-            };
-            if jobset.spec.suspend.unwrap_or(false) {
-                continue;
-            }
-            let mut complete = 0;
-            let mut children = 0;
-            for rj in &jobset.spec.replicated_jobs {
-                for replica in 0..rj.replicas() {
-                    children += 1;
-                    let child = format!("{name}-{}-{replica}", rj.name);
-                    match jobs.get_opt(&child).await {
-                        Ok(Some(job)) => {
-                            let done = job
-                                .status
-                                .and_then(|s| s.conditions)
-                                .into_iter()
-                                .flatten()
-                                .any(|c| c.type_ == "Complete" && c.status == "True");
-                            complete += usize::from(done);
-                        }
-                        Ok(None) => {
-                            let job = child_job(&jobset, rj, replica, &child);
-                            if let Err(e) = jobs.create(&PostParams::default(), &job).await {
-                                eprintln!("the test's JobSet controller: creating {child}: {e}");
-                            }
-                        }
-                        Err(_) => {}
-                    }
-                }
-            }
-            if complete == children {
-                let status = json!({"status": {
-                    "terminalState": "Completed",
-                    "conditions": [{"type": "Completed", "status": "True",
-                                    "reason": "AllJobsCompleted",
-                                    "message": "jobset completed successfully",
-                                    "lastTransitionTime": "2026-11-26T00:00:00Z"}]}});
-                let patched = jobsets
-                    .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-                    .await;
-                if patched.is_ok() {
-                    return;
-                }
-            }
-        }
-    })
-}
-
-/// Child Job `name` of replica `replica` of `rj`, as the JobSet controller makes it.
-fn child_job(
-    jobset: &JobSet,
-    rj: &muster_api::jobset::ReplicatedJob,
-    replica: i32,
-    name: &str,
-) -> Job {
-    let labels = BTreeMap::from([
-        (
-            JOBSET_NAME_LABEL.to_owned(),
-            jobset.metadata.name.clone().unwrap_or_default(),
-        ),
-        (REPLICATED_JOB_LABEL.to_owned(), rj.name.clone()),
-        (JOB_INDEX_LABEL.to_owned(), replica.to_string()),
-    ]);
-    let mut spec = rj.template.spec.clone().unwrap_or_default();
-    spec.template
-        .metadata
-        .get_or_insert_with(Default::default)
-        .labels
-        .get_or_insert_with(BTreeMap::new)
-        .extend(labels.clone());
-    let mut meta = rj.template.metadata.clone().unwrap_or_default();
-    meta.name = Some(name.to_owned());
-    meta.namespace.clone_from(&jobset.metadata.namespace);
-    meta.labels.get_or_insert_with(BTreeMap::new).extend(labels);
-    meta.owner_references = jobset.controller_owner_ref(&()).map(|o| vec![o]);
-    Job {
-        metadata: meta,
-        spec: Some(spec),
-        status: None,
-    }
-}
-
 /// The pods of the JobSet's child Jobs.
 async fn jobset_pods(env: &Env, name: &str) -> Vec<Pod> {
     let pods: Api<Pod> = env.api("team-a");
@@ -219,7 +122,7 @@ async fn a_tpu_jobset_of_two_slices_takes_two_whole_pools_pod_c_of_slice_r_on_it
     let controller = env.controller();
     let jobsets: Api<JobSet> = env.api("team-a");
     apply(&jobsets, multislice(3_000)).await;
-    let fake_controller = play_jobset_controller(&env, "multislice");
+    let fake_controller = FakeJobSetController::start(env.client.clone());
     let waiting = env
         .until_status(
             "team-a",
@@ -286,6 +189,6 @@ async fn a_tpu_jobset_of_two_slices_takes_two_whole_pools_pod_c_of_slice_r_on_it
         })
         .await;
     assert!(done.admission.is_none(), "{done:?}");
-    fake_controller.abort();
+    drop(fake_controller);
     controller.stop().await;
 }

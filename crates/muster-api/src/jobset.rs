@@ -20,10 +20,6 @@ pub const REPLICATED_JOB_LABEL: &str = "jobset.sigs.k8s.io/replicatedjob-name";
 /// replicated Job it is (`0..replicas`).
 pub const JOB_INDEX_LABEL: &str = "jobset.sigs.k8s.io/job-index";
 
-/// The `backoffLimit` the API server gives a Job that does not set one (a JobSet's Job
-/// templates are not defaulted; their child Jobs are, when made).
-pub const JOB_DEFAULT_BACKOFF_LIMIT: i32 = 6;
-
 /// Label the JobSet controller puts on each child Job and its pods: the JobSet's name.
 pub const JOBSET_NAME_LABEL: &str = "jobset.sigs.k8s.io/jobset-name";
 
@@ -59,7 +55,23 @@ pub struct FailurePolicy {
     /// How many times the JobSet restarts its child Jobs before it fails (default 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_restarts: Option<i32>,
+    /// Answers to particular failures, first match applies.
+    #[serde(default)]
+    pub rules: Vec<FailurePolicyRule>,
 }
+
+/// One rule of a JobSet's failure policy (only its action is read).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailurePolicyRule {
+    /// `FailJobSet`, `RestartJobSet`, `RestartJobSetAndIgnoreMaxRestarts` or `RecreateJob`.
+    #[serde(default)]
+    pub action: String,
+}
+
+/// Failure-policy actions after which a JobSet goes on without counting a restart against
+/// `maxRestarts`.
+const UNCOUNTED_RESTARTS: [&str; 2] = ["RestartJobSetAndIgnoreMaxRestarts", "RecreateJob"];
 
 /// One Job template of a JobSet and how many Jobs are made of it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -148,36 +160,37 @@ impl JobSet {
         rj.replicas() > 0 && self.replicas_left(rj) == 0
     }
 
-    /// How many pod failures the JobSet survives for certain: a child Job fails on its
-    /// `backoffLimit + 1`-th failed pod, and the JobSet then restarts every child Job afresh
-    /// up to `failurePolicy.maxRestarts` times before it fails. The weakest child Job still
-    /// to run bounds it (failures may all fall on it). `None` when no replicated Job is left
-    /// to run. Failure-policy rules that fail or restart the JobSet on particular failures
-    /// are not read: the JobSet's own terminal state says when it failed.
+    /// How many pod failures the JobSet survives for certain: a child Job fails past its own
+    /// limit ([`crate::workload::job_pod_failures_survived`]), and the JobSet then restarts
+    /// every child Job afresh up to `failurePolicy.maxRestarts` times before it fails. The
+    /// weakest child Job still to run bounds it (failures may all fall on it). `None` when no
+    /// child Job is left to run. A failure-policy rule that restarts the JobSet or recreates a
+    /// child Job without counting it against `maxRestarts` makes it unbounded; one that fails
+    /// the JobSet sooner is left to the JobSet's own `Failed` condition.
     pub fn pod_failures_survived(&self) -> Option<i32> {
         let weakest = self
             .spec
             .replicated_jobs
             .iter()
-            .filter(|rj| !self.is_done(rj))
+            .filter(|rj| self.replicas_left(rj) > 0)
             .map(|rj| {
-                let spec = rj.template.spec.as_ref();
-                match spec.and_then(|s| s.backoff_limit) {
-                    Some(limit) => limit.max(0),
-                    // Per-index limits leave the Job's own limit unbounded, as the API
-                    // server defaults it when it makes the child Job.
-                    None if spec.is_some_and(|s| s.backoff_limit_per_index.is_some()) => i32::MAX,
-                    None => JOB_DEFAULT_BACKOFF_LIMIT,
-                }
+                rj.template
+                    .spec
+                    .as_ref()
+                    .map_or(crate::workload::JOB_DEFAULT_BACKOFF_LIMIT, |spec| {
+                        crate::workload::job_pod_failures_survived(spec)
+                    })
             })
             .min()?;
-        let restarts = self
-            .spec
-            .failure_policy
-            .as_ref()
-            .and_then(|p| p.max_restarts)
-            .unwrap_or(0)
-            .max(0);
+        let policy = self.spec.failure_policy.as_ref();
+        if policy.is_some_and(|p| {
+            p.rules
+                .iter()
+                .any(|r| UNCOUNTED_RESTARTS.contains(&r.action.as_str()))
+        }) {
+            return Some(i32::MAX);
+        }
+        let restarts = policy.and_then(|p| p.max_restarts).unwrap_or(0).max(0);
         // (weakest + 1) failures end each of the (restarts + 1) attempts; one fewer is safe.
         let survived = (i64::from(weakest) + 1) * (i64::from(restarts) + 1) - 1;
         Some(i32::try_from(survived).unwrap_or(i32::MAX))

@@ -95,12 +95,45 @@ pub fn job_as_gpujob(job: &Job) -> Result<GpuJob, Vec<FieldError>> {
     let mut errors = Vec::new();
     let set = pod_set("main", &spec.template, count, 1, None, &origin, &mut errors);
     let mut entry = read_as_gpujob(&job.metadata, vec![(set, origin)], errors)?;
-    // Each restart of the gang follows at least one failed pod, which the Job's own
-    // backoffLimit counts: the entry restarts it no more often than the Job would tolerate,
-    // and no less (a Job that takes twenty pod failures is not given up after three
-    // restarts, Muster's default, and left suspended).
-    entry.spec.backoff_limit = spec.backoff_limit;
+    entry.spec.backoff_limit = Some(gang_restarts(job_pod_failures_survived(&spec)));
     Ok(entry)
+}
+
+/// The `backoffLimit` the API server gives a Job that does not set one (a JobSet's Job
+/// templates are not defaulted; their child Jobs are, when made).
+pub const JOB_DEFAULT_BACKOFF_LIMIT: i32 = 6;
+
+/// How many pod failures a Job survives: its `backoffLimit` (6 when unset, unbounded when
+/// only a per-index limit is set, as the API server defaults it), and no more than its
+/// `backoffLimitPerIndex`, since every failure may fall on one index. A Job whose
+/// `podFailurePolicy` ignores some failures (pods disrupted by a drain or preemption, say)
+/// may survive any number: unbounded.
+pub fn job_pod_failures_survived(spec: &JobSpec) -> i32 {
+    let ignores = spec
+        .pod_failure_policy
+        .as_ref()
+        .is_some_and(|p| p.rules.iter().any(|r| r.action == "Ignore"));
+    if ignores {
+        return i32::MAX;
+    }
+    let per_index = spec.backoff_limit_per_index;
+    let whole = spec.backoff_limit.unwrap_or(if per_index.is_some() {
+        i32::MAX
+    } else {
+        JOB_DEFAULT_BACKOFF_LIMIT
+    });
+    whole.min(per_index.unwrap_or(i32::MAX)).max(0)
+}
+
+/// How many gang restarts the queue entry of a workload that survives `survived` pod failures
+/// allows. Most restarts follow a failed pod, which the workload counts too, so it gets at
+/// least as many as it would take itself (one that takes twenty pod failures is not given up
+/// after Muster's default of three and left suspended). Some follow no failure at all (a node
+/// lost before its pod was bound, a pods-ready timeout), so it gets no fewer than Muster's
+/// default either: restarting more often than the workload allows costs nothing, as its own
+/// `Failed` condition ends the entry whenever it comes.
+fn gang_restarts(survived: i32) -> i32 {
+    survived.max(crate::gpujob::DEFAULT_BACKOFF_LIMIT)
 }
 
 /// A JobSet read as the GpuJob admission sees (see the module docs); every problem, each with
@@ -174,11 +207,8 @@ pub fn jobset_as_gpujob(jobset: &JobSet) -> Result<GpuJob, Vec<FieldError>> {
         });
     }
     let mut entry = read_as_gpujob(&jobset.metadata, sets, errors)?;
-    // As for a Job (see `job_as_gpujob`): each gang restart follows at least one failed pod,
-    // so the entry restarts the gang as often as the JobSet survives pod failures.
-    if let Some(survived) = jobset.pod_failures_survived() {
-        entry.spec.backoff_limit = Some(survived);
-    }
+    let survived = jobset.pod_failures_survived();
+    entry.spec.backoff_limit = survived.map(gang_restarts);
     Ok(entry)
 }
 

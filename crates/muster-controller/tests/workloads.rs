@@ -953,8 +953,14 @@ fn a_job_restarted_after_some_of_its_pods_succeeded_is_queued_and_released_for_t
 
 #[test]
 fn a_job_whose_entry_failed_past_its_backoff_limit_stays_suspended_and_is_written_no_more() {
-    // The Job tolerates no failure: the entry restarts its gang at most as often.
+    // The Job tolerates no failure, and its gang was restarted as often as its entry allows
+    // (Muster's default, the least an entry gets).
     let mut state = pinned_gang_of_two_restarted_at_most(Some(0));
+    let mut entry = state.index().job("team-a/job-train").cloned();
+    if let Some(status) = entry.as_mut().and_then(|e| e.status.as_mut()) {
+        status.restart_count = muster_api::gpujob::DEFAULT_BACKOFF_LIMIT;
+    }
+    state.apply(entry.unwrap_or_else(|| unreachable!("an entry")));
     state.apply(ran(job_pod(0, 0), "Failed"));
     let failed = plan(&mut state, at(14));
     land_all(&mut state, &failed.actions, 14);

@@ -54,19 +54,33 @@ fn a_job_s_entry_restarts_its_gang_as_often_as_the_job_tolerates_pod_failures() 
     let limit = |job: &Job| {
         job_as_gpujob(job).map_or_else(|e| unreachable!("{e:?}"), |j| j.spec.backoff_limit())
     };
-    if let Some(spec) = job.spec.as_mut() {
-        spec.backoff_limit = Some(20);
-    }
-    assert_eq!(limit(&job), 20);
-    if let Some(spec) = job.spec.as_mut() {
-        spec.backoff_limit = Some(0);
-    }
-    assert_eq!(limit(&job), 0);
-    // A Job read before the API server defaulted it: Muster's own default.
-    if let Some(spec) = job.spec.as_mut() {
-        spec.backoff_limit = None;
-    }
-    assert_eq!(limit(&job), crate::gpujob::DEFAULT_BACKOFF_LIMIT);
+    let mut set = |change: &dyn Fn(&mut k8s_openapi::api::batch::v1::JobSpec)| {
+        if let Some(spec) = job.spec.as_mut() {
+            change(spec);
+        }
+        limit(&job)
+    };
+    assert_eq!(set(&|s| s.backoff_limit = Some(20)), 20);
+    // Never fewer than Muster's default: some restarts follow no failure at all.
+    assert_eq!(
+        set(&|s| s.backoff_limit = Some(0)),
+        crate::gpujob::DEFAULT_BACKOFF_LIMIT
+    );
+    // A Job read before the API server defaulted it: the default it will get.
+    assert_eq!(
+        set(&|s| s.backoff_limit = None),
+        crate::workload::JOB_DEFAULT_BACKOFF_LIMIT
+    );
+    // Every failure may fall on one index: its limit bounds the Job's.
+    assert_eq!(set(&|s| s.backoff_limit_per_index = Some(4)), 4);
+    assert_eq!(set(&|s| s.backoff_limit = Some(20)), 4);
+    // Failures a pod failure policy ignores are not counted: no bound.
+    let ignore: k8s_openapi::api::batch::v1::PodFailurePolicy = read(json!({"rules": [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]}));
+    assert_eq!(
+        set(&|s| s.pod_failure_policy = Some(ignore.clone())),
+        i32::MAX
+    );
 }
 
 #[test]
@@ -368,26 +382,44 @@ fn a_jobset_s_entry_restarts_its_gang_as_often_as_the_jobset_survives_pod_failur
         jobset_as_gpujob(set).map_or_else(|e| unreachable!("{e:?}"), |j| j.spec.backoff_limit())
     };
     // The weakest child Job bounds it: all failures may fall on it.
-    assert_eq!(limit(&with_limits(Some(20), Some(2), None)), 2);
-    assert_eq!(limit(&with_limits(Some(0), Some(20), None)), 0);
-    // A child Job that completed fails no more: the others bound it.
+    assert_eq!(limit(&with_limits(Some(20), Some(5), None)), 5);
+    assert_eq!(limit(&with_limits(Some(7), Some(20), None)), 7);
+    // Never fewer than Muster's default.
+    assert_eq!(
+        limit(&with_limits(Some(0), Some(20), None)),
+        crate::gpujob::DEFAULT_BACKOFF_LIMIT
+    );
+    // A child Job that completed fails no more, nor does a replicated Job of no replicas
+    // (an entry refuses it, but the JobSet's count does not depend on that): the others
+    // bound it.
     let init_done = with_succeeded(&with_limits(Some(0), Some(20), None), &[("init", 1)]);
     assert_eq!(limit(&init_done), 20);
+    let mut no_init = with_limits(Some(0), Some(20), None);
+    no_init.spec.replicated_jobs[0].replicas = Some(0);
+    assert_eq!(no_init.pod_failures_survived(), Some(20));
     // Each restart of the JobSet gives every child Job its limit afresh: 3 failures end
     // each of 3 attempts, so 8 are survived.
     assert_eq!(limit(&with_limits(Some(20), Some(2), Some(2))), 8);
     // A template without a limit makes a child Job the API server gives 6.
     assert_eq!(
         limit(&with_limits(None, None, None)),
-        crate::jobset::JOB_DEFAULT_BACKOFF_LIMIT
+        crate::workload::JOB_DEFAULT_BACKOFF_LIMIT
     );
-    // Per-index limits leave the Job's own unbounded.
+    // A per-index limit bounds its child Job.
     let mut per_index = with_limits(None, Some(20), None);
-    if let Some(spec) = per_index.spec.replicated_jobs[0].template.spec.as_mut() {
+    if let Some(spec) = per_index.spec.replicated_jobs[1].template.spec.as_mut() {
         spec.completion_mode = Some("Indexed".into());
-        spec.backoff_limit_per_index = Some(1);
+        spec.backoff_limit_per_index = Some(4);
     }
-    assert_eq!(limit(&per_index), 20);
+    assert_eq!(limit(&per_index), 4);
+    // Restarts not counted against maxRestarts: no bound.
+    let mut uncounted = with_limits(Some(20), Some(2), Some(1));
+    if let Some(policy) = uncounted.spec.failure_policy.as_mut() {
+        policy.rules = vec![crate::jobset::FailurePolicyRule {
+            action: "RestartJobSetAndIgnoreMaxRestarts".into(),
+        }];
+    }
+    assert_eq!(limit(&uncounted), i32::MAX);
     // No overflow past the largest limit.
     assert_eq!(
         limit(&with_limits(Some(i32::MAX), Some(i32::MAX), Some(i32::MAX))),

@@ -6,9 +6,8 @@
 //! before it finished — breaks the whole gang.
 
 use muster_api::ObjectRef;
-use muster_topology::NodeInfo;
 
-use crate::index::{PodPhase, PodRecord};
+use crate::index::{Index, PodPhase, PodRecord};
 
 /// Default base of the requeue backoff after a pods-ready timeout, seconds.
 pub const REQUEUE_BASE_SECONDS: i64 = 30;
@@ -36,43 +35,49 @@ pub enum Health {
     },
 }
 
+/// How long the node a pod is pinned to may be NotReady before the pod, not yet bound there,
+/// is given up on. A kubelet's blip (its container runtime restarting) passes within it, and
+/// the scheduler binds the pod once the node is back: restarting the gang for it would cost a
+/// restart for nothing. A node that died stays down past it.
+pub const PINNED_NODE_GRACE_SECONDS: i64 = 60;
+
 /// The health of a gang of `expected` pods admitted at `admitted_at` (seconds), placed on the
-/// nodes `placed`, given its pods of the current attempt (key, record) and a node lookup.
-pub fn health<'a>(
+/// nodes `placed`, given its pods of the current attempt (key, record) and the index's nodes.
+pub fn health(
     expected: usize,
     placed: &[String],
-    pods: &[(&'a ObjectRef, &'a PodRecord)],
-    node: impl Fn(&str) -> Option<&'a NodeInfo>,
+    pods: &[(&ObjectRef, &PodRecord)],
+    index: &Index,
     admitted_at: i64,
     ready_timeout: i64,
     now: i64,
 ) -> Health {
-    // A node the gang was placed on vanished before every pod was bound to it (an
-    // autoscaler removed it as idle, an admin deleted it): the unbound pods, pinned there,
-    // can never run. Restart now rather than wait out the pods-ready timeout.
+    // A pod not yet bound whose node is gone (an autoscaler removed it as idle, an admin
+    // deleted it), cordoned, or down past the grace can never be bound: restart now rather
+    // than wait out the pods-ready timeout. Each pod is judged by its own pin, not by every
+    // node placed: a place left empty (completed by an earlier attempt) or a finished pod's
+    // node may go without harm.
     let unbound = pods
         .iter()
-        .any(|(_, p)| p.node.is_none() && p.phase == PodPhase::Pending);
-    if unbound && let Some(gone) = placed.iter().find(|n| node(n.as_str()).is_none()) {
-        return Health::Broken {
-            cause: format!("node {gone} the gang was placed on is gone"),
-        };
-    }
-    // The same for a placed node that stopped reporting or was cordoned: the scheduler binds
-    // no new pod there, so a pod pinned to it waits for good. A node that holds one of the
-    // gang's bound pods is judged by that pod below (a finished pod's node may go away
-    // without harm); one that holds none has a pinned pod still to bind.
-    if unbound
-        && let Some(down) = placed.iter().find(|n| {
-            node(n.as_str()).is_some_and(|info| !info.schedulable)
-                && !pods
-                    .iter()
-                    .any(|(_, p)| p.node.as_deref() == Some(n.as_str()))
-        })
-    {
-        return Health::Broken {
-            cause: format!("node {down} the gang was placed on is NotReady or cordoned"),
-        };
+        .filter(|(_, p)| p.node.is_none() && p.phase == PodPhase::Pending);
+    for (key, pod) in unbound {
+        match pod.member.as_ref().and_then(|m| m.pinned.as_deref()) {
+            Some(pinned) => {
+                if let Some(why) = pin_lost(pinned, index, now) {
+                    return Health::Broken {
+                        cause: format!("pod {key} is pinned to node {pinned}, which {why}"),
+                    };
+                }
+            }
+            // Not pinned yet: it goes to one of the placed nodes.
+            None => {
+                if let Some(gone) = placed.iter().find(|n| !index.nodes.contains_key(*n)) {
+                    return Health::Broken {
+                        cause: format!("node {gone} the gang was placed on is gone"),
+                    };
+                }
+            }
+        }
     }
     let mut ready = 0usize;
     let mut succeeded = 0usize;
@@ -100,7 +105,7 @@ pub fn health<'a>(
             };
         }
         if let Some(name) = &pod.node {
-            match node(name) {
+            match index.nodes.get(name) {
                 None => {
                     return Health::Broken {
                         cause: format!("node {name} of pod {key} is gone"),
@@ -137,6 +142,31 @@ pub fn health<'a>(
         Health::TimedOut
     } else {
         Health::Starting { deadline }
+    }
+}
+
+/// Why a pod pinned to node `pinned` and not yet bound there never will be, if it never will:
+/// the node is gone, cordoned, or NotReady for [`PINNED_NODE_GRACE_SECONDS`] or longer (a
+/// node that does not say since when counts as down long enough).
+fn pin_lost(pinned: &str, index: &Index, now: i64) -> Option<String> {
+    let Some(info) = index.nodes.get(pinned) else {
+        return Some("is gone".to_owned());
+    };
+    if info.schedulable {
+        return None;
+    }
+    match index.not_ready(pinned) {
+        // Ready, yet not schedulable: cordoned.
+        None => Some("is cordoned".to_owned()),
+        Some(down) => match down.since {
+            Some(since) if now.saturating_sub(since) < PINNED_NODE_GRACE_SECONDS => None,
+            Some(since) => Some(format!(
+                "has been NotReady ({}) for {} s",
+                down.status,
+                now.saturating_sub(since)
+            )),
+            None => Some(format!("is NotReady ({})", down.status)),
+        },
     }
 }
 

@@ -31,7 +31,7 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
     let now_s = now.0.as_second();
     let generation = job.metadata.generation;
     let is_entry = crate::workload::workload_of(job).is_some();
-    // A JobSet's places an earlier attempt completed: they get no pod.
+    // Places of a JobSet that an earlier attempt completed: they get no pod.
     let done = entry::completed_before(index, key, workload, status.requeue_count);
     if is_entry
         && let Some(pins) = entry::pins(
@@ -103,15 +103,7 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
             Health::Starting { deadline }
         }
     } else {
-        health(
-            expected,
-            &placed,
-            judged,
-            |n| index.nodes.get(n),
-            since,
-            timeout,
-            now_s,
-        )
+        health(expected, &placed, judged, index, since, timeout, now_s)
     };
     let all_pods: Vec<ObjectRef> = current.iter().map(|(k, _)| (*k).clone()).collect();
     let evict = |eviction: Eviction| {

@@ -241,7 +241,8 @@ pub(super) fn completed_before(
 /// the `i`-th node the admission placed, others, by name, on the nodes left; for a JobSet see
 /// [`crate::workload::jobset::pins`]): every pod of its current attempt made by the
 /// workload's controllers and still behind Muster's gate, as many as the admission placed,
-/// no position claimed twice (`done`: the places [`completed_before`] left empty). `None` until then — and once the gang has been let go.
+/// no position claimed twice (`done`: the places [`completed_before`] left empty). `None`
+/// until then — and once the gang has been let go.
 pub(super) fn pins(
     index: &Index,
     key: &ObjectRef,

@@ -247,6 +247,18 @@ impl World {
         self
     }
 
+    /// Pod `i` is pinned to node `node` (its hostname node selector).
+    fn pinned_to(mut self, i: usize, node: &str) -> World {
+        if let Some(selector) = self.pods[i]
+            .spec
+            .as_mut()
+            .and_then(|s| s.node_selector.as_mut())
+        {
+            selector.insert("kubernetes.io/hostname".to_owned(), node.to_owned());
+        }
+        self
+    }
+
     /// Pod `i` has a deletion timestamp.
     fn deleting(mut self, i: usize) -> World {
         self.pods[i].metadata.deletion_timestamp = Some(time(NOW - 1));
@@ -628,8 +640,26 @@ fn every_situation_gives_its_step() {
             "Restarting · Evict(GangRestart) · holds",
         ),
         (
+            "a node the gang was placed on stopped reporting a moment ago: its pods wait for it",
+            World::new()
+                .admitted()
+                .unbound()
+                .unreachable("n2", NOW - 10),
+            "Releasing · holds",
+        ),
+        (
             "a node the gang was placed on is cordoned before its pods were bound: it restarts",
             World::new().admitted().unbound().cordoned("n1"),
+            "Restarting · Evict(GangRestart) · holds",
+        ),
+        (
+            "a pod succeeded on a node that is then cordoned, another pinned there unbound: it restarts",
+            World::new()
+                .admitted()
+                .pods(&[("Succeeded", false), ("Pending", false)])
+                .unbind(1)
+                .pinned_to(1, "n1")
+                .cordoned("n1"),
             "Restarting · Evict(GangRestart) · holds",
         ),
         (

@@ -85,6 +85,28 @@ async fn suspend(jobsets: &Api<JobSet>, name: &str, suspend: bool) -> anyhow::Re
     Ok(())
 }
 
+/// The pod template a worker child Job was resumed with carries the replicated Job's of the
+/// moment: its shorter run, node and toleration.
+fn assert_resumed_with_release(template: k8s_openapi::api::core::v1::PodTemplateSpec) {
+    let run = template
+        .metadata
+        .and_then(|m| m.annotations)
+        .and_then(|a| a.get(RUN_ANNOTATION).cloned());
+    assert_eq!(run.as_deref(), Some("1000"));
+    let spec = template.spec.unwrap_or_default();
+    let node = spec
+        .node_selector
+        .and_then(|s| s.get("kubernetes.io/hostname").cloned());
+    assert_eq!(node.as_deref(), Some("node-1"));
+    let tolerated: Vec<Option<String>> = spec
+        .tolerations
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.key)
+        .collect();
+    assert_eq!(tolerated, [Some("example.com/reserved".to_owned())]);
+}
+
 /// A cluster with the Job controller, the JobSet CRD and its fake controller, one fake node
 /// and a fake kubelet.
 macro_rules! cluster_with_jobsets {
@@ -150,13 +172,19 @@ async fn child_jobs_are_made_suspended_resumed_with_the_template_and_kept_once_c
     })
     .await?;
 
-    // Suspended again with a shorter run in the workers' template: the running workers are
-    // suspended, the completed init is left as it is.
+    // Suspended again with a shorter run, a node and a toleration in the workers' template
+    // (what a queue writes on release): the running workers are suspended, the completed
+    // init is left as it is.
     suspend(&jobsets, "train", true).await?;
-    let patch = json!([{"op": "replace",
-        "path": format!("/spec/replicatedJobs/1/template/spec/template/metadata/annotations/{}",
-            RUN_ANNOTATION.replace('/', "~1")),
-        "value": "1000"}]);
+    let pod = "/spec/replicatedJobs/1/template/spec/template";
+    let patch = json!([
+        {"op": "replace",
+         "path": format!("{pod}/metadata/annotations/{}", RUN_ANNOTATION.replace('/', "~1")),
+         "value": "1000"},
+        {"op": "add", "path": format!("{pod}/spec/nodeSelector"),
+         "value": {"kubernetes.io/hostname": "node-1"}},
+        {"op": "add", "path": format!("{pod}/spec/tolerations"),
+         "value": [{"key": "example.com/reserved", "operator": "Exists"}]}]);
     jobsets
         .patch(
             "train",
@@ -166,10 +194,18 @@ async fn child_jobs_are_made_suspended_resumed_with_the_template_and_kept_once_c
         .await?;
     let held = eventually("the workers suspended", WAIT, || async {
         let jobs = children(&client, "train").await;
-        (suspended(&jobs["train-workers-0"]) && suspended(&jobs["train-workers-1"])).then_some(jobs)
+        let workers = ["train-workers-0", "train-workers-1"].map(|n| jobs.get(n));
+        workers
+            .iter()
+            .all(|j| j.is_some_and(suspended))
+            .then_some(jobs)
     })
     .await?;
-    assert!(!suspended(&held["train-init-0"]) && completed(&held["train-init-0"]));
+    let init = held.get("train-init-0");
+    assert!(
+        init.is_some_and(|j| !suspended(j) && completed(j)),
+        "{init:?}"
+    );
 
     // Let go again: the workers resume with the template of the moment and complete, and
     // so does the JobSet.
@@ -185,14 +221,11 @@ async fn child_jobs_are_made_suspended_resumed_with_the_template_and_kept_once_c
         [("init".into(), 0, 1), ("workers".into(), 0, 2)]
     );
     let jobs = children(&client, "train").await;
-    let run = jobs["train-workers-0"]
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.metadata.as_ref())
-        .and_then(|m| m.annotations.as_ref())
-        .and_then(|a| a.get(RUN_ANNOTATION))
-        .cloned();
-    assert_eq!(run.as_deref(), Some("1000"));
+    let resumed = jobs
+        .get("train-workers-0")
+        .and_then(|j| j.spec.as_ref())
+        .map(|s| s.template.clone());
+    assert_resumed_with_release(resumed.unwrap_or_default());
     Ok(())
 }
 

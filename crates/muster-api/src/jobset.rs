@@ -69,10 +69,6 @@ pub struct FailurePolicyRule {
     pub action: String,
 }
 
-/// Failure-policy actions after which a JobSet goes on without counting a restart against
-/// `maxRestarts`.
-const UNCOUNTED_RESTARTS: [&str; 2] = ["RestartJobSetAndIgnoreMaxRestarts", "RecreateJob"];
-
 /// One Job template of a JobSet and how many Jobs are made of it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -158,41 +154,5 @@ impl JobSet {
     /// `Completed` by its controller; until then it reads as a JobSet that never ran.)
     pub fn is_done(&self, rj: &ReplicatedJob) -> bool {
         rj.replicas() > 0 && self.replicas_left(rj) == 0
-    }
-
-    /// How many pod failures the JobSet survives for certain: a child Job fails past its own
-    /// limit ([`crate::workload::job_pod_failures_survived`]), and the JobSet then restarts
-    /// every child Job afresh up to `failurePolicy.maxRestarts` times before it fails. The
-    /// weakest child Job still to run bounds it (failures may all fall on it). `None` when no
-    /// child Job is left to run. A failure-policy rule that restarts the JobSet or recreates a
-    /// child Job without counting it against `maxRestarts` makes it unbounded; one that fails
-    /// the JobSet sooner is left to the JobSet's own `Failed` condition.
-    pub fn pod_failures_survived(&self) -> Option<i32> {
-        let weakest = self
-            .spec
-            .replicated_jobs
-            .iter()
-            .filter(|rj| self.replicas_left(rj) > 0)
-            .map(|rj| {
-                rj.template
-                    .spec
-                    .as_ref()
-                    .map_or(crate::workload::JOB_DEFAULT_BACKOFF_LIMIT, |spec| {
-                        crate::workload::job_pod_failures_survived(spec)
-                    })
-            })
-            .min()?;
-        let policy = self.spec.failure_policy.as_ref();
-        if policy.is_some_and(|p| {
-            p.rules
-                .iter()
-                .any(|r| UNCOUNTED_RESTARTS.contains(&r.action.as_str()))
-        }) {
-            return Some(i32::MAX);
-        }
-        let restarts = policy.and_then(|p| p.max_restarts).unwrap_or(0).max(0);
-        // (weakest + 1) failures end each of the (restarts + 1) attempts; one fewer is safe.
-        let survived = (i64::from(weakest) + 1) * (i64::from(restarts) + 1) - 1;
-        Some(i32::try_from(survived).unwrap_or(i32::MAX))
     }
 }

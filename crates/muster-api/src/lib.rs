@@ -16,6 +16,7 @@
 //!
 //! No I/O happens here.
 
+pub mod backoff;
 pub mod cluster_queue;
 pub mod cohort;
 pub mod crd;

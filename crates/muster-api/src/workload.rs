@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
+use crate::backoff::{gang_restarts, job_pod_failures_survived, jobset_pod_failures_survived};
 use crate::document::read_lenient;
 use crate::gpujob::{GpuJob, GpuJobSpec, PodSet, TopologyRequest, TpuSliceRequest};
 use crate::jobset::{EXCLUSIVE_TOPOLOGY_ANNOTATION, JobSet};
@@ -99,43 +100,6 @@ pub fn job_as_gpujob(job: &Job) -> Result<GpuJob, Vec<FieldError>> {
     Ok(entry)
 }
 
-/// The `backoffLimit` the API server gives a Job that does not set one (a JobSet's Job
-/// templates are not defaulted; their child Jobs are, when made).
-pub const JOB_DEFAULT_BACKOFF_LIMIT: i32 = 6;
-
-/// How many pod failures a Job survives: its `backoffLimit` (6 when unset, unbounded when
-/// only a per-index limit is set, as the API server defaults it), and no more than its
-/// `backoffLimitPerIndex`, since every failure may fall on one index. A Job whose
-/// `podFailurePolicy` ignores some failures (pods disrupted by a drain or preemption, say)
-/// may survive any number: unbounded.
-pub fn job_pod_failures_survived(spec: &JobSpec) -> i32 {
-    let ignores = spec
-        .pod_failure_policy
-        .as_ref()
-        .is_some_and(|p| p.rules.iter().any(|r| r.action == "Ignore"));
-    if ignores {
-        return i32::MAX;
-    }
-    let per_index = spec.backoff_limit_per_index;
-    let whole = spec.backoff_limit.unwrap_or(if per_index.is_some() {
-        i32::MAX
-    } else {
-        JOB_DEFAULT_BACKOFF_LIMIT
-    });
-    whole.min(per_index.unwrap_or(i32::MAX)).max(0)
-}
-
-/// How many gang restarts the queue entry of a workload that survives `survived` pod failures
-/// allows. Most restarts follow a failed pod, which the workload counts too, so it gets at
-/// least as many as it would take itself (one that takes twenty pod failures is not given up
-/// after Muster's default of three and left suspended). Some follow no failure at all (a node
-/// lost before its pod was bound, a pods-ready timeout), so it gets no fewer than Muster's
-/// default either: restarting more often than the workload allows costs nothing, as its own
-/// `Failed` condition ends the entry whenever it comes.
-fn gang_restarts(survived: i32) -> i32 {
-    survived.max(crate::gpujob::DEFAULT_BACKOFF_LIMIT)
-}
-
 /// A JobSet read as the GpuJob admission sees (see the module docs); every problem, each with
 /// the JobSet's field and the fix.
 pub fn jobset_as_gpujob(jobset: &JobSet) -> Result<GpuJob, Vec<FieldError>> {
@@ -207,7 +171,7 @@ pub fn jobset_as_gpujob(jobset: &JobSet) -> Result<GpuJob, Vec<FieldError>> {
         });
     }
     let mut entry = read_as_gpujob(&jobset.metadata, sets, errors)?;
-    let survived = jobset.pod_failures_survived();
+    let survived = jobset_pod_failures_survived(jobset);
     entry.spec.backoff_limit = survived.map(gang_restarts);
     Ok(entry)
 }

@@ -69,7 +69,7 @@ fn a_job_s_entry_restarts_its_gang_as_often_as_the_job_tolerates_pod_failures() 
     // A Job read before the API server defaulted it: the default it will get.
     assert_eq!(
         set(&|s| s.backoff_limit = None),
-        crate::workload::JOB_DEFAULT_BACKOFF_LIMIT
+        crate::backoff::JOB_DEFAULT_BACKOFF_LIMIT
     );
     // Every failure may fall on one index: its limit bounds the Job's.
     assert_eq!(set(&|s| s.backoff_limit_per_index = Some(4)), 4);
@@ -396,14 +396,17 @@ fn a_jobset_s_entry_restarts_its_gang_as_often_as_the_jobset_survives_pod_failur
     assert_eq!(limit(&init_done), 20);
     let mut no_init = with_limits(Some(0), Some(20), None);
     no_init.spec.replicated_jobs[0].replicas = Some(0);
-    assert_eq!(no_init.pod_failures_survived(), Some(20));
+    assert_eq!(
+        crate::backoff::jobset_pod_failures_survived(&no_init),
+        Some(20)
+    );
     // Each restart of the JobSet gives every child Job its limit afresh: 3 failures end
     // each of 3 attempts, so 8 are survived.
     assert_eq!(limit(&with_limits(Some(20), Some(2), Some(2))), 8);
     // A template without a limit makes a child Job the API server gives 6.
     assert_eq!(
         limit(&with_limits(None, None, None)),
-        crate::workload::JOB_DEFAULT_BACKOFF_LIMIT
+        crate::backoff::JOB_DEFAULT_BACKOFF_LIMIT
     );
     // A per-index limit bounds its child Job.
     let mut per_index = with_limits(None, Some(20), None);

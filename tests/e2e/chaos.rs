@@ -45,6 +45,11 @@ async fn a_short_seeded_chaos_run_breaks_no_promise() {
     };
     let report = serde_json::to_string_pretty(&summary).unwrap_or_default();
     eprintln!("{}", summary.headline());
+    if summary.failures().is_some() {
+        // The replicas' logs, the proxy's fault log and the checker's timeline are what explain
+        // a broken promise; a temporary folder would take them with it.
+        eprintln!("the run's logs are kept in {}", out.keep().display());
+    }
     assert_eq!(summary.failures(), None, "{report}");
     assert!(summary.kills.total >= 2, "{report}");
     assert_eq!(summary.restarts.api_server, 1, "{report}");

@@ -15,18 +15,38 @@ impl Checker {
         }
     }
 
-    /// What the queues under `cohort`, at any depth, use, counted as `kind` counts.
-    fn cohort_usage(&self, kind: ViolationKind, cohort: &str) -> i64 {
-        let usage = self.usage(kind);
+    /// The ClusterQueues under `cohort`, at any depth.
+    fn cohort_members<'a>(&'a self, cohort: &'a str) -> impl Iterator<Item = &'a str> {
         self.limits
             .queues
             .iter()
-            .filter(|(_, (c, _))| {
+            .filter(move |(_, (c, _))| {
                 c.as_deref()
                     .is_some_and(|c| self.limits.cohort_path(c).iter().any(|a| a == cohort))
             })
-            .map(|(q, _)| usage.get(q).copied().unwrap_or(0))
+            .map(|(q, _)| q.as_str())
+    }
+
+    /// What the queues under `cohort`, at any depth, use, counted as `kind` counts.
+    fn cohort_usage(&self, kind: ViolationKind, cohort: &str) -> i64 {
+        let usage = self.usage(kind);
+        self.cohort_members(cohort)
+            .map(|q| usage.get(q).copied().unwrap_or(0))
             .sum()
+    }
+
+    /// Who holds the GPUs of the queues under `cohort`, queue by queue (see
+    /// [`Checker::holders`]): a cohort's excursion is explained only by all of them.
+    fn cohort_holders(&self, kind: ViolationKind, cohort: &str) -> String {
+        let usage = self.usage(kind);
+        let queues: Vec<String> = self
+            .cohort_members(cohort)
+            .map(|q| {
+                let used = usage.get(q).copied().unwrap_or(0);
+                format!("{q} uses {used}, {}", self.holders(kind, q))
+            })
+            .collect();
+        queues.join("; ")
     }
 
     pub(super) fn check_quota(&mut self, kind: ViolationKind, queue: &str, at: f64) {
@@ -63,7 +83,10 @@ impl Checker {
             if members > cap {
                 found.push((
                     format!("Cohort/{cohort}"),
-                    format!("{members} GPUs in use, {cap} allowed"),
+                    format!(
+                        "{members} GPUs in use, {cap} allowed; {}",
+                        self.cohort_holders(kind, &cohort)
+                    ),
                 ));
             }
         }
@@ -76,8 +99,9 @@ impl Checker {
     }
 
     /// Who holds `queue`'s GPUs, counted as `kind` counts: `job@attempt=GPUs` for live pods
-    /// (marked `unadmitted` when the job's status holds no admission), `job=GPUs` for
-    /// admitted jobs; so that a report says which jobs took the queue over.
+    /// (marked `unadmitted` when the job's status holds no admission, `gated` for pods behind
+    /// a scheduling gate), `job=GPUs` for admitted jobs; so that a report says which jobs
+    /// took the queue over.
     fn holders(&self, kind: ViolationKind, queue: &str) -> String {
         let mut held: BTreeMap<String, i64> = BTreeMap::new();
         if kind == ViolationKind::PodsOverQuota {
@@ -88,7 +112,15 @@ impl Checker {
                         .get(&pod.job)
                         .and_then(|j| j.admitted.as_ref())
                         .is_some_and(|(q, _)| q == queue);
-                    let mark = if admitted { "" } else { " unadmitted" };
+                    // Whether the job's status names the queue, and whether the pod could
+                    // be bound at all: what tells an excursion of running pods from pods a
+                    // gate still holds back.
+                    let mark = match (admitted, pod.gated) {
+                        (true, false) => "",
+                        (true, true) => " gated",
+                        (false, false) => " unadmitted",
+                        (false, true) => " unadmitted gated",
+                    };
                     *held
                         .entry(format!("{}@{}{mark}", pod.job, pod.attempt))
                         .or_default() += pod.gpus;

@@ -235,13 +235,19 @@ fn pods_over_what_an_ancestor_cohort_allows_are_a_violation_of_that_cohort() {
     checker.pod(&pod("p0", 0, true, "Pending", 8), 1.0);
     checker.pod(&pod("p1", 0, true, "Pending", 8), 1.0);
     assert_eq!(kinds(&checker), []);
-    checker.pod(&pod("p2", 0, true, "Pending", 8), 1.0);
+    checker.pod(&pod("p2", 0, false, "Pending", 8), 1.0);
     let objects: Vec<&str> = checker
         .violations()
         .iter()
         .map(|v| v.object.as_str())
         .collect();
     assert_eq!(objects, ["Cohort/r"]);
+    // The report names every member queue's holders, gated pods apart from ungated ones.
+    assert_eq!(
+        checker.violations()[0].detail,
+        "24 GPUs in use, 16 allowed; a uses 24, held by ns/j@0 unadmitted=8, \
+         ns/j@0 unadmitted gated=16"
+    );
 }
 
 #[test]

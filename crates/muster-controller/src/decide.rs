@@ -155,56 +155,27 @@ pub(crate) fn decide(
 ) {
     match decision {
         Decision::Admit(admitted) => admit(state, admitted, now, provisioned, plan),
-        Decision::Pending { job, reason, .. } if provisioned.contains_key(job.as_str()) => {
-            let Some(key) = state.index.job_ref(&job) else {
-                return;
-            };
-            let queue = scheduler
-                .job(&job)
-                .and_then(|j| scheduler.cluster_queue_of_job(j))
-                .unwrap_or_default();
-            waiting_for_nodes(
-                state,
-                key,
-                queue,
-                &reason.message(),
-                now.0.as_second(),
-                plan,
-            );
-        }
         Decision::Pending {
             job,
             position,
             reason,
             eta,
         } => {
-            // Every waiting job comes here each time the waiting are explained, and most
-            // have nothing to write: the job is found once and its key copied only for a
-            // write.
-            let State {
-                index,
-                ledger,
-                figures,
-                forecasting,
-                first_status_after,
-                ..
-            } = state;
-            let Some((key, job)) = index.jobs.get_key_value(job.as_str()) else {
-                return;
-            };
-            tally.count(scheduler, job, reason.kind().as_str());
             let standing = Standing {
                 position,
                 reason: &reason,
                 eta,
             };
-            let room = WaitRoom {
-                ledger,
-                figures,
-                forecasting,
-                first_status_after: first_status_after.0,
-            };
-            wait(room, key, job, &standing, now, plan);
+            explain(
+                state,
+                scheduler,
+                &job,
+                &standing,
+                now,
+                provisioned,
+                tally,
+                plan,
+            );
         }
         Decision::Preempt { victims, for_job } => {
             for victim in victims {
@@ -239,6 +210,95 @@ pub(crate) fn decide(
             }
         }
     }
+}
+
+/// Every waiting job as admission's last cycle left it (see
+/// [`muster_admission::Scheduler::each_waiting`]), each told why it waits where that says
+/// something new. Lent, not listed: a fleet's waiting jobs are looked at every second, and
+/// most of them have nothing to write.
+pub(crate) fn explain_all(
+    state: &mut State,
+    scheduler: &Scheduler,
+    now: &Time,
+    provisioned: &BTreeMap<ObjectRef, BTreeMap<String, String>>,
+    tally: &mut QueueTally,
+    plan: &mut Plan,
+) {
+    scheduler.each_waiting(|waiting| {
+        let standing = Standing {
+            position: waiting.position,
+            reason: &waiting.reason,
+            eta: waiting.eta,
+        };
+        explain(
+            state,
+            scheduler,
+            &waiting.job.id,
+            &standing,
+            now,
+            provisioned,
+            tally,
+            plan,
+        );
+    });
+}
+
+/// Admission's word on waiting job `job` (see [`muster_admission::Scheduler::each_waiting`]):
+/// counted under its queue and reason, and its status written when that says something new.
+/// Every waiting job comes here each time the waiting are explained, and most have nothing to
+/// write, so nothing is copied from admission's reason unless a write needs it.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the pass's parts a waiting job's write reads"
+)]
+fn explain(
+    state: &mut State,
+    scheduler: &Scheduler,
+    job: &str,
+    standing: &Standing<'_>,
+    now: &Time,
+    provisioned: &BTreeMap<ObjectRef, BTreeMap<String, String>>,
+    tally: &mut QueueTally,
+    plan: &mut Plan,
+) {
+    if provisioned.contains_key(job) {
+        let Some(key) = state.index.job_ref(job) else {
+            return;
+        };
+        let queue = scheduler
+            .job(job)
+            .and_then(|j| scheduler.cluster_queue_of_job(j))
+            .unwrap_or_default();
+        waiting_for_nodes(
+            state,
+            key,
+            queue,
+            &standing.reason.message(),
+            now.0.as_second(),
+            plan,
+        );
+        return;
+    }
+    // The job is found once and its key copied only for a write.
+    let State {
+        index,
+        ledger,
+        figures,
+        forecasting,
+        first_status_after,
+        ..
+    } = state;
+    let Some((key, job)) = index.jobs.get_key_value(job) else {
+        return;
+    };
+    tally.count(scheduler, job, standing.reason.kind().as_str());
+    let room = WaitRoom {
+        ledger,
+        figures,
+        forecasting,
+        first_status_after: first_status_after.0,
+    };
+    wait(room, key, job, standing, now, plan);
 }
 
 /// Where a waiting job stands, as admission's cycle says: its position in its queue (0: not

@@ -23,7 +23,7 @@ use muster_admission::{Cluster, Scheduler};
 use muster_api::Resources;
 
 pub use crate::action::{Action, Note, Plan};
-use crate::decide::{QueueTally, decide, release_action};
+use crate::decide::{QueueTally, decide, explain_all, release_action};
 use crate::holding::holding;
 use crate::index::Index;
 use crate::job::InCycle;
@@ -83,7 +83,7 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
         });
     plan.summary.scheduler_rebuilt = basis.rebuilt();
     let cycles = scheduler.cycles_run();
-    let mut decisions = scheduler.step(now_s);
+    let decisions = scheduler.step(now_s);
     // Every waiting job is explained again when anything it could read moved: a cycle ran,
     // a job was settled, a status may be refreshed. Otherwise each would be told what it was
     // told last pass, and the last pass's counts stand. Explaining costs a look at every
@@ -96,10 +96,7 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
         || last.pending.is_none()
         || (owed && last.explained_at != Some(now_s));
     last.explain_owed = owed && !explain;
-    if explain {
-        last.explained_at = Some(now_s);
-        decisions.extend(scheduler.waiting());
-    }
+    last.explained_at = explain.then_some(now_s).or(last.explained_at);
     plan.summary.settled = settled;
     plan.summary.explained = explain;
     state.last.preemptors = Preemptors::of(&scheduler);
@@ -112,6 +109,16 @@ pub fn plan(state: &mut State, now: Timestamp) -> Plan {
             state,
             &scheduler,
             decision,
+            &now_t,
+            &provisioned,
+            &mut tally,
+            &mut plan,
+        );
+    }
+    if explain {
+        explain_all(
+            state,
+            &scheduler,
             &now_t,
             &provisioned,
             &mut tally,

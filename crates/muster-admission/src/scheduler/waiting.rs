@@ -22,7 +22,7 @@ use super::{JobState, MemoKey, Scheduler};
 use crate::decision::{Decision, PendingReason};
 use crate::job::{Job, JobId};
 
-/// A waiting job as [`Scheduler::waiting_jobs_in`] lends it.
+/// A waiting job as [`Scheduler::each_waiting`] and [`Scheduler::waiting_jobs_in`] lend it.
 #[derive(Clone, Debug)]
 pub struct WaitingJob<'a> {
     /// The job.
@@ -33,6 +33,18 @@ pub struct WaitingJob<'a> {
     pub reason: Cow<'a, PendingReason>,
     /// When it is expected to start, when the reservation timeline knows.
     pub eta: Option<i64>,
+}
+
+impl WaitingJob<'_> {
+    /// The same as an owned [`Decision::Pending`].
+    pub fn into_decision(self) -> Decision {
+        Decision::Pending {
+            job: self.job.id.clone(),
+            position: self.position,
+            reason: self.reason.into_owned(),
+            eta: self.eta,
+        }
+    }
 }
 
 /// What the last cycle that ran found about waiting jobs.
@@ -71,11 +83,19 @@ impl Scheduler {
     /// suspended, no queue; position 0). Jobs submitted since the last cycle are not listed
     /// until a cycle has decided about them.
     pub fn waiting(&self) -> Vec<Decision> {
-        let found = &self.found;
         // Sized once: grown by doubling, a fleet's list took a dozen allocations a call, the
         // largest fresh pages each time.
         let listed: usize = self.lists.by_queue.values().map(QueueList::len).sum();
         let mut out = Vec::with_capacity(listed + self.holders.len());
+        self.each_waiting(|waiting| out.push(waiting.into_decision()));
+        out
+    }
+
+    /// [`Scheduler::waiting`]'s jobs in its order, each lent to `visit` with the reason the
+    /// scheduler keeps: for callers that read every waiting job and keep little of it (the
+    /// controller explaining them), no job's name or reason is copied.
+    pub fn each_waiting<'a>(&'a self, mut visit: impl FnMut(WaitingJob<'a>)) {
+        let found = &self.found;
         // Holders are kept unordered: the few a cycle left waiting (for bought capacity) are
         // told in id order.
         let mut held: Vec<&str> = self
@@ -86,11 +106,11 @@ impl Scheduler {
             .collect();
         held.sort_unstable();
         for id in held {
-            if let Some((reason, eta)) = found.served.get(id) {
-                out.push(Decision::Pending {
-                    job: (*id).to_owned(),
+            if let (Some((reason, eta)), Some(entry)) = (found.served.get(id), self.jobs.get(id)) {
+                visit(WaitingJob {
+                    job: &entry.job,
                     position: 0,
-                    reason: reason.clone(),
+                    reason: Cow::Borrowed(reason),
                     eta: *eta,
                 });
             }
@@ -111,17 +131,16 @@ impl Scheduler {
                     Ok(_) => continue,
                 }
             };
-            out.push(Decision::Pending {
-                job: id.to_owned(),
+            visit(WaitingJob {
+                job,
                 position: 0,
-                reason,
+                reason: Cow::Owned(reason),
                 eta: None,
             });
         }
         for (cq, list) in &self.lists.by_queue {
-            self.ranked(cq, list, &mut out);
+            self.ranked(cq, list, &mut visit);
         }
-        out
     }
 
     /// ClusterQueue `cq`'s waiting jobs in order, as [`Scheduler::waiting`] lists them: only
@@ -129,27 +148,9 @@ impl Scheduler {
     pub fn waiting_in(&self, cq: &str) -> Vec<Decision> {
         let mut out = Vec::new();
         if let Some(list) = self.lists.by_queue.get(cq) {
-            self.ranked(cq, list, &mut out);
+            self.ranked(cq, list, &mut |waiting| out.push(waiting.into_decision()));
         }
         out
-    }
-
-    /// `list`, ClusterQueue `cq`'s, in order with positions: preemptors waiting for their
-    /// victims first, then queue order; jobs no cycle has seen are left out.
-    fn ranked(&self, cq: &str, list: &QueueList, out: &mut Vec<Decision>) {
-        let mut position = 0u32;
-        for queued in self.in_order(list) {
-            let Some((reason, eta)) = self.found_reason(cq, queued) else {
-                continue;
-            };
-            position += 1;
-            out.push(Decision::Pending {
-                job: queued.job.id.clone(),
-                position,
-                reason,
-                eta,
-            });
-        }
     }
 
     /// ClusterQueue `cq`'s waiting jobs in order, as [`Scheduler::waiting_in`] gives them,
@@ -160,20 +161,26 @@ impl Scheduler {
             return Vec::new();
         };
         let mut out = Vec::with_capacity(list.len());
+        self.ranked(cq, list, &mut |waiting| out.push(waiting));
+        out
+    }
+
+    /// `list`, ClusterQueue `cq`'s, lent to `visit` in order with positions: preemptors
+    /// waiting for their victims first, then queue order; jobs no cycle has seen are left out.
+    fn ranked<'a>(&'a self, cq: &str, list: &'a QueueList, visit: &mut impl FnMut(WaitingJob<'a>)) {
         let mut position = 0u32;
         for queued in self.in_order(list) {
             let Some((reason, eta)) = self.found_reason_ref(cq, queued) else {
                 continue;
             };
             position += 1;
-            out.push(WaitingJob {
+            visit(WaitingJob {
                 job: &queued.job,
                 position,
                 reason,
                 eta,
             });
         }
-        out
     }
 
     /// A queue's `list` in the order positions count: preemptors waiting for their victims
@@ -188,13 +195,8 @@ impl Scheduler {
         nominated.chain(rest)
     }
 
-    /// Why `queued` waits in `cq`, as the last cycle found; `None` when no cycle has seen it.
-    fn found_reason(&self, cq: &str, queued: &Queued) -> Option<(PendingReason, Option<i64>)> {
-        self.found_reason_ref(cq, queued)
-            .map(|(reason, eta)| (reason.into_owned(), eta))
-    }
-
-    /// [`Scheduler::found_reason`], borrowing the reasons the last cycle keeps.
+    /// Why `queued` waits in `cq`, as the last cycle found, borrowing the reasons it keeps;
+    /// `None` when no cycle has seen it.
     fn found_reason_ref(
         &self,
         cq: &str,

@@ -76,9 +76,13 @@ pub(crate) fn keep(
     ledger: &Ledger,
     changed: BTreeSet<ObjectRef>,
     revisit: &mut Revisit,
+    now_s: i64,
 ) -> Vec<Action> {
     let mut actions = Vec::new();
-    let mut making = Making::default();
+    let mut making = Making {
+        entries: BTreeMap::new(),
+        now_s,
+    };
     let mut jobs = std::mem::take(&mut revisit.jobs);
     if std::mem::replace(&mut revisit.all, false) {
         jobs.extend(index.workloads.keys().cloned());
@@ -120,11 +124,12 @@ pub(crate) fn keep(
 
 /// The entries a pass would make, each with the writes that go with it (a Job that arrived
 /// running is suspended beside its entry's creation), in the order they queue.
-#[derive(Default)]
 struct Making {
     /// (priority, highest first; the workload's creation, oldest first; the entry) → the
     /// writes.
     entries: BTreeMap<(Reverse<i32>, i64, ObjectRef), Vec<Action>>,
+    /// The pass's time, seconds: some holds last until a time (see [`keep_one`]).
+    now_s: i64,
 }
 
 impl Making {
@@ -140,7 +145,7 @@ impl Making {
         actions: &mut Vec<Action>,
     ) -> bool {
         let mut writes = Vec::new();
-        let settled = settled(index, ledger, key, run, &mut writes);
+        let settled = settled(index, ledger, key, run, self.now_s, &mut writes);
         let priority = writes.iter().find_map(|a| match a {
             Action::CreateEntry { entry, .. } => Some(priority_of(index, entry)),
             _ => None,
@@ -174,24 +179,33 @@ fn priority_of(index: &Index, entry: &GpuJob) -> i32 {
 }
 
 /// Looks at one workload: adds the writes its entry needs to `actions`, and says whether it
-/// is settled (no write in flight and none to make).
+/// is settled (no write in flight, none to make, and none held back until a time).
 fn settled(
     index: &Index,
     ledger: &Ledger,
     key: &WorkloadRef,
     run: Run<'_>,
+    now_s: i64,
     actions: &mut Vec<Action>,
 ) -> bool {
     if ledger.has_any_write(&key.entry()) {
         return false;
     }
     let before = actions.len();
-    keep_one(index, key, run, actions);
-    actions.len() == before
+    let timed = keep_one(index, key, run, now_s, actions);
+    actions.len() == before && !timed
 }
 
-/// The writes that keep the entry of one workload (see [`keep`]).
-fn keep_one(index: &Index, key: &WorkloadRef, run: Run<'_>, actions: &mut Vec<Action>) {
+/// The writes that keep the entry of one workload (see [`keep`]). Whether a write is held
+/// back until a time rather than a change (see [`crate::holding::held_by_untaken_release`]),
+/// so that the workload is looked at again.
+fn keep_one(
+    index: &Index,
+    key: &WorkloadRef,
+    run: Run<'_>,
+    now_s: i64,
+    actions: &mut Vec<Action>,
+) -> bool {
     let key = key.clone();
     let entry_key = key.entry();
     let patch = |patch: serde_json::Value, event: Option<Note>| Action::PatchWorkload {
@@ -204,12 +218,12 @@ fn keep_one(index: &Index, key: &WorkloadRef, run: Run<'_>, actions: &mut Vec<Ac
     let Some(entry) = index.jobs.get(&entry_key) else {
         if !run.is_whole() {
             // A pod group waits, gated, for the rest of its pods.
-            return;
+            return false;
         }
         if run.finished().is_some() {
             // Ended before it was queued (or after its entry was deleted): nothing to queue,
             // and the index no longer keeps a finished Job's template to read one from.
-            return;
+            return false;
         }
         match run.entry() {
             Ok(entry) => {
@@ -235,7 +249,7 @@ fn keep_one(index: &Index, key: &WorkloadRef, run: Run<'_>, actions: &mut Vec<Ac
                 }
             }
         }
-        return;
+        return false;
     };
     if !run.is_entry(entry) {
         // The entry of a workload of the same name deleted before this one is on its way
@@ -263,17 +277,22 @@ fn keep_one(index: &Index, key: &WorkloadRef, run: Run<'_>, actions: &mut Vec<Ac
             }
             _ => {}
         }
-        return;
+        return false;
     }
     if reported.is_some() && run.entry().is_ok() {
         actions.push(patch(
             serde_json::json!({"metadata": {"annotations": {INVALID_ANNOTATION: null}}}),
             None,
         ));
-        return;
+        return false;
     }
-    let settling = crate::workload::settling(index, run, &entry_key);
+    // A release its Job's controller may have taken in unseen keeps its quota for a while
+    // (see `crate::holding::held_by_untaken_release`), and the template that names it stays
+    // as it is meanwhile.
+    let untaken = crate::holding::held_by_untaken_release(index, entry, now_s).is_some();
+    let settling = untaken || crate::workload::settling(index, run, &entry_key);
     actions.extend(waiting(index, entry, run, settling, &key, reported));
+    untaken
 }
 
 /// The writes that hold the workload of `entry` while the entry holds no admission:

@@ -341,3 +341,43 @@ pub(crate) fn held_by_pods(
         pod_sets,
     })
 }
+
+/// The quota (and node) an evicted queue entry still holds for a release its Job's
+/// controller may have taken in unseen: a one-pod Job let go pinned, with no gate (see
+/// [`crate::workload::untaken_release`]). With it, until when the hold lasts (`None`: until
+/// the Job changes). Asked only of a job that holds nothing else — its pods, once seen, hold
+/// the quota themselves ([`held_by_pods`]).
+pub(crate) fn held_by_untaken_release(
+    index: &Index,
+    job: &GpuJob,
+    now_s: i64,
+) -> Option<(Holding, Option<i64>)> {
+    let status = job.status.as_ref()?;
+    if status.admission.is_some() {
+        return None;
+    }
+    let evicted_at = condition_time(status, conditions::EVICTED)?;
+    let workload = crate::workload::workload_of(job)?;
+    let Some(crate::workload::Run::Job(batch)) =
+        crate::workload::run(index, &workload).filter(|w| w.is_entry(job))
+    else {
+        return None;
+    };
+    let attempt = status.requeue_count.checked_sub(1)?;
+    let release = crate::workload::untaken_release(batch, attempt, evicted_at, now_s)?;
+    let [set] = job.spec.pod_sets.as_slice() else {
+        return None;
+    };
+    let holding = Holding {
+        cluster_queue: release.cluster_queue,
+        since: admitted_at(status),
+        pod_sets: vec![PodSetPlacement {
+            name: set.name.clone(),
+            flavor: release.flavor,
+            domain: release.domain,
+            nodes: release.node.into_iter().collect(),
+            devices: Vec::new(),
+        }],
+    };
+    Some((holding, release.until))
+}

@@ -265,7 +265,13 @@ fn settle_changed(state: &mut State, now_t: &Time, summary: &mut Summary) -> Set
         ledger.promise_unless_busy(job, Busy::Other);
     }
     // Labelled Jobs: their queue entries made, and each Job held while its entry waits.
-    for action in crate::entries::keep(index, ledger, jobs_changed, &mut last.revisit_entries) {
+    for action in crate::entries::keep(
+        index,
+        ledger,
+        jobs_changed,
+        &mut last.revisit_entries,
+        now_s,
+    ) {
         if let Some(job) = action.job() {
             ledger.promise_unless_busy(job.clone(), Busy::Other);
         }

@@ -25,7 +25,10 @@
 //!   pod runs on an admission the status does not record.
 //! - **Evicted** (preempted, timed out, its node lost): the status is written, then the Job is
 //!   suspended, and its controller deletes the pods; the quota is freed once they are gone, and
-//!   the template is put back before the Job is released again.
+//!   the template is put back before the Job is released again. A one-pod Job evicted before
+//!   it showed its release taken in may have a pod no status tells of (see
+//!   [`untaken_release`]): its quota stays taken until the Job shows the suspension taken in,
+//!   or for [`UNTAKEN_RELEASE_SECONDS`].
 //! - **Finished** when the Job says so: its `Complete` or `Failed` condition — or, for a Job
 //!   whose one pod's success is the Job's ([`succeeds_with_its_pod`]), as soon as that pod has
 //!   succeeded: its quota goes back to the queue without waiting for the Job controller's
@@ -207,6 +210,98 @@ pub fn is_suspended(job: &BatchJob) -> bool {
 /// released again before.
 pub fn may_have_pods(job: &BatchJob) -> bool {
     job.status.active.unwrap_or(0) > 0 || job.status.start_time.is_some()
+}
+
+/// How long after its eviction a one-pod Job released pinned, whose controller never showed
+/// that it took the release in, keeps the release's quota, seconds (see [`untaken_release`]).
+/// The Job controller makes a pod from the Job it last read and records the start after, in a
+/// write that fails once Muster's suspension has landed: a pod made so shows in no status, and
+/// only the pod watch tells of it. Ten seconds is more than such a sync and the watch that
+/// reports its pod take on a loaded control plane (well under a second on this project's
+/// benchmarks); a controller slower still could run the pod beside the gang released into
+/// its quota. The `Suspended` condition's time is the controller manager's clock, the
+/// eviction's Muster's: a controller manager whose clock runs behind costs such a Job these
+/// seconds of quota after every eviction, never a pod over quota.
+pub const UNTAKEN_RELEASE_SECONDS: i64 = 10;
+
+/// What a one-pod Job's template still says of the release it was pinned by (see
+/// [`untaken_release`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinnedRelease {
+    /// The ClusterQueue the release took quota in.
+    pub cluster_queue: String,
+    /// Its pod set's flavor.
+    pub flavor: String,
+    /// Its pod set's domain.
+    pub domain: Vec<(String, String)>,
+    /// The node its pod was pinned to.
+    pub node: Option<String>,
+    /// Until when, seconds, its quota is kept with no other sign of a pod: `None` while the
+    /// Job itself says its controller may have one (its status changes when that ends).
+    pub until: Option<i64>,
+}
+
+/// The release of attempt `attempt` (evicted at `evicted_at`, seconds) that `job`'s template
+/// still carries, when it let the Job's one pod go pinned to its node with no gate and the Job
+/// controller has not shown that it took the suspension in: the Job still runs or may have a
+/// pod ([`may_have_pods`]), or its `Suspended` condition has not turned True since the
+/// eviction and [`UNTAKEN_RELEASE_SECONDS`] have not passed. Such a pod may exist unseen (made
+/// from the released Job, its start never recorded) and run on the release's quota, so the
+/// quota stays held. A gated release needs none of this: a pod made behind Muster's gate after
+/// the eviction stays there until its controller deletes it. `None` otherwise.
+pub fn untaken_release(
+    job: &BatchJob,
+    attempt: i32,
+    evicted_at: i64,
+    now_s: i64,
+) -> Option<PinnedRelease> {
+    let template = &job.spec.template;
+    let label = |key: &str| template.labels.as_ref().and_then(|l| l.get(key));
+    let annotation = |key: &str| template.annotations.as_ref().and_then(|a| a.get(key));
+    let gated = template
+        .scheduling_gates
+        .iter()
+        .flatten()
+        .any(|g| g.name == ADMISSION_GATE);
+    let node = template
+        .node_selector
+        .as_ref()
+        .and_then(|s| s.get(HOSTNAME_LABEL))
+        .cloned();
+    if gated
+        || node.is_none()
+        || job.finished().is_some()
+        || label(ATTEMPT_LABEL) != Some(&attempt.to_string())
+        || !carries_release(job)
+    {
+        return None;
+    }
+    let until = if !is_suspended(job) || may_have_pods(job) {
+        None
+    } else {
+        let suspended_since = job
+            .status
+            .conditions
+            .iter()
+            .flatten()
+            .filter(|c| c.type_ == "Suspended" && c.status == "True")
+            .find_map(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0.as_second());
+        let end = evicted_at.saturating_add(UNTAKEN_RELEASE_SECONDS);
+        if suspended_since.is_some_and(|t| t >= evicted_at) || now_s >= end {
+            return None;
+        }
+        Some(end)
+    };
+    Some(PinnedRelease {
+        cluster_queue: annotation(CLUSTER_QUEUE_ANNOTATION)?.clone(),
+        flavor: annotation(FLAVOR_ANNOTATION)?.clone(),
+        domain: annotation(DOMAIN_ANNOTATION)
+            .map(|d| muster_api::wire::parse_domain(d))
+            .unwrap_or_default(),
+        node,
+        until,
+    })
 }
 
 /// Whether `job` is suspended with no release of attempt `attempt` of its entry in its

@@ -570,6 +570,146 @@ fn a_gated_job_seen_unreleased_beside_its_admission_is_not_taken_for_a_lost_rele
     assert!(entry_status(&state).admission.is_some());
 }
 
+/// A one-pod Job released pinned and preempted by a job of higher priority before its
+/// status showed the release taken in (no start time, no pod seen): the second of the
+/// eviction, and the Job as the index holds it then (suspended, its template still pinned).
+fn preempted_before_it_showed_a_start(state: &mut State) -> (i64, BatchJob) {
+    let mut queue = support::cluster_queue(8);
+    queue.spec.preemption = Some(muster_api::cluster_queue::PreemptionPolicy {
+        within_cluster_queue: muster_api::cluster_queue::WithinClusterQueue::LowerPriority,
+        ..Default::default()
+    });
+    state.apply(queue);
+    apply_job(state, one_pod_job(true, &json!({})));
+    let released_at = until_released(state, 10);
+    let mut urgent = support::job("urgent", 1, released_at);
+    urgent.spec.priority = Some(100);
+    state.apply(urgent);
+    let evicted_at = (released_at + 1..released_at + 30)
+        .find(|t| {
+            let pass = plan(state, at(*t));
+            land_all(state, &pass.actions, *t);
+            pass.actions.iter().any(
+                |a| matches!(a, Action::Evict { job, .. } if job.as_str() == "team-a/job-train"),
+            )
+        })
+        .unwrap_or_else(|| unreachable!("never preempted"));
+    // The eviction suspends the Job; the Job controller has recorded nothing yet.
+    let job = state
+        .index()
+        .workload("team-a/train")
+        .cloned()
+        .unwrap_or_else(|| unreachable!());
+    assert_eq!(job.spec.suspend, Some(false), "the release landed");
+    apply_job(state, with_template_of(&job, &json!({})));
+    (evicted_at, job)
+}
+
+/// The one-pod Job, suspended, with `job`'s template and `status`.
+fn with_template_of(job: &BatchJob, status: &Value) -> Job {
+    let mut suspended = one_pod_job(true, status);
+    if let (Some(spec), Ok(template)) = (suspended.spec.as_mut(), job.spec.template.template()) {
+        spec.template = template;
+    }
+    suspended
+}
+
+/// Plans a pass each second of `times`, landing each: none releases a job or patches the
+/// Job (its template stays as the release wrote it).
+fn neither_released_nor_put_back(state: &mut State, times: std::ops::Range<i64>) {
+    for t in times {
+        let pass = plan(state, at(t));
+        let found = kinds(&pass.actions);
+        assert!(
+            !found.contains(&"release") && !found.contains(&"patch_workload"),
+            "at {t}: {found:?}"
+        );
+        land_all(state, &pass.actions, t);
+    }
+}
+
+/// The second, from `from` on, at which a pass releases the GpuJob `urgent`.
+fn urgent_released(state: &mut State, from: i64) -> i64 {
+    (from..from + 60)
+        .find(|t| {
+            let pass = plan(state, at(*t));
+            land_all(state, &pass.actions, *t);
+            pass.actions.iter().any(
+                |a| matches!(a, Action::Release { job, .. } if job.as_str() == "team-a/urgent"),
+            )
+        })
+        .unwrap_or_else(|| unreachable!("never released"))
+}
+
+#[test]
+fn a_pinned_release_preempted_before_its_job_showed_it_keeps_its_quota_a_while() {
+    // The Job controller may have made the pod from the released Job and failed to record
+    // its start (its write conflicts with the suspension): nothing but the pod watch would
+    // tell, so the release's quota stays taken — and the template that names it stays.
+    let mut state = cluster(8, Vec::new());
+    let (evicted_at, _) = preempted_before_it_showed_a_start(&mut state);
+    let hold_ends = evicted_at + muster_controller::workload::UNTAKEN_RELEASE_SECONDS;
+    neither_released_nor_put_back(&mut state, evicted_at + 1..hold_ends);
+    // The pod shows up late: it holds the quota itself, past the hold's end.
+    let job = state
+        .index()
+        .workload("team-a/train")
+        .cloned()
+        .unwrap_or_else(|| unreachable!());
+    let late = made_from(&job, hold_ends - 1);
+    state.apply(late.clone());
+    for t in hold_ends..hold_ends + 20 {
+        let pass = plan(&mut state, at(t));
+        assert!(!kinds(&pass.actions).contains(&"release"), "at {t}");
+        land_all(&mut state, &pass.actions, t);
+    }
+    // Its controller deletes it: the quota goes to the job that preempted it.
+    state.delete(&late);
+    let released = urgent_released(&mut state, hold_ends + 20);
+    assert_eq!(released, hold_ends + 20);
+}
+
+#[test]
+fn a_pinned_release_preempted_before_its_job_showed_it_frees_its_quota_after_the_hold() {
+    let mut state = cluster(8, Vec::new());
+    let (evicted_at, _) = preempted_before_it_showed_a_start(&mut state);
+    let hold_ends = evicted_at + muster_controller::workload::UNTAKEN_RELEASE_SECONDS;
+    // The quota goes to the job that preempted it, and what the release wrote is put back,
+    // once the hold ends.
+    let mut put_back = None;
+    let mut released = None;
+    for t in evicted_at + 1..hold_ends + 5 {
+        let pass = plan(&mut state, at(t));
+        for action in &pass.actions {
+            match action {
+                Action::PatchWorkload { workload, .. }
+                    if workload.key.as_str() == "team-a/train" =>
+                {
+                    put_back.get_or_insert(t);
+                }
+                Action::Release { job, .. } if job.as_str() == "team-a/urgent" => {
+                    released.get_or_insert(t);
+                }
+                _ => {}
+            }
+        }
+        land_all(&mut state, &pass.actions, t);
+    }
+    assert_eq!((put_back, released), (Some(hold_ends), Some(hold_ends)));
+}
+
+#[test]
+fn a_pinned_release_whose_job_took_the_suspension_in_frees_its_quota_at_once() {
+    let mut state = cluster(8, Vec::new());
+    let (evicted_at, job) = preempted_before_it_showed_a_start(&mut state);
+    // Its controller recorded the suspension after the eviction: it holds no pod of it.
+    let taken = json!({"conditions": [{
+        "type": "Suspended", "status": "True",
+        "lastTransitionTime": at(evicted_at).to_string()}]});
+    apply_job(&mut state, with_template_of(&job, &taken));
+    assert_eq!(urgent_released(&mut state, evicted_at + 1), evicted_at + 1);
+}
+
 #[test]
 fn an_evicted_entry_suspends_its_job_instead_of_deleting_pods() {
     // Its pods exist and are let go; then one fails: the gang restarts.
@@ -603,15 +743,7 @@ fn an_evicted_entry_waits_for_its_job_controller_to_reset_the_start_time_before_
     apply_job(&mut state, labelled_job(2, true, &started));
     state.delete(&job_pod(0, 0));
     state.delete(&job_pod(1, 0));
-    for t in 15..200 {
-        let pass = plan(&mut state, at(t));
-        let found = kinds(&pass.actions);
-        assert!(
-            !found.contains(&"release") && !found.contains(&"patch_workload"),
-            "at {t}: {found:?}"
-        );
-        land_all(&mut state, &pass.actions, t);
-    }
+    neither_released_nor_put_back(&mut state, 15..200);
     assert_eq!(entry_status(&state).admission, None);
     // Once it is reset, the Job is released again.
     apply_job(

@@ -7,8 +7,11 @@
 //! - the GPUs of a ClusterQueue's live pods pass its nominal quota plus borrowing limit, or a
 //!   cohort's pass the sum of its members' nominal quotas ([`ViolationKind::PodsOverQuota`]).
 //!   Pods being deleted do not count: an evicted gang's terminating pods hold their nodes (no
-//!   pod is placed on that capacity until they are gone) but no longer their queue's quota;
-//!   two attempts of one job are checked apart;
+//!   pod is placed on that capacity until they are gone) but no longer their queue's quota.
+//!   Nor do pods behind a scheduling gate: no scheduler may bind them, so they use no GPU,
+//!   and they count from the moment their gates are lifted (a workload controller may make a
+//!   gated pod from a release already evicted, which stays gated until it is deleted); two
+//!   attempts of one job are checked apart;
 //! - the same holds for the jobs whose status says admitted ([`ViolationKind::AdmittedOverQuota`]);
 //! - pods of two attempts of one job are live at once ([`ViolationKind::TwoAttemptsLive`]): at
 //!   most one attempt of a job runs at once. A pod is live until it ends, its object is gone,
@@ -321,7 +324,7 @@ impl Checker {
                 .or_default()
                 .entry(fact.attempt.clone())
                 .or_default() += 1;
-            if let (Some(queue), false) = (&fact.queue, fact.terminating) {
+            if let (Some(queue), true) = (&fact.queue, fact.uses_quota()) {
                 *self.pod_usage.entry(queue.clone()).or_default() += fact.gpus;
             }
         }
@@ -564,7 +567,7 @@ impl Checker {
                 self.live.remove(&before.job);
             }
         }
-        if let (Some(queue), false) = (&before.queue, before.terminating) {
+        if let (Some(queue), true) = (&before.queue, before.uses_quota()) {
             let usage = self.pod_usage.entry(queue.clone()).or_default();
             *usage -= before.gpus;
             if settle {

@@ -31,7 +31,8 @@ use muster_api::{GpuJob, ObjectRef};
 
 use crate::action::{Action, Note};
 use crate::holding::{
-    Pods, draining, held_by_pods, holding, holding_of, recovered_admission, seconds, split_pods,
+    Pods, draining, held_by_pods, held_by_untaken_release, holding, holding_of,
+    recovered_admission, seconds, split_pods,
 };
 use crate::index::Index;
 use crate::ledger::{Busy, Failure, Ledger};
@@ -264,6 +265,7 @@ pub(crate) fn unprovision(job: &GpuJob, status: &GpuJobStatus) -> Action {
 /// admitted beside it (its status written first, or this write lost with a leader that died).
 pub fn step(index: &Index, ledger: &Ledger, key: &ObjectRef, now: &Time) -> Option<Step> {
     let mut step = step_by_status(index, ledger, key, now)?;
+    let now_s = now.0.as_second();
     if matches!(
         step.in_cycle,
         InCycle::Out | InCycle::Queued | InCycle::BackingOff { .. }
@@ -289,6 +291,19 @@ pub fn step(index: &Index, ledger: &Ledger, key: &ObjectRef, now: &Time) -> Opti
                 holding,
                 provisioning: false,
                 leaving,
+            };
+        } else if let Some((holding, until)) = held_by_untaken_release(index, job, now_s) {
+            // A pod its controller may have made unseen, from a release evicted before the
+            // Job showed it: its quota stays taken until the Job shows the suspension taken
+            // in, or for a while.
+            step.in_cycle = InCycle::Holds {
+                holding,
+                provisioning: false,
+                leaving,
+            };
+            step.until = match (step.until, until) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
             };
         }
     }

@@ -396,3 +396,52 @@ fn a_finished_job_is_kept_without_its_template_and_a_running_one_whole() {
         "nothing is released into a finished Job, nor put back"
     );
 }
+
+#[test]
+fn an_untaken_release_is_read_only_from_a_pinned_template_of_the_evicted_attempt() {
+    let job = one_pod_job(Some(1), "NonIndexed");
+    let entry = entry_for(&job).unwrap_or_else(|e| unreachable!("{e:?}"));
+    let flavor = h100();
+    let released_with = |placed: &PodSetPlacement, suspend: bool| {
+        let placement = placement(placed, &flavor, 0);
+        let mut released = serde_json::to_value(&job).unwrap_or_default();
+        json_patch::merge(
+            &mut released,
+            &template_patch(&entry, &job, Some(&placement), false),
+        );
+        released["spec"]["suspend"] = json!(suspend);
+        read_back(&released)
+    };
+    let pinned = PodSetPlacement {
+        nodes: vec!["node-7".to_owned()],
+        ..placed()
+    };
+    // Suspended, nothing recorded: held until ten seconds after the eviction.
+    let held = untaken_release(&released_with(&pinned, true), 0, 100, 105);
+    assert_eq!(
+        held.as_ref().map(|r| (r.node.as_deref(), r.until)),
+        Some((Some("node-7"), Some(100 + UNTAKEN_RELEASE_SECONDS)))
+    );
+    assert_eq!(
+        untaken_release(&released_with(&pinned, true), 0, 100, 110),
+        None
+    );
+    // Another attempt's template, or a Job still running (not yet suspended again: held with
+    // no end until it is).
+    assert_eq!(
+        untaken_release(&released_with(&pinned, true), 1, 100, 105),
+        None
+    );
+    let running = untaken_release(&released_with(&pinned, false), 0, 100, 500);
+    assert_eq!(running.map(|r| r.until), Some(None));
+    // A gated release (no node to pin to: capacity being bought): its pods wait behind the
+    // gate, and nothing is held.
+    let gated = released_with(
+        &PodSetPlacement {
+            nodes: Vec::new(),
+            ..placed()
+        },
+        true,
+    );
+    assert_eq!(untaken_release(&gated, 0, 100, 105), None);
+}

@@ -33,6 +33,14 @@ pub(super) struct PodFact {
     pub(super) completion: Option<Completion>,
 }
 
+impl PodFact {
+    /// Whether its GPUs count against its queue's quota: live, not being deleted, and free
+    /// to be bound — a pod behind a scheduling gate can run nowhere until the gate is lifted.
+    pub(super) fn uses_quota(&self) -> bool {
+        self.live && !self.terminating && !self.gated
+    }
+}
+
 /// The completion a pod of a JobSet's child Job runs, and whether it succeeded.
 #[derive(Clone, Debug)]
 pub(super) struct Completion {

@@ -98,29 +98,23 @@ impl Checker {
         self.settle_over(kind, queue);
     }
 
-    /// Who holds `queue`'s GPUs, counted as `kind` counts: `job@attempt=GPUs` for live pods
-    /// (marked `unadmitted` when the job's status holds no admission, `gated` for pods behind
-    /// a scheduling gate), `job=GPUs` for admitted jobs; so that a report says which jobs
-    /// took the queue over.
+    /// Who holds `queue`'s GPUs, counted as `kind` counts: `job@attempt=GPUs` for pods that
+    /// use quota ([`super::facts::PodFact::uses_quota`]; marked `unadmitted` when the job's
+    /// status holds no admission), `job=GPUs` for admitted jobs; so that a report says which
+    /// jobs took the queue over.
     fn holders(&self, kind: ViolationKind, queue: &str) -> String {
         let mut held: BTreeMap<String, i64> = BTreeMap::new();
         if kind == ViolationKind::PodsOverQuota {
             for pod in self.pods.values() {
-                if pod.live && !pod.terminating && pod.queue.as_deref() == Some(queue) {
+                if pod.uses_quota() && pod.queue.as_deref() == Some(queue) {
                     let admitted = self
                         .jobs
                         .get(&pod.job)
                         .and_then(|j| j.admitted.as_ref())
                         .is_some_and(|(q, _)| q == queue);
-                    // Whether the job's status names the queue, and whether the pod could
-                    // be bound at all: what tells an excursion of running pods from pods a
-                    // gate still holds back.
-                    let mark = match (admitted, pod.gated) {
-                        (true, false) => "",
-                        (true, true) => " gated",
-                        (false, false) => " unadmitted",
-                        (false, true) => " unadmitted gated",
-                    };
+                    // Whether the job's status names the queue: what tells an excursion of a
+                    // job's own pods from pods running on an admission already given back.
+                    let mark = if admitted { "" } else { " unadmitted" };
                     *held
                         .entry(format!("{}@{}{mark}", pod.job, pod.attempt))
                         .or_default() += pod.gpus;

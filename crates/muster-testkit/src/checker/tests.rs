@@ -205,20 +205,23 @@ fn pods_of_two_attempts_live_at_once_are_a_violation_once() {
 fn live_pods_over_a_queue_or_cohort_quota_are_a_violation_per_excursion() {
     let mut checker = Checker::new(limits(), BTreeSet::new());
     checker.job(&job("j", 3, 8, json!({})), 0.0);
-    checker.pod(&pod("p0", 0, true, "Pending", 8), 1.0);
-    checker.pod(&pod("p1", 0, true, "Pending", 8), 1.0);
+    for name in ["p0", "p1", "p2"] {
+        checker.pod(&pod(name, 0, true, "Pending", 8), 1.0);
+    }
+    checker.pod(&pod("p0", 0, false, "Pending", 8), 1.0);
+    checker.pod(&pod("p1", 0, false, "Pending", 8), 1.0);
     assert_eq!(kinds(&checker), []);
-    checker.pod(&pod("p2", 0, true, "Pending", 8), 1.0);
+    checker.pod(&pod("p2", 0, false, "Pending", 8), 1.0);
     assert_eq!(
         kinds(&checker),
         [ViolationKind::PodsOverQuota, ViolationKind::PodsOverQuota],
         "{:?}",
         checker.violations()
     );
-    checker.pod(&pod("p2", 0, true, "Pending", 8), 1.5);
+    checker.pod(&pod("p2", 0, false, "Pending", 8), 1.5);
     assert_eq!(checker.violations().len(), 2, "one excursion, one report");
     checker.pod_gone("ns/p2");
-    checker.pod(&pod("p3", 0, true, "Pending", 8), 2.0);
+    checker.pod(&pod("p3", 0, false, "Pending", 8), 2.0);
     assert_eq!(checker.violations().len(), 4, "a second excursion");
 }
 
@@ -232,8 +235,11 @@ fn pods_over_what_an_ancestor_cohort_allows_are_a_violation_of_that_cohort() {
     limits.parents.insert("c".into(), "r".into());
     let mut checker = Checker::new(limits, BTreeSet::new());
     checker.job(&job("j", 3, 8, json!({})), 0.0);
-    checker.pod(&pod("p0", 0, true, "Pending", 8), 1.0);
-    checker.pod(&pod("p1", 0, true, "Pending", 8), 1.0);
+    for name in ["p0", "p1", "p2"] {
+        checker.pod(&pod(name, 0, true, "Pending", 8), 1.0);
+    }
+    checker.pod(&pod("p0", 0, false, "Pending", 8), 1.0);
+    checker.pod(&pod("p1", 0, false, "Pending", 8), 1.0);
     assert_eq!(kinds(&checker), []);
     checker.pod(&pod("p2", 0, false, "Pending", 8), 1.0);
     let objects: Vec<&str> = checker
@@ -242,11 +248,32 @@ fn pods_over_what_an_ancestor_cohort_allows_are_a_violation_of_that_cohort() {
         .map(|v| v.object.as_str())
         .collect();
     assert_eq!(objects, ["Cohort/r"]);
-    // The report names every member queue's holders, gated pods apart from ungated ones.
+    // The report names every member queue's holders.
     assert_eq!(
         checker.violations()[0].detail,
-        "24 GPUs in use, 16 allowed; a uses 24, held by ns/j@0 unadmitted=8, \
-         ns/j@0 unadmitted gated=16"
+        "24 GPUs in use, 16 allowed; a uses 24, held by ns/j@0 unadmitted=24"
+    );
+}
+
+#[test]
+fn gated_pods_use_no_quota_until_their_gates_are_lifted() {
+    // A workload controller may make pods from a release already evicted: behind the gate
+    // they can run nowhere, and are deleted before anything lifts it.
+    let mut checker = Checker::new(limits(), BTreeSet::new());
+    checker.job(&job("j", 3, 8, json!({})), 0.0);
+    for name in ["p0", "p1", "p2"] {
+        checker.pod(&pod(name, 0, true, "Pending", 8), 1.0);
+    }
+    assert_eq!(kinds(&checker), []);
+    checker.pod(&pod("p0", 0, false, "Pending", 8), 2.0);
+    checker.pod(&pod("p1", 0, false, "Pending", 8), 2.0);
+    assert_eq!(kinds(&checker), []);
+    checker.pod(&pod("p2", 0, false, "Pending", 8), 2.0);
+    assert_eq!(
+        kinds(&checker),
+        [ViolationKind::PodsOverQuota, ViolationKind::PodsOverQuota],
+        "{:?}",
+        checker.violations()
     );
 }
 

@@ -258,7 +258,8 @@ pub(crate) fn unprovision(job: &GpuJob, status: &GpuJobStatus) -> Action {
 /// A job whose step holds nothing while pods of it may still run holds their quota all the
 /// same (see [`held_by_pods`]): a rolled-back release, an eviction or a finish frees its quota
 /// only once its pods are being deleted, so a gang released into that quota never runs
-/// beside them. And a job whose status still names an admission holds it until a write
+/// beside them. So does a one-pod Job's entry evicted before its Job showed the release
+/// taken in, whose pod may exist unseen ([`held_by_untaken_release`]). And a job whose status still names an admission holds it until a write
 /// saying otherwise has landed (a finish, an eviction, a request for capacity given up): in
 /// the pass that decides the write here, while it is in flight in [`step_by_status`]. Until
 /// then the API server shows the job admitted, and a gang released into its quota could show

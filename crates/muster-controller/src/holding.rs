@@ -356,7 +356,7 @@ pub(crate) fn held_by_untaken_release(
     if status.admission.is_some() {
         return None;
     }
-    let evicted_at = condition_time(status, conditions::EVICTED)?;
+    let evicted_at = evicted_at(status)?;
     let workload = crate::workload::workload_of(job)?;
     let Some(crate::workload::Run::Job(batch)) =
         crate::workload::run(index, &workload).filter(|w| w.is_entry(job))
@@ -380,4 +380,61 @@ pub(crate) fn held_by_untaken_release(
         }],
     };
     Some((holding, release.until))
+}
+
+/// When the job's latest eviction was written, seconds: the latest of its `Evicted`
+/// condition's turn to True and its `QuotaReserved` or `Admitted` condition's turn to False.
+/// `Evicted` stays True through the admissions after a first eviction, so a later eviction
+/// leaves the first one's time on it; the admission's conditions turn False at each.
+/// `None` for a job never evicted.
+fn evicted_at(status: &GpuJobStatus) -> Option<i64> {
+    let first = condition_time(status, conditions::EVICTED)?;
+    let given_back = status
+        .conditions
+        .iter()
+        .filter(|c| {
+            (c.type_ == conditions::QUOTA_RESERVED || c.type_ == conditions::ADMITTED)
+                && c.status == "False"
+        })
+        .map(|c| seconds(&c.last_transition_time))
+        .max();
+    Some(given_back.map_or(first, |t| t.max(first)))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+
+    fn condition(type_: &str, status: &str, at: i64) -> Condition {
+        Condition {
+            type_: type_.to_owned(),
+            status: status.to_owned(),
+            reason: "Test".to_owned(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: Time(Timestamp::from_second(at).unwrap_or_default()),
+        }
+    }
+
+    #[test]
+    fn a_second_eviction_is_dated_by_the_admission_it_gave_back_not_the_first_eviction() {
+        let mut status = GpuJobStatus::default();
+        assert_eq!(evicted_at(&status), None, "never evicted");
+        status.conditions = vec![
+            condition(conditions::QUOTA_RESERVED, "False", 100),
+            condition(conditions::ADMITTED, "False", 100),
+            condition(conditions::EVICTED, "True", 100),
+        ];
+        assert_eq!(evicted_at(&status), Some(100));
+        // Admitted again at 200 and evicted again at 300: Evicted kept its first time.
+        status.conditions = vec![
+            condition(conditions::QUOTA_RESERVED, "False", 300),
+            condition(conditions::ADMITTED, "False", 300),
+            condition(conditions::EVICTED, "True", 100),
+        ];
+        assert_eq!(evicted_at(&status), Some(300));
+    }
 }

@@ -357,10 +357,7 @@ pub(crate) fn held_by_untaken_release(
         return None;
     }
     let evicted_at = evicted_at(status)?;
-    let workload = crate::workload::workload_of(job)?;
-    let Some(crate::workload::Run::Job(batch)) =
-        crate::workload::run(index, &workload).filter(|w| w.is_entry(job))
-    else {
+    let Some(crate::workload::Run::Job(batch)) = crate::workload::behind(index, job) else {
         return None;
     };
     let attempt = status.requeue_count.checked_sub(1)?;

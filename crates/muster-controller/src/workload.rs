@@ -188,6 +188,13 @@ pub fn is_entry_of(entry: &GpuJob, job: &BatchJob) -> bool {
     owned_by(entry, job.metadata.uid.as_deref())
 }
 
+/// The workload behind `entry` when it is a queue entry and the index holds that very
+/// workload (the same UID: one made again under its name has an entry of its own).
+pub fn behind<'a>(index: &'a Index, entry: &GpuJob) -> Option<Run<'a>> {
+    let key = workload_of(entry)?;
+    run(index, &key).filter(|w| w.is_entry(entry))
+}
+
 /// Whether `entry`'s controller owner has the UID `uid`.
 fn owned_by(entry: &GpuJob, uid: Option<&str>) -> bool {
     entry

@@ -21,8 +21,7 @@ use crate::workload::{
 /// The workload behind `job` when `job` is a queue entry and the index holds that very
 /// workload (the same UID: one made again under the name has an entry of its own).
 pub(crate) fn workload<'a>(index: &'a Index, job: &GpuJob) -> Option<Run<'a>> {
-    let key = workload_of(job)?;
-    crate::workload::run(index, &key).filter(|w| w.is_entry(job))
+    crate::workload::behind(index, job)
 }
 
 /// How long after its admission an entry's Job may still look unreleased before the

@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Semaphore, watch};
 
 use crate::executor::Executor;
-use crate::index::{BatchJob, Indexed, Kind};
+use crate::index::{BatchJob, ChildJob, Indexed, Kind};
 use crate::lean::Lean;
 use crate::metrics::{ApiRequests, Metrics};
 use crate::plan::plan;
@@ -275,12 +275,23 @@ async fn when_served<K, F>(
     }
 }
 
-/// Starts the watch of JobSets labelled with a queue, and makes the index wait for it before
-/// the next pass.
+/// Starts the watches of JobSets labelled with a queue and of JobSets' child Jobs (the
+/// completions they keep, see [`ChildJob`]), and makes the index wait for both before the
+/// next pass.
 fn watch_jobsets(jobsets: Api<JobSet>, shared: Arc<Shared>) {
-    shared.state().expect_kind(Kind::JobSet);
+    {
+        let mut state = shared.state();
+        state.expect_kind(Kind::JobSet);
+        state.expect_kind(Kind::ChildJob);
+    }
+    let children: Api<ChildJob> = match jobsets.namespace() {
+        Some(ns) => Api::namespaced(jobsets.clone().into_client(), ns),
+        None => Api::all(jobsets.clone().into_client()),
+    };
     let labelled = watcher::Config::default().labels(muster_api::wire::QUEUE_NAME_LABEL);
-    tokio::spawn(watch_selected(jobsets, labelled, shared));
+    tokio::spawn(watch_selected(jobsets, labelled, Arc::clone(&shared)));
+    let of_jobsets = watcher::Config::default().labels(muster_api::jobset::JOBSET_NAME_LABEL);
+    tokio::spawn(watch_selected(children, of_jobsets, shared));
 }
 
 /// Starts the watches of ProvisioningRequests and of the PodTemplates they name (Muster's,

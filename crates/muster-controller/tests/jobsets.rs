@@ -10,6 +10,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use muster_api::jobset::JobSet;
 use muster_api::wire::{ADMISSION_GATE, ATTEMPT_LABEL, JOB_LABEL, POD_SET_LABEL};
+use muster_controller::index::ChildJob;
 use muster_controller::plan::{Action, plan};
 use muster_controller::state::State;
 use muster_controller::workload::WorkloadPatch;
@@ -421,26 +422,58 @@ fn entry_sets(state: &State) -> Vec<(String, i32)> {
 
 /// The exclusive-topology JobSet released and run: replica 0's child Job completes, replica
 /// 1's pod of index 0 ends in `index_0` and its pod of index 1 fails. Evicted, it is released
-/// again at the time returned.
-fn released_after_replica_0(state: &mut State, index_0: &str) -> i64 {
+/// again at the time returned. With `collected`, the pods that succeeded are gone before
+/// that (their nodes taken back by the autoscaler, the pod garbage collector deleted them),
+/// and only the child Jobs count their completions.
+fn released_after_replica_0(state: &mut State, index_0: &str, collected: bool) -> i64 {
     let pods: Vec<Pod> = (0..2)
         .flat_map(|replica| (0..2).map(move |index| child_pod(replica, index, 0)))
         .collect();
+    let ran = ["Succeeded", "Succeeded", index_0, "Failed"];
     let suspended = evicted_after_running(
         state,
         &labelled_jobset(true),
         &pods,
-        &["Succeeded", "Succeeded", index_0, "Failed"],
+        &ran,
         &json!([{"name": "workers", "succeeded": 1, "active": 0}]),
     );
+    if collected {
+        for (pod, phase) in pods.iter().zip(ran) {
+            if phase == "Succeeded" {
+                state.delete(&terminating(pod.clone()));
+            }
+        }
+        state.apply(child_job(0, "0-1"));
+        let replica_1 = if index_0 == "Succeeded" { "0" } else { "" };
+        state.apply(child_job(1, replica_1));
+    }
     released_again(state, suspended).0
+}
+
+/// Replica `replica`'s child Job of the JobSet, its `status.completedIndexes` `completed`.
+fn child_job(replica: usize, completed: &str) -> ChildJob {
+    let name = format!("train-workers-{replica}");
+    object(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "team-a", "resourceVersion": "3",
+                     "uid": format!("uid-{name}"),
+                     "labels": {"jobset.sigs.k8s.io/jobset-name": "train",
+                                "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+                                "jobset.sigs.k8s.io/job-index": replica.to_string()},
+                     "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2",
+                                          "kind": "JobSet", "name": "train", "uid": "uid-js",
+                                          "controller": true}]},
+        "spec": {"suspend": true, "completions": 2, "parallelism": 2,
+                 "completionMode": "Indexed"},
+        "status": {"completedIndexes": completed},
+    }))
 }
 
 #[test]
 fn a_jobset_evicted_after_one_child_job_succeeded_is_queued_and_released_for_the_others_alone() {
     let mut state = cluster(32, Vec::new());
     // Replica 0's child Job completes; a pod of replica 1 fails.
-    let t = released_after_replica_0(&mut state, "Running");
+    let t = released_after_replica_0(&mut state, "Running", false);
     // The entry asks for the child Job left, one block, and the admission places it.
     assert_eq!(
         entry_sets(&state),
@@ -578,42 +611,55 @@ fn a_jobset_released_again_leaves_a_completed_replicated_job_be_and_places_the_r
 fn a_jobset_whose_child_job_completed_part_of_its_pods_is_released_with_their_places_left_empty() {
     let mut state = cluster(32, Vec::new());
     // Replica 0's child Job completes; of replica 1's, index 0 succeeds and index 1 fails.
-    let t = released_after_replica_0(&mut state, "Succeeded");
-    assert_eq!(entry_sets(&state), [("workers-0".to_owned(), 2)]);
-    let status = entry_status(&state);
+    let t = released_after_replica_0(&mut state, "Succeeded", false);
+    runs_with_index_0_left_empty(&mut state, t);
+}
+
+#[test]
+fn the_completions_a_child_job_counts_keep_their_places_empty_after_their_pods_were_deleted() {
+    let mut state = cluster(32, Vec::new());
+    // As above, but the pods that succeeded are deleted before the JobSet is released
+    // again: replica 1's Job still counts index 0 completed, and makes no pod for it.
+    let t = released_after_replica_0(&mut state, "Succeeded", true);
+    runs_with_index_0_left_empty(&mut state, t);
+}
+
+/// Replica 1's child Job, released again at `t` after its index 0 succeeded, makes index 1
+/// alone: the gang is whole with it, and it goes to its own place; index 0's stays empty.
+/// Running and Ready, it is the whole gang: the entry runs, and past its pods-ready timeout
+/// nothing is missing.
+fn runs_with_index_0_left_empty(state: &mut State, t: i64) {
+    assert_eq!(entry_sets(state), [("workers-0".to_owned(), 2)]);
+    let status = entry_status(state);
     let block = status.admission.clone().unwrap_or_default().pod_sets[0]
         .nodes
         .clone();
-    // Replica 1's Job keeps index 0 completed and makes index 1 alone: the gang is whole
-    // with it, and it goes to its own place; index 0's stays empty.
     let attempt = status.requeue_count;
     let pod = child_pod(1, 1, attempt);
     state.apply(pod.clone());
-    let pins = pinned_at(&mut state, t + 1);
+    let pins = pinned_at(state, t + 1);
     assert_eq!(pins.len(), 1, "{pins:?}");
     assert_eq!(pins[0].0.name(), format!("train-workers-1-1-x{attempt}"));
     assert_eq!(
         pins[0].1["spec"]["nodeSelector"]["kubernetes.io/hostname"],
         json!(block[1])
     );
-    // Running and Ready, it is the whole gang: the entry runs, and past its pods-ready
-    // timeout (600 s) nothing is missing.
     let mut value = serde_json::to_value(ran_as_pinned(&pod, &pins, "Running")).unwrap_or_default();
     value["spec"]["schedulingGates"] = Value::Null;
     value["status"]["conditions"] = json!([{"type": "Ready", "status": "True",
         "lastTransitionTime": at(t + 1).to_string()}]);
     state.apply(object::<Pod>(value));
     for now in t + 2..t + 700 {
-        let pass = plan(&mut state, at(now));
+        let pass = plan(state, at(now));
         assert!(
             !kinds(&pass.actions).contains(&"evict"),
             "at {now}: {:#?}",
             pass.actions
         );
-        land_all(&mut state, &pass.actions, now);
+        land_all(state, &pass.actions, now);
     }
     assert_eq!(
-        entry_status(&state).phase,
+        entry_status(state).phase,
         Some(muster_api::gpujob::GpuJobPhase::Running)
     );
 }

@@ -8,11 +8,13 @@
 //! job, pod set, attempt and admission it was released under.
 
 mod batch_job;
+mod child_job;
 mod ended;
 mod job_entry;
 mod objects;
 
 pub use batch_job::{BatchJob, BatchJobSpec, BatchJobStatus, KeptTemplate};
+pub use child_job::{ChildJob, ChildJobStatus, ChildRecord, completed_indexes};
 pub use objects::pinned_node;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -56,6 +58,9 @@ pub enum Kind {
     Job,
     /// JobSets labelled with a queue (watched once the JobSet CRD is installed).
     JobSet,
+    /// The child Jobs of JobSets (`batch/v1` Jobs with a JobSet's name label), read for the
+    /// completions they keep (watched with JobSets).
+    ChildJob,
     /// `scheduling.k8s.io/v1alpha2` PodGroups labelled with a queue (watched where the API
     /// server serves them: Kubernetes 1.36 behind the `GenericWorkload` feature gate).
     SchedulingPodGroup,
@@ -288,6 +293,10 @@ pub struct Index {
     pub(crate) workloads: BTreeMap<ObjectRef, Box<BatchJob>>,
     /// JobSets labelled with a queue: the other workloads behind queue entries.
     pub(crate) jobsets: BTreeMap<ObjectRef, muster_api::jobset::JobSet>,
+    /// JobSets' child Jobs, by key (see [`ChildJob`]).
+    pub(crate) child_jobs: BTreeMap<ObjectRef, ChildRecord>,
+    /// The keys of each JobSet's child Jobs in `child_jobs`, by JobSet.
+    pub(crate) jobset_children: BTreeMap<ObjectRef, BTreeSet<ObjectRef>>,
     /// Pods labelled with a queue and a pod group, whole, by group (`namespace/group`).
     pub(crate) pod_groups: BTreeMap<ObjectRef, PodGroup>,
     /// Bumped when a node's placement facts (labels, taints, allocatable, schedulable) or a
@@ -425,6 +434,7 @@ impl Index {
             Kind::PodTemplate => Box::new(self.pod_templates.keys().map(|k| k.as_str().to_owned())),
             Kind::Job => Box::new(self.workloads.keys().map(|k| k.as_str().to_owned())),
             Kind::JobSet => Box::new(self.jobsets.keys().map(|k| k.as_str().to_owned())),
+            Kind::ChildJob => Box::new(self.child_jobs.keys().map(|k| k.as_str().to_owned())),
             Kind::SchedulingPodGroup => Box::new(
                 self.pod_groups
                     .iter()

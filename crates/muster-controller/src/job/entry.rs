@@ -229,11 +229,13 @@ pub(super) fn completed_before(
     let Some(Run::JobSet(jobset)) = workload else {
         return BTreeSet::new();
     };
-    let succeeded = index
-        .pods_of(key)
-        .filter(|(_, p)| p.phase == crate::index::PodPhase::Succeeded)
-        .filter_map(|(_, p)| p.member.as_ref());
-    crate::workload::jobset::completed_before(jobset, succeeded, attempt)
+    let pods = index.pods_of(key).filter_map(|(_, p)| {
+        let member = p.member.as_ref()?;
+        Some((member, p.phase == crate::index::PodPhase::Succeeded))
+    });
+    let of = ObjectRef::of(&jobset.metadata);
+    let children = index.child_jobs_of(of.as_str());
+    crate::workload::jobset::completed_before(jobset, pods, children, attempt)
 }
 
 /// The pins that let an admitted entry's gang go (for a Job: pod `i` of an Indexed Job on

@@ -20,7 +20,7 @@ use muster_api::{GpuJob, ObjectRef, ResourceFlavorSpec};
 use serde_json::{Value, json};
 
 use super::{Additions, WorkloadPatch, list, same_scheduling, wanted_template};
-use crate::index::GangMember;
+use crate::index::{ChildRecord, GangMember};
 
 /// How a JobSet's run ended, from its conditions (`Completed`, `Failed`) or terminal state;
 /// `None` while neither holds.
@@ -301,28 +301,48 @@ fn patch(
 pub type Completion = (String, usize, usize);
 
 /// The completions of the JobSet's child Jobs left part done by an earlier attempt: those
-/// of the gang's pods that succeeded before attempt `attempt` (`succeeded`: each pod's gang
-/// membership), of child Jobs that have completions left. An Indexed child Job keeps its
-/// completed indexes through a suspension and never makes a pod for them again, so a gang
-/// released again after some of a child Job's pods succeeded gets no pod for their places:
-/// [`pins`] leaves those places empty instead of waiting for pods that never come. A child
-/// Job all of whose completions succeeded is left out: it is done, and the JobSet's status
-/// already counts it ([`JobSet::replicas_left`]).
+/// its child Jobs count succeeded (`children`, their `status.completedIndexes`) but for the
+/// places pods of attempt `attempt` hold, and those of the gang's pods that succeeded before
+/// attempt `attempt` (`pods`: each pod's gang membership, and whether it succeeded), of
+/// child Jobs that have completions left. An Indexed child Job keeps its completed indexes
+/// through a suspension and never makes a pod for them again, so a gang released again after
+/// some of a child Job's pods succeeded gets no pod for their places: [`pins`] leaves those
+/// places empty instead of waiting for pods that never come. The child Job's count is the
+/// witness that lasts: a succeeded pod bound to a node the autoscaler took back is deleted
+/// by the pod garbage collector. A child Job all of whose completions succeeded is left out:
+/// it is done, and the JobSet's status already counts it ([`JobSet::replicas_left`]).
 pub fn completed_before<'a>(
     jobset: &JobSet,
-    succeeded: impl Iterator<Item = &'a GangMember>,
+    pods: impl Iterator<Item = (&'a GangMember, bool)>,
+    children: impl Iterator<Item = &'a ChildRecord>,
     attempt: i32,
 ) -> BTreeSet<Completion> {
     let mut done: BTreeMap<(String, usize), BTreeSet<usize>> = BTreeMap::new();
-    for m in succeeded.filter(|m| m.attempt < attempt) {
+    let mut current: BTreeSet<(&str, usize, usize)> = BTreeSet::new();
+    for (m, succeeded) in pods {
         // By completion index: a pinned pod's index is its place in the set.
-        if let (Some(rj), Some(replica), Some(completion)) =
+        let (Some(rj), Some(replica), Some(completion)) =
             (&m.replicated_job, m.replica, m.completion)
-        {
+        else {
+            continue;
+        };
+        if m.attempt == attempt {
+            current.insert((rj.as_str(), replica, completion));
+        } else if succeeded && m.attempt < attempt {
             done.entry((rj.clone(), replica))
                 .or_default()
                 .insert(completion);
         }
+    }
+    for child in children {
+        // A completion of this attempt is not one done before it.
+        let before = child
+            .completed
+            .iter()
+            .filter(|c| !current.contains(&(child.replicated_job.as_str(), child.replica, **c)));
+        done.entry((child.replicated_job.clone(), child.replica))
+            .or_default()
+            .extend(before);
     }
     let per_job = |rj: &str| {
         jobset

@@ -264,6 +264,60 @@ fn each_pod_of_a_slice_is_pinned_to_its_host_of_its_slice() {
     );
 }
 
+/// `members` as pods that succeeded.
+fn succeeded(members: &[GangMember]) -> impl Iterator<Item = (&GangMember, bool)> {
+    members.iter().map(|m| (m, true))
+}
+
+/// Replica `replica`'s child Job of the multislice JobSet, counting `completed` succeeded.
+fn child(replica: usize, completed: &[usize]) -> crate::index::ChildRecord {
+    crate::index::ChildRecord {
+        jobset: ObjectRef::new("team-a", "multislice"),
+        replicated_job: "slice".to_owned(),
+        replica,
+        completed: completed.iter().copied().collect(),
+        version: Some("7".to_owned()),
+    }
+}
+
+#[test]
+fn completions_a_child_job_counts_are_done_though_their_pods_are_gone_but_not_this_attempt_s() {
+    let jobset = stored_jobset(2, 4, false);
+    // Attempt 0's pods are gone (their nodes were taken back, and the pod garbage collector
+    // deleted them); replica 1's Job counts completions 0 and 1, replica 0's all four.
+    let children = [child(1, &[0, 1]), child(0, &[0, 1, 2, 3])];
+    let done = completed_before(&jobset, std::iter::empty(), children.iter(), 1);
+    assert_eq!(
+        done,
+        BTreeSet::from([("slice".to_owned(), 1, 0), ("slice".to_owned(), 1, 1)])
+    );
+    // Attempt 1 runs completions 2 and 3 of replica 1; completion 2 succeeded and its Job
+    // counts it: that place is this attempt's pod's, not one done before.
+    let running: Vec<GangMember> = [2, 3]
+        .into_iter()
+        .map(|c| GangMember {
+            attempt: 1,
+            ..member(1, c)
+        })
+        .collect();
+    let pods = running.iter().map(|m| (m, m.completion == Some(2)));
+    let now = [child(1, &[0, 1, 2])];
+    assert_eq!(
+        completed_before(&jobset, pods, now.iter(), 1),
+        BTreeSet::from([("slice".to_owned(), 1, 0), ("slice".to_owned(), 1, 1)])
+    );
+    // A pod of an earlier attempt that succeeded still counts where the Job does not (yet).
+    let earlier = [member(1, 3)];
+    assert_eq!(
+        completed_before(&jobset, succeeded(&earlier), children.iter(), 1),
+        BTreeSet::from([
+            ("slice".to_owned(), 1, 0),
+            ("slice".to_owned(), 1, 1),
+            ("slice".to_owned(), 1, 3)
+        ])
+    );
+}
+
 #[test]
 fn completions_an_earlier_attempt_left_done_keep_their_hosts_empty() {
     let jobset = stored_jobset(2, 4, false);
@@ -280,15 +334,15 @@ fn completions_an_earlier_attempt_left_done_keep_their_hosts_empty() {
         })
         .collect();
     assert_eq!(
-        completed_before(&jobset, earlier.iter(), 1),
+        completed_before(&jobset, succeeded(&earlier), std::iter::empty(), 1),
         BTreeSet::from([("slice".to_owned(), 1, 0), ("slice".to_owned(), 1, 1)])
     );
     assert_eq!(
-        completed_before(&jobset, earlier.iter(), 0),
+        completed_before(&jobset, succeeded(&earlier), std::iter::empty(), 0),
         BTreeSet::new()
     );
     // Attempt 1: replica 1's Job makes completions 2 and 3 alone.
-    let done = completed_before(&jobset, earlier.iter(), 1);
+    let done = completed_before(&jobset, succeeded(&earlier), std::iter::empty(), 1);
     let names: Vec<ObjectRef> = (0..6)
         .map(|i| ObjectRef::new("team-a", &format!("pod-{i}")))
         .collect();

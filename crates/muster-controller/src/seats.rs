@@ -115,6 +115,13 @@ impl Seats {
         self.again = jobs;
     }
 
+    /// A write of `job` failed after the pass that made it ended (one the sender took from
+    /// the queue after the pass, so the pass did not name it): settled again at the next
+    /// pass, which decides again from what the index shows.
+    pub(crate) fn write_failed(&mut self, job: ObjectRef) {
+        self.again.insert(job);
+    }
+
     /// Jobs whose state in admission's scheduler `decision` changes: compared with the
     /// scheduler at the next pass, whatever the pass made of the decision. Admission names
     /// jobs by their written reference; `index` gives them back as references (a job it no

@@ -150,6 +150,13 @@ impl State {
             Ok(written) => (Ok(()), written),
             Err(error) => (Err(error), Vec::new()),
         };
+        if outcome.is_err()
+            && let Some(job) = action.job()
+        {
+            // Nothing else may move the job: without this, a waiting job whose status write
+            // failed would wait untold until something did.
+            self.seats.write_failed(job.clone());
+        }
         if term == self.ledger.term() {
             self.ledger.landed(action, outcome, now);
         }

@@ -96,7 +96,8 @@ pub(crate) fn in_order(
 }
 
 /// Carries `writes` out one after the other in a task of their own, holding `permit` until
-/// the last has landed; wakes the loop afterwards when `wake`. A status write goes onto the
+/// the last has landed; wakes the loop afterwards when `wake`, or when a write failed (no
+/// watch event follows a failure, and its job is to be settled again at once). A status write goes onto the
 /// version its pass read, or onto the one an earlier write of the same job returned when
 /// nothing it was decided on moved (see [`JobRead::at_version_of`]).
 pub(crate) fn spawn_writes<P: Send + 'static>(
@@ -110,12 +111,14 @@ pub(crate) fn spawn_writes<P: Send + 'static>(
     let (shared, executor) = (Arc::clone(shared), executor.clone());
     tokio::spawn(async move {
         let mut returned: Option<GpuJob> = None;
+        let mut failed = false;
         for (action, read) in writes {
             let read = match (read, &returned) {
                 (Some(read), Some(job)) => Some(read.at_version_of(job)),
                 (read, _) => read,
             };
             let result = executor.execute(&action, read.as_ref()).await;
+            failed |= result.is_err();
             returned = result.as_ref().ok().and_then(|written| {
                 written.iter().rev().find_map(|w| match w {
                     Written::Job(job) => Some((**job).clone()),
@@ -131,7 +134,7 @@ pub(crate) fn spawn_writes<P: Send + 'static>(
             )
             .await;
         }
-        if wake {
+        if wake || failed {
             shared.wake.notify_one();
         }
         drop(permit);
@@ -233,7 +236,8 @@ pub(crate) async fn send_deferred(
             let Some((term, action, read)) = next else {
                 break;
             };
-            // Its landing need not wake the loop: the job's watch event does.
+            // Its landing need not wake the loop: the job's watch event does (a failure wakes
+            // it, see `spawn_writes`).
             spawn_writes(
                 &shared,
                 &executor,

@@ -18,7 +18,6 @@
 //! watch events — the API server writes a watch event's `type` before its `object`), not
 //! from a `serde_json::Value` or an event whose object comes before its type.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobSpec};
@@ -322,38 +321,47 @@ impl BatchJob {
     }
 }
 
-impl kube::Resource for BatchJob {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
+/// `impl kube::Resource` for a type that reads `batch/v1` Jobs in part (its `metadata`
+/// field whole): the API paths of Jobs.
+macro_rules! batch_job_resource {
+    ($reader:ty) => {
+        impl kube::Resource for $reader {
+            type DynamicType = ();
+            type Scope = k8s_openapi::NamespaceResourceScope;
 
-    fn kind((): &()) -> Cow<'_, str> {
-        Cow::Borrowed("Job")
-    }
+            fn kind((): &()) -> std::borrow::Cow<'_, str> {
+                std::borrow::Cow::Borrowed("Job")
+            }
 
-    fn group((): &()) -> Cow<'_, str> {
-        Cow::Borrowed("batch")
-    }
+            fn group((): &()) -> std::borrow::Cow<'_, str> {
+                std::borrow::Cow::Borrowed("batch")
+            }
 
-    fn version((): &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
+            fn version((): &()) -> std::borrow::Cow<'_, str> {
+                std::borrow::Cow::Borrowed("v1")
+            }
 
-    fn api_version((): &()) -> Cow<'_, str> {
-        Cow::Borrowed(muster_api::workload::JOB_API_VERSION)
-    }
+            fn api_version((): &()) -> std::borrow::Cow<'_, str> {
+                std::borrow::Cow::Borrowed(muster_api::workload::JOB_API_VERSION)
+            }
 
-    fn plural((): &()) -> Cow<'_, str> {
-        Cow::Borrowed("jobs")
-    }
+            fn plural((): &()) -> std::borrow::Cow<'_, str> {
+                std::borrow::Cow::Borrowed("jobs")
+            }
 
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
+            fn meta(&self) -> &kube::core::ObjectMeta {
+                &self.metadata
+            }
 
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+            fn meta_mut(&mut self) -> &mut kube::core::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
+pub(super) use batch_job_resource;
+
+batch_job_resource!(BatchJob);
 
 #[cfg(test)]
 mod tests {

@@ -14,7 +14,6 @@
 //! their JobSet's label, and are never queue entries themselves), as a kind of their own, so
 //! that each watch's relist drops only what it lists.
 
-use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use kube::core::ObjectMeta;
@@ -24,16 +23,27 @@ use serde::{Deserialize, Serialize};
 
 use super::{Index, Indexed, Kind};
 
-/// A JobSet's child Job, read with only the fields Muster reads: its metadata and its
-/// completed indexes. Every other field is passed over as it is parsed.
+/// A JobSet's child Job, read with only the fields Muster reads: its metadata, its number of
+/// completions and its completed indexes. Every other field is passed over as it is parsed.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 pub struct ChildJob {
     /// Its metadata.
     #[serde(default)]
     pub metadata: ObjectMeta,
+    /// What Muster reads of its spec.
+    #[serde(default)]
+    pub spec: ChildJobSpec,
     /// What Muster reads of its status.
     #[serde(default)]
     pub status: ChildJobStatus,
+}
+
+/// What Muster reads of a child Job's spec.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct ChildJobSpec {
+    /// `spec.completions`: no completed index is at or past it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completions: Option<i32>,
 }
 
 /// What Muster reads of a child Job's status.
@@ -57,24 +67,63 @@ pub struct ChildRecord {
     pub replica: usize,
     /// The completion indexes that succeeded.
     pub completed: BTreeSet<usize>,
+    /// The UID of the JobSet that controls it, as its owner reference names it: a child Job
+    /// left by an earlier JobSet of the same name is not the current one's.
+    pub owner: Option<String>,
+    /// Whether it is being deleted (a JobSet restarting its child Jobs deletes them in the
+    /// foreground, and makes new ones of the same names, with no completions): its
+    /// completions are no longer its JobSet's.
+    pub deleting: bool,
     /// Its resource version.
     pub version: Option<String>,
 }
 
-/// The completion indexes of a Job's `status.completedIndexes`: comma-separated indexes and
-/// ranges (`"1,3-5,7"`). A part that does not read as either is passed over: it names no
-/// completion Muster can place, and the pods that succeeded may still tell.
-pub fn completed_indexes(text: &str) -> BTreeSet<usize> {
+impl ChildRecord {
+    /// Whether its completions count for the JobSet whose UID is `uid`: it is not being
+    /// deleted, and that JobSet controls it (where both UIDs are known).
+    pub fn counts_for(&self, uid: Option<&str>) -> bool {
+        !self.deleting
+            && match (self.owner.as_deref(), uid) {
+                (Some(owner), Some(uid)) => owner == uid,
+                _ => true,
+            }
+    }
+
+    /// Whether `other` says the same as this record, its version aside: only then may its
+    /// JobSet's entry be left unread.
+    fn same_as(&self, other: &ChildRecord) -> bool {
+        ChildRecord {
+            version: None,
+            ..self.clone()
+        } == ChildRecord {
+            version: None,
+            ..other.clone()
+        }
+    }
+}
+
+/// The most completions an Indexed Job may have (the API server refuses more): the bound of
+/// the indexes read from a Job whose `spec.completions` is not known.
+pub const MAX_COMPLETIONS: usize = 100_000;
+
+/// The completion indexes below `completions` of a Job's `status.completedIndexes`:
+/// comma-separated indexes and ranges (`"1,3-5,7"`). A part that does not read as either is
+/// passed over: it names no completion Muster can place, and the pods that succeeded may
+/// still tell. Indexes at or past `completions` name no place either, and are not read (a
+/// range written past it is cut there, so no text makes more indexes than the Job has).
+pub fn completed_indexes(text: &str, completions: usize) -> BTreeSet<usize> {
     let mut out = BTreeSet::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         match part.split_once('-') {
             Some((first, last)) => {
                 if let (Ok(first), Ok(last)) = (first.parse::<usize>(), last.parse::<usize>()) {
-                    out.extend(first..=last);
+                    out.extend(first..last.saturating_add(1).min(completions));
                 }
             }
             None => {
-                if let Ok(index) = part.parse() {
+                if let Ok(index) = part.parse::<usize>()
+                    && index < completions
+                {
                     out.insert(index);
                 }
             }
@@ -92,6 +141,17 @@ impl ChildJob {
         let jobset = labels.get(JOBSET_NAME_LABEL)?;
         let replicated_job = labels.get(REPLICATED_JOB_LABEL)?.clone();
         let replica = labels.get(JOB_INDEX_LABEL)?.parse().ok()?;
+        let completions = self
+            .spec
+            .completions
+            .and_then(|n| usize::try_from(n).ok())
+            .map_or(MAX_COMPLETIONS, |n| n.min(MAX_COMPLETIONS));
+        let owner = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true) && o.kind == "JobSet")
+            .map(|o| o.uid.clone());
         Some(ChildRecord {
             jobset: ObjectRef::new(meta.namespace.as_deref().unwrap_or_default(), jobset),
             replicated_job,
@@ -100,8 +160,10 @@ impl ChildJob {
                 .status
                 .completed_indexes
                 .as_deref()
-                .map(completed_indexes)
+                .map(|text| completed_indexes(text, completions))
                 .unwrap_or_default(),
+            owner,
+            deleting: meta.deletion_timestamp.is_some(),
             version: meta.resource_version.clone(),
         })
     }
@@ -137,10 +199,10 @@ impl Indexed for ChildJob {
         let before = index
             .child_jobs
             .get(key.as_str())
-            .map(|b| (b.jobset == record.jobset, b.completed == record.completed));
+            .map(|b| (b.jobset == record.jobset, b.same_as(&record)));
         match before {
-            // Only its completions are read: a status write that changes nothing of them (the
-            // Job controller writes one as each pod starts) leaves its JobSet's entry be.
+            // A status write that changes nothing the record keeps (the Job controller writes
+            // one as each pod starts) leaves its JobSet's entry be.
             Some((true, true)) => {}
             Some((true, false)) | None => index.child_changed(&record.jobset),
             // Relabelled to another JobSet: the one it left is told too.
@@ -173,38 +235,7 @@ impl Indexed for ChildJob {
     }
 }
 
-impl kube::Resource for ChildJob {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind((): &()) -> Cow<'_, str> {
-        Cow::Borrowed("Job")
-    }
-
-    fn group((): &()) -> Cow<'_, str> {
-        Cow::Borrowed("batch")
-    }
-
-    fn version((): &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-
-    fn api_version((): &()) -> Cow<'_, str> {
-        Cow::Borrowed(muster_api::workload::JOB_API_VERSION)
-    }
-
-    fn plural((): &()) -> Cow<'_, str> {
-        Cow::Borrowed("jobs")
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+super::batch_job::batch_job_resource!(ChildJob);
 
 #[cfg(test)]
 mod tests {
@@ -238,11 +269,17 @@ mod tests {
     #[test]
     fn completed_indexes_read_single_indexes_and_ranges_and_pass_over_the_rest() {
         assert_eq!(
-            completed_indexes("0,1,4-6, 9"),
+            completed_indexes("0,1,4-6, 9", 16),
             BTreeSet::from([0, 1, 4, 5, 6, 9])
         );
-        assert_eq!(completed_indexes(""), BTreeSet::new());
-        assert_eq!(completed_indexes("x,2,3-y,-1"), BTreeSet::from([2]));
+        assert_eq!(completed_indexes("", 16), BTreeSet::new());
+        assert_eq!(completed_indexes("x,2,3-y,-1", 16), BTreeSet::from([2]));
+        // Nothing at or past the Job's completions: a range written past them is cut.
+        assert_eq!(
+            completed_indexes("1,6-4294967295,9", 8),
+            BTreeSet::from([1, 6, 7])
+        );
+        assert_eq!(completed_indexes("0-3", 0), BTreeSet::new());
     }
 
     #[test]
@@ -270,6 +307,39 @@ mod tests {
         index.delete(&child(1, "4", Some("0-1,4-6")));
         assert_eq!(completed_of(&index), []);
         assert!(index.jobset_children.is_empty());
+    }
+
+    #[test]
+    fn a_child_job_relabelled_to_another_jobset_leaves_the_first_and_both_entries_are_read() {
+        let mut index = Index::new();
+        index.apply(child(0, "1", Some("0")));
+        index.take_changed_jobs();
+        let mut moved = child(0, "2", Some("0"));
+        if let Some(labels) = moved.metadata.labels.as_mut() {
+            labels.insert(JOBSET_NAME_LABEL.to_owned(), "other".to_owned());
+        }
+        index.apply(moved);
+        assert_eq!(completed_of(&index), []);
+        assert_eq!(index.child_jobs_of("team-a/other").count(), 1);
+        let changed = index.take_changed_jobs();
+        assert!(changed.contains(&ObjectRef::new("team-a", "jobset-train")));
+        assert!(changed.contains(&ObjectRef::new("team-a", "jobset-other")));
+        // Deleted in the foreground: kept, marked, and its entry read again.
+        let mut deleting = child(0, "3", Some("0"));
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        if let Some(labels) = deleting.metadata.labels.as_mut() {
+            labels.insert(JOBSET_NAME_LABEL.to_owned(), "other".to_owned());
+        }
+        index.apply(deleting);
+        assert!(index.child_jobs_of("team-a/other").all(|c| c.deleting));
+        assert!(
+            index
+                .take_changed_jobs()
+                .contains(&ObjectRef::new("team-a", "jobset-other"))
+        );
     }
 
     #[test]

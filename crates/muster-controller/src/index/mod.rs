@@ -307,7 +307,8 @@ pub struct Index {
     /// are watched. Every job is settled again then.
     pub(super) shared_version: u64,
     /// Jobs whose own objects changed (the GpuJob, one of its pods, one of its
-    /// ProvisioningRequests) since [`Index::take_changed_jobs`] last took them.
+    /// ProvisioningRequests; for a queue entry, its workload, and a JobSet's child Jobs)
+    /// since [`Index::take_changed_jobs`] last took them.
     pub(super) changed_jobs: BTreeSet<ObjectRef>,
     /// Bumped when a ClusterQueue or LocalQueue changes in any way (its status too).
     pub(super) queues_version: u64,

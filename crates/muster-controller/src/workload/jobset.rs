@@ -301,7 +301,8 @@ fn patch(
 pub type Completion = (String, usize, usize);
 
 /// The completions of the JobSet's child Jobs left part done by an earlier attempt: those
-/// its child Jobs count succeeded (`children`, their `status.completedIndexes`) but for the
+/// its child Jobs count succeeded (`children`, their `status.completedIndexes`; of those it
+/// controls and that are not being deleted) but for the
 /// places pods of attempt `attempt` hold, and those of the gang's pods that succeeded before
 /// attempt `attempt` (`pods`: each pod's gang membership, and whether it succeeded), of
 /// child Jobs that have completions left. An Indexed child Job keeps its completed indexes
@@ -334,7 +335,10 @@ pub fn completed_before<'a>(
                 .insert(completion);
         }
     }
-    for child in children {
+    // A child Job being deleted (a restart of the JobSet's child Jobs), or left by an earlier
+    // JobSet of the same name, counts nothing for this one.
+    let uid = jobset.metadata.uid.as_deref();
+    for child in children.filter(|c| c.counts_for(uid)) {
         // A completion of this attempt is not one done before it.
         let before = child
             .completed

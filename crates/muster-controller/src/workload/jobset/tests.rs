@@ -276,6 +276,8 @@ fn child(replica: usize, completed: &[usize]) -> crate::index::ChildRecord {
         replicated_job: "slice".to_owned(),
         replica,
         completed: completed.iter().copied().collect(),
+        owner: Some("uid-js".to_owned()),
+        deleting: false,
         version: Some("7".to_owned()),
     }
 }
@@ -306,6 +308,22 @@ fn completions_a_child_job_counts_are_done_though_their_pods_are_gone_but_not_th
         completed_before(&jobset, pods, now.iter(), 1),
         BTreeSet::from([("slice".to_owned(), 1, 0), ("slice".to_owned(), 1, 1)])
     );
+    // A child Job being deleted (the JobSet restarts its child Jobs) or left by an earlier
+    // JobSet of the same name counts nothing.
+    let deleting = crate::index::ChildRecord {
+        deleting: true,
+        ..child(1, &[0, 1])
+    };
+    let earlier_jobset = crate::index::ChildRecord {
+        owner: Some("uid-of-another".to_owned()),
+        ..child(1, &[0, 1])
+    };
+    for gone in [deleting, earlier_jobset] {
+        assert_eq!(
+            completed_before(&jobset, std::iter::empty(), [gone].iter(), 1),
+            BTreeSet::new()
+        );
+    }
     // A pod of an earlier attempt that succeeded still counts where the Job does not (yet).
     let earlier = [member(1, 3)];
     assert_eq!(

@@ -178,14 +178,6 @@ impl Index {
             .flatten()
             .filter_map(|k| self.child_jobs.get(k.as_str()))
     }
-
-    /// Marks the queue entry of `jobset` changed: what it reads of its children did.
-    fn child_changed(&mut self, jobset: &ObjectRef) {
-        self.changed_jobs.insert(ObjectRef::new(
-            jobset.namespace(),
-            &muster_api::workload::jobset_entry_name(jobset.name()),
-        ));
-    }
 }
 
 impl Indexed for ChildJob {
@@ -204,11 +196,11 @@ impl Indexed for ChildJob {
             // A status write that changes nothing the record keeps (the Job controller writes
             // one as each pod starts) leaves its JobSet's entry be.
             Some((true, true)) => {}
-            Some((true, false)) | None => index.child_changed(&record.jobset),
+            Some((true, false)) | None => index.jobset_changed(&record.jobset),
             // Relabelled to another JobSet: the one it left is told too.
             Some((false, _)) => {
                 ChildJob::remove(index, key.as_str());
-                index.child_changed(&record.jobset);
+                index.jobset_changed(&record.jobset);
             }
         }
         index
@@ -231,7 +223,7 @@ impl Indexed for ChildJob {
                 index.jobset_children.remove(record.jobset.as_str());
             }
         }
-        index.child_changed(&record.jobset);
+        index.jobset_changed(&record.jobset);
     }
 }
 

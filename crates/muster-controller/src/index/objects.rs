@@ -371,14 +371,22 @@ impl Indexed for Job {
     }
 }
 
+impl Index {
+    /// Marks the queue entry of the JobSet `jobset` changed: the JobSet, or what its entry
+    /// reads of its child Jobs, did.
+    pub(super) fn jobset_changed(&mut self, jobset: &ObjectRef) {
+        self.changed_jobs.insert(ObjectRef::new(
+            jobset.namespace(),
+            &muster_api::workload::jobset_entry_name(jobset.name()),
+        ));
+    }
+}
+
 impl Indexed for JobSet {
     const KIND: Kind = Kind::JobSet;
     fn apply(self, index: &mut Index) {
         let key = ObjectRef::of(&self.metadata);
-        index.changed_jobs.insert(ObjectRef::new(
-            key.namespace(),
-            &muster_api::workload::jobset_entry_name(key.name()),
-        ));
+        index.jobset_changed(&key);
         index.jobsets.insert(key, self);
     }
     fn stored_version<'a>(index: &'a Index, key: &str) -> Option<&'a str> {
@@ -386,10 +394,7 @@ impl Indexed for JobSet {
     }
     fn remove(index: &mut Index, key: &str) {
         if let Some((key, _)) = index.jobsets.remove_entry(key) {
-            index.changed_jobs.insert(ObjectRef::new(
-                key.namespace(),
-                &muster_api::workload::jobset_entry_name(key.name()),
-            ));
+            index.jobset_changed(&key);
         }
     }
 }

@@ -69,6 +69,16 @@ pub struct Args {
     /// core beside the passes. 0 turns forecasts off.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     forecast_every: u64,
+    /// Milliseconds a pass waits after a change, so that a burst of events makes one pass.
+    /// Under a steady stream the passes are spaced by their own length as well (the next
+    /// waits at least as long as the last took), whatever this is.
+    #[arg(long, value_name = "MS", default_value_t = default_debounce_ms())]
+    debounce_ms: u64,
+}
+
+/// The library's default wait after a change, in milliseconds.
+fn default_debounce_ms() -> u64 {
+    u64::try_from(Options::default().debounce.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Runs the controller until SIGTERM or Ctrl-C.
@@ -123,6 +133,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             }),
             first_status_after: std::time::Duration::from_secs(args.first_status_after),
             forecast_every: std::time::Duration::from_secs(args.forecast_every),
+            debounce: std::time::Duration::from_millis(args.debounce_ms),
             ..Options::default()
         };
         tracing::info!(?options, "starting");
@@ -187,5 +198,31 @@ fn init_logging() {
         builder.init();
     } else {
         builder.json().init();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    /// `muster controller`'s arguments alone.
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: super::Args,
+    }
+
+    #[test]
+    fn the_wait_after_a_change_is_the_library_s_unless_given_in_milliseconds()
+    -> Result<(), clap::Error> {
+        let default = Cli::try_parse_from(["controller"])?;
+        assert_eq!(
+            std::time::Duration::from_millis(default.args.debounce_ms),
+            super::Options::default().debounce
+        );
+        let given = Cli::try_parse_from(["controller", "--debounce-ms", "50"])?;
+        assert_eq!(given.args.debounce_ms, 50);
+        assert!(Cli::try_parse_from(["controller", "--debounce-ms", "-1"]).is_err());
+        Ok(())
     }
 }

@@ -73,6 +73,9 @@ pub struct Options {
     pub forecast_every: Duration,
 }
 
+/// How long a pass waits after a change by default, milliseconds ([`Options::debounce`]).
+pub const DEBOUNCE_MS: u64 = 200;
+
 impl Default for Options {
     fn default() -> Options {
         Options {
@@ -82,7 +85,7 @@ impl Default for Options {
             lease_namespace: "default".to_owned(),
             lease_name: "muster-controller".to_owned(),
             identity: lease_identity(None),
-            debounce: Duration::from_millis(200),
+            debounce: Duration::from_millis(DEBOUNCE_MS),
             tick: Duration::from_secs(5),
             write_concurrency: 32,
             placement_policy: "best-fit".to_owned(),

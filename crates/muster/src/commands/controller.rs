@@ -72,13 +72,8 @@ pub struct Args {
     /// Milliseconds a pass waits after a change, so that a burst of events makes one pass.
     /// Under a steady stream the passes are spaced by their own length as well (the next
     /// waits at least as long as the last took), whatever this is.
-    #[arg(long, value_name = "MS", default_value_t = default_debounce_ms())]
+    #[arg(long, value_name = "MS", default_value_t = muster_controller::run::DEBOUNCE_MS)]
     debounce_ms: u64,
-}
-
-/// The library's default wait after a change, in milliseconds.
-fn default_debounce_ms() -> u64 {
-    u64::try_from(Options::default().debounce.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Runs the controller until SIGTERM or Ctrl-C.

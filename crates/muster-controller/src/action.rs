@@ -208,19 +208,6 @@ impl Action {
         }
     }
 
-    /// Whether the action, once landed, frees quota another job may take: the status of a job
-    /// that ended, or an eviction. The loop runs its next pass at once after such a landing
-    /// rather than after its debounce (see `run::scheduling_loop`).
-    pub fn frees_quota(&self) -> bool {
-        match self {
-            Action::Evict { .. } => true,
-            Action::JobStatus { status, .. } => status
-                .phase
-                .is_some_and(muster_api::gpujob::GpuJobPhase::has_ended),
-            _ => false,
-        }
-    }
-
     /// The phase the job status this action writes shows, lower case, for metrics: `None`
     /// when it writes no job status.
     pub fn status_phase(&self) -> Option<&'static str> {

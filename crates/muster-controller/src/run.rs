@@ -496,14 +496,7 @@ async fn scheduling_loop(
     let (mut last_pass, mut last_end) = (Duration::ZERO, Instant::now());
     loop {
         tokio::select! {
-            // A landing that freed quota cuts the debounce short: the quota stands idle
-            // until a pass gives it to the next job (see docs/performance.md, "Quota freed,
-            // the next pass at once").
-            () = shared.wake.notified() => tokio::select! {
-                () = tokio::time::sleep(options.debounce) => {}
-                () = shared.freed.notified() => {}
-            },
-            () = shared.freed.notified() => {}
+            () = shared.wake.notified() => tokio::time::sleep(options.debounce).await,
             _ = tick.tick() => {}
             _ = leader.changed() => {}
             _ = stop.changed() => break,

@@ -12,12 +12,8 @@ use crate::state::State;
 #[derive(Debug, Default)]
 pub struct Shared {
     pub(crate) state: Mutex<State>,
-    /// Wakes the scheduling loop, which waits its debounce first so that a burst of changes
-    /// makes one pass.
+    /// Wakes the scheduling loop.
     pub(crate) wake: Notify,
-    /// Wakes the scheduling loop without the debounce: a write that frees quota (a job's
-    /// end, an eviction) has landed, and the next waiting job can take the quota now.
-    pub(crate) freed: Notify,
     /// Wakes the sender of queued status writes.
     pub(crate) deferred_wake: Notify,
     /// The metrics.

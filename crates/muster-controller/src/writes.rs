@@ -97,8 +97,7 @@ pub(crate) fn in_order(
 
 /// Carries `writes` out one after the other in a task of their own, holding `permit` until
 /// the last has landed; wakes the loop afterwards when `wake`, or when a write failed (no
-/// watch event follows a failure, and its job is to be settled again at once) — without its
-/// debounce when `wake` and a write that frees quota landed ([`Action::frees_quota`]). A status write goes onto the
+/// watch event follows a failure, and its job is to be settled again at once). A status write goes onto the
 /// version its pass read, or onto the one an earlier write of the same job returned when
 /// nothing it was decided on moved (see [`JobRead::at_version_of`]).
 pub(crate) fn spawn_writes<P: Send + 'static>(
@@ -112,7 +111,7 @@ pub(crate) fn spawn_writes<P: Send + 'static>(
     let (shared, executor) = (Arc::clone(shared), executor.clone());
     tokio::spawn(async move {
         let mut returned: Option<GpuJob> = None;
-        let (mut failed, mut freed) = (false, false);
+        let mut failed = false;
         for (action, read) in writes {
             let read = match (read, &returned) {
                 (Some(read), Some(job)) => Some(read.at_version_of(job)),
@@ -120,7 +119,6 @@ pub(crate) fn spawn_writes<P: Send + 'static>(
             };
             let result = executor.execute(&action, read.as_ref()).await;
             failed |= result.is_err();
-            freed |= result.is_ok() && action.frees_quota();
             returned = result.as_ref().ok().and_then(|written| {
                 written.iter().rev().find_map(|w| match w {
                     Written::Job(job) => Some((**job).clone()),
@@ -136,9 +134,7 @@ pub(crate) fn spawn_writes<P: Send + 'static>(
             )
             .await;
         }
-        if wake && freed {
-            shared.freed.notify_one();
-        } else if wake || failed {
+        if wake || failed {
             shared.wake.notify_one();
         }
         drop(permit);
@@ -288,96 +284,6 @@ mod tests {
             }),
             ..GpuJobStatus::default()
         })
-    }
-
-    /// Whether `notify` holds a wake-up (consumed if so).
-    fn woken(notify: &tokio::sync::Notify) -> bool {
-        use futures::FutureExt as _;
-        notify.notified().now_or_never().is_some()
-    }
-
-    /// A writer whose API server accepts every write, answering with a GpuJob.
-    fn accepting_executor() -> crate::executor::Executor {
-        use http::{Request, Response};
-        use kube::client::Body;
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        tokio::spawn(async move {
-            let mut job = muster_api::GpuJob::new("a", muster_api::gpujob::GpuJobSpec::default());
-            job.metadata.namespace = Some("team-a".to_owned());
-            job.metadata.resource_version = Some("2".to_owned());
-            let body = serde_json::to_vec(&job).unwrap_or_default();
-            while let Some((_request, respond)) = handle.next_request().await {
-                respond.send_response(Response::new(Body::from(body.clone())));
-            }
-        });
-        let (leading, leader) = tokio::sync::watch::channel(true);
-        // The writer stops writing once leadership is gone: keep it for the test's length.
-        std::mem::forget(leading);
-        crate::executor::Executor::new(kube::Client::new(service, "default"), leader, None)
-    }
-
-    #[tokio::test]
-    async fn a_landed_end_wakes_the_loop_past_its_debounce_and_other_landings_through_it() {
-        use std::sync::Arc;
-        use std::time::Duration;
-        let shared = Arc::new(crate::shared::Shared::default());
-        let executor = accepting_executor();
-        let ended = Action::JobStatus {
-            job: ObjectRef::new("team-a", "a"),
-            status: Box::new(GpuJobStatus {
-                phase: Some(muster_api::GpuJobPhase::Succeeded),
-                ..GpuJobStatus::default()
-            }),
-            event: None,
-        };
-        let queued = Action::JobStatus {
-            job: ObjectRef::new("team-a", "a"),
-            status: waiting(
-                muster_api::gpujob::PendingReasonKind::QuotaShort,
-                "waits for quota",
-            ),
-            event: None,
-        };
-        // Which wake-up came first; a hang guard only bounds the wait for the mock server.
-        let first = async || {
-            let either = async {
-                tokio::select! {
-                    () = shared.freed.notified() => "past its debounce",
-                    () = shared.wake.notified() => "through its debounce",
-                }
-            };
-            tokio::time::timeout(Duration::from_secs(60), either).await
-        };
-
-        super::spawn_writes(&shared, &executor, 0, vec![(ended, None)], (), true);
-        assert_eq!(first().await, Ok("past its debounce"), "a landed end");
-        assert!(!woken(&shared.wake), "wakes the loop once");
-
-        super::spawn_writes(&shared, &executor, 0, vec![(queued, None)], (), true);
-        assert_eq!(
-            first().await,
-            Ok("through its debounce"),
-            "any other landing"
-        );
-        assert!(!woken(&shared.freed), "wakes the loop once");
-    }
-
-    #[test]
-    fn only_ends_and_evictions_free_quota() {
-        let ended = |phase| Action::JobStatus {
-            job: ObjectRef::new("team-a", "a"),
-            status: Box::new(GpuJobStatus {
-                phase: Some(phase),
-                ..GpuJobStatus::default()
-            }),
-            event: None,
-        };
-        assert!(ended(muster_api::GpuJobPhase::Succeeded).frees_quota());
-        assert!(ended(muster_api::GpuJobPhase::Failed).frees_quota());
-        assert!(!ended(muster_api::GpuJobPhase::Running).frees_quota());
-        assert!(!ended(muster_api::GpuJobPhase::Admitted).frees_quota());
-        assert!(!status("a").frees_quota());
-        assert!(!finalizer("a").frees_quota());
     }
 
     #[test]

@@ -77,9 +77,15 @@ impl DeferredStatuses {
         self.queued.contains_key(job)
     }
 
-    /// Jobs with a queued write, in no particular order.
+    /// Jobs with a queued write, in key order.
     pub(crate) fn jobs(&self) -> impl Iterator<Item = &ObjectRef> {
         self.queued.keys()
+    }
+
+    /// Jobs with a queued write, by key: walked beside the ledger's own maps (see
+    /// [`crate::ledger`]).
+    pub(crate) fn queued(&self) -> &BTreeMap<ObjectRef, (u64, Action)> {
+        &self.queued
     }
 
     /// How many writes are queued.

@@ -178,13 +178,55 @@ impl Ledger {
     /// once the sender takes the write the job is promised and named again. (A deep queue's
     /// waiting statuses can stand queued by the thousand, and settling each of them every
     /// pass was most of what passes settled in a run of 15,000 batch Jobs.)
+    ///
+    /// Every pass walks it twice, and while thousands of waiting jobs' first statuses are
+    /// queued (a flood of submissions) nearly all of `busy` is such jobs: the maps are walked
+    /// side by side in key order, one comparison a step, instead of searched per job (which
+    /// took a tenth of the controller's CPU in a flood of 15,000 batch Jobs).
     pub(crate) fn jobs(&self) -> impl Iterator<Item = &ObjectRef> {
-        self.busy
+        let (mut queued, mut flying) = (
+            Beside::new(self.deferred.queued()),
+            Beside::new(&self.in_flight),
+        );
+        let busy = self.busy.iter().filter_map(move |(job, busy)| {
+            let only_queued = matches!(busy, Busy::Status)
+                && queued.at(job).is_some()
+                && flying.at(job).is_none_or(|n| *n <= 1);
+            (!only_queued).then_some(job)
+        });
+        // A job in flight and busy was named (or not) with the busy; in flight alone, it
+        // is named: only a busy job's write can be only queued.
+        let mut busy_too = Beside::new(&self.busy);
+        let flying_alone = self
+            .in_flight
+            .keys()
+            .filter(move |job| busy_too.at(job).is_none());
+        let named = busy
+            .chain(self.failed.keys())
+            .chain(&self.finalizing)
+            .chain(flying_alone);
+        #[cfg(debug_assertions)]
+        self.check_named(named.clone());
+        named
+    }
+
+    /// Debug builds check [`Ledger::jobs`] against the rule it walks: a job is named when it
+    /// is busy, failed, finalizing or in flight, unless all it has is a queued status write.
+    #[cfg(debug_assertions)]
+    fn check_named<'a>(&'a self, named: impl Iterator<Item = &'a ObjectRef>) {
+        let named: BTreeSet<&ObjectRef> = named.collect();
+        let by_rule: BTreeSet<&ObjectRef> = self
+            .busy
             .keys()
             .filter(|job| !self.only_queued(job))
             .chain(self.failed.keys())
             .chain(&self.finalizing)
             .chain(self.in_flight.keys().filter(|job| !self.only_queued(job)))
+            .collect();
+        debug_assert_eq!(
+            named, by_rule,
+            "the ledger's walk names other jobs than its rule"
+        );
     }
 
     /// Whether all the ledger has of `job`'s writes is a status write queued for the sender
@@ -331,10 +373,12 @@ impl Ledger {
     /// Queued status writes whose job has since got another write, or is gone, are dropped:
     /// the other write carries the whole status, and a gone job has none.
     pub(crate) fn drop_superseded(&mut self, jobs: &BTreeMap<ObjectRef, Box<GpuJob>>) {
+        // Queued jobs in key order, `busy` walked beside them (see `jobs`).
+        let mut busy = Beside::new(&self.busy);
         let superseded: Vec<ObjectRef> = self
             .deferred
             .jobs()
-            .filter(|j| !jobs.contains_key(*j) || !matches!(self.busy.get(*j), Some(Busy::Status)))
+            .filter(|j| !matches!(busy.at(j), Some(Busy::Status)) || !jobs.contains_key(*j))
             .cloned()
             .collect();
         for job in superseded {
@@ -466,6 +510,37 @@ impl Ledger {
     }
 }
 
+/// A map walked beside keys that come in ascending order: [`Beside::at`] finds each key's
+/// value by stepping forward from the last key asked for, one comparison a step, where a
+/// search from the root takes one a level.
+#[derive(Clone)]
+struct Beside<'a, K, V> {
+    entries: std::iter::Peekable<std::collections::btree_map::Iter<'a, K, V>>,
+}
+
+impl<'a, K: Ord, V> Beside<'a, K, V> {
+    fn new(map: &'a BTreeMap<K, V>) -> Self {
+        Beside {
+            entries: map.iter().peekable(),
+        }
+    }
+
+    /// `key`'s value, if the map holds it. Keys must be asked for in ascending order: an
+    /// earlier key than the last one asked for is not found.
+    fn at(&mut self, key: &K) -> Option<&'a V> {
+        while let Some((k, v)) = self.entries.peek() {
+            match (*k).cmp(key) {
+                std::cmp::Ordering::Less => {
+                    self.entries.next();
+                }
+                std::cmp::Ordering::Equal => return Some(*v),
+                std::cmp::Ordering::Greater => return None,
+            }
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -495,6 +570,19 @@ mod tests {
                 assert!(!matches!(action, Action::JobStatus { .. }));
             }
         }
+    }
+
+    #[test]
+    fn a_map_walked_beside_ascending_keys_finds_each_key_s_value_and_only_it() {
+        let map = BTreeMap::from([(2, 'b'), (4, 'd'), (6, 'f')]);
+        let mut beside = super::Beside::new(&map);
+        let found: Vec<Option<char>> = [1, 2, 3, 4, 4, 7]
+            .iter()
+            .map(|k| beside.at(k).copied())
+            .collect();
+        assert_eq!(found, [None, Some('b'), None, Some('d'), Some('d'), None]);
+        // Past the end nothing is found, not even a key the map holds.
+        assert_eq!(beside.at(&6), None);
     }
 
     #[test]

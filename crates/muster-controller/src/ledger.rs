@@ -190,10 +190,8 @@ impl Ledger {
             Beside::new(&self.in_flight),
         );
         let busy = self.busy.iter().filter_map(move |(job, busy)| {
-            let only_queued = matches!(busy, Busy::Status)
-                && queued.at(job).is_some()
-                && flying.at(job).is_none_or(|n| *n <= 1);
-            (!only_queued).then_some(job)
+            let only = only_queued(Some(busy), queued.at(job).is_some(), flying.at(job));
+            (!only).then_some(job)
         });
         // A job in flight and busy was named (or not) with the busy; in flight alone, it
         // is named: only a busy job's write can be only queued.
@@ -233,9 +231,11 @@ impl Ledger {
     /// Whether all the ledger has of `job`'s writes is a status write queued for the sender
     /// and not sent.
     fn only_queued(&self, job: &str) -> bool {
-        self.deferred.contains(job)
-            && matches!(self.busy.get(job), Some(Busy::Status))
-            && self.in_flight.get(job).is_none_or(|n| *n <= 1)
+        only_queued(
+            self.busy.get(job),
+            self.deferred.contains(job),
+            self.in_flight.get(job),
+        )
     }
 
     // --- Finalizers.
@@ -509,6 +509,13 @@ impl Ledger {
             }
         }
     }
+}
+
+/// The rule of [`Ledger::only_queued`], from what the ledger holds of one job: what it is
+/// busy with, whether a status write is queued for it, and how many writes it has in flight
+/// (the queued one among them). Searched per job or walked in key order, one rule.
+fn only_queued(busy: Option<&Busy>, queued: bool, in_flight: Option<&u32>) -> bool {
+    queued && matches!(busy, Some(Busy::Status)) && in_flight.is_none_or(|n| *n <= 1)
 }
 
 /// A map walked beside keys that come in ascending order: [`Beside::at`] finds each key's

@@ -65,6 +65,12 @@ pub(crate) enum Busy {
     Status,
     /// A new ProvisioningRequest being created: the job holds its quota meanwhile.
     Provision(Holding),
+    /// The end of a job whose gang has nothing left on its nodes (every pod ended): it holds
+    /// nothing from the pass that decides it, so that pass may give its quota to another job
+    /// at once. A release or request for capacity goes out only once every such end in
+    /// flight when its pass ran has landed, and not at all if one failed (see
+    /// [`crate::ends`]): the API server never shows the quota taken twice.
+    Ending,
     /// Anything else (eviction, deletion, finalizing): it neither holds nor queues.
     Other,
 }
@@ -478,6 +484,25 @@ impl Ledger {
     /// or request for capacity waits with backoff (its half-made objects are finished or
     /// rolled back by the next pass).
     pub(crate) fn landed(&mut self, action: &Action, outcome: Result<(), String>, now: i64) {
+        self.unsent(action);
+        match outcome {
+            Ok(()) => {
+                if let Action::Release { job, .. } = action {
+                    self.failed.remove(job);
+                }
+            }
+            Err(error) => {
+                if let Action::Release { job, .. } | Action::Provision { job, .. } = action {
+                    self.fail_release(job, now, error);
+                }
+            }
+        }
+    }
+
+    /// Settles the bookkeeping of `action`, which was never sent (a release whose pass
+    /// counted on an end that did not land: see [`crate::ends`]): it is out of flight, and
+    /// no failure is counted against its job.
+    pub(crate) fn unsent(&mut self, action: &Action) {
         if let Some(job) = action.job() {
             let left = self.in_flight.get_mut(job).map_or(0, |n| {
                 *n = n.saturating_sub(1);
@@ -495,18 +520,6 @@ impl Ledger {
         }
         if let Some(queue) = QueueWrite::of(action) {
             self.queues.remove(&queue);
-        }
-        match outcome {
-            Ok(()) => {
-                if let Action::Release { job, .. } = action {
-                    self.failed.remove(job);
-                }
-            }
-            Err(error) => {
-                if let Action::Release { job, .. } | Action::Provision { job, .. } = action {
-                    self.fail_release(job, now, error);
-                }
-            }
         }
     }
 }

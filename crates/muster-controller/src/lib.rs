@@ -33,6 +33,7 @@
 pub mod action;
 mod decide;
 pub mod deferred;
+mod ends;
 pub mod entries;
 pub mod event_budget;
 pub mod executor;

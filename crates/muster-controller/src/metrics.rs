@@ -48,7 +48,8 @@ pub struct Metrics {
     pub jobs_settled: Counter,
     /// Failed API requests (after retries), by action.
     pub api_errors: Family<Labels, Counter>,
-    /// Actions carried out, by kind and result.
+    /// Actions carried out, by kind and result (`ok`, `error`, or `not_sent`: a release whose
+    /// pass counted on a job's end that did not land, see `ends`).
     pub actions: Family<Labels, Counter>,
     /// Job status writes carried out, by the phase they write (`pending`, `queued`,
     /// `admitted`, `running`, `succeeded`, `failed`; a release's status counts as `admitted`).
@@ -387,6 +388,13 @@ impl Metrics {
                 .get_or_create(&labels(&[("action", kind)]))
                 .inc();
         }
+    }
+
+    /// Counts an action of `kind` that was never sent (see `ends`): no API request failed.
+    pub fn action_not_sent(&self, kind: &str) {
+        self.actions
+            .get_or_create(&labels(&[("kind", kind), ("result", "not_sent")]))
+            .inc();
     }
 
     /// The OpenMetrics text of every metric.

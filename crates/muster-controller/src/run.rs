@@ -516,6 +516,8 @@ async fn scheduling_loop(
         if !leading && !catch_up(shared, client, options.namespace_scope.as_deref()).await {
             continue;
         }
+        // Taken before the pass reads the state: what this pass's releases wait for.
+        let ends_before = shared.ends.before_pass();
         let (term, actions) = {
             let mut state = shared.state();
             if !state.index().ready() {
@@ -549,15 +551,7 @@ async fn scheduling_loop(
         // this one's writes are under way, so it folds in their landings rather than
         // running beside them (see docs/performance.md: passes that did not wait cost more
         // CPU and time at 15,000 jobs).
-        for writes in crate::writes::in_order(actions) {
-            for (action, _) in &writes {
-                crate::writes::log_quota_change(action, term);
-            }
-            let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-                break;
-            };
-            crate::writes::spawn_writes(shared, &executor, term, writes, permit, true);
-        }
+        crate::writes::send_pass(shared, &executor, &permits, term, actions, ends_before).await;
         last_end = Instant::now();
     }
     let _ = sender.await;

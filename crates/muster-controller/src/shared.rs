@@ -18,6 +18,8 @@ pub struct Shared {
     pub(crate) deferred_wake: Notify,
     /// The metrics.
     pub metrics: Metrics,
+    /// Jobs' ends in flight, which releases wait for (see [`crate::ends`]).
+    pub(crate) ends: crate::ends::EndsInFlight,
 }
 
 impl Shared {

@@ -163,6 +163,18 @@ impl State {
         self.index.fold_in(written);
     }
 
+    /// Settles `action`, which was never sent (a release whose pass counted on a job's end
+    /// that did not land: see [`crate::ends`]): its job is settled again from what the API
+    /// server shows, and no failure counts against it.
+    pub(crate) fn not_sent(&mut self, term: u64, action: &Action) {
+        if let Some(job) = action.job() {
+            self.seats.write_failed(job.clone());
+        }
+        if term == self.ledger.term() {
+            self.ledger.unsent(action);
+        }
+    }
+
     /// Folds in the objects read back after a failed write (see
     /// [`crate::executor::Executor::read_back`]): like a write's response, never over a newer
     /// version nor over a deletion the watch reported.

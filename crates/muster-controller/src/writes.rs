@@ -10,6 +10,7 @@ use muster_api::GpuJob;
 use tokio::sync::{Semaphore, watch};
 
 use crate::action::{Action, JobRead};
+use crate::ends::{EndSent, Landing};
 use crate::executor::{Executor, Written};
 use crate::shared::Shared;
 
@@ -95,11 +96,73 @@ pub(crate) fn in_order(
     units
 }
 
+/// Sends a pass's writes in [`in_order`]'s units, each holding one of `permits` until it has
+/// landed. The pass's ends are in flight before any unit goes out, and each unit that takes
+/// quota waits for them and for `ends_before`, the ends in flight when the pass read the state
+/// (see [`crate::ends`]).
+pub(crate) async fn send_pass(
+    shared: &Arc<Shared>,
+    executor: &Executor,
+    permits: &Arc<Semaphore>,
+    term: u64,
+    actions: Vec<(Action, Option<JobRead>)>,
+    ends_before: Vec<Landing>,
+) {
+    let units: Vec<_> = in_order(actions)
+        .into_iter()
+        .map(|writes| {
+            let tells = writes
+                .iter()
+                .any(|(action, _)| crate::ends::is_end(action))
+                .then(|| shared.ends.sending());
+            (writes, tells)
+        })
+        .collect();
+    let mut waited = ends_before;
+    waited.extend(
+        units
+            .iter()
+            .filter_map(|(_, tells)| tells.as_ref())
+            .map(|(_, landing)| landing.clone()),
+    );
+    for (writes, tells) in units {
+        for (action, _) in &writes {
+            log_quota_change(action, term);
+        }
+        let takes_quota = writes
+            .iter()
+            .any(|(action, _)| crate::ends::takes_quota(action));
+        let ends = AfterEnds {
+            waits_for: if takes_quota {
+                waited.clone()
+            } else {
+                Vec::new()
+            },
+            tells: tells.map(|(sent, _)| sent),
+        };
+        let Ok(permit) = Arc::clone(permits).acquire_owned().await else {
+            return;
+        };
+        spawn_writes(shared, executor, term, writes, permit, true, ends);
+    }
+}
+
+/// How a unit of writes stands to the jobs' ends in flight (see [`crate::ends`]).
+#[derive(Default)]
+pub(crate) struct AfterEnds {
+    /// The ends it waits for before anything is sent; if one fails, nothing is.
+    pub(crate) waits_for: Vec<Landing>,
+    /// The end it writes, told when it has landed.
+    pub(crate) tells: Option<EndSent>,
+}
+
 /// Carries `writes` out one after the other in a task of their own, holding `permit` until
 /// the last has landed; wakes the loop afterwards when `wake`, or when a write failed (no
 /// watch event follows a failure, and its job is to be settled again at once). A status write goes onto the
 /// version its pass read, or onto the one an earlier write of the same job returned when
-/// nothing it was decided on moved (see [`JobRead::at_version_of`]).
+/// nothing it was decided on moved (see [`JobRead::at_version_of`]). Nothing is sent until
+/// the ends `ends` waits for have landed, and nothing at all if one failed: each write is then
+/// settled as never sent, and the loop woken.
 pub(crate) fn spawn_writes<P: Send + 'static>(
     shared: &Arc<Shared>,
     executor: &Executor,
@@ -107,9 +170,31 @@ pub(crate) fn spawn_writes<P: Send + 'static>(
     writes: Vec<(Action, Option<JobRead>)>,
     permit: P,
     wake: bool,
+    ends: AfterEnds,
 ) {
     let (shared, executor) = (Arc::clone(shared), executor.clone());
     tokio::spawn(async move {
+        let AfterEnds {
+            waits_for,
+            mut tells,
+        } = ends;
+        if !waits_for.is_empty() && !crate::ends::all_landed(waits_for).await {
+            for (action, _) in &writes {
+                tracing::info!(
+                    action = action.kind(),
+                    job = ?action.job(),
+                    "not sent: a job's end its pass counted on did not land"
+                );
+                shared.metrics.action_not_sent(action.kind());
+                shared.state().not_sent(term, action);
+            }
+            if let Some(end) = tells {
+                end.landed(false);
+            }
+            shared.wake.notify_one();
+            drop(permit);
+            return;
+        }
         let mut returned: Option<GpuJob> = None;
         let mut failed = false;
         for (action, read) in writes {
@@ -125,6 +210,7 @@ pub(crate) fn spawn_writes<P: Send + 'static>(
                     _ => None,
                 })
             });
+            let landed = result.is_ok();
             land(
                 &shared,
                 &executor,
@@ -133,6 +219,13 @@ pub(crate) fn spawn_writes<P: Send + 'static>(
                 result.map_err(|e| e.to_string()),
             )
             .await;
+            // Told once the landing is in the state: a pass that no longer waits for the end
+            // reads what it did.
+            if crate::ends::is_end(&action)
+                && let Some(end) = tells.take()
+            {
+                end.landed(landed);
+            }
         }
         if wake || failed {
             shared.wake.notify_one();
@@ -245,6 +338,7 @@ pub(crate) async fn send_deferred(
                 vec![(action, read)],
                 (own, permit),
                 false,
+                AfterEnds::default(),
             );
         }
     }

@@ -79,13 +79,10 @@ fn a_job_admitted_before_its_queued_status_is_sent_never_gets_that_write() {
     );
     land_all(&mut index, &now, 10);
 
-    // a finishes before the sender got to b's write: b is released in the pass that sees
-    // a's finish land, and its queued write is gone (the release writes the whole status).
+    // a finishes before the sender got to b's write: b is released in the pass that writes
+    // a's end (sent once the end has landed), and its queued write is gone (the release
+    // writes the whole status).
     report(&mut index, &now, "Succeeded");
-    let finish = plan(&mut index, at(20));
-    assert!(released_jobs(&finish.actions).is_empty());
-    let now = defer_all(&mut index, finish.actions);
-    land_all(&mut index, &now, 20);
     let pass = plan(&mut index, at(20));
     assert_eq!(
         released_jobs(&pass.actions),
@@ -185,12 +182,8 @@ fn a_queued_write_the_status_no_longer_needs_is_dropped_and_holds_nothing() {
         Some(PendingReasonKind::QuotaShort)
     );
 
-    // Nothing is left in flight for b: it is admitted in the pass that sees a's finish land.
+    // Nothing is left in flight for b: it is admitted in the pass that writes a's end.
     report(&mut index, &first, "Succeeded");
-    let finish = plan(&mut index, at(50));
-    assert!(released_jobs(&finish.actions).is_empty());
-    let now = defer_all(&mut index, finish.actions);
-    land_all(&mut index, &now, 50);
     let pass = plan(&mut index, at(50));
     assert_eq!(
         released_jobs(&pass.actions),

@@ -81,7 +81,8 @@ mod erased {
 /// paths it has no list for (such as the ProvisioningRequest probe, unless given), answers
 /// the first `failing` lists of a path with 500, echoes writes; reports every write on
 /// `writes`. The first `lost` writes of a path are carried out but answered 500, as when the
-/// answer is lost on the way back. A job's own path answers with the job as last written, a
+/// answer is lost on the way back; the first `rejected` writes of a path are answered 500 and
+/// not carried out. A job's own path answers with the job as last written, a
 /// request's with the request as created, and a namespace's pods (by the job label) with the
 /// pods as created and ungated.
 async fn api_server(
@@ -91,6 +92,7 @@ async fn api_server(
     later: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     mut failing: BTreeMap<&'static str, u32>,
     mut lost: BTreeMap<&'static str, u32>,
+    mut rejected: BTreeMap<&'static str, u32>,
 ) {
     let mut listed: BTreeMap<String, u32> = BTreeMap::new();
     let mut objects = Objects {
@@ -155,6 +157,14 @@ async fn api_server(
             continue;
         }
         let _ = writes.send((method.clone(), path.clone()));
+        if fails(&mut rejected, &path) {
+            respond.send_response(reply(
+                500,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                       "reason": "InternalError", "code": 500, "message": "etcd leader changed"}),
+            ));
+            continue;
+        }
         let object = objects.write(&method, &path, body);
         if fails(&mut lost, &path) {
             respond.send_response(reply(
@@ -351,7 +361,14 @@ async fn start_moved_on(
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     later: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
 ) -> Started {
-    start_with(lists, later, BTreeMap::new(), BTreeMap::new()).await
+    start_with(
+        lists,
+        later,
+        BTreeMap::new(),
+        BTreeMap::new(),
+        BTreeMap::new(),
+    )
+    .await
 }
 
 /// [`start`], with the first lists of some paths failing (see [`api_server`]).
@@ -359,7 +376,14 @@ async fn start_failing(
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     failing: BTreeMap<&'static str, u32>,
 ) -> Started {
-    start_with(lists, BTreeMap::new(), failing, BTreeMap::new()).await
+    start_with(
+        lists,
+        BTreeMap::new(),
+        failing,
+        BTreeMap::new(),
+        BTreeMap::new(),
+    )
+    .await
 }
 
 /// [`start`], with the first writes of some paths carried out but their answers lost (see
@@ -368,7 +392,14 @@ async fn start_losing(
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     lost: BTreeMap<&'static str, u32>,
 ) -> Started {
-    start_with(lists, BTreeMap::new(), BTreeMap::new(), lost).await
+    start_with(
+        lists,
+        BTreeMap::new(),
+        BTreeMap::new(),
+        lost,
+        BTreeMap::new(),
+    )
+    .await
 }
 
 async fn start_with(
@@ -376,10 +407,13 @@ async fn start_with(
     later: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     failing: BTreeMap<&'static str, u32>,
     lost: BTreeMap<&'static str, u32>,
+    rejected: BTreeMap<&'static str, u32>,
 ) -> Started {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let (writes_tx, writes) = mpsc::unbounded_channel();
-    tokio::spawn(api_server(handle, writes_tx, lists, later, failing, lost));
+    tokio::spawn(api_server(
+        handle, writes_tx, lists, later, failing, lost, rejected,
+    ));
     let port = free_port().await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(run(
@@ -794,6 +828,102 @@ async fn a_release_whose_answer_is_lost_is_read_back_before_the_quota_is_given_a
     // read-back (queued, backing off) goes over the admission the API server shows.
     let a_status = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
     assert_eq!(count("PATCH", a_status), 5, "{seen:?}");
+    let _ = stop.send(());
+    let _ = controller.await;
+}
+
+/// A gang whose pods have all ended gives its quota up in the pass that writes its end, and
+/// a gang released into that quota in the same pass goes out only once the end has landed.
+/// Here every attempt at `a`'s end fails and writes nothing: `b`'s release is not sent, since
+/// the API server still shows `a` admitted; the next pass writes the end again and releases
+/// `b` after it. Released beside a failed end, `b` would show admitted with `a`, 32 GPUs of 16.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_into_quota_an_end_frees_goes_out_only_once_the_end_has_landed() {
+    use muster_controller::plan::{Action, plan};
+    let value = |v: &dyn erased::Json| v.json();
+    // `a` admitted onto two 8-GPU nodes, its pods since ended; `b` wants the same 16 GPUs.
+    let mut world = support::cluster(16, vec![support::job("a", 2, 0)]);
+    let pass = plan(&mut world, support::at(10));
+    support::land_all(&mut world, &pass.actions, 10);
+    let Some(Action::Release { gang, .. }) = pass.actions.iter().find(|a| a.kind() == "release")
+    else {
+        unreachable!("a is released: {:#?}", pass.actions)
+    };
+    let a = world.index().job("team-a/a").cloned().unwrap_or_default();
+    let ended: Vec<Value> = gang
+        .pods
+        .iter()
+        .map(|pod| value(&support::with_phase(pod.clone(), "Succeeded", false)))
+        .collect();
+    let mut lists = lists();
+    lists.insert(
+        "/apis/muster.dev/v1alpha1/gpujobs",
+        (
+            "GpuJobList",
+            vec![value(&a), value(&support::job("b", 2, 1))],
+        ),
+    );
+    lists.insert(
+        "/apis/muster.dev/v1alpha1/clusterqueues",
+        ("ClusterQueueList", vec![value(&support::cluster_queue(16))]),
+    );
+    lists.insert(
+        "/api/v1/nodes",
+        (
+            "NodeList",
+            [("n1", "b1"), ("n2", "b1"), ("n3", "b2"), ("n4", "b2")]
+                .iter()
+                .map(|(n, b)| value(&support::node(n, b)))
+                .collect(),
+        ),
+    );
+    lists.insert("/api/v1/pods", ("PodList", ended));
+    let a_status = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
+    // Every attempt the executor makes at the first end (see `Retry::default`).
+    let rejected = BTreeMap::from([(a_status, 5)]);
+    let Started {
+        mut writes,
+        stop,
+        controller,
+        ..
+    } = start_with(
+        lists,
+        BTreeMap::new(),
+        BTreeMap::new(),
+        BTreeMap::new(),
+        rejected,
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    let seen = from_first_until_quiet(&mut writes, deadline).await;
+    let ends: Vec<usize> = seen
+        .iter()
+        .enumerate()
+        .filter(|(_, (m, p))| m == "PATCH" && p == a_status)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        ends.len(),
+        6,
+        "five rejected attempts, then the end again: {seen:?}"
+    );
+    let b_writes: Vec<usize> = seen
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, p))| {
+            p.contains("/gpujobs/b") || p.contains("/pods") || p.contains("/services")
+        })
+        .map(|(i, _)| i)
+        .collect();
+    assert!(
+        seen.iter()
+            .any(|(m, p)| m == "POST" && p == "/api/v1/namespaces/team-a/pods"),
+        "b is released once a's end has landed: {seen:?}"
+    );
+    assert!(
+        b_writes.iter().all(|i| *i > ends[5]),
+        "nothing of b's release goes out before a's end has landed: {seen:?}"
+    );
     let _ = stop.send(());
     let _ = controller.await;
 }

@@ -265,7 +265,16 @@ pub(super) fn step(reading: &Reading<'_>, held: Holding, live: &Pods<'_>) -> Ste
             .map_or(now_s, seconds);
         step.to_running = Some(ready_at.unwrap_or(now_s).min(now_s) - created);
     }
-    let step = step.act(action);
+    // A gang all of whose pods succeeded leaves nothing on its nodes: its end frees its
+    // quota in this pass (see `Busy::Ending`).
+    let ends = step.phase == Phase::Finishing
+        && matches!(&action, Action::JobStatus { status, .. }
+            if status.phase == Some(muster_api::GpuJobPhase::Succeeded));
+    let step = if ends {
+        step.end(action)
+    } else {
+        step.act(action)
+    };
     if keeps {
         step.holds(held, false)
     } else if status.provisioning_request.is_some() {

@@ -174,6 +174,19 @@ impl Step {
         self
     }
 
+    /// Adds the write of the end of a job whose pods have all ended: it holds nothing from
+    /// this pass on (see [`Busy::Ending`]).
+    fn end(mut self, action: Action) -> Step {
+        self.actions.push(action);
+        self.busy = Some(Busy::Ending);
+        self
+    }
+
+    /// Whether the job's end is being written and it holds nothing meanwhile.
+    fn ending(&self) -> bool {
+        matches!(self.busy, Some(Busy::Ending))
+    }
+
     /// A one-line description, for tests and logs: the phase, each write, and how the cycle
     /// sees the job.
     pub fn describe(&self) -> String {
@@ -260,12 +273,18 @@ pub(crate) fn unprovision(job: &GpuJob, status: &GpuJobStatus) -> Action {
 /// only once its pods are being deleted, so a gang released into that quota never runs
 /// beside them. So does a one-pod Job's entry evicted before its Job showed the release
 /// taken in, whose pod may exist unseen ([`held_by_untaken_release`]). And a job whose status still names an admission holds it until a write
-/// saying otherwise has landed (a finish, an eviction, a request for capacity given up): in
+/// saying otherwise has landed (an eviction, a request for capacity given up): in
 /// the pass that decides the write here, while it is in flight in [`step_by_status`]. Until
 /// then the API server shows the job admitted, and a gang released into its quota could show
 /// admitted beside it (its status written first, or this write lost with a leader that died).
+/// The exception is the end of a gang whose pods have all ended ([`Busy::Ending`]): it holds
+/// nothing from the pass that decides it, and the releases that could take its quota are
+/// sent only once it has landed (see [`crate::ends`]), which keeps the same promise.
 pub fn step(index: &Index, ledger: &Ledger, key: &ObjectRef, now: &Time) -> Option<Step> {
     let mut step = step_by_status(index, ledger, key, now)?;
+    if step.ending() || matches!(ledger.promised(key), Some(Busy::Ending)) {
+        return Some(step);
+    }
     let now_s = now.0.as_second();
     if matches!(
         step.in_cycle,
@@ -349,6 +368,8 @@ fn step_by_status(index: &Index, ledger: &Ledger, key: &ObjectRef, now: &Time) -
         Some(Busy::Provision(held)) => {
             return Some(Step::new(Phase::Provisioning).holds(held.clone(), true));
         }
+        // The end of a gang with nothing left running: it holds nothing (see [`step`]).
+        Some(Busy::Ending) => return Some(Step::new(Phase::Finishing)),
         Some(Busy::Other) => {
             // An eviction or a finish in flight holds its quota (its status still shows the
             // admission) until it lands: freed late, never early.

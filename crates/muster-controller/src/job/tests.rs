@@ -572,6 +572,14 @@ fn every_situation_gives_its_step() {
             World::new().admitted().running().busy(Busy::Other),
             "Releasing · holds",
         ),
+        (
+            "the end of a gang whose pods all ended, in flight: it holds nothing meanwhile",
+            World::new()
+                .admitted()
+                .pods(&[("Succeeded", false), ("Succeeded", false)])
+                .busy(Busy::Ending),
+            "Finishing · out",
+        ),
         // Releasing and running.
         (
             "released, pods not Ready yet: it holds and waits",
@@ -602,11 +610,11 @@ fn every_situation_gives_its_step() {
             "Releasing · Evict(PodsReadyTimeout) · holds",
         ),
         (
-            "every pod succeeded: Succeeded is written, the quota held until it lands",
+            "every pod succeeded: Succeeded is written, the quota free at once (releases into it wait for the write)",
             World::new()
                 .admitted()
                 .pods(&[("Succeeded", false), ("Succeeded", false)]),
-            "Finishing · JobStatus(Succeeded, Succeeded) · holds",
+            "Finishing · JobStatus(Succeeded, Succeeded) · out",
         ),
         // Restarting.
         (
@@ -727,7 +735,7 @@ fn every_situation_gives_its_step() {
                 .pods(&[("Succeeded", false)])
                 .entry_of_a_one_pod_job()
                 .with_workload(one_completion_job(None)),
-            "Finishing · JobStatus(Succeeded, Succeeded) · holds",
+            "Finishing · JobStatus(Succeeded, Succeeded) · out",
         ),
         (
             "the same with an active deadline, which its Job's controller may find passed: it waits for the Job",

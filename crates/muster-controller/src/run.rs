@@ -550,7 +550,8 @@ async fn scheduling_loop(
         // Each unit of writes holds a permit until it has landed: the next pass comes once
         // this one's writes are under way, so it folds in their landings rather than
         // running beside them (see docs/performance.md: passes that did not wait cost more
-        // CPU and time at 15,000 jobs).
+        // CPU and time at 15,000 jobs). A release that waits for jobs' ends to land takes
+        // its permit once they have (see `writes::send_pass`).
         crate::writes::send_pass(shared, &executor, &permits, term, actions, ends_before).await;
         last_end = Instant::now();
     }

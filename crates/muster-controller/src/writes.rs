@@ -99,7 +99,10 @@ pub(crate) fn in_order(
 /// Sends a pass's writes in [`in_order`]'s units, each holding one of `permits` until it has
 /// landed. The pass's ends are in flight before any unit goes out, and each unit that takes
 /// quota waits for them and for `ends_before`, the ends in flight when the pass read the state
-/// (see [`crate::ends`]).
+/// (see [`crate::ends`]). Such a unit takes its permit only once they have landed: the loop's
+/// permits pace what is being written, and a release held back holds none of them (held, they
+/// kept the loop from its next pass behind a stream of ends, and a job's end waited longer
+/// for the pass that writes it).
 pub(crate) async fn send_pass(
     shared: &Arc<Shared>,
     executor: &Executor,
@@ -108,7 +111,7 @@ pub(crate) async fn send_pass(
     actions: Vec<(Action, Option<JobRead>)>,
     ends_before: Vec<Landing>,
 ) {
-    let units: Vec<_> = in_order(actions)
+    let mut units: Vec<_> = in_order(actions)
         .into_iter()
         .map(|writes| {
             let tells = writes
@@ -118,6 +121,9 @@ pub(crate) async fn send_pass(
             (writes, tells)
         })
         .collect();
+    // Ends first (the order is otherwise kept): the sooner an end lands, the sooner the
+    // releases into its quota go.
+    units.sort_by_key(|(_, tells)| tells.is_none());
     let mut waited = ends_before;
     waited.extend(
         units
@@ -129,20 +135,28 @@ pub(crate) async fn send_pass(
         for (action, _) in &writes {
             log_quota_change(action, term);
         }
+        let tells = tells.map(|(sent, _)| sent);
         let takes_quota = writes
             .iter()
             .any(|(action, _)| crate::ends::takes_quota(action));
-        let ends = AfterEnds {
-            waits_for: if takes_quota {
-                waited.clone()
-            } else {
-                Vec::new()
-            },
-            tells: tells.map(|(sent, _)| sent),
-        };
+        if takes_quota && !waited.is_empty() {
+            let permits = Arc::clone(permits);
+            let ends = AfterEnds {
+                waits_for: waited.clone(),
+                tells,
+            };
+            let permit = async move { permits.acquire_owned().await.ok() };
+            spawn_writes(shared, executor, term, writes, permit, true, ends);
+            continue;
+        }
         let Ok(permit) = Arc::clone(permits).acquire_owned().await else {
             return;
         };
+        let ends = AfterEnds {
+            waits_for: Vec::new(),
+            tells,
+        };
+        let permit = std::future::ready(Some(permit));
         spawn_writes(shared, executor, term, writes, permit, true, ends);
     }
 }
@@ -161,29 +175,35 @@ pub(crate) struct AfterEnds {
 /// watch event follows a failure, and its job is to be settled again at once). A status write goes onto the
 /// version its pass read, or onto the one an earlier write of the same job returned when
 /// nothing it was decided on moved (see [`JobRead::at_version_of`]). Nothing is sent until
-/// the ends `ends` waits for have landed, and nothing at all if one failed: each write is then
-/// settled as never sent, and the loop woken.
-pub(crate) fn spawn_writes<P: Send + 'static>(
+/// the ends `ends` waits for have landed and `permit` gives a permit, and nothing at all if an
+/// end failed (or no permit comes: the loop stopped): each write is then settled as never
+/// sent, and the loop woken.
+pub(crate) fn spawn_writes<P, F>(
     shared: &Arc<Shared>,
     executor: &Executor,
     term: u64,
     writes: Vec<(Action, Option<JobRead>)>,
-    permit: P,
+    permit: F,
     wake: bool,
     ends: AfterEnds,
-) {
+) where
+    P: Send + 'static,
+    F: std::future::Future<Output = Option<P>> + Send + 'static,
+{
     let (shared, executor) = (Arc::clone(shared), executor.clone());
     tokio::spawn(async move {
         let AfterEnds {
             waits_for,
             mut tells,
         } = ends;
-        if !waits_for.is_empty() && !crate::ends::all_landed(waits_for).await {
+        let landed = waits_for.is_empty() || crate::ends::all_landed(waits_for).await;
+        let permit = if landed { permit.await } else { None };
+        let Some(permit) = permit else {
             for (action, _) in &writes {
                 tracing::info!(
                     action = action.kind(),
                     job = ?action.job(),
-                    "not sent: a job's end its pass counted on did not land"
+                    "not sent: a job's end its pass counted on did not land, or the loop stopped"
                 );
                 shared.metrics.action_not_sent(action.kind());
                 shared.state().not_sent(term, action);
@@ -192,9 +212,8 @@ pub(crate) fn spawn_writes<P: Send + 'static>(
                 end.landed(false);
             }
             shared.wake.notify_one();
-            drop(permit);
             return;
-        }
+        };
         let mut returned: Option<GpuJob> = None;
         let mut failed = false;
         for (action, read) in writes {
@@ -336,7 +355,7 @@ pub(crate) async fn send_deferred(
                 &executor,
                 term,
                 vec![(action, read)],
-                (own, permit),
+                std::future::ready(Some((own, permit))),
                 false,
                 AfterEnds::default(),
             );

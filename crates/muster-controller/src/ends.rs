@@ -63,11 +63,13 @@ impl EndSent {
     }
 }
 
-/// Whether `action` is the end of a job (a status that says it succeeded): the releases of
-/// the passes that run while it is in flight wait for it.
-pub(crate) fn is_end(action: &Action) -> bool {
-    matches!(action, Action::JobStatus { status, .. }
-        if status.phase == Some(muster_api::GpuJobPhase::Succeeded))
+/// Whether `action` is the end of a job (a status that says it succeeded) that gave its
+/// quota up in the pass that decided it, as `frees_early` says of its job: the releases of
+/// the passes that run while it is in flight wait for it. An end that holds its quota until
+/// it lands is not waited for.
+pub(crate) fn is_early_end(action: &Action, frees_early: impl Fn(&str) -> bool) -> bool {
+    matches!(action, Action::JobStatus { job, status, .. }
+        if status.phase == Some(muster_api::GpuJobPhase::Succeeded) && frees_early(job.as_str()))
 }
 
 /// Whether `action` takes quota (a release or a request for capacity): it waits for the ends

@@ -276,6 +276,28 @@ impl Executor {
         in_term.execute_in_term(action, read).await
     }
 
+    /// This executor with the leadership it sees now as its term: [`Executor::execute_begun`]
+    /// through it refuses to write once leadership has changed since, even if this replica
+    /// leads again. A pass's writes are begun as the pass hands them over, so a write held
+    /// back (a release waiting for jobs' ends to land, see `ends`) belongs to its pass's
+    /// term, not to the one it is sent in.
+    #[must_use]
+    pub fn begun(&self) -> Executor {
+        let mut in_term = self.clone();
+        in_term.leader.mark_unchanged();
+        in_term
+    }
+
+    /// Carries out one action within the term this executor was [`Executor::begun`] in (see
+    /// [`Executor::execute`]).
+    pub async fn execute_begun(
+        &self,
+        action: &Action,
+        read: Option<&JobRead>,
+    ) -> Result<Vec<Written>, ExecuteError> {
+        self.execute_in_term(action, read).await
+    }
+
     /// [`Executor::execute`] within the current term.
     async fn execute_in_term(
         &self,

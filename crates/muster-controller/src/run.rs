@@ -544,7 +544,15 @@ async fn scheduling_loop(
                     "pass"
                 );
             }
-            (state.term(), route(shared, &mut state, pass.actions))
+            let actions = route(shared, &mut state, pass.actions);
+            // The jobs whose ends gave their quota up early: releases wait for those.
+            let early = actions
+                .iter()
+                .filter_map(|(action, _)| action.job())
+                .filter(|job| state.frees_early(job.as_str()))
+                .cloned()
+                .collect();
+            (state.term(), (actions, early))
         };
         last_pass = started.elapsed();
         // Each unit of writes holds a permit until it has landed: the next pass comes once
@@ -559,6 +567,8 @@ async fn scheduling_loop(
     // Let writes in flight finish (each is idempotent, so a cut one is finished later).
     let all = u32::try_from(options.write_concurrency.max(1)).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(all)).await;
+    // Releases still waiting for jobs' ends to land are not sent after the loop stopped.
+    permits.close();
 }
 
 /// How many times as long as the last forecast took the forecaster waits before the next:

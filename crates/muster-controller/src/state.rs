@@ -175,6 +175,13 @@ impl State {
         }
     }
 
+    /// Whether `job`'s end, being written, gave its quota up in the pass that decided it
+    /// ([`crate::ledger::Busy::Ending`]): the releases of the passes that run while it is in
+    /// flight wait for it (see [`crate::ends`]).
+    pub(crate) fn frees_early(&self, job: &str) -> bool {
+        matches!(self.ledger.promised(job), Some(crate::ledger::Busy::Ending))
+    }
+
     /// Folds in the objects read back after a failed write (see
     /// [`crate::executor::Executor::read_back`]): like a write's response, never over a newer
     /// version nor over a deletion the watch reported.

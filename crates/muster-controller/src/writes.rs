@@ -97,18 +97,21 @@ pub(crate) fn in_order(
 }
 
 /// Sends a pass's writes in [`in_order`]'s units, each holding one of `permits` until it has
-/// landed. The pass's ends are in flight before any unit goes out, and each unit that takes
-/// quota waits for them and for `ends_before`, the ends in flight when the pass read the state
-/// (see [`crate::ends`]). Such a unit takes its permit only once they have landed: the loop's
-/// permits pace what is being written, and a release held back holds none of them (held, they
-/// kept the loop from its next pass behind a stream of ends, and a job's end waited longer
-/// for the pass that writes it).
+/// landed. The pass's ends that gave their quota up early (those of jobs in `early`: see
+/// [`crate::ends`]) are in flight before any unit goes out, and each unit that takes quota
+/// waits for them and for `ends_before`, the ends in flight when the pass read the state. Such
+/// a unit takes its permit only once they have landed: the loop's permits pace what is being
+/// written, and a release held back holds none of them (held, they kept the loop from its next
+/// pass behind a stream of ends, and a job's end waited longer for the pass that writes it).
 pub(crate) async fn send_pass(
     shared: &Arc<Shared>,
     executor: &Executor,
     permits: &Arc<Semaphore>,
     term: u64,
-    actions: Vec<(Action, Option<JobRead>)>,
+    (actions, early): (
+        Vec<(Action, Option<JobRead>)>,
+        std::collections::BTreeSet<muster_api::ObjectRef>,
+    ),
     ends_before: Vec<Landing>,
 ) {
     let mut units: Vec<_> = in_order(actions)
@@ -116,7 +119,7 @@ pub(crate) async fn send_pass(
         .map(|writes| {
             let tells = writes
                 .iter()
-                .any(|(action, _)| crate::ends::is_end(action))
+                .any(|(action, _)| crate::ends::is_early_end(action, |job| early.contains(job)))
                 .then(|| shared.ends.sending());
             (writes, tells)
         })
@@ -132,19 +135,22 @@ pub(crate) async fn send_pass(
             .map(|(_, landing)| landing.clone()),
     );
     for (writes, tells) in units {
-        for (action, _) in &writes {
-            log_quota_change(action, term);
-        }
-        let tells = tells.map(|(sent, _)| sent);
         let takes_quota = writes
             .iter()
             .any(|(action, _)| crate::ends::takes_quota(action));
         if takes_quota && !waited.is_empty() {
-            let permits = Arc::clone(permits);
+            // A unit never waits for its own end.
+            let own = tells.as_ref().map(|(_, landing)| landing);
+            let waits_for = waited
+                .iter()
+                .filter(|landing| own.is_none_or(|own| !own.same_channel(landing)))
+                .cloned()
+                .collect();
             let ends = AfterEnds {
-                waits_for: waited.clone(),
-                tells,
+                waits_for,
+                tells: tells.map(|(sent, _)| sent),
             };
+            let permits = Arc::clone(permits);
             let permit = async move { permits.acquire_owned().await.ok() };
             spawn_writes(shared, executor, term, writes, permit, true, ends);
             continue;
@@ -154,7 +160,7 @@ pub(crate) async fn send_pass(
         };
         let ends = AfterEnds {
             waits_for: Vec::new(),
-            tells,
+            tells: tells.map(|(sent, _)| sent),
         };
         let permit = std::future::ready(Some(permit));
         spawn_writes(shared, executor, term, writes, permit, true, ends);
@@ -177,7 +183,9 @@ pub(crate) struct AfterEnds {
 /// nothing it was decided on moved (see [`JobRead::at_version_of`]). Nothing is sent until
 /// the ends `ends` waits for have landed and `permit` gives a permit, and nothing at all if an
 /// end failed (or no permit comes: the loop stopped): each write is then settled as never
-/// sent, and the loop woken.
+/// sent, and the loop woken. The writes belong to the leadership the replica had when they
+/// were handed over ([`Executor::begun`]): after any change of it, even one this replica won
+/// back, none is sent.
 pub(crate) fn spawn_writes<P, F>(
     shared: &Arc<Shared>,
     executor: &Executor,
@@ -190,7 +198,7 @@ pub(crate) fn spawn_writes<P, F>(
     P: Send + 'static,
     F: std::future::Future<Output = Option<P>> + Send + 'static,
 {
-    let (shared, executor) = (Arc::clone(shared), executor.clone());
+    let (shared, executor) = (Arc::clone(shared), executor.begun());
     tokio::spawn(async move {
         let AfterEnds {
             waits_for,
@@ -221,7 +229,8 @@ pub(crate) fn spawn_writes<P, F>(
                 (Some(read), Some(job)) => Some(read.at_version_of(job)),
                 (read, _) => read,
             };
-            let result = executor.execute(&action, read.as_ref()).await;
+            log_quota_change(&action, term);
+            let result = executor.execute_begun(&action, read.as_ref()).await;
             failed |= result.is_err();
             returned = result.as_ref().ok().and_then(|written| {
                 written.iter().rev().find_map(|w| match w {
@@ -240,7 +249,7 @@ pub(crate) fn spawn_writes<P, F>(
             .await;
             // Told once the landing is in the state: a pass that no longer waits for the end
             // reads what it did.
-            if crate::ends::is_end(&action)
+            if matches!(action, Action::JobStatus { .. })
                 && let Some(end) = tells.take()
             {
                 end.landed(landed);

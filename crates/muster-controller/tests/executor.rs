@@ -890,21 +890,26 @@ async fn a_gang_of_one_is_released_without_a_gate_to_lift_or_a_service() {
     );
 }
 
+/// The status a release writes, written alone.
+fn status_write_of_a_release() -> Action {
+    let (action, _) = release(1);
+    let Action::Release { job, status, .. } = action else {
+        unreachable!("a release")
+    };
+    Action::JobStatus {
+        job,
+        status,
+        event: None,
+    }
+}
+
 /// A write retried after a transient error is not sent again once leadership has changed
 /// hands in between, even when this replica leads again by then: the new term plans from what
 /// the API server shows, and a write planned in the old term could land over the new term's
 /// (a status of a job that has ended since, say).
 #[tokio::test]
 async fn a_retry_is_not_sent_when_leadership_flipped_since_the_action_began() {
-    let (action, _) = release(1);
-    let Action::Release { job, status, .. } = action else {
-        unreachable!("a release")
-    };
-    let status_write = Action::JobStatus {
-        job,
-        status,
-        event: None,
-    };
+    let status_write = status_write_of_a_release();
     let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let (executor, leader) = executor(Client::new(service, "default"), true, 1);
     let server = tokio::spawn(async move {
@@ -937,4 +942,34 @@ async fn a_retry_is_not_sent_when_leadership_flipped_since_the_action_began() {
         1,
         "sent once, not retried"
     );
+}
+
+/// A write handed over and held back (a release waiting for jobs' ends to land) belongs to the
+/// leadership of the pass that made it: lost and won back before it goes, it is not sent at
+/// all, as the new term plans from what the API server shows.
+#[tokio::test]
+async fn a_write_held_back_is_not_sent_when_leadership_flipped_since_it_was_handed_over() {
+    let status_write = status_write_of_a_release();
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let (executor, leader) = executor(Client::new(service, "default"), true, 1);
+    let server = tokio::spawn(async move {
+        let mut requests = 0;
+        while let Some((_, respond)) = handle.next_request().await {
+            requests += 1;
+            respond.send_response(Response::new(Body::from(Vec::new())));
+        }
+        requests
+    });
+    let handed_over = executor.begun();
+    leader.send_replace(false);
+    leader.send_replace(true);
+    let result = handed_over.execute_begun(&status_write, None).await;
+    drop((executor, handed_over));
+    assert!(
+        result
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("not the leader")),
+        "{result:?}"
+    );
+    assert_eq!(server.await.unwrap_or_default(), 0, "never sent");
 }

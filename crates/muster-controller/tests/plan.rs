@@ -18,6 +18,15 @@ fn releases(actions: &[Action]) -> Vec<&Action> {
         .collect()
 }
 
+/// The status writes and releases among the actions, in order, each as its kind and job.
+fn statuses_and_releases(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter(|a| matches!(a, Action::Release { .. } | Action::JobStatus { .. }))
+        .map(|a| format!("{} {}", a.kind(), a.job().map_or("", |j| j.as_str())))
+        .collect()
+}
+
 /// The jobs whose status the actions write.
 fn statuses_written(actions: &[Action]) -> Vec<&str> {
     actions
@@ -133,14 +142,8 @@ fn a_gang_runs_when_every_pod_is_ready_and_succeeds_together() {
     // released into it in that pass, after a's end (the shell sends a release only once the
     // ends in flight when its pass ran have landed: see `run.rs`'s
     // `a_release_into_quota_an_end_frees_goes_out_only_once_the_end_has_landed`).
-    let order: Vec<String> = pass
-        .actions
-        .iter()
-        .filter(|a| matches!(a, Action::Release { .. } | Action::JobStatus { .. }))
-        .map(|a| format!("{} {}", a.kind(), a.job().map_or("", |j| j.as_str())))
-        .collect();
     assert_eq!(
-        order,
+        statuses_and_releases(&pass.actions),
         ["job_status team-a/a", "release team-a/b"],
         "{:#?}",
         pass.actions
@@ -228,14 +231,8 @@ fn a_finish_that_did_not_land_is_written_again_before_a_release_into_its_quota()
     // Its pods have all ended, so the new leader writes a's end again and releases b after
     // it in the same pass (sent only once the end has landed).
     let again = plan(&mut restarted, at(40));
-    let order: Vec<String> = again
-        .actions
-        .iter()
-        .filter(|a| matches!(a, Action::Release { .. } | Action::JobStatus { .. }))
-        .map(|a| format!("{} {}", a.kind(), a.job().map_or("", |j| j.as_str())))
-        .collect();
     assert_eq!(
-        order,
+        statuses_and_releases(&again.actions),
         ["job_status team-a/a", "release team-a/b"],
         "{:#?}",
         again.actions

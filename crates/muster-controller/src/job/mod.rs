@@ -277,14 +277,15 @@ pub(crate) fn unprovision(job: &GpuJob, status: &GpuJobStatus) -> Action {
 /// the pass that decides the write here, while it is in flight in [`step_by_status`]. Until
 /// then the API server shows the job admitted, and a gang released into its quota could show
 /// admitted beside it (its status written first, or this write lost with a leader that died).
-/// The exception is the end of a gang whose pods have all ended ([`Busy::Ending`]): it holds
-/// nothing from the pass that decides it, and the releases that could take its quota are
-/// sent only once it has landed (see [`crate::ends`]), which keeps the same promise.
+/// The exception is the end of a gang whose pods have all ended ([`Busy::Ending`]): its
+/// admission holds nothing from the pass that decides it (pods of it that may still run
+/// do, as above), and the releases that could take its quota are sent only once it has
+/// landed (see [`crate::ends`]), which keeps the same promise.
 pub fn step(index: &Index, ledger: &Ledger, key: &ObjectRef, now: &Time) -> Option<Step> {
     let mut step = step_by_status(index, ledger, key, now)?;
-    if step.ending() || matches!(ledger.promised(key), Some(Busy::Ending)) {
-        return Some(step);
-    }
+    // Its end gives its admission up at once; pods of it that may still run hold all the
+    // same (below).
+    let ending = step.ending() || matches!(ledger.promised(key), Some(Busy::Ending));
     let now_s = now.0.as_second();
     if matches!(
         step.in_cycle,
@@ -293,7 +294,7 @@ pub fn step(index: &Index, ledger: &Ledger, key: &ObjectRef, now: &Time) -> Opti
         let job = index.jobs.get(key)?;
         let status = job.status.as_ref();
         let leaving = Some(after_leaving(&step));
-        if let Some(status) = status.filter(|s| s.admission.is_some()) {
+        if let Some(status) = status.filter(|s| s.admission.is_some() && !ending) {
             let (current, _) = split_pods(index, key, status.requeue_count);
             if let Some(holding) = holding_of(job, status, &current) {
                 step.in_cycle = InCycle::Holds {

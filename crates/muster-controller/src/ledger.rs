@@ -163,6 +163,18 @@ impl Ledger {
         self.busy.entry(job).or_insert(busy);
     }
 
+    /// `job`'s end in flight ([`Busy::Ending`]) holds its quota again, as an end that was not
+    /// decided early does ([`Busy::Other`]); whether it was such an end.
+    pub(crate) fn end_overdue(&mut self, job: &ObjectRef) -> bool {
+        match self.busy.get_mut(job) {
+            Some(busy @ Busy::Ending) => {
+                *busy = Busy::Other;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// When the admission of `job`'s release in flight began, if a release is in flight
     /// (the time its status will show).
     pub(crate) fn releasing_since(&self, job: &str) -> Option<i64> {

@@ -516,8 +516,12 @@ async fn scheduling_loop(
         if !leading && !catch_up(shared, client, options.namespace_scope.as_deref()).await {
             continue;
         }
-        // Taken before the pass reads the state: what this pass's releases wait for.
-        let ends_before = shared.ends.before_pass();
+        // Taken before the pass reads the state: what this pass's releases wait for, and
+        // the ends in flight too long to be counted on any more.
+        let ends = shared.ends.before_pass();
+        // The pass's writes belong to the leadership it is planned under: after any change
+        // of it, even one this replica wins back, none of them is sent.
+        let in_term = executor.begun();
         let (term, actions) = {
             let mut state = shared.state();
             if !state.index().ready() {
@@ -529,6 +533,9 @@ async fn scheduling_loop(
                 state.start_term();
                 tracing::info!("leading: scheduling");
                 leading = true;
+            }
+            for job in &ends.overdue {
+                state.end_overdue(job);
             }
             let pass = plan(&mut state, k8s_openapi::jiff::Timestamp::now());
             shared
@@ -560,7 +567,7 @@ async fn scheduling_loop(
         // running beside them (see docs/performance.md: passes that did not wait cost more
         // CPU and time at 15,000 jobs). A release that waits for jobs' ends to land takes
         // its permit once they have (see `writes::send_pass`).
-        crate::writes::send_pass(shared, &executor, &permits, term, actions, ends_before).await;
+        crate::writes::send_pass(shared, &in_term, &permits, term, actions, ends.waits_for).await;
         last_end = Instant::now();
     }
     let _ = sender.await;

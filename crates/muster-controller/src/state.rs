@@ -182,6 +182,15 @@ impl State {
         matches!(self.ledger.promised(job), Some(crate::ledger::Busy::Ending))
     }
 
+    /// `job`'s end has been in flight too long to be counted on (see [`crate::ends::PATIENCE`]):
+    /// from this pass on its job holds its quota until the end lands, and the releases of
+    /// later passes do not wait for it.
+    pub(crate) fn end_overdue(&mut self, job: &muster_api::ObjectRef) {
+        if self.ledger.end_overdue(job) {
+            tracing::warn!(job = %job, "a job's end is overdue: its quota is held until it lands");
+        }
+    }
+
     /// Folds in the objects read back after a failed write (see
     /// [`crate::executor::Executor::read_back`]): like a write's response, never over a newer
     /// version nor over a deletion the watch reported.

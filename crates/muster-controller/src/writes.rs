@@ -119,8 +119,9 @@ pub(crate) async fn send_pass(
         .map(|writes| {
             let tells = writes
                 .iter()
-                .any(|(action, _)| crate::ends::is_early_end(action, |job| early.contains(job)))
-                .then(|| shared.ends.sending());
+                .find(|(action, _)| crate::ends::is_early_end(action, |job| early.contains(job)))
+                .and_then(|(action, _)| action.job().cloned())
+                .map(|job| shared.ends.sending(job));
             (writes, tells)
         })
         .collect();
@@ -183,8 +184,8 @@ pub(crate) struct AfterEnds {
 /// nothing it was decided on moved (see [`JobRead::at_version_of`]). Nothing is sent until
 /// the ends `ends` waits for have landed and `permit` gives a permit, and nothing at all if an
 /// end failed (or no permit comes: the loop stopped): each write is then settled as never
-/// sent, and the loop woken. The writes belong to the leadership the replica had when they
-/// were handed over ([`Executor::begun`]): after any change of it, even one this replica won
+/// sent, and the loop woken. `executor` was [`Executor::begun`] when the writes were planned
+/// (or taken from the queue): after any change of leadership since, even one this replica won
 /// back, none is sent.
 pub(crate) fn spawn_writes<P, F>(
     shared: &Arc<Shared>,
@@ -198,7 +199,7 @@ pub(crate) fn spawn_writes<P, F>(
     P: Send + 'static,
     F: std::future::Future<Output = Option<P>> + Send + 'static,
 {
-    let (shared, executor) = (Arc::clone(shared), executor.begun());
+    let (shared, executor) = (Arc::clone(shared), executor.clone());
     tokio::spawn(async move {
         let AfterEnds {
             waits_for,
@@ -357,11 +358,12 @@ pub(crate) async fn send_deferred(
             let Some((term, action, read)) = next else {
                 break;
             };
+            let in_term = executor.begun();
             // Its landing need not wake the loop: the job's watch event does (a failure wakes
             // it, see `spawn_writes`).
             spawn_writes(
                 &shared,
-                &executor,
+                &in_term,
                 term,
                 vec![(action, read)],
                 std::future::ready(Some((own, permit))),

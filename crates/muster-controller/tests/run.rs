@@ -79,10 +79,8 @@ mod erased {
 /// Answers lists from `lists` (from `later` for a path's second list on, when it has one:
 /// the cluster moved on while the watches lag), holds watches open (never answering), 404s
 /// paths it has no list for (such as the ProvisioningRequest probe, unless given), answers
-/// the first `failing` lists of a path with 500, echoes writes; reports every write on
-/// `writes`. The first `lost` writes of a path are carried out but answered 500, as when the
-/// answer is lost on the way back; the first `rejected` writes of a path are answered 500 and
-/// not carried out. A job's own path answers with the job as last written, a
+/// the first `failing` lists of a path with 500 (see [`Faults`]), echoes writes; reports every
+/// write on `writes`. A job's own path answers with the job as last written, a
 /// request's with the request as created, and a namespace's pods (by the job label) with the
 /// pods as created and ungated.
 async fn api_server(
@@ -90,10 +88,16 @@ async fn api_server(
     writes: mpsc::UnboundedSender<(String, String)>,
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     later: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
-    mut failing: BTreeMap<&'static str, u32>,
-    mut lost: BTreeMap<&'static str, u32>,
-    mut rejected: BTreeMap<&'static str, u32>,
+    faults: Faults,
 ) {
+    let Faults {
+        mut failing,
+        mut lost,
+        mut rejected,
+        mut hung,
+    } = faults;
+    // Writes never answered, kept so that their callers wait on.
+    let mut hanging = Vec::new();
     let mut listed: BTreeMap<String, u32> = BTreeMap::new();
     let mut objects = Objects {
         jobs: jobs_by_name(&lists),
@@ -157,6 +161,10 @@ async fn api_server(
             continue;
         }
         let _ = writes.send((method.clone(), path.clone()));
+        if fails(&mut hung, &path) {
+            hanging.push(respond);
+            continue;
+        }
         if fails(&mut rejected, &path) {
             respond.send_response(reply(
                 500,
@@ -176,6 +184,19 @@ async fn api_server(
         }
         respond.send_response(reply(if method == "POST" { 201 } else { 200 }, object));
     }
+}
+
+/// How the mock server misbehaves, by path: how many of the first requests of each.
+#[derive(Default)]
+struct Faults {
+    /// Lists answered 500.
+    failing: BTreeMap<&'static str, u32>,
+    /// Writes carried out but answered 500, as when the answer is lost on the way back.
+    lost: BTreeMap<&'static str, u32>,
+    /// Writes answered 500 and not carried out.
+    rejected: BTreeMap<&'static str, u32>,
+    /// Writes never answered (a partition the client's timeout has not yet given up on).
+    hung: BTreeMap<&'static str, u32>,
 }
 
 /// The objects the mock server keeps as they are written, so that a read answers with the
@@ -361,14 +382,7 @@ async fn start_moved_on(
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     later: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
 ) -> Started {
-    start_with(
-        lists,
-        later,
-        BTreeMap::new(),
-        BTreeMap::new(),
-        BTreeMap::new(),
-    )
-    .await
+    start_with(lists, later, Faults::default()).await
 }
 
 /// [`start`], with the first lists of some paths failing (see [`api_server`]).
@@ -376,14 +390,11 @@ async fn start_failing(
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     failing: BTreeMap<&'static str, u32>,
 ) -> Started {
-    start_with(
-        lists,
-        BTreeMap::new(),
+    let faults = Faults {
         failing,
-        BTreeMap::new(),
-        BTreeMap::new(),
-    )
-    .await
+        ..Faults::default()
+    };
+    start_with(lists, BTreeMap::new(), faults).await
 }
 
 /// [`start`], with the first writes of some paths carried out but their answers lost (see
@@ -392,28 +403,23 @@ async fn start_losing(
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     lost: BTreeMap<&'static str, u32>,
 ) -> Started {
-    start_with(
-        lists,
-        BTreeMap::new(),
-        BTreeMap::new(),
+    let faults = Faults {
         lost,
-        BTreeMap::new(),
-    )
-    .await
+        ..Faults::default()
+    };
+    start_with(lists, BTreeMap::new(), faults).await
 }
 
+/// [`start`], with the cluster moving on under `later` and the server misbehaving as
+/// `faults` say.
 async fn start_with(
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     later: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
-    failing: BTreeMap<&'static str, u32>,
-    lost: BTreeMap<&'static str, u32>,
-    rejected: BTreeMap<&'static str, u32>,
+    faults: Faults,
 ) -> Started {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let (writes_tx, writes) = mpsc::unbounded_channel();
-    tokio::spawn(api_server(
-        handle, writes_tx, lists, later, failing, lost, rejected,
-    ));
+    tokio::spawn(api_server(handle, writes_tx, lists, later, faults));
     let port = free_port().await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(run(
@@ -832,17 +838,16 @@ async fn a_release_whose_answer_is_lost_is_read_back_before_the_quota_is_given_a
     let _ = controller.await;
 }
 
-/// A gang whose pods have all ended gives its quota up in the pass that writes its end, and
-/// a gang released into that quota in the same pass goes out only once the end has landed.
-/// Here every attempt at `a`'s end fails and writes nothing: `b`'s release is not sent, since
-/// the API server still shows `a` admitted; the next pass writes the end again and releases
-/// `b` after it. Released beside a failed end, `b` would show admitted with `a`, 32 GPUs of 16.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_into_quota_an_end_frees_goes_out_only_once_the_end_has_landed() {
+/// The lists of a cluster of four 8-GPU nodes in two blocks and a ClusterQueue of `gpus`,
+/// where `a` was admitted onto one block (16 GPUs) and its pods have since ended, and
+/// `waiting` (name, creation second) each want a block of their own.
+fn lists_with_an_ended_gang(
+    gpus: u32,
+    waiting: &[(&str, i64)],
+) -> BTreeMap<&'static str, (&'static str, Vec<Value>)> {
     use muster_controller::plan::{Action, plan};
     let value = |v: &dyn erased::Json| v.json();
-    // `a` admitted onto two 8-GPU nodes, its pods since ended; `b` wants the same 16 GPUs.
-    let mut world = support::cluster(16, vec![support::job("a", 2, 0)]);
+    let mut world = support::cluster(gpus, vec![support::job("a", 2, 0)]);
     let pass = plan(&mut world, support::at(10));
     support::land_all(&mut world, &pass.actions, 10);
     let Some(Action::Release { gang, .. }) = pass.actions.iter().find(|a| a.kind() == "release")
@@ -855,17 +860,20 @@ async fn a_release_into_quota_an_end_frees_goes_out_only_once_the_end_has_landed
         .iter()
         .map(|pod| value(&support::with_phase(pod.clone(), "Succeeded", false)))
         .collect();
-    let mut lists = lists();
-    lists.insert(
-        "/apis/muster.dev/v1alpha1/gpujobs",
-        (
-            "GpuJobList",
-            vec![value(&a), value(&support::job("b", 2, 1))],
-        ),
+    let mut jobs = vec![value(&a)];
+    jobs.extend(
+        waiting
+            .iter()
+            .map(|(name, created)| value(&support::job(name, 2, *created))),
     );
+    let mut lists = lists();
+    lists.insert("/apis/muster.dev/v1alpha1/gpujobs", ("GpuJobList", jobs));
     lists.insert(
         "/apis/muster.dev/v1alpha1/clusterqueues",
-        ("ClusterQueueList", vec![value(&support::cluster_queue(16))]),
+        (
+            "ClusterQueueList",
+            vec![value(&support::cluster_queue(gpus))],
+        ),
     );
     lists.insert(
         "/api/v1/nodes",
@@ -878,6 +886,18 @@ async fn a_release_into_quota_an_end_frees_goes_out_only_once_the_end_has_landed
         ),
     );
     lists.insert("/api/v1/pods", ("PodList", ended));
+    lists
+}
+
+/// A gang whose pods have all ended gives its quota up in the pass that writes its end, and
+/// a gang released into that quota in the same pass goes out only once the end has landed.
+/// Here every attempt at `a`'s end fails and writes nothing: `b`'s release is not sent, since
+/// the API server still shows `a` admitted; the next pass writes the end again and releases
+/// `b` after it. Released beside a failed end, `b` would show admitted with `a`, 32 GPUs of 16.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_into_quota_an_end_frees_goes_out_only_once_the_end_has_landed() {
+    // `a` admitted onto two 8-GPU nodes, its pods since ended; `b` wants the same 16 GPUs.
+    let lists = lists_with_an_ended_gang(16, &[("b", 1)]);
     let a_status = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
     // Every attempt the executor makes at the first end (see `Retry::default`).
     let rejected = BTreeMap::from([(a_status, 5)]);
@@ -889,9 +909,10 @@ async fn a_release_into_quota_an_end_frees_goes_out_only_once_the_end_has_landed
     } = start_with(
         lists,
         BTreeMap::new(),
-        BTreeMap::new(),
-        BTreeMap::new(),
-        rejected,
+        Faults {
+            rejected,
+            ..Faults::default()
+        },
     )
     .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
@@ -926,6 +947,67 @@ async fn a_release_into_quota_an_end_frees_goes_out_only_once_the_end_has_landed
     );
     let _ = stop.send(());
     let _ = controller.await;
+}
+
+/// An end that hangs (its write never answered, as under a partition) holds back the
+/// releases that counted on it for a few seconds, not for as long as it hangs: they are not
+/// sent, and the passes after hold the ended job's quota and nodes again, as for any write
+/// in flight that gives quota up, and release what fits beside it. Here `a` (16 GPUs, its pods
+/// ended) frees its quota in the first pass, which admits both `b` and `c` into 32; both wait
+/// for `a`'s end, give up, and the next passes release `b` alone, onto the other block,
+/// while `a` still holds. Without the bound on the wait nothing would ever be released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_that_hangs_holds_back_releases_for_seconds_and_then_holds_its_own_quota() {
+    let lists = lists_with_an_ended_gang(32, &[("b", 1), ("c", 2)]);
+    let a_status = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
+    let Started {
+        mut writes,
+        stop,
+        controller,
+        ..
+    } = start_with(
+        lists,
+        BTreeMap::new(),
+        Faults {
+            hung: BTreeMap::from([(a_status, 1)]),
+            ..Faults::default()
+        },
+    )
+    .await;
+    // Until a gang is released and a second more, or 30 s (the bound on the wait is 5).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let pods = "/api/v1/namespaces/team-a/pods";
+    let mut until = deadline;
+    while let Ok(Some(write)) = tokio::time::timeout_at(until, writes.recv()).await {
+        seen.push(write);
+        let created = seen
+            .iter()
+            .filter(|(m, p)| m == "POST" && p == pods)
+            .count();
+        if created >= 2 && until == deadline {
+            until = tokio::time::Instant::now() + Duration::from_secs(1);
+        }
+    }
+    let count = |method: &str, path: &str| {
+        seen.iter()
+            .filter(|(m, p)| m == method && p.as_str() == path)
+            .count()
+    };
+    assert_eq!(count("PATCH", a_status), 1, "a's end hangs: {seen:?}");
+    assert_eq!(
+        count("POST", pods),
+        2,
+        "one gang of two is released beside a, which holds its 16 GPUs again: {seen:?}"
+    );
+    assert!(
+        seen.iter().any(|(m, p)| m == "PATCH"
+            && p == "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/b/status"),
+        "the older job, b, is the one released: {seen:?}"
+    );
+    // Stopped, the controller would wait out its drain for the hung write.
+    let _ = stop.send(());
+    controller.abort();
 }
 
 /// A forecast's forward runs take only CPU time nothing else wants: the thread they run on is

@@ -524,6 +524,11 @@ async fn scheduling_loop(
         let in_term = executor.begun();
         let (term, actions) = {
             let mut state = shared.state();
+            // First, whatever this pass does: no pass waits for these ends any more, so
+            // their jobs must hold their quota from now on.
+            for job in &ends.overdue {
+                state.end_overdue(job);
+            }
             if !state.index().ready() {
                 continue;
             }
@@ -533,9 +538,6 @@ async fn scheduling_loop(
                 state.start_term();
                 tracing::info!("leading: scheduling");
                 leading = true;
-            }
-            for job in &ends.overdue {
-                state.end_overdue(job);
             }
             let pass = plan(&mut state, k8s_openapi::jiff::Timestamp::now());
             shared

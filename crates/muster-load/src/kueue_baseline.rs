@@ -166,6 +166,12 @@ pub struct Summary {
     /// [`Summary::api_server_requests`] per job created.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_server_requests_per_job: Option<f64>,
+    /// [`Summary::api_server_requests`] by verb and resource (`PUT jobs/status`), all
+    /// clients: with the controller's own ([`Summary::api_requests_by_resource`]) it tells
+    /// whose the rest are (only the Job controller writes a Job's status or makes a batch
+    /// Job's pod, only kube-scheduler binds).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub api_server_requests_by_resource: BTreeMap<String, u64>,
     /// The controller's actions carried out, by kind (its `muster_actions_total`).
     pub actions: BTreeMap<String, u64>,
     /// The controller's API requests by method and resource (`POST pods`), from its
@@ -309,11 +315,12 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
     Ok(summary)
 }
 
-/// What the API server served over the run (`served`: its request count before and after)
-/// and what the control plane's programs spent (CPU seconds before and after, by program).
+/// What the API server served over the run (`served`: its requests by verb and resource
+/// before and after) and what the control plane's programs spent (CPU seconds before and
+/// after, by program).
 fn add_server_costs(
     summary: &mut Summary,
-    served: Option<(u64, u64)>,
+    served: Option<(BTreeMap<String, u64>, BTreeMap<String, u64>)>,
     before: &BTreeMap<String, f64>,
     after: &BTreeMap<String, f64>,
 ) {
@@ -324,7 +331,15 @@ fn add_server_costs(
     let Some((first, last)) = served else {
         return;
     };
-    let served = last.saturating_sub(first);
+    summary.api_server_requests_by_resource = last
+        .iter()
+        .map(|(key, n)| {
+            let before = first.get(key).copied().unwrap_or(0);
+            (key.clone(), n.saturating_sub(before))
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let served: u64 = summary.api_server_requests_by_resource.values().sum();
     summary.api_server_requests = Some(served);
     #[expect(clippy::cast_precision_loss, reason = "ratios for a report")]
     {
@@ -419,6 +434,7 @@ fn summarize(
         api_requests_per_job: per_job,
         api_server_requests: None,
         api_server_requests_per_job: None,
+        api_server_requests_by_resource: BTreeMap::new(),
         actions,
         api_requests_by_resource: series(metrics, "muster_api_requests_by_resource_total"),
         status_writes: counter(metrics, "muster_status_writes_total", "phase"),
@@ -861,24 +877,56 @@ impl Drop for Controller {
     }
 }
 
-/// The values of counter `name` in OpenMetrics `text`, summed by the value of `label` (the
-/// first label of each line).
-/// Every request the API server has served so far (the sum of its
-/// `apiserver_request_total`), or `None` when its metrics cannot be read.
-async fn api_server_requests(client: &Client) -> Option<u64> {
+/// Every request the API server has served so far, by verb and resource (its
+/// `apiserver_request_total`, summed over the other labels: `POST pods`, `PUT jobs/status`),
+/// or `None` when its metrics cannot be read.
+async fn api_server_requests(client: &Client) -> Option<BTreeMap<String, u64>> {
     let request = http::Request::get("/metrics").body(Vec::new()).ok()?;
     let text = client.request_text(request).await.ok()?;
-    let total: f64 = text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
+    Some(requests_by_resource(&text))
+}
+
+/// `apiserver_request_total` in `text`, summed by verb and resource (and subresource).
+fn requests_by_resource(text: &str) -> BTreeMap<String, u64> {
+    let mut served: BTreeMap<String, f64> = BTreeMap::new();
+    for line in text.lines() {
+        let Some((labels, tail)) = line
+            .strip_prefix("apiserver_request_total{")
+            .and_then(|r| r.split_once('}'))
+        else {
+            continue;
+        };
+        let Ok(count) = tail.trim().parse::<f64>() else {
+            continue;
+        };
+        // `name="value",…`: these labels' values hold no quotes or commas.
+        let pairs: BTreeMap<&str, &str> = labels
+            .split(',')
+            .filter_map(|pair| {
+                let (name, value) = pair.split_once('=')?;
+                Some((name.trim(), value.trim_matches('"')))
+            })
+            .collect();
+        let label = |name: &str| pairs.get(name).copied();
+        let (verb, resource) = (
+            label("verb").unwrap_or("?"),
+            label("resource").unwrap_or(""),
+        );
+        let key = match label("subresource").filter(|s| !s.is_empty()) {
+            Some(sub) => format!("{verb} {resource}/{sub}"),
+            None => format!("{verb} {resource}"),
+        };
+        *served.entry(key).or_default() += count;
+    }
     #[expect(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
-        reason = "a count, exported as a float"
+        reason = "counts, exported as floats"
     )]
-    Some(total.round() as u64)
+    served
+        .into_iter()
+        .map(|(key, n)| (key, n.round() as u64))
+        .collect()
 }
 
 /// Every series of counter `name` in `text`, keyed by its label values in order, joined by a
@@ -948,6 +996,25 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_api_server_s_requests_are_summed_by_verb_and_resource() {
+        let text = r#"# TYPE apiserver_request_total counter
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="batch",resource="jobs",scope="resource",subresource="status",verb="PUT",version="v1"} 7
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="batch",resource="jobs",scope="resource",subresource="status",verb="PUT",version="v1"} 2
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 3
+apiserver_request_total_other{verb="GET"} 100
+"#;
+        let served = super::requests_by_resource(text);
+        assert_eq!(
+            served,
+            std::collections::BTreeMap::from([
+                ("POST pods".to_owned(), 3),
+                ("PUT jobs/status".to_owned(), 9),
+            ])
+        );
+    }
+
     use super::{counter, csv_field, gauge, series};
 
     #[test]

@@ -2,7 +2,8 @@
 //! few seconds, either `Failed` (a stock-out, one in ten) or with a new block of nodes — one
 //! 8-GPU node per pod, labelled for the bought flavor — and `Provisioned`. When a request is
 //! deleted, its nodes go too, each once no live pod is bound to it (other jobs of the flavor
-//! may run there).
+//! may run there) — also a request deleted while the watch was down, which the relist that
+//! follows no longer lists.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,12 +112,34 @@ async fn run(
     let mut events =
         std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
     let mut known: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
+    // The requests a relist under way has listed so far: no delete event is sent for one
+    // deleted while the watch was down, so those it does not list are gone.
+    let mut relisted: Option<std::collections::HashSet<String>> = None;
     while let Some(event) = events.next().await {
         match event {
+            Ok(watcher::Event::Init) => relisted = Some(std::collections::HashSet::new()),
+            Ok(watcher::Event::InitDone) => {
+                let Some(listed) = relisted.take() else {
+                    continue;
+                };
+                let gone: Vec<String> = known
+                    .keys()
+                    .filter(|key| !listed.contains(*key))
+                    .cloned()
+                    .collect();
+                for key in gone {
+                    if let Ok(request) = ObjectRef::parse(&key) {
+                        forget(&client, &key, &request, &mut known, &pending, &counters);
+                    }
+                }
+            }
             Ok(watcher::Event::Apply(request) | watcher::Event::InitApply(request)) => {
                 let Some((namespace, name, key)) = names(&request) else {
                     continue;
                 };
+                if let Some(listed) = relisted.as_mut() {
+                    listed.insert(key.clone());
+                }
                 let answered = request
                     .status
                     .as_ref()
@@ -145,22 +168,35 @@ async fn run(
                 let Some((namespace, name, key)) = names(&request) else {
                     continue;
                 };
-                if let Some(task) = known.remove(&key) {
-                    task.abort();
-                }
-                pending
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&key);
-                tokio::spawn(scale_down(
-                    client.clone(),
-                    node_prefix(&namespace, &name),
-                    Arc::clone(&counters),
-                ));
+                let request = ObjectRef::new(&namespace, &name);
+                forget(&client, &key, &request, &mut known, &pending, &counters);
             }
-            _ => {}
+            Err(_) => {}
         }
     }
+}
+
+/// Request `key` is gone: its answer, if still coming, is not given, and its nodes go.
+fn forget(
+    client: &Client,
+    key: &str,
+    request: &ObjectRef,
+    known: &mut HashMap<String, tokio::task::JoinHandle<()>>,
+    pending: &Mutex<BTreeMap<String, bool>>,
+    counters: &Arc<Counters>,
+) {
+    if let Some(task) = known.remove(key) {
+        task.abort();
+    }
+    pending
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(key);
+    tokio::spawn(scale_down(
+        client.clone(),
+        node_prefix(request.namespace(), request.name()),
+        Arc::clone(counters),
+    ));
 }
 
 /// A request's namespace, name and `namespace/name`.

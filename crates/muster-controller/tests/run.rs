@@ -390,11 +390,14 @@ async fn start_failing(
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     failing: BTreeMap<&'static str, u32>,
 ) -> Started {
-    let faults = Faults {
-        failing,
-        ..Faults::default()
-    };
-    start_with(lists, BTreeMap::new(), faults).await
+    start_faulty(
+        lists,
+        Faults {
+            failing,
+            ..Faults::default()
+        },
+    )
+    .await
 }
 
 /// [`start`], with the first writes of some paths carried out but their answers lost (see
@@ -403,10 +406,21 @@ async fn start_losing(
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
     lost: BTreeMap<&'static str, u32>,
 ) -> Started {
-    let faults = Faults {
-        lost,
-        ..Faults::default()
-    };
+    start_faulty(
+        lists,
+        Faults {
+            lost,
+            ..Faults::default()
+        },
+    )
+    .await
+}
+
+/// [`start`], with the server misbehaving as `faults` say.
+async fn start_faulty(
+    lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
+    faults: Faults,
+) -> Started {
     start_with(lists, BTreeMap::new(), faults).await
 }
 
@@ -906,9 +920,8 @@ async fn a_release_into_quota_an_end_frees_goes_out_only_once_the_end_has_landed
         stop,
         controller,
         ..
-    } = start_with(
+    } = start_faulty(
         lists,
-        BTreeMap::new(),
         Faults {
             rejected,
             ..Faults::default()
@@ -965,9 +978,8 @@ async fn an_end_that_hangs_holds_back_releases_for_seconds_and_then_holds_its_ow
         stop,
         controller,
         ..
-    } = start_with(
+    } = start_faulty(
         lists,
-        BTreeMap::new(),
         Faults {
             hung: BTreeMap::from([(a_status, 1)]),
             ..Faults::default()

@@ -5,7 +5,7 @@
 //! may run there) — also a request deleted while the watch was down, which the relist that
 //! follows no longer lists.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -112,22 +112,12 @@ async fn run(
     let mut events =
         std::pin::pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
     let mut known: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
-    // The requests a relist under way has listed so far: no delete event is sent for one
-    // deleted while the watch was down, so those it does not list are gone.
-    let mut relisted: Option<std::collections::HashSet<String>> = None;
+    let mut relist = Relist::default();
     while let Some(event) = events.next().await {
         match event {
-            Ok(watcher::Event::Init) => relisted = Some(std::collections::HashSet::new()),
+            Ok(watcher::Event::Init) => relist.start(),
             Ok(watcher::Event::InitDone) => {
-                let Some(listed) = relisted.take() else {
-                    continue;
-                };
-                let gone: Vec<String> = known
-                    .keys()
-                    .filter(|key| !listed.contains(*key))
-                    .cloned()
-                    .collect();
-                for key in gone {
+                for key in relist.done(known.keys()) {
                     if let Ok(request) = ObjectRef::parse(&key) {
                         forget(&client, &key, &request, &mut known, &pending, &counters);
                     }
@@ -137,9 +127,7 @@ async fn run(
                 let Some((namespace, name, key)) = names(&request) else {
                     continue;
                 };
-                if let Some(listed) = relisted.as_mut() {
-                    listed.insert(key.clone());
-                }
+                relist.saw(&key);
                 let answered = request
                     .status
                     .as_ref()
@@ -173,6 +161,42 @@ async fn run(
             }
             Err(_) => {}
         }
+    }
+}
+
+/// The requests a relist under way has listed so far. No delete event is sent for a request
+/// deleted while the watch was down, so the known requests a relist does not list are gone.
+#[derive(Debug, Default)]
+struct Relist {
+    /// `None` outside a relist.
+    listed: Option<HashSet<String>>,
+}
+
+impl Relist {
+    /// A relist begins (the watcher's `Init`).
+    fn start(&mut self) {
+        self.listed = Some(HashSet::new());
+    }
+
+    /// Request `key` is listed; outside a relist, an event says nothing about the others.
+    fn saw(&mut self, key: &str) {
+        if let Some(listed) = self.listed.as_mut() {
+            listed.insert(key.to_owned());
+        }
+    }
+
+    /// The relist is done (`InitDone`): the requests of `known` it did not list, in order.
+    /// Without a relist under way, none.
+    fn done<'a>(&mut self, known: impl Iterator<Item = &'a String>) -> Vec<String> {
+        let Some(listed) = self.listed.take() else {
+            return Vec::new();
+        };
+        let mut gone: Vec<String> = known
+            .filter(|key| !listed.contains(*key))
+            .cloned()
+            .collect();
+        gone.sort();
+        gone
     }
 }
 
@@ -309,5 +333,44 @@ async fn scale_down(client: Client, prefix: String, counters: Arc<Counters>) {
                 counters.nodes_deleted.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_relist_forgets_the_known_requests_it_does_not_list() {
+        let known = keys(&["team-a/one", "team-a/three", "team-b/two"]);
+        let mut relist = Relist::default();
+        relist.start();
+        relist.saw("team-a/three");
+        // A request first seen in the relist is new, not gone.
+        relist.saw("team-c/four");
+        assert_eq!(
+            relist.done(known.iter()),
+            keys(&["team-a/one", "team-b/two"])
+        );
+        // The relist is over: nothing more is forgotten until the next one.
+        assert!(relist.done(known.iter()).is_empty());
+    }
+
+    #[test]
+    fn events_outside_a_relist_forget_nothing() {
+        let known = keys(&["team-a/one", "team-b/two"]);
+        let mut relist = Relist::default();
+        // A watch event between relists says nothing about the requests it does not name.
+        relist.saw("team-a/one");
+        assert!(relist.done(known.iter()).is_empty());
+        // A relist that lists every known request forgets none.
+        relist.start();
+        relist.saw("team-b/two");
+        relist.saw("team-a/one");
+        assert!(relist.done(known.iter()).is_empty());
     }
 }

@@ -962,6 +962,78 @@ async fn a_release_into_quota_an_end_frees_goes_out_only_once_the_end_has_landed
     let _ = controller.await;
 }
 
+/// A request for capacity takes quota as a release does, so one made into quota an end frees
+/// waits for that end to land as well. Here `a`'s quota (16 GPUs of 32, its pods ended) is
+/// freed in the pass that writes its end, and `big` (4 × 8 GPUs, more than a block holds)
+/// then fits the queue's quota and buys its block; every attempt at `a`'s first end fails.
+/// Nothing of `big`'s request may go out before `a`'s end has landed: the API server would
+/// show `a` admitted and `big` provisioning, 48 GPUs of 32.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_for_capacity_into_quota_an_end_frees_goes_out_only_once_the_end_has_landed() {
+    let value = |v: &dyn erased::Json| v.json();
+    let mut lists = lists_with_an_ended_gang(32, &[]);
+    if let Some((_, jobs)) = lists.get_mut("/apis/muster.dev/v1alpha1/gpujobs") {
+        jobs.push(value(&support::job("big", 4, 1)));
+    }
+    if let Some((_, queues)) = lists.get_mut("/apis/muster.dev/v1alpha1/clusterqueues") {
+        for queue in queues {
+            queue["spec"]["provisioning"] = json!({"className": "queued-provisioning.gke.io"});
+        }
+    }
+    lists.insert(
+        "/apis/autoscaling.x-k8s.io/v1/provisioningrequests",
+        ("ProvisioningRequestList", Vec::new()),
+    );
+    lists.insert("/api/v1/podtemplates", ("PodTemplateList", Vec::new()));
+    let a_status = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
+    // Every attempt the executor makes at the first end (see `Retry::default`).
+    let rejected = BTreeMap::from([(a_status, 5)]);
+    let Started {
+        mut writes,
+        stop,
+        controller,
+        ..
+    } = start_faulty(
+        lists,
+        Faults {
+            rejected,
+            ..Faults::default()
+        },
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    let seen = from_first_until_quiet(&mut writes, deadline).await;
+    let ends: Vec<usize> = seen
+        .iter()
+        .enumerate()
+        .filter(|(_, (m, p))| m == "PATCH" && p == a_status)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        ends.len(),
+        6,
+        "five rejected attempts, then the end again: {seen:?}"
+    );
+    let buying: Vec<usize> = seen
+        .iter()
+        .enumerate()
+        .filter(|(_, (m, p))| {
+            m == "POST" && (p.ends_with("/provisioningrequests") || p.ends_with("/podtemplates"))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    assert!(
+        !buying.is_empty(),
+        "big buys its block once a's end has landed: {seen:?}"
+    );
+    assert!(
+        buying.iter().all(|i| *i > ends[5]),
+        "nothing of big's request goes out before a's end has landed: {seen:?}"
+    );
+    let _ = stop.send(());
+    let _ = controller.await;
+}
+
 /// An end that hangs (its write never answered, as under a partition) holds back the
 /// releases that counted on it for a few seconds, not for as long as it hangs: they are not
 /// sent, and the passes after hold the ended job's quota and nodes again, as for any write

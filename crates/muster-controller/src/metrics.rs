@@ -58,6 +58,10 @@ pub struct Metrics {
     /// `first` (the job had no status), `reason` (a new kind of reason), `figures` (the same
     /// reason, its position, message or ETA moved).
     pub waiting_status_writes: Family<Labels, Counter>,
+    /// Of those, the writes of a new kind of reason, by the kind the status showed before
+    /// (`from`; `none` when it showed none, as after an admission) and the kind written
+    /// (`to`): which ways of waiting turn into which, and how often.
+    pub waiting_reason_changes: Family<Labels, Counter>,
     /// API requests sent, by HTTP method (counted by the client, see [`ApiRequests`]).
     pub api_requests: ApiRequests,
     /// Waiting jobs' status writes queued and not yet sent (see [`crate::deferred`]).
@@ -172,6 +176,7 @@ impl Metrics {
             actions: Family::default(),
             status_writes: Family::default(),
             waiting_status_writes: Family::default(),
+            waiting_reason_changes: Family::default(),
             api_requests,
             deferred_status_writes: Gauge::default(),
             gpu_seconds_lost: Counter::default(),
@@ -223,35 +228,45 @@ impl Metrics {
             "API requests that failed after retries, by action",
             metrics.api_errors.clone(),
         );
-        registry.register(
-            "actions",
-            "Actions carried out, by kind and result",
-            metrics.actions.clone(),
-        );
-        registry.register(
-            "status_writes",
-            "Job status writes carried out, by the phase they write",
-            metrics.status_writes.clone(),
-        );
-        registry.register(
-            "waiting_status_writes",
-            "Waiting jobs' status writes carried out, by what changed (first, reason, figures)",
-            metrics.waiting_status_writes.clone(),
-        );
-        registry.register(
-            "api_requests",
-            "API requests sent, by HTTP method",
-            metrics.api_requests.0.clone(),
-        );
-        registry.register(
-            "api_requests_by_resource",
-            "API requests sent, by HTTP method and resource (`pods`, `gpujobs/status`, ...)",
-            metrics.api_requests.1.clone(),
-        );
+        metrics.register_writes(&mut registry);
         Metrics {
             registry,
             ..metrics
         }
+    }
+
+    /// Registers what the controller wrote: actions, status writes, API requests.
+    fn register_writes(&self, registry: &mut Registry) {
+        registry.register(
+            "actions",
+            "Actions carried out, by kind and result",
+            self.actions.clone(),
+        );
+        registry.register(
+            "status_writes",
+            "Job status writes carried out, by the phase they write",
+            self.status_writes.clone(),
+        );
+        registry.register(
+            "waiting_status_writes",
+            "Waiting jobs' status writes carried out, by what changed (first, reason, figures)",
+            self.waiting_status_writes.clone(),
+        );
+        registry.register(
+            "waiting_reason_changes",
+            "Waiting jobs' status writes of a new kind of reason, by the kind before and after",
+            self.waiting_reason_changes.clone(),
+        );
+        registry.register(
+            "api_requests",
+            "API requests sent, by HTTP method",
+            self.api_requests.0.clone(),
+        );
+        registry.register(
+            "api_requests_by_resource",
+            "API requests sent, by HTTP method and resource (`pods`, `gpujobs/status`, ...)",
+            self.api_requests.1.clone(),
+        );
     }
 
     /// Registers what passes did to jobs: evictions, preemptions, GPU-seconds, rebuilds.
@@ -374,6 +389,14 @@ impl Metrics {
     pub fn waiting_status_write(&self, change: &str) {
         self.waiting_status_writes
             .get_or_create(&labels(&[("change", change)]))
+            .inc();
+    }
+
+    /// Counts a waiting job's status write that changed its kind of reason from `from` to
+    /// `to` (see [`Metrics::waiting_reason_changes`]).
+    pub fn waiting_reason_change(&self, from: &str, to: &str) {
+        self.waiting_reason_changes
+            .get_or_create(&labels(&[("from", from), ("to", to)]))
             .inc();
     }
 

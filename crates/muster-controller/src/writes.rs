@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use muster_api::GpuJob;
+use muster_api::gpujob::PendingReasonKind;
 use tokio::sync::{Semaphore, watch};
 
 use crate::action::{Action, JobRead};
@@ -298,24 +299,60 @@ async fn land(
     if result.is_ok()
         && let Some(change) = waiting_change(state.index(), action)
     {
-        shared.metrics.waiting_status_write(change);
+        shared.metrics.waiting_status_write(change.label());
+        if let WaitingChange::Reason { from, to } = change {
+            let from = from.map_or("none", PendingReasonKind::as_str);
+            shared.metrics.waiting_reason_change(from, to.as_str());
+        }
     }
     state.read_back(read);
     state.landed_in(term, action, result, now);
 }
 
-/// What a waiting job's status write changes against the status the index still holds
-/// (its own write not yet folded in): `first` when the job had none, `reason` when the kind
-/// of reason is new, `figures` otherwise. `None` for every other write.
-fn waiting_change(index: &crate::index::Index, action: &Action) -> Option<&'static str> {
+/// What a waiting job's status write changes against the status the index still holds (its
+/// own write not yet folded in).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WaitingChange {
+    /// The job had no status.
+    First,
+    /// A new kind of reason: `from` the one the status showed (none after an admission, say)
+    /// `to` the one written.
+    Reason {
+        from: Option<PendingReasonKind>,
+        to: PendingReasonKind,
+    },
+    /// The same kind of reason; its position, message or ETA moved.
+    Figures,
+}
+
+impl WaitingChange {
+    /// The change's `change` label (`first`, `reason`, `figures`).
+    fn label(self) -> &'static str {
+        match self {
+            WaitingChange::First => "first",
+            WaitingChange::Reason { .. } => "reason",
+            WaitingChange::Figures => "figures",
+        }
+    }
+}
+
+/// What a waiting job's status write changes (see [`WaitingChange`]); `None` for every other
+/// write.
+fn waiting_change(index: &crate::index::Index, action: &Action) -> Option<WaitingChange> {
     let Action::JobStatus { job, status, .. } = action else {
         return None;
     };
-    let kind = status.pending_reason.as_ref()?.kind;
+    let to = status.pending_reason.as_ref()?.kind;
     Some(match index.jobs.get(job).and_then(|j| j.status.as_ref()) {
-        None => "first",
-        Some(before) if before.pending_reason.as_ref().map(|r| r.kind) == Some(kind) => "figures",
-        Some(_) => "reason",
+        None => WaitingChange::First,
+        Some(before) => {
+            let from = before.pending_reason.as_ref().map(|r| r.kind);
+            if from == Some(to) {
+                WaitingChange::Figures
+            } else {
+                WaitingChange::Reason { from, to }
+            }
+        }
     })
 }
 
@@ -379,7 +416,7 @@ mod tests {
     use muster_api::ObjectRef;
     use muster_api::gpujob::GpuJobStatus;
 
-    use super::{in_order, waiting_change};
+    use super::{WaitingChange, in_order, waiting_change};
     use crate::action::Action;
 
     fn status(job: &str) -> Action {
@@ -426,12 +463,30 @@ mod tests {
         .unwrap_or_else(|e| unreachable!("a valid job: {e}"));
         index.apply(job.clone());
         let short = write(waiting(QuotaShort, "3 of 8 GPUs free"));
-        assert_eq!(waiting_change(&index, &short), Some("first"));
+        assert_eq!(waiting_change(&index, &short), Some(WaitingChange::First));
         job.status = Some(*waiting(QuotaShort, "2 of 8 GPUs free"));
         index.apply(job.clone());
-        assert_eq!(waiting_change(&index, &short), Some("figures"));
+        assert_eq!(waiting_change(&index, &short), Some(WaitingChange::Figures));
         let unknown = write(waiting(UnknownQueue, "no LocalQueue q"));
-        assert_eq!(waiting_change(&index, &unknown), Some("reason"));
+        let change = waiting_change(&index, &unknown);
+        assert_eq!(
+            change,
+            Some(WaitingChange::Reason {
+                from: Some(QuotaShort),
+                to: UnknownQueue
+            })
+        );
+        assert_eq!(change.map(WaitingChange::label), Some("reason"));
+        // A status that shows no reason (the job was admitted, then evicted): from none.
+        job.status = Some(GpuJobStatus::default());
+        index.apply(job.clone());
+        assert_eq!(
+            waiting_change(&index, &unknown),
+            Some(WaitingChange::Reason {
+                from: None,
+                to: UnknownQueue
+            })
+        );
         // Not a waiting status: not counted.
         assert_eq!(waiting_change(&index, &write(Box::default())), None);
         assert_eq!(waiting_change(&index, &finalizer("a")), None);

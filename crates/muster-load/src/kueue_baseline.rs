@@ -183,6 +183,10 @@ pub struct Summary {
     /// The controller's waiting jobs' status writes by what they changed (`first`, `reason`,
     /// `figures`; its `muster_waiting_status_writes_total`).
     pub waiting_status_writes: BTreeMap<String, u64>,
+    /// Of those, the writes of a new kind of reason by the kind before and after
+    /// (`QuotaShort NoTopologyFit`; `none` before: the status showed no reason), from its
+    /// `muster_waiting_reason_changes_total`.
+    pub waiting_reason_changes: BTreeMap<String, u64>,
     /// Pod status writes of the fake kubelet.
     pub kubelet_writes: u64,
     /// The controller's scheduling passes (its `muster_cycle_duration_seconds_count`).
@@ -439,6 +443,7 @@ fn summarize(
         api_requests_by_resource: series(metrics, "muster_api_requests_by_resource_total"),
         status_writes: counter(metrics, "muster_status_writes_total", "phase"),
         waiting_status_writes: counter(metrics, "muster_waiting_status_writes_total", "change"),
+        waiting_reason_changes: series(metrics, "muster_waiting_reason_changes_total"),
         kubelet_writes,
         passes: gauge(metrics, "muster_cycle_duration_seconds_count"),
         forecasts: gauge(metrics, "muster_forecast_seconds_count"),

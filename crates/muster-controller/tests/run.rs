@@ -912,35 +912,7 @@ fn lists_with_an_ended_gang(
 async fn a_release_into_quota_an_end_frees_goes_out_only_once_the_end_has_landed() {
     // `a` admitted onto two 8-GPU nodes, its pods since ended; `b` wants the same 16 GPUs.
     let lists = lists_with_an_ended_gang(16, &[("b", 1)]);
-    let a_status = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
-    // Every attempt the executor makes at the first end (see `Retry::default`).
-    let rejected = BTreeMap::from([(a_status, 5)]);
-    let Started {
-        mut writes,
-        stop,
-        controller,
-        ..
-    } = start_faulty(
-        lists,
-        Faults {
-            rejected,
-            ..Faults::default()
-        },
-    )
-    .await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-    let seen = from_first_until_quiet(&mut writes, deadline).await;
-    let ends: Vec<usize> = seen
-        .iter()
-        .enumerate()
-        .filter(|(_, (m, p))| m == "PATCH" && p == a_status)
-        .map(|(i, _)| i)
-        .collect();
-    assert_eq!(
-        ends.len(),
-        6,
-        "five rejected attempts, then the end again: {seen:?}"
-    );
+    let (seen, landed) = writes_around_a_rejected_end(lists).await;
     let b_writes: Vec<usize> = seen
         .iter()
         .enumerate()
@@ -955,11 +927,48 @@ async fn a_release_into_quota_an_end_frees_goes_out_only_once_the_end_has_landed
         "b is released once a's end has landed: {seen:?}"
     );
     assert!(
-        b_writes.iter().all(|i| *i > ends[5]),
+        b_writes.iter().all(|i| *i > landed),
         "nothing of b's release goes out before a's end has landed: {seen:?}"
     );
+}
+
+/// Runs the controller on `lists` (see [`lists_with_an_ended_gang`]) with every attempt the
+/// executor makes at `a`'s first end rejected (five: see `Retry::default`), until it has been
+/// quiet for a second: the writes seen, and where the end that landed (the sixth) is among
+/// them.
+async fn writes_around_a_rejected_end(
+    lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
+) -> (Vec<(String, String)>, usize) {
+    let a_status = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
+    let Started {
+        mut writes,
+        stop,
+        controller,
+        ..
+    } = start_faulty(
+        lists,
+        Faults {
+            rejected: BTreeMap::from([(a_status, 5)]),
+            ..Faults::default()
+        },
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    let seen = from_first_until_quiet(&mut writes, deadline).await;
     let _ = stop.send(());
     let _ = controller.await;
+    let ends: Vec<usize> = seen
+        .iter()
+        .enumerate()
+        .filter(|(_, (m, p))| m == "PATCH" && p == a_status)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        ends.len(),
+        6,
+        "five rejected attempts, then the end again: {seen:?}"
+    );
+    (seen, ends[5])
 }
 
 /// A request for capacity takes quota as a release does, so one made into quota an end frees
@@ -985,35 +994,7 @@ async fn a_request_for_capacity_into_quota_an_end_frees_goes_out_only_once_the_e
         ("ProvisioningRequestList", Vec::new()),
     );
     lists.insert("/api/v1/podtemplates", ("PodTemplateList", Vec::new()));
-    let a_status = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
-    // Every attempt the executor makes at the first end (see `Retry::default`).
-    let rejected = BTreeMap::from([(a_status, 5)]);
-    let Started {
-        mut writes,
-        stop,
-        controller,
-        ..
-    } = start_faulty(
-        lists,
-        Faults {
-            rejected,
-            ..Faults::default()
-        },
-    )
-    .await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-    let seen = from_first_until_quiet(&mut writes, deadline).await;
-    let ends: Vec<usize> = seen
-        .iter()
-        .enumerate()
-        .filter(|(_, (m, p))| m == "PATCH" && p == a_status)
-        .map(|(i, _)| i)
-        .collect();
-    assert_eq!(
-        ends.len(),
-        6,
-        "five rejected attempts, then the end again: {seen:?}"
-    );
+    let (seen, landed) = writes_around_a_rejected_end(lists).await;
     let buying: Vec<usize> = seen
         .iter()
         .enumerate()
@@ -1027,11 +1008,9 @@ async fn a_request_for_capacity_into_quota_an_end_frees_goes_out_only_once_the_e
         "big buys its block once a's end has landed: {seen:?}"
     );
     assert!(
-        buying.iter().all(|i| *i > ends[5]),
+        buying.iter().all(|i| *i > landed),
         "nothing of big's request goes out before a's end has landed: {seen:?}"
     );
-    let _ = stop.send(());
-    let _ = controller.await;
 }
 
 /// An end that hangs (its write never answered, as under a partition) holds back the

@@ -374,7 +374,7 @@ struct Started {
 
 /// Starts the controller (passes every 50 ms) against a mock server answering `lists`.
 async fn start(lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>) -> Started {
-    start_failing(lists, BTreeMap::new()).await
+    start_faulty(lists, Faults::default()).await
 }
 
 /// [`start`], with later lists of some paths answered from `later` (see [`api_server`]).
@@ -383,37 +383,6 @@ async fn start_moved_on(
     later: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
 ) -> Started {
     start_with(lists, later, Faults::default()).await
-}
-
-/// [`start`], with the first lists of some paths failing (see [`api_server`]).
-async fn start_failing(
-    lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
-    failing: BTreeMap<&'static str, u32>,
-) -> Started {
-    start_faulty(
-        lists,
-        Faults {
-            failing,
-            ..Faults::default()
-        },
-    )
-    .await
-}
-
-/// [`start`], with the first writes of some paths carried out but their answers lost (see
-/// [`api_server`]).
-async fn start_losing(
-    lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
-    lost: BTreeMap<&'static str, u32>,
-) -> Started {
-    start_faulty(
-        lists,
-        Faults {
-            lost,
-            ..Faults::default()
-        },
-    )
-    .await
 }
 
 /// [`start`], with the server misbehaving as `faults` say.
@@ -607,7 +576,14 @@ async fn buys_capacity(failing: BTreeMap<&'static str, u32>) {
         stop,
         controller,
         ..
-    } = start_failing(buying(), failing).await;
+    } = start_faulty(
+        buying(),
+        Faults {
+            failing,
+            ..Faults::default()
+        },
+    )
+    .await;
     // Every write from the first (a failed probe is asked again a little later) until the
     // controller has been quiet for a second.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -639,7 +615,14 @@ async fn a_request_for_capacity_whose_answer_is_lost_is_read_back() {
         stop,
         controller,
         ..
-    } = start_losing(buying(), lost).await;
+    } = start_faulty(
+        buying(),
+        Faults {
+            lost,
+            ..Faults::default()
+        },
+    )
+    .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let seen = from_first_until_quiet(&mut writes, deadline).await;
     assert_eq!(job_writes(&seen), buying_writes(5), "{seen:?}");
@@ -827,7 +810,14 @@ async fn a_release_whose_answer_is_lost_is_read_back_before_the_quota_is_given_a
         stop,
         controller,
         ..
-    } = start_losing(lists, lost).await;
+    } = start_faulty(
+        lists,
+        Faults {
+            lost,
+            ..Faults::default()
+        },
+    )
+    .await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let seen = until_quiet(&mut writes, deadline).await;
     let count = |method: &str, path: &str| {

@@ -21,7 +21,8 @@
 //! its job holds its quota again until the end lands ([`crate::state::State::end_overdue`]),
 //! as every other write that gives quota up does.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use muster_api::ObjectRef;
@@ -44,12 +45,33 @@ pub(crate) struct EndsInFlight {
     in_flight: Mutex<Vec<InFlight>>,
 }
 
-/// One end in flight: how it lands, whose it is, and since when it is counted on.
+/// One end in flight: how it lands, whose it is, since when it is counted on, and whether
+/// its write has been sent yet (its unit has a write permit).
 #[derive(Debug)]
 struct InFlight {
     landing: Landing,
     job: ObjectRef,
     since: Instant,
+    writing: Arc<AtomicBool>,
+}
+
+/// Where an overdue end was when its [`PATIENCE`] ran out: what kept it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EndStage {
+    /// Its write had not been sent: it was waiting for a write permit.
+    Permit,
+    /// Its write had been sent and had not been answered (or was being retried).
+    Write,
+}
+
+impl EndStage {
+    /// The metric label and log field for it.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Permit => "permit",
+            Self::Write => "write",
+        }
+    }
 }
 
 /// What a pass is to know of the ends in flight as it begins (see [`EndsInFlight::before_pass`]).
@@ -57,9 +79,9 @@ struct InFlight {
 pub(crate) struct BeforePass {
     /// The ends the pass's releases wait for.
     pub(crate) waits_for: Vec<Landing>,
-    /// The jobs whose ends have been in flight for [`PATIENCE`] or longer: each holds its
-    /// quota again from this pass on, and is waited for no more.
-    pub(crate) overdue: Vec<ObjectRef>,
+    /// The jobs whose ends have been in flight for [`PATIENCE`] or longer, each with what
+    /// kept it: each holds its quota again from this pass on, and is waited for no more.
+    pub(crate) overdue: Vec<(ObjectRef, EndStage)>,
 }
 
 impl EndsInFlight {
@@ -78,7 +100,12 @@ impl EndsInFlight {
         let mut pass = BeforePass::default();
         in_flight.retain(|end| {
             if now.saturating_duration_since(end.since) >= PATIENCE {
-                pass.overdue.push(end.job.clone());
+                let stage = if end.writing.load(Ordering::Relaxed) {
+                    EndStage::Write
+                } else {
+                    EndStage::Permit
+                };
+                pass.overdue.push((end.job.clone(), stage));
                 false
             } else {
                 pass.waits_for.push(end.landing.clone());
@@ -91,25 +118,79 @@ impl EndsInFlight {
     /// `job`'s end about to be sent: kept in flight until its sender tells how it went.
     pub(crate) fn sending(&self, job: ObjectRef) -> (EndSent, Landing) {
         let (sender, landing) = watch::channel(None);
+        let writing = Arc::new(AtomicBool::new(false));
+        let since = Instant::now();
         self.in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(InFlight {
                 landing: landing.clone(),
-                job,
-                since: Instant::now(),
+                job: job.clone(),
+                since,
+                writing: Arc::clone(&writing),
             });
-        (EndSent(sender), landing)
+        let sent = EndSent {
+            sender,
+            writing,
+            job,
+            since,
+            writing_at: None,
+        };
+        (sent, landing)
     }
 }
 
+/// How long an end may take to land before its landing is logged with what the time went
+/// on: a fifth of [`PATIENCE`].
+const SLOW: Duration = Duration::from_secs(1);
+
 /// Tells the releases waiting for an end how it went; dropped untold, it counts as failed.
-pub(crate) struct EndSent(watch::Sender<Option<bool>>);
+pub(crate) struct EndSent {
+    sender: watch::Sender<Option<bool>>,
+    writing: Arc<AtomicBool>,
+    job: ObjectRef,
+    /// When its pass sent it: its patience counts from here.
+    since: Instant,
+    /// When its unit had its write permit.
+    writing_at: Option<Instant>,
+}
+
+/// What an end's landing took once its write permit was in hand (see [`EndSent::landed`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct EndTook {
+    /// The writes of its unit up to and with its status write (and that write's Event).
+    pub(crate) writing: Duration,
+    /// Folding their answers into the state (which waits for a pass that holds it).
+    pub(crate) folding: Duration,
+}
 
 impl EndSent {
-    /// The end landed (`true`) or failed.
-    pub(crate) fn landed(self, ok: bool) {
-        self.0.send_replace(Some(ok));
+    /// The end's write is being sent: its unit has its write permit. An end overdue after
+    /// this was kept by the API server, not by the writes ahead of it (see [`EndStage`]).
+    pub(crate) fn writing(&mut self) {
+        self.writing.store(true, Ordering::Relaxed);
+        self.writing_at = Some(Instant::now());
+    }
+
+    /// The end landed (`true`) or failed, its writes and their folding having taken `took`;
+    /// an end that took [`SLOW`] or longer from its pass is logged with where the time went.
+    pub(crate) fn landed(self, ok: bool, took: EndTook) {
+        let total = self.since.elapsed();
+        if total >= SLOW {
+            let permit = self
+                .writing_at
+                .map(|at| at.saturating_duration_since(self.since));
+            tracing::info!(
+                job = %self.job,
+                landed = ok,
+                total_ms = total.as_millis(),
+                permit_ms = permit.map(|p| p.as_millis()),
+                writing_ms = took.writing.as_millis(),
+                folding_ms = took.folding.as_millis(),
+                "a job's end was slow to land"
+            );
+        }
+        self.sender.send_replace(Some(ok));
     }
 }
 
@@ -144,7 +225,7 @@ pub(crate) async fn all_landed(landings: Vec<Landing>) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{EndsInFlight, PATIENCE, all_landed};
+    use super::{EndStage, EndTook, EndsInFlight, PATIENCE, all_landed};
 
     fn job(name: &str) -> muster_api::ObjectRef {
         muster_api::ObjectRef::new("team-a", name)
@@ -160,10 +241,10 @@ mod tests {
         let waiting = tokio::spawn(all_landed(waited));
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished(), "neither end has landed");
-        first.landed(true);
+        first.landed(true, EndTook::default());
         tokio::task::yield_now().await;
         assert!(!waiting.is_finished(), "the second end is still in flight");
-        second.landed(true);
+        second.landed(true, EndTook::default());
         assert!(waiting.await.unwrap_or(false), "both landed");
         assert!(
             ends.before_pass().waits_for.is_empty(),
@@ -173,7 +254,7 @@ mod tests {
         let (failed, _) = ends.sending(job("j3"));
         let (dropped, _) = ends.sending(job("j4"));
         let waited = ends.before_pass().waits_for;
-        failed.landed(false);
+        failed.landed(false, EndTook::default());
         drop(dropped);
         assert!(
             !all_landed(waited).await,
@@ -200,7 +281,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_end_in_flight_past_patience_is_overdue_and_no_longer_waited_for() {
         let ends = EndsInFlight::default();
-        let (hung, _) = ends.sending(job("hung"));
+        let (mut hung, _) = ends.sending(job("hung"));
+        let (queued, _) = ends.sending(job("queued"));
+        hung.writing();
         let waiting = tokio::spawn(all_landed(ends.before_pass().waits_for));
         tokio::time::sleep(PATIENCE / 2).await;
         assert!(!waiting.is_finished(), "the end may still land");
@@ -211,13 +294,21 @@ mod tests {
             "a release gives up on an end that has not landed in time"
         );
         let pass = ends.before_pass();
-        assert_eq!(pass.overdue, vec![job("hung")], "{pass:?}");
+        assert_eq!(
+            pass.overdue,
+            vec![
+                (job("hung"), EndStage::Write),
+                (job("queued"), EndStage::Permit)
+            ],
+            "each overdue end says whether its write had gone out: {pass:?}"
+        );
         assert_eq!(pass.waits_for.len(), 1, "the fresh end is still counted on");
         let next = ends.before_pass();
         assert!(
             next.overdue.is_empty(),
             "an end is handed back as overdue once: {next:?}"
         );
-        hung.landed(true);
+        hung.landed(true, EndTook::default());
+        queued.landed(true, EndTook::default());
     }
 }

@@ -248,6 +248,7 @@ impl Ledger {
 
     /// Whether all the ledger has of `job`'s writes is a status write queued for the sender
     /// and not sent.
+    #[cfg(debug_assertions)]
     fn only_queued(&self, job: &str) -> bool {
         only_queued(
             self.busy.get(job),

@@ -62,6 +62,10 @@ pub struct Metrics {
     /// (`from`; `none` when it showed none, as after an admission) and the kind written
     /// (`to`): which ways of waiting turn into which, and how often.
     pub waiting_reason_changes: Family<Labels, Counter>,
+    /// Jobs' ends still in flight after `ends::PATIENCE`, held again, by what kept each:
+    /// `permit` (its write had not been sent, the writes ahead of it held every permit) or
+    /// `write` (sent and not yet answered).
+    pub ends_overdue: Family<Labels, Counter>,
     /// API requests sent, by HTTP method (counted by the client, see [`ApiRequests`]).
     pub api_requests: ApiRequests,
     /// Waiting jobs' status writes queued and not yet sent (see [`crate::deferred`]).
@@ -177,6 +181,7 @@ impl Metrics {
             status_writes: Family::default(),
             waiting_status_writes: Family::default(),
             waiting_reason_changes: Family::default(),
+            ends_overdue: Family::default(),
             api_requests,
             deferred_status_writes: Gauge::default(),
             gpu_seconds_lost: Counter::default(),
@@ -256,6 +261,11 @@ impl Metrics {
             "waiting_reason_changes",
             "Waiting jobs' status writes of a new kind of reason, by the kind before and after",
             self.waiting_reason_changes.clone(),
+        );
+        registry.register(
+            "ends_overdue",
+            "Jobs' ends in flight past their patience, by what kept them (permit, write)",
+            self.ends_overdue.clone(),
         );
         registry.register(
             "api_requests",
@@ -397,6 +407,13 @@ impl Metrics {
     pub fn waiting_reason_change(&self, from: &str, to: &str) {
         self.waiting_reason_changes
             .get_or_create(&labels(&[("from", from), ("to", to)]))
+            .inc();
+    }
+
+    /// Counts a job's end overdue while at `stage` (see [`Metrics::ends_overdue`]).
+    pub fn end_overdue(&self, stage: &str) {
+        self.ends_overdue
+            .get_or_create(&labels(&[("stage", stage)]))
             .inc();
     }
 

@@ -22,7 +22,7 @@ use kube::runtime::watcher::{self, Event};
 use muster_api::jobset::JobSet;
 use muster_api::{ClusterQueue, Cohort, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
 use serde::de::DeserializeOwned;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
 use crate::executor::Executor;
 use crate::index::{BatchJob, ChildJob, Indexed, Kind};
@@ -481,12 +481,12 @@ async fn scheduling_loop(
     options: &Options,
     mut stop: watch::Receiver<bool>,
 ) {
-    let permits = Arc::new(Semaphore::new(options.write_concurrency.max(1)));
+    let permits = crate::writes::Permits::new(options.write_concurrency);
     let sender = tokio::spawn(crate::writes::send_deferred(
         Arc::clone(shared),
         executor.clone(),
         leader.clone(),
-        Arc::clone(&permits),
+        Arc::clone(&permits.writes),
         (options.write_concurrency / 4).max(1),
         stop.clone(),
     ));
@@ -526,8 +526,10 @@ async fn scheduling_loop(
             let mut state = shared.state();
             // First, whatever this pass does: no pass waits for these ends any more, so
             // their jobs must hold their quota from now on.
-            for job in &ends.overdue {
-                state.end_overdue(job);
+            for (job, stage) in &ends.overdue {
+                if state.end_overdue(job, *stage) {
+                    shared.metrics.end_overdue(stage.label());
+                }
             }
             if !state.index().ready() {
                 continue;
@@ -573,11 +575,7 @@ async fn scheduling_loop(
         last_end = Instant::now();
     }
     let _ = sender.await;
-    // Let writes in flight finish (each is idempotent, so a cut one is finished later).
-    let all = u32::try_from(options.write_concurrency.max(1)).unwrap_or(u32::MAX);
-    let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(all)).await;
-    // Releases still waiting for jobs' ends to land are not sent after the loop stopped.
-    permits.close();
+    permits.close(Duration::from_secs(10)).await;
 }
 
 /// How many times as long as the last forecast took the forecaster waits before the next:

@@ -185,10 +185,21 @@ impl State {
     /// `job`'s end has been in flight too long to be counted on (see [`crate::ends::PATIENCE`]):
     /// from this pass on its job holds its quota until the end lands, and the releases of
     /// later passes do not wait for it.
-    pub(crate) fn end_overdue(&mut self, job: &muster_api::ObjectRef) {
-        if self.ledger.end_overdue(job) {
-            tracing::warn!(job = %job, "a job's end is overdue: its quota is held until it lands");
+    /// Whether it still counted on the end (a job settled meanwhile has nothing to hold).
+    pub(crate) fn end_overdue(
+        &mut self,
+        job: &muster_api::ObjectRef,
+        stage: crate::ends::EndStage,
+    ) -> bool {
+        let held = self.ledger.end_overdue(job);
+        if held {
+            tracing::warn!(
+                job = %job,
+                waiting_for = stage.label(),
+                "a job's end is overdue: its quota is held until it lands"
+            );
         }
+        held
     }
 
     /// Folds in the objects read back after a failed write (see

@@ -187,6 +187,9 @@ pub struct Summary {
     /// (`QuotaShort NoTopologyFit`; `none` before: the status showed no reason), from its
     /// `muster_waiting_reason_changes_total`.
     pub waiting_reason_changes: BTreeMap<String, u64>,
+    /// Jobs' ends overdue (in flight past their patience, their quota held again) by what
+    /// kept them, `permit` or `write` (its `muster_ends_overdue_total`).
+    pub ends_overdue: BTreeMap<String, u64>,
     /// Pod status writes of the fake kubelet.
     pub kubelet_writes: u64,
     /// The controller's scheduling passes (its `muster_cycle_duration_seconds_count`).
@@ -444,6 +447,7 @@ fn summarize(
         status_writes: counter(metrics, "muster_status_writes_total", "phase"),
         waiting_status_writes: counter(metrics, "muster_waiting_status_writes_total", "change"),
         waiting_reason_changes: series(metrics, "muster_waiting_reason_changes_total"),
+        ends_overdue: counter(metrics, "muster_ends_overdue_total", "stage"),
         kubelet_writes,
         passes: gauge(metrics, "muster_cycle_duration_seconds_count"),
         forecasts: gauge(metrics, "muster_forecast_seconds_count"),

@@ -160,13 +160,15 @@ pub(crate) struct EndSent {
 pub(crate) struct EndTook {
     /// The writes of its unit up to and with its status write (and that write's Event).
     pub(crate) writing: Duration,
-    /// Folding their answers into the state (which waits for a pass that holds it).
+    /// Folding their answers into the state (which waits for a pass that holds it), with
+    /// the read-back after a write that failed.
     pub(crate) folding: Duration,
 }
 
 impl EndSent {
     /// The end's write is being sent: its unit has its write permit. An end overdue after
-    /// this was kept by the API server, not by the writes ahead of it (see [`EndStage`]).
+    /// this was still being written when its patience ran out (see [`EndStage`]), however
+    /// long it had waited for the permit.
     pub(crate) fn writing(&mut self) {
         self.writing.store(true, Ordering::Relaxed);
         self.writing_at = Some(Instant::now());

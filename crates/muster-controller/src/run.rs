@@ -22,7 +22,7 @@ use kube::runtime::watcher::{self, Event};
 use muster_api::jobset::JobSet;
 use muster_api::{ClusterQueue, Cohort, GpuJob, LocalQueue, ProvisioningRequest, ResourceFlavor};
 use serde::de::DeserializeOwned;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 
 use crate::executor::Executor;
 use crate::index::{BatchJob, ChildJob, Indexed, Kind};
@@ -481,12 +481,12 @@ async fn scheduling_loop(
     options: &Options,
     mut stop: watch::Receiver<bool>,
 ) {
-    let permits = crate::writes::Permits::new(options.write_concurrency);
+    let permits = Arc::new(Semaphore::new(options.write_concurrency.max(1)));
     let sender = tokio::spawn(crate::writes::send_deferred(
         Arc::clone(shared),
         executor.clone(),
         leader.clone(),
-        Arc::clone(&permits.writes),
+        Arc::clone(&permits),
         (options.write_concurrency / 4).max(1),
         stop.clone(),
     ));
@@ -575,7 +575,11 @@ async fn scheduling_loop(
         last_end = Instant::now();
     }
     let _ = sender.await;
-    permits.close(Duration::from_secs(10)).await;
+    // Let writes in flight finish (each is idempotent, so a cut one is finished later).
+    let all = u32::try_from(options.write_concurrency.max(1)).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(all)).await;
+    // Releases still waiting for jobs' ends to land are not sent after the loop stopped.
+    permits.close();
 }
 
 /// How many times as long as the last forecast took the forecaster waits before the next:

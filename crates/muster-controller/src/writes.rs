@@ -97,52 +97,9 @@ pub(crate) fn in_order(
     units
 }
 
-/// The scheduling loop's write permits: each unit of writes holds one until it has landed.
-pub(crate) struct Permits {
-    /// For every unit but a job's end: they pace what the loop writes.
-    pub(crate) writes: Arc<Semaphore>,
-    /// For jobs' ends (those the releases of later passes wait for, see [`crate::ends`])
-    /// alone, as many as `writes`: every release waits for the ends in flight when its pass
-    /// ran, so an end waiting for a permit holds back every release after it. A pass of
-    /// 15,000 one-pod jobs ends hundreds at once; with a quarter as many permits an end
-    /// waited a median 2.2 s for one (and wrote in 0.1 s), and in the loop's one pool some
-    /// were still in flight when their patience ran out and held their quota again.
-    pub(crate) ends: Arc<Semaphore>,
-    /// How many permits each pool has: `(writes, ends)`.
-    sizes: (u32, u32),
-}
-
-impl Permits {
-    /// `writes` permits (at least one) for the loop's writes and as many again for ends.
-    pub(crate) fn new(writes: usize) -> Self {
-        let writes = writes.max(1);
-        let ends = writes;
-        let size = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        Self {
-            writes: Arc::new(Semaphore::new(writes)),
-            ends: Arc::new(Semaphore::new(ends)),
-            sizes: (size(writes), size(ends)),
-        }
-    }
-
-    /// Lets the writes in flight land, for `patience` at most (each is idempotent, so a cut
-    /// one is finished later), then lets no more start: releases still waiting for jobs'
-    /// ends are not sent after the loop stopped.
-    pub(crate) async fn close(&self, patience: std::time::Duration) {
-        let landed = async {
-            let _writes = self.writes.acquire_many(self.sizes.0).await;
-            let _ends = self.ends.acquire_many(self.sizes.1).await;
-        };
-        let _ = tokio::time::timeout(patience, landed).await;
-        self.writes.close();
-        self.ends.close();
-    }
-}
-
-/// Sends a pass's writes in [`in_order`]'s units, each holding a permit (an end one of
-/// `permits.ends`, any other unit one of `permits.writes`) until it has landed. The pass's
-/// ends that gave their quota up early (those of jobs in `early`: see [`crate::ends`]) are
-/// in flight before any unit goes out, and each unit that takes quota
+/// Sends a pass's writes in [`in_order`]'s units, each holding one of `permits` until it has
+/// landed. The pass's ends that gave their quota up early (those of jobs in `early`: see
+/// [`crate::ends`]) are in flight before any unit goes out, and each unit that takes quota
 /// waits for them and for `ends_before`, the ends in flight when the pass read the state. Such
 /// a unit takes its permit only once they have landed: the loop's permits pace what is being
 /// written, and a release held back holds none of them (held, they kept the loop from its next
@@ -150,7 +107,7 @@ impl Permits {
 pub(crate) async fn send_pass(
     shared: &Arc<Shared>,
     executor: &Executor,
-    permits: &Permits,
+    permits: &Arc<Semaphore>,
     term: u64,
     (actions, early): (
         Vec<(Action, Option<JobRead>)>,
@@ -195,24 +152,12 @@ pub(crate) async fn send_pass(
                 waits_for,
                 tells: tells.map(|(sent, _)| sent),
             };
-            let permits = Arc::clone(&permits.writes);
+            let permits = Arc::clone(permits);
             let permit = async move { permits.acquire_owned().await.ok() };
             spawn_writes(shared, executor, term, writes, permit, true, ends);
             continue;
         }
-        if tells.is_some() {
-            // An end takes its permit in its own task: the pass's other units need not wait
-            // for a pass's worth of ends to be under way, and its releases wait for the ends.
-            let ends = AfterEnds {
-                waits_for: Vec::new(),
-                tells: tells.map(|(sent, _)| sent),
-            };
-            let permits = Arc::clone(&permits.ends);
-            let permit = async move { permits.acquire_owned().await.ok() };
-            spawn_writes(shared, executor, term, writes, permit, true, ends);
-            continue;
-        }
-        let Ok(permit) = Arc::clone(&permits.writes).acquire_owned().await else {
+        let Ok(permit) = Arc::clone(permits).acquire_owned().await else {
             return;
         };
         let ends = AfterEnds {
@@ -479,7 +424,7 @@ mod tests {
     use muster_api::ObjectRef;
     use muster_api::gpujob::GpuJobStatus;
 
-    use super::{Executor, Permits, Shared, WaitingChange, in_order, send_pass, waiting_change};
+    use super::{WaitingChange, in_order, waiting_change};
     use crate::action::Action;
 
     fn status(job: &str) -> Action {
@@ -646,84 +591,5 @@ mod tests {
                 "job_status w2",
             ]
         );
-    }
-
-    /// A job's end goes out with its own permit while the writes ahead of it hold every one
-    /// of the loop's others; the pass's other writes wait for those. From the loop's one pool,
-    /// the end would wait behind them, and past its patience its quota was held again.
-    #[tokio::test(start_paused = true)]
-    async fn an_end_goes_out_while_every_other_write_permit_is_held() {
-        use std::sync::Arc;
-
-        use http::{Request, Response};
-        use kube::client::Body;
-        use muster_api::gpujob::{GpuJob, GpuJobPhase};
-
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let (sent_tx, mut sent) = tokio::sync::mpsc::unbounded_channel::<String>();
-        tokio::spawn(async move {
-            while let Some((request, respond)) = handle.next_request().await {
-                let path = request.uri().path().to_owned();
-                let name = path.split("/gpujobs/").nth(1).unwrap_or_default();
-                let name = name.trim_end_matches("/status").to_owned();
-                let _ = sent_tx.send(format!("{} {path}", request.method()));
-                let mut job = GpuJob::new(&name, muster_api::gpujob::GpuJobSpec::default());
-                job.metadata.namespace = Some("team-a".to_owned());
-                job.metadata.resource_version = Some("2".to_owned());
-                let body = serde_json::to_vec(&job).unwrap_or_default();
-                respond.send_response(Response::new(Body::from(body)));
-            }
-        });
-        let (_leading, leader) = tokio::sync::watch::channel(true);
-        let executor = Executor::new(kube::Client::new(service, "default"), leader, None);
-        let shared = Arc::new(Shared::default());
-        let permits = Permits::new(4);
-        let held = Arc::clone(&permits.writes).acquire_many_owned(4).await.ok();
-
-        let ended = GpuJobStatus {
-            phase: Some(GpuJobPhase::Succeeded),
-            ..GpuJobStatus::default()
-        };
-        let end = Action::JobStatus {
-            job: ObjectRef::new("team-a", "a"),
-            status: Box::new(ended),
-            event: None,
-        };
-        let actions = vec![(end, None), (status("b"), None)];
-        let early = std::collections::BTreeSet::from([ObjectRef::new("team-a", "a")]);
-        let pass = {
-            let shared = Arc::clone(&shared);
-            let executor = executor.begun();
-            tokio::spawn(async move {
-                send_pass(
-                    &shared,
-                    &executor,
-                    &permits,
-                    1,
-                    (actions, early),
-                    Vec::new(),
-                )
-                .await;
-            })
-        };
-        let first = tokio::time::timeout(std::time::Duration::from_secs(60), sent.recv()).await;
-        assert_eq!(
-            first.ok().flatten().as_deref(),
-            Some("PATCH /apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status"),
-            "a's end is sent though every other permit is held"
-        );
-        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
-        assert!(
-            sent.try_recv().is_err() && !pass.is_finished(),
-            "b's status waits for a permit"
-        );
-        drop(held);
-        let next = tokio::time::timeout(std::time::Duration::from_secs(60), sent.recv()).await;
-        assert_eq!(
-            next.ok().flatten().as_deref(),
-            Some("PATCH /apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/b/status"),
-            "b's status goes once a permit is free"
-        );
-        assert!(pass.await.is_ok());
     }
 }

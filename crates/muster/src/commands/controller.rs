@@ -33,7 +33,7 @@ pub struct Args {
     /// Name of the Lease.
     #[arg(long, default_value = "muster-controller")]
     lease_name: String,
-    /// Writes in flight at once (jobs' ends have as many again of their own).
+    /// Writes in flight at once.
     #[arg(long, default_value_t = 32)]
     write_concurrency: usize,
     /// Threads that read watch events and send writes (passes and forecasts run on threads

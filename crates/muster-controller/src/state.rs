@@ -184,8 +184,9 @@ impl State {
 
     /// `job`'s end has been in flight too long to be counted on (see [`crate::ends::PATIENCE`]):
     /// from this pass on its job holds its quota until the end lands, and the releases of
-    /// later passes do not wait for it.
-    /// Whether it still counted on the end (a job settled meanwhile has nothing to hold).
+    /// later passes do not wait for it. Whether it still counted on the end (a job settled
+    /// meanwhile has nothing to hold); `stage` is where the end was (see
+    /// [`crate::ends::EndStage`]), for the log.
     pub(crate) fn end_overdue(
         &mut self,
         job: &muster_api::ObjectRef,

@@ -36,6 +36,10 @@ pub struct KueueSummary {
     pub kueue_peak_rss_bytes: u64,
     /// Every request the API server served during the run.
     pub api_requests: KueueRequests,
+    /// What the machine's CPUs did over the kit's whole run (control plane start and stop
+    /// included), measured around it here: the kit does not write it.
+    #[serde(default)]
+    pub host_cpu: Option<crate::host_cpu::HostCpu>,
 }
 
 /// A class's times to admission.
@@ -64,11 +68,13 @@ pub fn run_kueue(kit: &Path, out: &Path) -> anyhow::Result<KueueSummary> {
         "{} is not there: build Kueue's benchmark first (kueue-bench/build.sh)",
         script.display()
     );
+    let host_before = crate::host_cpu::read();
     let status = std::process::Command::new(&script)
         .arg(out)
         .stdout(std::process::Stdio::null())
         .status()
         .with_context(|| format!("running {}", script.display()))?;
+    let host = crate::kueue_baseline::host_cpu(host_before, crate::host_cpu::read());
     let summary = out.join("summary.json");
     let text = std::fs::read_to_string(&summary).with_context(|| {
         format!(
@@ -78,7 +84,24 @@ pub fn run_kueue(kit: &Path, out: &Path) -> anyhow::Result<KueueSummary> {
         )
     })?;
     anyhow::ensure!(status.success(), "{} exited {status}", script.display());
-    serde_json::from_str(&text).with_context(|| format!("reading {}", summary.display()))
+    let mut kueue: KueueSummary =
+        serde_json::from_str(&text).with_context(|| format!("reading {}", summary.display()))?;
+    kueue.host_cpu = host;
+    Ok(kueue)
+}
+
+/// A run's stolen CPU time and its share of the machine's, for the table.
+fn stolen(host: Option<&crate::host_cpu::HostCpu>) -> String {
+    host.map_or_else(
+        || "—".to_owned(),
+        |cpu| {
+            format!(
+                "{:.1} s ({:.1} %)",
+                cpu.stolen_seconds,
+                cpu.stolen_share() * 100.0
+            )
+        },
+    )
 }
 
 fn ratio(muster: f64, kueue: f64) -> String {
@@ -128,12 +151,12 @@ pub fn table(kueue: &KueueSummary, muster: &Summary) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| run | jobs | wall | time to admission large / medium / small | usage | controller CPU | controller peak RSS | API requests per job, all clients | controller's own |"
+        "| run | jobs | wall | time to admission large / medium / small | usage | controller CPU | controller peak RSS | API requests per job, all clients | controller's own | CPU stolen from the machine |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
     let _ = writeln!(
         out,
-        "| Kueue {} (minimalkueue, no pods) | {} | {:.1} s | {} s | {:.0} % | {:.1} CPU-s | {:.0} MiB | {:.2} | — |",
+        "| Kueue {} (minimalkueue, no pods) | {} | {:.1} s | {} s | {:.0} % | {:.1} CPU-s | {:.0} MiB | {:.2} | — | {} |",
         kueue.kueue_commit.get(..7).unwrap_or(&kueue.kueue_commit),
         kueue.workloads,
         kueue.wall_seconds,
@@ -142,10 +165,11 @@ pub fn table(kueue: &KueueSummary, muster: &Summary) -> String {
         kueue.kueue_cpu_seconds,
         kueue_rss,
         kueue.api_requests.per_workload,
+        stolen(kueue.host_cpu.as_ref()),
     );
     let _ = writeln!(
         out,
-        "| Muster ({}, every job a pod; {} of {} finished) | {} | {:.1} s | {} s | {:.0} % | {:.1} CPU-s | {:.0} MiB | {:.2} | {:.2} |",
+        "| Muster ({}, every job a pod; {} of {} finished) | {} | {:.1} s | {} s | {:.0} % | {:.1} CPU-s | {:.0} MiB | {:.2} | {:.2} | {} |",
         muster.workload.name(),
         muster.finished,
         muster.jobs,
@@ -157,6 +181,7 @@ pub fn table(kueue: &KueueSummary, muster: &Summary) -> String {
         muster_rss,
         muster_all,
         muster.api_requests_per_job,
+        stolen(muster.host_cpu.as_ref()),
     );
     let tta_ratios: Vec<String> = muster_tta
         .iter()
@@ -165,7 +190,7 @@ pub fn table(kueue: &KueueSummary, muster: &Summary) -> String {
         .collect();
     let _ = writeln!(
         out,
-        "| Muster ÷ Kueue | | {} | {} | | {} | {} | {} | |",
+        "| Muster ÷ Kueue | | {} | {} | | {} | {} | {} | | |",
         ratio(muster.wall_seconds, kueue.wall_seconds),
         tta_ratios.join(" / "),
         ratio(muster.controller_cpu_seconds, kueue.kueue_cpu_seconds),
@@ -204,6 +229,11 @@ mod tests {
             controller_peak_rss_bytes: 314_572_800,
             api_requests_per_job: 4.0,
             api_server_requests_per_job: Some(9.0),
+            host_cpu: Some(crate::host_cpu::HostCpu {
+                busy_seconds: 500.0,
+                idle_seconds: 90.0,
+                stolen_seconds: 10.0,
+            }),
             ..Summary::default()
         };
         let table = table(&kueue, &muster);
@@ -218,8 +248,12 @@ mod tests {
             "{table}"
         );
         assert!(
-            rows[3].contains("300.0 s") && rows[3].contains("| 9.00 | 4.00 |"),
+            rows[3].contains("300.0 s") && rows[3].contains("| 9.00 | 4.00 | 10.0 s (1.7 %) |"),
             "{table}"
+        );
+        assert!(
+            rows[2].ends_with("| — |"),
+            "no stolen time where none was measured: {table}"
         );
         // Wall, times to admission, CPU, memory, requests of all clients: Muster ÷ Kueue.
         let ratios = rows[4];

@@ -131,6 +131,10 @@ pub struct Summary {
     /// kube-apiserver's CPU milliseconds per request it served over the run (all clients).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_server_cpu_ms_per_request: Option<f64>,
+    /// What the machine's CPUs did over the run, stolen time included (none where
+    /// `/proc/stat` cannot be read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_cpu: Option<crate::host_cpu::HostCpu>,
     /// Pods per job (each job's CPUs split evenly among them).
     pub pods_per_job: u32,
     /// Jobs created.
@@ -254,6 +258,7 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
 
     let served_before = api_server_requests(&client).await;
     let control_plane_before = control_plane_cpu(&cluster);
+    let host_before = crate::host_cpu::read();
     let start = Instant::now();
     let profile = options.profile_api_server.map(|after| {
         let (client, out) = (client.clone(), options.out.join("apiserver.pprof"));
@@ -295,6 +300,7 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
     let metrics = controller.metrics().await.unwrap_or_default();
     let served_after = api_server_requests(&client).await;
     let control_plane_after = control_plane_cpu(&cluster);
+    let host_after = crate::host_cpu::read();
     if let Some(profile) = profile {
         profile.abort();
     }
@@ -311,6 +317,7 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
         .clone();
     let mut summary = summarize(&recorder, &options.baseline, cost, &metrics, kubelet_writes);
     summary.workload = options.workload;
+    summary.host_cpu = host_cpu(host_before, host_after);
     add_server_costs(
         &mut summary,
         served_before.zip(served_after),
@@ -356,6 +363,20 @@ fn add_server_costs(
             .get(Component::ApiServer.name())
             .filter(|_| served > 0)
             .map(|cpu| cpu * 1000.0 / served as f64);
+    }
+}
+
+/// The machine's CPU time between two reads of it; none (and said why) if either failed.
+pub(crate) fn host_cpu(
+    before: anyhow::Result<crate::host_cpu::HostTicks>,
+    after: anyhow::Result<crate::host_cpu::HostTicks>,
+) -> Option<crate::host_cpu::HostCpu> {
+    match before.and_then(|b| crate::host_cpu::since(b, after?)) {
+        Ok(cpu) => Some(cpu),
+        Err(e) => {
+            eprintln!("no host CPU figures: {e:#}");
+            None
+        }
     }
 }
 
@@ -418,6 +439,7 @@ fn summarize(
         controller_args: Vec::new(),
         control_plane_cpu_seconds: BTreeMap::new(),
         api_server_cpu_ms_per_request: None,
+        host_cpu: None,
         pods_per_job: baseline.pods_per_job,
         jobs,
         finished: recorder

@@ -6,6 +6,7 @@ pub mod against_kueue;
 pub mod api_floor;
 pub mod baseline;
 pub mod chaos;
+pub mod host_cpu;
 pub mod kueue_baseline;
 pub mod process_stats;
 pub mod recorder;

@@ -61,7 +61,7 @@ fn peak_rss_kib(status: &str) -> anyhow::Result<u64> {
 }
 
 /// The kernel's clock ticks per second (`getconf CLK_TCK`), the unit of `/proc/<pid>/stat`.
-fn clock_ticks_per_second() -> anyhow::Result<u64> {
+pub(crate) fn clock_ticks_per_second() -> anyhow::Result<u64> {
     let out = std::process::Command::new("getconf")
         .arg("CLK_TCK")
         .output()

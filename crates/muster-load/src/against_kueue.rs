@@ -74,7 +74,7 @@ pub fn run_kueue(kit: &Path, out: &Path) -> anyhow::Result<KueueSummary> {
         .stdout(std::process::Stdio::null())
         .status()
         .with_context(|| format!("running {}", script.display()))?;
-    let host = crate::kueue_baseline::host_cpu(host_before, crate::host_cpu::read());
+    let host = crate::host_cpu::between(host_before, crate::host_cpu::read());
     let summary = out.join("summary.json");
     let text = std::fs::read_to_string(&summary).with_context(|| {
         format!(

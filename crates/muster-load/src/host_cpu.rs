@@ -67,6 +67,21 @@ pub fn since(before: HostTicks, after: HostTicks) -> anyhow::Result<HostCpu> {
     })
 }
 
+/// The machine's CPU time between two reads of it; none (and said why) if either failed: a
+/// run's report goes on without it.
+pub fn between(
+    before: anyhow::Result<HostTicks>,
+    after: anyhow::Result<HostTicks>,
+) -> Option<HostCpu> {
+    match before.and_then(|b| since(b, after?)) {
+        Ok(cpu) => Some(cpu),
+        Err(e) => {
+            eprintln!("no host CPU figures: {e:#}");
+            None
+        }
+    }
+}
+
 /// The `cpu` line of a `/proc/stat`: `cpu user nice system idle iowait irq softirq steal ...`
 /// (kernels before 2.6.11 have no steal field: none was stolen then).
 fn parse(stat: &str) -> anyhow::Result<HostTicks> {

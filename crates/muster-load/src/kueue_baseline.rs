@@ -317,7 +317,7 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
         .clone();
     let mut summary = summarize(&recorder, &options.baseline, cost, &metrics, kubelet_writes);
     summary.workload = options.workload;
-    summary.host_cpu = host_cpu(host_before, host_after);
+    summary.host_cpu = crate::host_cpu::between(host_before, host_after);
     add_server_costs(
         &mut summary,
         served_before.zip(served_after),
@@ -363,20 +363,6 @@ fn add_server_costs(
             .get(Component::ApiServer.name())
             .filter(|_| served > 0)
             .map(|cpu| cpu * 1000.0 / served as f64);
-    }
-}
-
-/// The machine's CPU time between two reads of it; none (and said why) if either failed.
-pub(crate) fn host_cpu(
-    before: anyhow::Result<crate::host_cpu::HostTicks>,
-    after: anyhow::Result<crate::host_cpu::HostTicks>,
-) -> Option<crate::host_cpu::HostCpu> {
-    match before.and_then(|b| crate::host_cpu::since(b, after?)) {
-        Ok(cpu) => Some(cpu),
-        Err(e) => {
-            eprintln!("no host CPU figures: {e:#}");
-            None
-        }
     }
 }
 

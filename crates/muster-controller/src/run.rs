@@ -577,9 +577,13 @@ async fn scheduling_loop(
     let _ = sender.await;
     // Let writes in flight finish (each is idempotent, so a cut one is finished later).
     let all = u32::try_from(options.write_concurrency.max(1)).unwrap_or(u32::MAX);
-    let _ = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(all)).await;
+    let drained = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(all)).await;
     // Releases still waiting for jobs' ends to land are not sent after the loop stopped.
+    // Closed while the drain still holds every permit: given back first, they would go
+    // straight to a release whose end landed during the drain (tokio's semaphore hands
+    // freed permits to its waiters), and that release would go out as the Lease is given up.
     permits.close();
+    drop(drained);
 }
 
 /// How many times as long as the last forecast took the forecaster waits before the next:

@@ -95,6 +95,7 @@ async fn api_server(
         mut lost,
         mut rejected,
         mut hung,
+        mut late,
     } = faults;
     // Writes never answered, kept so that their callers wait on.
     let mut hanging = Vec::new();
@@ -130,11 +131,7 @@ async fn api_server(
             continue;
         }
         if method == "GET" && fails(&mut failing, &path) {
-            respond.send_response(reply(
-                500,
-                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                       "reason": "InternalError", "code": 500, "message": "timed out"}),
-            ));
+            respond.send_response(reply(500, failure(500, "InternalError", "timed out")));
             continue;
         }
         if method == "GET"
@@ -151,11 +148,7 @@ async fn api_server(
                     json!({"apiVersion": "v1", "kind": kind,
                            "metadata": {"resourceVersion": "10"}, "items": items}),
                 ),
-                None => reply(
-                    404,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                           "reason": "NotFound", "code": 404, "message": "not found"}),
-                ),
+                None => reply(404, failure(404, "NotFound", "not found")),
             };
             respond.send_response(response);
             continue;
@@ -168,22 +161,34 @@ async fn api_server(
         if fails(&mut rejected, &path) {
             respond.send_response(reply(
                 500,
-                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                       "reason": "InternalError", "code": 500, "message": "etcd leader changed"}),
+                failure(500, "InternalError", "etcd leader changed"),
             ));
             continue;
         }
         let object = objects.write(&method, &path, body);
+        if fails(&mut late, &path) {
+            let response = reply(if method == "POST" { 201 } else { 200 }, object);
+            tokio::spawn(async move {
+                tokio::time::sleep(LATE).await;
+                respond.send_response(response);
+            });
+            continue;
+        }
         if fails(&mut lost, &path) {
             respond.send_response(reply(
                 500,
-                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                       "reason": "InternalError", "code": 500, "message": "connection reset"}),
+                failure(500, "InternalError", "connection reset"),
             ));
             continue;
         }
         respond.send_response(reply(if method == "POST" { 201 } else { 200 }, object));
     }
+}
+
+/// The `Status` a failed request is answered with.
+fn failure(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+           "reason": reason, "code": code, "message": message})
 }
 
 /// How the mock server misbehaves, by path: how many of the first requests of each.
@@ -197,7 +202,12 @@ struct Faults {
     rejected: BTreeMap<&'static str, u32>,
     /// Writes never answered (a partition the client's timeout has not yet given up on).
     hung: BTreeMap<&'static str, u32>,
+    /// Writes carried out and answered [`LATE`] later (a slow API server).
+    late: BTreeMap<&'static str, u32>,
 }
+
+/// How long a late write's answer takes: less than an end is counted on for (5 s).
+const LATE: Duration = Duration::from_secs(2);
 
 /// The objects the mock server keeps as they are written, so that a read answers with the
 /// last write.
@@ -266,11 +276,7 @@ impl Objects {
     fn read_one(&self, path: &str, query: &str) -> Option<(u16, Value)> {
         let found = |object: Option<&Value>| match object {
             Some(object) => (200, object.clone()),
-            None => (
-                404,
-                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                       "reason": "NotFound", "code": 404, "message": "not found"}),
-            ),
+            None => (404, failure(404, "NotFound", "not found")),
         };
         if let Some(name) = path
             .strip_prefix("/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/")
@@ -1061,6 +1067,58 @@ async fn an_end_that_hangs_holds_back_releases_for_seconds_and_then_holds_its_ow
     // Stopped, the controller would wait out its drain for the hung write.
     let _ = stop.send(());
     controller.abort();
+}
+
+/// A release waiting for a job's end when the controller is told to stop is never sent, even
+/// when the end lands during the stop's drain: the loop has stopped, and the Lease is given up
+/// next, so another replica may be leading by the time it would go out. Here `b` waits for
+/// `a`'s end, which is answered 2 s late; the controller is stopped as the end goes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_waiting_for_an_end_is_not_sent_once_the_controller_stops() {
+    let lists = lists_with_an_ended_gang(16, &[("b", 1)]);
+    let a_status = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
+    let Started {
+        mut writes,
+        stop,
+        controller,
+        ..
+    } = start_faulty(
+        lists,
+        Faults {
+            late: BTreeMap::from([(a_status, 1)]),
+            ..Faults::default()
+        },
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut seen: Vec<(String, String)> = Vec::new();
+    while let Ok(Some(write)) = tokio::time::timeout_at(deadline, writes.recv()).await {
+        let end = write.0 == "PATCH" && write.1 == a_status;
+        seen.push(write);
+        if end {
+            break;
+        }
+    }
+    assert!(
+        seen.iter().any(|(m, p)| m == "PATCH" && p == a_status),
+        "a's end goes out: {seen:?}"
+    );
+    let _ = stop.send(());
+    // The drain waits for the end to land (2 s), not for its 10 s bound.
+    let stopped = tokio::time::timeout(Duration::from_secs(9), controller).await;
+    while let Ok(write) = writes.try_recv() {
+        seen.push(write);
+    }
+    assert!(
+        stopped.is_ok(),
+        "the controller stops once a's end has landed: {seen:?}"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|(m, p)| m == "POST" && p == "/api/v1/namespaces/team-a/pods"),
+        "b's release is not sent after the stop: {seen:?}"
+    );
 }
 
 /// A forecast's forward runs take only CPU time nothing else wants: the thread they run on is

@@ -194,6 +194,17 @@ fn pod_sets_are_immutable_only_while_admitted() {
         )
         .is_ok()
     );
+    // Ended, the job holds nothing: its pod sets may change again.
+    let ended = json!({"phase": "Succeeded", "completionTime": "2026-12-07T18:00:12Z",
+                       "admission": {"clusterQueue": "cq", "podSets": []}});
+    assert!(
+        v.validate(
+            &schema,
+            &job(8, &block, &ended),
+            Some(&job(4, &block, &ended))
+        )
+        .is_ok()
+    );
 }
 
 #[test]

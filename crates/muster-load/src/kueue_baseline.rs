@@ -23,12 +23,16 @@ use muster_api::{ClusterQueue, GpuJob, LocalQueue, ObjectRef, ResourceFlavor};
 use serde::Serialize;
 use serde_json::json;
 
+use super::api_server_profile;
 use super::baseline::{Baseline, JobSet};
 use super::process_stats::{self, ProcessStats};
 use super::recorder::{FinishSteps, Recorder};
 use muster_testkit::kubelet::{FakeKubelet, KubeletOptions, RUN_ANNOTATION};
 use muster_testkit::nodes::{NodeSpec, create_nodes};
 use muster_testkit::{ClusterOptions, Component, TestCluster};
+
+/// How long a profile of kube-apiserver (`--profile-api-server`) covers.
+const PROFILE_LENGTH: Duration = Duration::from_secs(30);
 
 /// The label carrying a job's class.
 pub const CLASS_LABEL: &str = "load.muster.dev/class";
@@ -264,7 +268,7 @@ pub async fn run(options: &RunOptions) -> anyhow::Result<Summary> {
         let (client, out) = (client.clone(), options.out.join("apiserver.pprof"));
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
-            if let Err(e) = profile_api_server(&client, &out).await {
+            if let Err(e) = api_server_profile::fetch(&client, PROFILE_LENGTH, &out).await {
                 eprintln!("no kube-apiserver profile: {e:#}");
             }
         })
@@ -380,28 +384,6 @@ fn control_plane_cpu(cluster: &TestCluster) -> BTreeMap<String, f64> {
         Some((component.name().to_owned(), stats.cpu_seconds))
     })
     .collect()
-}
-
-/// Fetches a 30-second CPU profile from kube-apiserver's `/debug/pprof/profile` into `out`.
-async fn profile_api_server(client: &Client, out: &Path) -> anyhow::Result<()> {
-    let request = http::Request::get("/debug/pprof/profile?seconds=30")
-        .body(kube::client::Body::empty())
-        .context("building the profile request")?;
-    let response = client
-        .send(request)
-        .await
-        .context("asking for the profile")?;
-    anyhow::ensure!(
-        response.status().is_success(),
-        "kube-apiserver answered {}",
-        response.status()
-    );
-    let bytes = response
-        .into_body()
-        .collect_bytes()
-        .await
-        .context("reading the profile")?;
-    std::fs::write(out, &bytes).with_context(|| format!("writing {}", out.display()))
 }
 
 fn summarize(

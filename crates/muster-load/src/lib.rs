@@ -4,6 +4,7 @@
 pub mod admission_policy;
 pub mod against_kueue;
 pub mod api_floor;
+pub mod api_server_profile;
 pub mod baseline;
 pub mod chaos;
 pub mod host_cpu;

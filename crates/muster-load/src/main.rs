@@ -95,17 +95,25 @@ enum Command {
         #[arg(long, default_value_t = 3600)]
         timeout: u64,
     },
-    /// The API server's write rate on this machine, with nothing else running.
+    /// What each request of a job's life costs this machine's API server (rate, and
+    /// kube-apiserver's and etcd's CPU a request), with nothing else running.
     ApiFloor {
         /// The control-plane binaries; default $MUSTER_KUBE_BIN.
         #[arg(long, env = "MUSTER_KUBE_BIN")]
         kube_bin: PathBuf,
-        /// Pods to create, then patch.
+        /// Jobs to walk through their requests (each kind is sent this many times).
         #[arg(long, default_value_t = 5000)]
         objects: usize,
         /// Requests in flight at once (the controller's default write concurrency).
         #[arg(long, default_value_t = 32)]
         concurrency: usize,
+        /// Watchers of pods and of GpuJobs to keep open (a load run has a few of each).
+        #[arg(long, default_value_t = 0)]
+        watchers: usize,
+        /// Write a CPU profile of kube-apiserver over the first two seconds of each kind into
+        /// this directory (for `go tool pprof`); the profiler's own cost is then in the figures.
+        #[arg(long)]
+        profile: Option<PathBuf>,
     },
 }
 
@@ -261,11 +269,15 @@ fn main_inner() -> anyhow::Result<()> {
             kube_bin,
             objects,
             concurrency,
+            watchers,
+            profile,
         } => {
             let options = FloorOptions {
                 kube_bin,
                 objects,
                 concurrency,
+                watchers,
+                profile,
             };
             let floor = until_interrupted(measure(&options))?;
             println!(

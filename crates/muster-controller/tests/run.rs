@@ -807,10 +807,7 @@ async fn a_release_whose_answer_is_lost_is_read_back_before_the_quota_is_given_a
         ("ClusterQueueList", vec![value(&support::cluster_queue(16))]),
     );
     // Every attempt the executor makes (see `Retry::default`).
-    let lost = BTreeMap::from([(
-        "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status",
-        5,
-    )]);
+    let lost = BTreeMap::from([(A_STATUS, 5)]);
     let Started {
         mut writes,
         stop,
@@ -842,11 +839,14 @@ async fn a_release_whose_answer_is_lost_is_read_back_before_the_quota_is_given_a
     );
     // Only the release's attempts write a's status: no status built from the view before the
     // read-back (queued, backing off) goes over the admission the API server shows.
-    let a_status = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
-    assert_eq!(count("PATCH", a_status), 5, "{seen:?}");
+    assert_eq!(count("PATCH", A_STATUS), 5, "{seen:?}");
     let _ = stop.send(());
     let _ = controller.await;
 }
+
+/// The status of job `team-a/a`, the job these tests release or end first: where its
+/// Admitted status or its end is written.
+const A_STATUS: &str = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
 
 /// The lists of a cluster of four 8-GPU nodes in two blocks and a ClusterQueue of `gpus`,
 /// where `a` was admitted onto one block (16 GPUs) and its pods have since ended, and
@@ -935,7 +935,6 @@ async fn a_release_into_quota_an_end_frees_goes_out_only_once_the_end_has_landed
 async fn writes_around_a_rejected_end(
     lists: BTreeMap<&'static str, (&'static str, Vec<Value>)>,
 ) -> (Vec<(String, String)>, usize) {
-    let a_status = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
     let Started {
         mut writes,
         stop,
@@ -944,7 +943,7 @@ async fn writes_around_a_rejected_end(
     } = start_faulty(
         lists,
         Faults {
-            rejected: BTreeMap::from([(a_status, 5)]),
+            rejected: BTreeMap::from([(A_STATUS, 5)]),
             ..Faults::default()
         },
     )
@@ -956,7 +955,7 @@ async fn writes_around_a_rejected_end(
     let ends: Vec<usize> = seen
         .iter()
         .enumerate()
-        .filter(|(_, (m, p))| m == "PATCH" && p == a_status)
+        .filter(|(_, (m, p))| m == "PATCH" && p == A_STATUS)
         .map(|(i, _)| i)
         .collect();
     assert_eq!(
@@ -1019,7 +1018,6 @@ async fn a_request_for_capacity_into_quota_an_end_frees_goes_out_only_once_the_e
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_end_that_hangs_holds_back_releases_for_seconds_and_then_holds_its_own_quota() {
     let lists = lists_with_an_ended_gang(32, &[("b", 1), ("c", 2)]);
-    let a_status = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
     let Started {
         mut writes,
         stop,
@@ -1028,7 +1026,7 @@ async fn an_end_that_hangs_holds_back_releases_for_seconds_and_then_holds_its_ow
     } = start_faulty(
         lists,
         Faults {
-            hung: BTreeMap::from([(a_status, 1)]),
+            hung: BTreeMap::from([(A_STATUS, 1)]),
             ..Faults::default()
         },
     )
@@ -1053,7 +1051,7 @@ async fn an_end_that_hangs_holds_back_releases_for_seconds_and_then_holds_its_ow
             .filter(|(m, p)| m == method && p.as_str() == path)
             .count()
     };
-    assert_eq!(count("PATCH", a_status), 1, "a's end hangs: {seen:?}");
+    assert_eq!(count("PATCH", A_STATUS), 1, "a's end hangs: {seen:?}");
     assert_eq!(
         count("POST", pods),
         2,
@@ -1076,7 +1074,6 @@ async fn an_end_that_hangs_holds_back_releases_for_seconds_and_then_holds_its_ow
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_waiting_for_an_end_is_not_sent_once_the_controller_stops() {
     let lists = lists_with_an_ended_gang(16, &[("b", 1)]);
-    let a_status = "/apis/muster.dev/v1alpha1/namespaces/team-a/gpujobs/a/status";
     let Started {
         mut writes,
         stop,
@@ -1085,7 +1082,7 @@ async fn a_release_waiting_for_an_end_is_not_sent_once_the_controller_stops() {
     } = start_faulty(
         lists,
         Faults {
-            late: BTreeMap::from([(a_status, 1)]),
+            late: BTreeMap::from([(A_STATUS, 1)]),
             ..Faults::default()
         },
     )
@@ -1093,14 +1090,14 @@ async fn a_release_waiting_for_an_end_is_not_sent_once_the_controller_stops() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut seen: Vec<(String, String)> = Vec::new();
     while let Ok(Some(write)) = tokio::time::timeout_at(deadline, writes.recv()).await {
-        let end = write.0 == "PATCH" && write.1 == a_status;
+        let end = write.0 == "PATCH" && write.1 == A_STATUS;
         seen.push(write);
         if end {
             break;
         }
     }
     assert!(
-        seen.iter().any(|(m, p)| m == "PATCH" && p == a_status),
+        seen.iter().any(|(m, p)| m == "PATCH" && p == A_STATUS),
         "a's end goes out: {seen:?}"
     );
     let _ = stop.send(());

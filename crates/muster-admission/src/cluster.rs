@@ -60,6 +60,14 @@ impl Cluster {
         Cluster { flavors }
     }
 
+    /// Whether a placement that fails says why in words (on by default; see
+    /// [`Topology::set_words_failures`]).
+    pub fn set_words_failures(&mut self, on: bool) {
+        for f in self.flavors.values_mut() {
+            f.topology.set_words_failures(on);
+        }
+    }
+
     /// The flavor's definition.
     pub fn flavor(&self, name: &str) -> Option<&ResourceFlavorSpec> {
         self.flavors.get(name).map(|f| &f.spec)

@@ -79,27 +79,40 @@ fn make_job(i: usize, p: &JobParams, queues: usize) -> muster_admission::Job {
     if block { in_one_block(j) } else { j }
 }
 
+/// How [`run`] runs its cycles; the default is the plain way. None of it may change a
+/// decision that changes something.
+#[derive(Clone, Copy, Default)]
+struct Way {
+    /// Jobs submitted in the opposite order.
+    reversed: bool,
+    /// Every cycle told that something changed, so that none is skipped as quiet.
+    full: bool,
+    /// The cycles from then on run on a copy of the scheduler
+    /// (`Scheduler::copy_with_policy`).
+    copy_at: Option<i64>,
+    /// The scheduler keeps no reasons (`Scheduler::reasons_untold`), and its cycles are
+    /// steps: it tells no waiting job.
+    untold: bool,
+}
+
 /// Runs cycles at t = 0..8, finishing jobs when their runtime is up and carrying out
 /// evictions at once; checks the invariants after every cycle; returns every decision.
-/// With `reversed`, jobs are submitted in the opposite order (which must not matter). With
-/// `full`, every cycle is told something changed, so none is skipped as quiet (which must
-/// not matter either). With `copy_at`, the cycles from then on run on a copy of the
-/// scheduler (`Scheduler::copy_with_policy`, which must not matter either).
 fn run(
     params: &[QueueParams],
     workload: &[JobParams],
-    reversed: bool,
-    full: bool,
-    copy_at: Option<i64>,
+    way: Way,
 ) -> Result<Vec<Decision>, TestCaseError> {
     let mut s = build(params);
+    if way.untold {
+        s = s.reasons_untold();
+    }
     let specs = specs(params);
     let mut submissions: Vec<_> = workload
         .iter()
         .enumerate()
         .map(|(i, p)| make_job(i, p, params.len()))
         .collect();
-    if reversed {
+    if way.reversed {
         submissions.reverse();
     }
     for j in submissions {
@@ -109,7 +122,7 @@ fn run(
     let mut ends: Vec<(i64, String)> = Vec::new();
     let mut holding: BTreeSet<String> = BTreeSet::new();
     for now in 0..8 {
-        if copy_at == Some(now) {
+        if way.copy_at == Some(now) {
             s = s.copy_with_policy(Box::new(muster_topology::BestFit));
         }
         ends.retain(|(end, id)| {
@@ -121,10 +134,14 @@ fn run(
                 true
             }
         });
-        if full {
+        if way.full {
             s.cluster_mut();
         }
-        let decisions = cycle(&mut s, now);
+        let decisions = if way.untold {
+            step(&mut s, now)
+        } else {
+            cycle(&mut s, now)
+        };
         for d in &decisions {
             match d {
                 Decision::Admit(a) => {
@@ -211,13 +228,13 @@ proptest! {
 
     #[test]
     fn admission_invariants_hold(params in queues(), workload in jobs()) {
-        run(&params, &workload, false, false, None)?;
+        run(&params, &workload, Way::default())?;
     }
 
     #[test]
     fn a_cycle_is_deterministic_whatever_the_submission_order(params in queues(), workload in jobs()) {
-        let first = run(&params, &workload, false, false, None)?;
-        let second = run(&params, &workload, true, false, None)?;
+        let first = run(&params, &workload, Way::default())?;
+        let second = run(&params, &workload, Way { reversed: true, ..Way::default() })?;
         prop_assert_eq!(first, second);
     }
 
@@ -239,8 +256,8 @@ proptest! {
                 })
                 .collect()
         };
-        let skipping = run(&params, &workload, false, false, None)?;
-        let full = run(&params, &workload, false, true, None)?;
+        let skipping = run(&params, &workload, Way::default())?;
+        let full = run(&params, &workload, Way { full: true, ..Way::default() })?;
         prop_assert_eq!(shown(skipping), shown(full));
     }
 
@@ -248,8 +265,23 @@ proptest! {
     fn a_copy_of_the_scheduler_decides_what_the_original_would(
         params in queues(), workload in jobs(), copy_at in 0i64..8,
     ) {
-        let original = run(&params, &workload, false, false, None)?;
-        let copied = run(&params, &workload, false, false, Some(copy_at))?;
+        let original = run(&params, &workload, Way::default())?;
+        let copied = run(&params, &workload, Way { copy_at: Some(copy_at), ..Way::default() })?;
         prop_assert_eq!(original, copied);
+    }
+
+    #[test]
+    fn a_scheduler_that_keeps_no_reasons_decides_what_one_that_tells_them_would(
+        params in queues(), workload in jobs(), copy_at in proptest::option::of(0i64..8),
+    ) {
+        let changes = |decisions: Vec<Decision>| -> Vec<Decision> {
+            decisions
+                .into_iter()
+                .filter(|d| !matches!(d, Decision::Pending { .. }))
+                .collect()
+        };
+        let told = run(&params, &workload, Way::default())?;
+        let untold = run(&params, &workload, Way { untold: true, copy_at, ..Way::default() })?;
+        prop_assert_eq!(changes(told), untold);
     }
 }

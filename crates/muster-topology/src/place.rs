@@ -196,7 +196,7 @@ fn place_in_domain(
     if total == 0 && !eligible.contains(&true) {
         let mismatches = mismatches(topo, req);
         if mismatches.len() == topo.nodes().len() {
-            let message = no_nodes_message(topo, req, &mismatches);
+            let message = topo.word(|| no_nodes_message(topo, req, &mismatches));
             return Err(no_fit(NoFitKind::NoEligibleNodes, None, message));
         }
     }
@@ -207,11 +207,13 @@ fn place_in_domain(
                 return Err(no_fit(
                     NoFitKind::UnknownLevel,
                     None,
-                    format!(
-                        "pod set {} asks for {level:?}, which is not a topology level of the flavor (levels: {})",
-                        req.name,
-                        topo.levels().join(", ")
-                    ),
+                    topo.word(|| {
+                        format!(
+                            "pod set {} asks for {level:?}, which is not a topology level of the flavor (levels: {})",
+                            req.name,
+                            topo.levels().join(", ")
+                        )
+                    }),
                 ));
             };
             let preferred = matches!(req.constraint, Constraint::Preferred(_));
@@ -245,11 +247,8 @@ fn place_in_domain(
                     } else {
                         NoFitKind::NotEnoughCapacity
                     };
-                    return Err(no_fit(
-                        kind,
-                        best.clone(),
-                        domain_message(req, level, best.as_ref(), total),
-                    ));
+                    let message = topo.word(|| domain_message(req, level, best.as_ref(), total));
+                    return Err(no_fit(kind, best, message));
                 }
             }
         }
@@ -277,26 +276,31 @@ fn place_in_domain(
 }
 
 /// Why the flavor's nodes have room for only `total` pods of an unconstrained pod set: no
-/// node takes a share of a GPU at all, or too little room.
+/// node takes a share of a GPU at all, or too little room (in words where `topo` words
+/// failures).
 fn short_of_room(topo: &Topology, req: &PodSetRequest, total: u32) -> (NoFitKind, String) {
     let share = req.requests.get(names::GPU_SHARE);
     if !share.is_zero() && !topo.tracks_devices() {
         return (
             NoFitKind::NoEligibleNodes,
-            format!(
-                "pod set {} asks for {}m of one GPU (gpuShare), and no node of the flavor hands its GPUs out in parts: HAMi nodes carry the labels gpu: \"on\" and nvidia.com/gpu.count",
-                req.name,
-                share.milli()
-            ),
+            topo.word(|| {
+                format!(
+                    "pod set {} asks for {}m of one GPU (gpuShare), and no node of the flavor hands its GPUs out in parts: HAMi nodes carry the labels gpu: \"on\" and nvidia.com/gpu.count",
+                    req.name,
+                    share.milli()
+                )
+            }),
         );
     }
     (
         NoFitKind::NotEnoughCapacity,
-        format!(
-            "needs {} pods with {}; the flavor's nodes have room for {total}",
-            req.count,
-            describe(&req.requests)
-        ),
+        topo.word(|| {
+            format!(
+                "needs {} pods with {}; the flavor's nodes have room for {total}",
+                req.count,
+                describe(&req.requests)
+            )
+        }),
     )
 }
 

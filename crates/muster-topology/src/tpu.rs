@@ -81,17 +81,19 @@ pub(crate) fn place_slices(
     free.sort_by(|a, b| b.exact.cmp(&a.exact).then_with(|| a.name.cmp(&b.name)));
     let wanted = *slices as usize;
     if free.len() < wanted {
-        let unit = if hosts == 1 {
-            "single-host node".to_owned()
-        } else {
-            format!("node pool of {hosts} hosts")
-        };
-        let message = format!(
-            "needs {wanted} free {accelerator} {shape} slice(s) (each a {unit}) for pods with {}; {} free, {} more match but are partly used, incomplete or not ready",
-            describe(&req.requests),
-            free.len(),
-            matching - free.len()
-        );
+        let message = topo.word(|| {
+            let unit = if hosts == 1 {
+                "single-host node".to_owned()
+            } else {
+                format!("node pool of {hosts} hosts")
+            };
+            format!(
+                "needs {wanted} free {accelerator} {shape} slice(s) (each a {unit}) for pods with {}; {} free, {} more match but are partly used, incomplete or not ready",
+                describe(&req.requests),
+                free.len(),
+                matching - free.len()
+            )
+        });
         return Err(NoFit {
             pod_set: req.name.clone(),
             kind: NoFitKind::NoFreeSlices,

@@ -136,6 +136,11 @@ pub struct Topology {
     share: Option<usize>,
     /// Registry index of `nvidia.com/gpu`.
     gpu: Option<usize>,
+    /// Whether a placement that fails says why in words ([`NoFit::message`]); what kind of
+    /// failure it is, and the figures, are told either way.
+    ///
+    /// [`NoFit::message`]: crate::NoFit::message
+    words_failures: bool,
 }
 
 /// How many distinct eligibility vectors a topology keeps before it starts over (each costs one
@@ -216,6 +221,7 @@ impl Topology {
             devices: Vec::new(),
             share: None,
             gpu: None,
+            words_failures: true,
         };
         topo.devices = (0..most_devices)
             .filter_map(|d| topo.resource_index(&names::gpu_device(d)))
@@ -396,6 +402,25 @@ impl Topology {
                 .filter_map(|d| u32::try_from(d).ok())
                 .collect(),
         )
+    }
+
+    /// Whether a placement that fails words its reason ([`crate::NoFit::message`]; on by
+    /// default). Off, the message is left empty and everything else about the failure is
+    /// the same: for callers that read only whether and where pods fit, such as a
+    /// forecast's forward runs, which fail tens of thousands of placements and read none of
+    /// their messages.
+    pub fn set_words_failures(&mut self, on: bool) {
+        self.words_failures = on;
+    }
+
+    /// `message()` where this topology words failures ([`Topology::set_words_failures`]),
+    /// else nothing: the words are built only for a reader.
+    pub(crate) fn word(&self, message: impl FnOnce() -> String) -> String {
+        if self.words_failures {
+            message()
+        } else {
+            String::new()
+        }
     }
 
     /// Whether any node's GPUs are tracked one by one (pods asking for part of a GPU can fit

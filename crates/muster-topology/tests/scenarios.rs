@@ -339,6 +339,54 @@ fn unknown_levels_are_reported() {
     assert_eq!(err.map(|e| e.kind), Some(NoFitKind::UnknownLevel));
 }
 
+#[test]
+fn a_topology_that_words_no_failures_fails_alike_without_the_words() {
+    let tpu_levels = vec!["cloud.google.com/gke-nodepool".to_owned(), HOST.to_owned()];
+    let cases = [
+        (
+            gke_levels(),
+            a3_fleet(1),
+            gpu_set(1, 8, Constraint::Required("rack".into())),
+            NoFitKind::UnknownLevel,
+        ),
+        (
+            gke_levels(),
+            a3_fleet(2),
+            gpu_set(65, 8, Constraint::Required(BLOCK.into())),
+            NoFitKind::NoDomainFits,
+        ),
+        (
+            gke_levels(),
+            a3_fleet(1),
+            gpu_set(65, 8, Constraint::None),
+            NoFitKind::NotEnoughCapacity,
+        ),
+        (
+            tpu_levels,
+            tpu_pool("pool-a", "2x2x4", "tpu-v5p-slice", 4, 4),
+            tpu_set(8, 4, "tpu-v5p-slice", "2x2x4", 2, false),
+            NoFitKind::NoFreeSlices,
+        ),
+    ];
+    for (levels, nodes, set, kind) in cases {
+        let mut worded = Topology::new(levels, nodes);
+        let mut quiet = worded.clone();
+        quiet.set_words_failures(false);
+        let said = place(&mut worded, std::slice::from_ref(&set), &BestFit).err();
+        let unsaid = place(&mut quiet, std::slice::from_ref(&set), &BestFit).err();
+        assert!(said.is_some() && unsaid.is_some(), "{kind:?}: both fail");
+        let (Some(said), Some(mut unsaid)) = (said, unsaid) else {
+            continue;
+        };
+        assert_eq!(said.kind, kind);
+        assert!(!said.message.is_empty(), "{kind:?} is worded by default");
+        assert!(unsaid.message.is_empty(), "{kind:?}: {}", unsaid.message);
+        // Everything but the words is the same.
+        unsaid.message.clone_from(&said.message);
+        assert_eq!(said, unsaid);
+    }
+}
+
 fn tpu_pool(pool: &str, shape: &str, accel: &str, hosts: usize, chips: u64) -> Vec<NodeInfo> {
     (0..hosts)
         .map(|h| {

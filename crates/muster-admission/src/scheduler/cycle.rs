@@ -195,6 +195,8 @@ impl Scheduler {
         let mut decisions = Vec::new();
         for d in out {
             match d {
+                // Nobody asks why they wait: the words are not kept either.
+                Decision::Pending { .. } if !self.reasons_told => {}
                 Decision::Pending {
                     job,
                     position,
@@ -252,20 +254,25 @@ impl Scheduler {
         let Some(spec) = self.queues.get(cq).map(|q| &q.spec) else {
             return;
         };
+        let told = self.reasons_told;
         if spec.stop_policy != StopPolicy::None {
-            out.push(pending(
-                PendingReason::QueueStopped {
-                    cluster_queue: cq.to_owned(),
-                },
-                None,
-            ));
+            if told {
+                out.push(pending(
+                    PendingReason::QueueStopped {
+                        cluster_queue: cq.to_owned(),
+                    },
+                    None,
+                ));
+            }
             return;
         }
         if let Some(head) = state.strict_head.get(cq) {
-            out.push(pending(
-                PendingReason::BlockedByQueueHead { head: head.clone() },
-                None,
-            ));
+            if told {
+                out.push(pending(
+                    PendingReason::BlockedByQueueHead { head: head.clone() },
+                    None,
+                ));
+            }
             return;
         }
         let strict = spec.queueing_strategy == QueueingStrategy::StrictFIFO;
@@ -285,7 +292,9 @@ impl Scheduler {
             if strict {
                 state.strict_head.insert(cq.to_owned(), job.id.clone());
             }
-            out.push(pending(reason.clone(), None));
+            if told {
+                out.push(pending(reason.clone(), None));
+            }
             return;
         }
         if self.provisions_always(cq)
@@ -407,22 +416,32 @@ impl Scheduler {
                 None
             };
         let mut reason = blocked_reason(cq, blocked);
-        self.locate_limit(cq, &mut reason, state, now);
+        if self.reasons_told {
+            self.locate_limit(cq, &mut reason, state, now);
+        }
         let mut eta = None;
-        match reservation {
+        let remembered = match reservation {
             Some(Some(r)) => {
                 eta = r.until;
                 state.reservations.push(r);
+                false
             }
             // The first blocked job of its queue, with nothing to reserve: a later identical
             // job may still make the reservation, so it is not remembered.
-            Some(None) => {}
-            None => {
-                // What an identical job would be told: why it cannot start, not this job's
-                // own weighing.
-                let (key, respected) = key;
-                state.remember(key, respected, reason.clone(), now);
+            Some(None) => false,
+            None => true,
+        };
+        // What an identical job would be told: why it cannot start, not this job's own
+        // weighing. Untold, the memo keeps the reason only to rule identical jobs out.
+        let (key, respected) = key;
+        if !self.reasons_told {
+            if remembered {
+                state.remember(key, respected, reason, now);
             }
+            return;
+        }
+        if remembered {
+            state.remember(key, respected, reason.clone(), now);
         }
         match deferral {
             // Its start as the weighing sees it: only jobs about to leave free capacity.

@@ -346,6 +346,8 @@ pub struct Scheduler {
     /// Whether an admission's decision carries its pod sets' placements (nodes, domain,
     /// devices) or only the job and its queue ([`Scheduler::admissions_by_job_alone`]).
     placements_told: bool,
+    /// Whether the scheduler says why jobs wait ([`Scheduler::reasons_untold`]).
+    reasons_told: bool,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -417,6 +419,7 @@ impl Scheduler {
             cycles_run: 0,
             scratch_quota: QuotaBook::default(),
             placements_told: true,
+            reasons_told: true,
         }
     }
 
@@ -446,6 +449,20 @@ impl Scheduler {
     #[must_use]
     pub fn admissions_by_job_alone(mut self) -> Scheduler {
         self.placements_told = false;
+        self
+    }
+
+    /// This scheduler with the reasons jobs wait left untold: a cycle decides exactly what it
+    /// would otherwise (admissions, preemptions, provisioning, reservations, evictions), but
+    /// it words no reason, neither its own nor a failed placement's, and keeps none for
+    /// [`Scheduler::waiting`], which then has no reason to give and must not be asked. For
+    /// callers that read only the decisions that change something, such as a forecast's
+    /// forward runs: each cycle leaves thousands of jobs waiting, and the words and their
+    /// bookkeeping were about a twentieth of a run (copies keep the choice).
+    #[must_use]
+    pub fn reasons_untold(mut self) -> Scheduler {
+        self.reasons_told = false;
+        self.cluster.set_words_failures(false);
         self
     }
 
@@ -485,6 +502,7 @@ impl Scheduler {
             cycles_run: self.cycles_run,
             scratch_quota: QuotaBook::default(),
             placements_told: self.placements_told,
+            reasons_told: self.reasons_told,
         }
     }
 

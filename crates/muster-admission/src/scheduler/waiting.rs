@@ -81,7 +81,8 @@ impl Scheduler {
     /// its exact position (1-based, among the jobs still waiting there; preemptors waiting for
     /// their victims first, then queue order) and reason, and jobs that cannot queue (invalid,
     /// suspended, no queue; position 0). Jobs submitted since the last cycle are not listed
-    /// until a cycle has decided about them.
+    /// until a cycle has decided about them. A scheduler whose reasons are untold
+    /// ([`Scheduler::reasons_untold`]) keeps none to give: it must not be asked.
     pub fn waiting(&self) -> Vec<Decision> {
         // Sized once: grown by doubling, a fleet's list took a dozen allocations a call, the
         // largest fresh pages each time.
@@ -95,6 +96,10 @@ impl Scheduler {
     /// scheduler keeps: for callers that read every waiting job and keep little of it (the
     /// controller explaining them), no job's name or reason is copied.
     pub fn each_waiting<'a>(&'a self, mut visit: impl FnMut(WaitingJob<'a>)) {
+        debug_assert!(
+            self.reasons_told,
+            "waiting jobs asked of a scheduler that keeps no reasons"
+        );
         let found = &self.found;
         // Holders are kept unordered: the few a cycle left waiting (for bought capacity) are
         // told in id order.

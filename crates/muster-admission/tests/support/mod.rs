@@ -172,7 +172,20 @@ pub fn scheduler(
 /// Runs one cycle and carries out its evictions at once (as if the pods left immediately).
 pub fn cycle(s: &mut Scheduler, now: i64) -> Vec<Decision> {
     let decisions = s.cycle(now);
-    for d in &decisions {
+    requeue_victims(s, &decisions);
+    decisions
+}
+
+/// [`cycle`] by [`Scheduler::step`]: the decisions that change something, no waiting job.
+pub fn step(s: &mut Scheduler, now: i64) -> Vec<Decision> {
+    let decisions = s.step(now);
+    requeue_victims(s, &decisions);
+    decisions
+}
+
+/// Carries out the evictions among `decisions` at once: their jobs wait again.
+fn requeue_victims(s: &mut Scheduler, decisions: &[Decision]) {
+    for d in decisions {
         match d {
             Decision::Preempt { victims, .. } => {
                 for v in victims {
@@ -183,7 +196,6 @@ pub fn cycle(s: &mut Scheduler, now: i64) -> Vec<Decision> {
             _ => {}
         }
     }
-    decisions
 }
 
 pub fn admitted(decisions: &[Decision]) -> Vec<String> {

@@ -363,9 +363,11 @@ impl<'a> Start<'a> {
         .with_cohorts(CohortTree::new(snapshot.cohorts.clone()))
         .with_policy(policy(&options.policy))
         // Forward runs never walk their jobs in order; every start, end and arrival would
-        // keep them so. And they read only which job an admission started.
+        // keep them so. They read only which job an admission started, and never why a job
+        // waits.
         .without_id_order()
-        .admissions_by_job_alone();
+        .admissions_by_job_alone()
+        .reasons_untold();
         for (name, labels) in &snapshot.namespaces {
             s.set_namespace(name, labels.clone());
         }

@@ -21,6 +21,10 @@ pub fn place(
 ) -> Result<Fit, NoFit> {
     let mark = topo.mark();
     let mut pod_sets = Vec::with_capacity(gang.len());
+    // Working space kept by the topology between placements: emptied after each use, so
+    // only its capacity carries over (a placement grew it afresh, a reallocation or more
+    // each time, for every job tried).
+    let mut scratch = std::mem::take(&mut topo.place_scratch);
     for req in gang {
         let eligible = topo.eligibility(req);
         // The pod set's requests by the topology's numbers, resolved once for its capacity
@@ -30,7 +34,7 @@ pub fn place(
             Constraint::Tpu { .. } => tpu::place_slices(topo, req, &eligible),
             _ => {
                 let index = topo.capacity_index(&dense, &eligible);
-                place_in_domain(topo, req, index, &eligible, policy)
+                place_in_domain(topo, req, (index, &eligible), policy, &mut scratch)
             }
         };
         let booked = placed.and_then(|(domain, nodes, chosen)| {
@@ -49,11 +53,25 @@ pub fn place(
             Ok(fit) => pod_sets.push(fit),
             Err(no_fit) => {
                 topo.rollback(mark);
+                topo.place_scratch = scratch;
                 return Err(no_fit);
             }
         }
     }
+    topo.place_scratch = scratch;
     Ok(Fit { pod_sets })
+}
+
+/// What a placement works in, kept by the topology between placements (see [`place`]): each
+/// buffer is empty between uses.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PlaceScratch {
+    /// The units of one level a constrained pod set chooses its domain among.
+    domains: Vec<Unit>,
+    /// (node, pods) runs of the pod set being placed, in pod-index order.
+    runs: Vec<(NodeId, u32)>,
+    /// [`distribute`]'s buffers.
+    descent: Scratch,
 }
 
 /// Books the pods of `req` on `nodes` (pod by pod), on the GPU devices the fitter `chosen`
@@ -169,9 +187,9 @@ fn mismatches(topo: &Topology, req: &PodSetRequest) -> Vec<Mismatch> {
 fn place_in_domain(
     topo: &Topology,
     req: &PodSetRequest,
-    index: usize,
-    eligible: &[bool],
+    (index, eligible): (usize, &[bool]),
     policy: &dyn Policy,
+    scratch: &mut PlaceScratch,
 ) -> Result<Placed, NoFit> {
     let cap = capacity(topo, req, index, eligible, policy.uses_empty_capacity());
     if policy.scores_gangs()
@@ -216,31 +234,16 @@ fn place_in_domain(
                     }),
                 ));
             };
-            let preferred = matches!(req.constraint, Constraint::Preferred(_));
-            let mut found = None;
-            // Required: only this level. Preferred: this level, then each wider one, then all.
-            let depths: Vec<usize> = if preferred {
-                (0..=depth).rev().collect()
-            } else {
-                vec![depth]
-            };
-            for d in depths {
-                let units = domains_at(topo, &cap, d);
-                let chosen = cheapest_unit(topo, req, &cap, eligible, policy, &units)
-                    .or_else(|| policy.choose_single(&units, req.count));
-                if let Some(i) = chosen {
-                    found = Some(units[i].id);
-                    break;
-                }
-            }
-            match found {
+            let units = &mut scratch.domains;
+            match find_domain(topo, req, (&cap, eligible), policy, depth, units) {
                 Some(id) => id,
                 None => {
-                    let units = domains_at(topo, &cap, depth);
+                    domains_at(topo, &cap, depth, units);
                     let best = units
                         .iter()
                         .max_by_key(|u| (u.capacity, std::cmp::Reverse(u.id)))
                         .copied();
+                    units.clear();
                     let best = best.map(|u| (topo.domains()[u.id].value.clone(), u.capacity));
                     let kind = if total >= req.count {
                         NoFitKind::NoDomainFits
@@ -267,12 +270,42 @@ fn place_in_domain(
     {
         return Ok((domain, nodes, devices));
     }
-    let runs = distributed(topo, &cap, policy, chosen, req.count);
+    let PlaceScratch { runs, descent, .. } = scratch;
+    distribute(topo, &cap, policy, (chosen, req.count), descent, runs);
     let nodes = runs
-        .iter()
-        .flat_map(|(node, n)| std::iter::repeat_n(*node, *n as usize))
+        .drain(..)
+        .flat_map(|(node, n)| std::iter::repeat_n(node, n as usize))
         .collect();
     Ok((domain, nodes, Vec::new()))
+}
+
+/// The domain a pod set constrained to the level at `depth` goes to: for a required level,
+/// one of that level; for a preferred one, of that level, else of each wider one, else the
+/// whole flavor. `units` is working space, left empty.
+fn find_domain(
+    topo: &Topology,
+    req: &PodSetRequest,
+    (cap, eligible): (&Capacity, &[bool]),
+    policy: &dyn Policy,
+    depth: usize,
+    units: &mut Vec<Unit>,
+) -> Option<DomainId> {
+    let widest = match req.constraint {
+        Constraint::Preferred(_) => 0,
+        _ => depth,
+    };
+    let mut found = None;
+    for d in (widest..=depth).rev() {
+        domains_at(topo, cap, d, units);
+        let chosen = cheapest_unit(topo, req, cap, eligible, policy, units)
+            .or_else(|| policy.choose_single(units, req.count));
+        if let Some(i) = chosen {
+            found = Some(units[i].id);
+            break;
+        }
+    }
+    units.clear();
+    found
 }
 
 /// Why the flavor's nodes have room for only `total` pods of an unconstrained pod set: no
@@ -474,33 +507,23 @@ fn cheapest_unit(
 }
 
 /// The labelled domains at `depth` with room for at least one pod.
-fn domains_at(topo: &Topology, cap: &Capacity, depth: usize) -> Vec<Unit> {
-    topo.domains_at_depth(depth)
-        .iter()
-        .filter(|&&id| (depth == 0 || !topo.domains()[id].value.is_empty()) && cap.domain[id] > 0)
-        .map(|&id| cap.domain_unit(id))
-        .collect()
-}
-
-/// `need` pods spread over the units of `domain` by `policy` ([`distribute`]): (node, pods
-/// on it) runs, in pod-index order.
-fn distributed(
-    topo: &Topology,
-    cap: &Capacity,
-    policy: &dyn Policy,
-    domain: DomainId,
-    need: u32,
-) -> Vec<(NodeId, u32)> {
-    let mut runs = Vec::new();
-    let scratch = &mut Scratch::default();
-    distribute(topo, cap, policy, (domain, need), scratch, &mut runs);
-    runs
+fn domains_at(topo: &Topology, cap: &Capacity, depth: usize, units: &mut Vec<Unit>) {
+    units.clear();
+    units.extend(
+        topo.domains_at_depth(depth)
+            .iter()
+            .filter(|&&id| {
+                (depth == 0 || !topo.domains()[id].value.is_empty()) && cap.domain[id] > 0
+            })
+            .map(|&id| cap.domain_unit(id)),
+    );
 }
 
 /// What [`distribute`] works in at every level of a domain, one buffer for all: a level's
 /// units are taken off before it descends, and its picks, pushed past its parent's, before it
-/// returns, so a placement allocates them once, not once per domain it descends into.
-#[derive(Default)]
+/// returns, so a placement allocates them once, not once per domain it descends into (and,
+/// kept in [`PlaceScratch`], not once per placement either).
+#[derive(Clone, Debug, Default)]
 struct Scratch {
     units: Vec<Unit>,
     picked: Vec<(usize, u32)>,

@@ -307,6 +307,38 @@ fn lasts_up_to<'a>(
     lasts
 }
 
+/// The first index from `from` on whose job `before` is false for, in a run along which
+/// `before` is true up to some index and false after it, and true at `from`: found by
+/// galloping from `from` and then bisecting, so that it costs the distance it moves.
+fn first_from(
+    jobs: &std::collections::VecDeque<super::lists::Listed>,
+    from: usize,
+    before: impl Fn(&super::lists::Listed) -> bool,
+) -> usize {
+    // `lo` is known to be before, `hi` (or the end) not.
+    let (mut lo, mut step) = (from, 1);
+    let mut hi = loop {
+        let probe = lo + step;
+        match jobs.get(probe) {
+            Some(l) if before(l) => {
+                lo = probe;
+                step *= 2;
+            }
+            Some(_) => break probe,
+            None => break jobs.len(),
+        }
+    };
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if before(&jobs[mid]) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    hi
+}
+
 /// The first job at or after `q`'s cursor that the cycle must serve (its run and index
 /// there): not a preemptor already served, not ruled out by the memo.
 fn first_to_serve(
@@ -318,8 +350,16 @@ fn first_to_serve(
     let cursor = q.cursor;
     for (r, walk) in q.runs.iter_mut().enumerate() {
         let jobs = &walk.run.jobs;
-        // Jobs before the cursor have been served; those before `scan` passed over.
-        walk.scan = walk.scan.max(jobs.partition_point(|l| l.rank < cursor));
+        // Jobs before the cursor have been served; those before `scan` passed over. Ranks
+        // rise along the run, so the first job at the cursor is never before `scan` when the
+        // job at `scan` is at or past it (most calls): searched for only beyond `scan`.
+        if jobs.get(walk.scan).is_some_and(|l| l.rank < cursor) {
+            walk.scan = first_from(jobs, walk.scan, |l| l.rank < cursor);
+        }
+        debug_assert_eq!(
+            walk.scan,
+            walk.scan.max(jobs.partition_point(|l| l.rank < cursor))
+        );
         let from = state.ruled_out_from.get(&walk.shape).copied();
         while let Some(listed) = jobs.get(walk.scan) {
             if from.is_some_and(|f| listed.shortest >= f) {

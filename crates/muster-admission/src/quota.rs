@@ -496,6 +496,12 @@ impl QuotaBook {
         self.layout.queues.get(name).copied()
     }
 
+    /// The queue's number in this book, for what is asked of it by number; `None` for a queue
+    /// the book does not hold.
+    pub(crate) fn queue_number(&self, name: &str) -> Option<usize> {
+        self.queue(name)
+    }
+
     /// The number of the root of the queue's cohort tree, if it is in a cohort: equal for
     /// queues that lend to and borrow from each other (however far apart in the tree),
     /// cheaper to compare than names.
@@ -1077,10 +1083,15 @@ impl QuotaBook {
     /// tree down to the queue, the dominant share of the node on its path among its
     /// siblings, where those siblings share fairly (0 where none of them sets a weight).
     pub(crate) fn standing(&self, queue: &str) -> Standing {
+        self.queue(queue)
+            .map_or([0; STANDING_LEVELS], |q| self.standing_of(q))
+    }
+
+    /// [`QuotaBook::standing`] of the queue numbered `q` in this book
+    /// ([`QuotaBook::queue_number`]): a cycle takes it for every key of every queue of a
+    /// cohort after each admission there, and has the number at hand.
+    pub(crate) fn standing_of(&self, q: usize) -> Standing {
         let mut standing = [0; STANDING_LEVELS];
-        let Some(q) = self.queue(queue) else {
-            return standing;
-        };
         let layout = &self.layout;
         // Up from the queue: a node `depth` edges below the root stands at level `depth - 1`.
         let mut at = q;

@@ -28,7 +28,7 @@ use super::cycle::BorrowingPlan;
 use super::lists::{QueueList, Queued, Run};
 use super::{CycleState, HeadKey, MemoKey, Scheduler};
 use crate::job::JobId;
-use crate::quota::QuotaBook;
+use crate::quota::{QuotaBook, Standing};
 
 /// One queue's jobs of one shape, as a cycle walks them.
 struct RunWalk<'a> {
@@ -53,6 +53,9 @@ struct QueueWalk<'a> {
     /// The number of its cohort tree's root in the quota book: its key depends only on its
     /// own usage and its tree's.
     tree: Option<usize>,
+    /// Its own number in the quota book (`None`: the book does not hold it), for its
+    /// standing.
+    number: Option<usize>,
     /// Which usage its runs' borrowing answers ([`RunWalk::borrows`]) hold for: moved on
     /// when usage changes, so that forgetting every answer costs one increment.
     usage_epoch: u32,
@@ -124,6 +127,7 @@ impl<'a> Walk<'a> {
                 cq: cq.as_str(),
                 stopped: stopped(cq),
                 tree: quota.tree_number(cq),
+                number: quota.queue_number(cq),
                 usage_epoch: 0,
                 runs: list
                     .runs
@@ -236,7 +240,10 @@ impl Scheduler {
         at: (usize, usize),
         nominated: &BTreeSet<JobId>,
     ) -> HeadKey<'a> {
-        let share = self.quota.standing(q.cq);
+        let share = q
+            .number
+            .map_or_else(Standing::default, |n| self.quota.standing_of(n));
+        debug_assert_eq!(share, self.quota.standing(q.cq));
         let head = q.listed(at);
         let QueueWalk {
             cq,

@@ -916,10 +916,10 @@ impl QuotaBook {
     /// What a holder of `pod_sets` (per pod set: its flavor and quota usage) in `queue`
     /// books, for [`QuotaBook::add_booking`] and [`QuotaBook::remove_booking`]; `None` when
     /// the book has no such queue (a change by names then books nothing either).
-    pub(crate) fn booking<'a>(
+    pub(crate) fn booking<'f, 'u>(
         &self,
         queue: &str,
-        pod_sets: impl IntoIterator<Item = (&'a str, &'a Resources)>,
+        pod_sets: impl IntoIterator<Item = (&'f str, &'u Resources)>,
     ) -> Option<Booking> {
         let QuotaScope { queue, tree } = self.scope(queue)?;
         let mut amounts = Vec::new();

@@ -8,7 +8,7 @@ use muster_api::Resources;
 use muster_topology::NodeId;
 
 use crate::job::JobId;
-use crate::quota::{PreparedUsage, QuotaBook, QuotaScope};
+use crate::quota::{Booking, PreparedUsage, QuotaBook, QuotaScope};
 
 /// Capacity held for a blocked job within one cycle.
 #[derive(Clone, Debug)]
@@ -38,29 +38,55 @@ impl Reservation {
         matches!((ends, self.until), (Some(e), Some(t)) if e <= t)
     }
 
-    fn shares_quota(&self, quota: &QuotaBook, cluster_queue: &str) -> bool {
-        self.scope
-            .zip(quota.scope(cluster_queue))
-            .is_some_and(|(ours, theirs)| ours.shares_with(theirs))
+    /// Whether a job of `cluster_queue` that books `booking` (made from `quota`) shares quota
+    /// with the reserved job; without a booking, asked of `quota` by name.
+    fn shares_quota(
+        &self,
+        quota: &QuotaBook,
+        cluster_queue: &str,
+        booking: Option<&Booking>,
+    ) -> bool {
+        match booking {
+            Some(booking) => self.scope.is_some_and(|ours| ours.covers(booking)),
+            None => self
+                .scope
+                .zip(quota.scope(cluster_queue))
+                .is_some_and(|(ours, theirs)| ours.shares_with(theirs)),
+        }
     }
 
     /// Whether booking `usage` (per flavor) to `cluster_queue` would leave the reserved job
-    /// shorter of quota at its start than it is without it. `scratch` is overwritten with
-    /// the book at the reservation's start and the usage booked into it: a book the caller
-    /// keeps between checks, so that a check allocates nothing.
+    /// shorter of quota at its start than it is without it. `booking`, when given, is that
+    /// usage as `quota` books it for the queue ([`QuotaBook::booking`]), booked by number
+    /// instead of by names. `scratch` is overwritten with the book at the reservation's
+    /// start and the usage booked into it: a book the caller keeps between checks, so that
+    /// a check allocates nothing.
     pub(crate) fn would_delay(
         &self,
         scratch: &mut QuotaBook,
         quota: &QuotaBook,
-        cluster_queue: &str,
-        usage: &BTreeMap<String, Resources>,
+        (cluster_queue, usage): (&str, &BTreeMap<String, Resources>),
+        booking: Option<&Booking>,
     ) -> bool {
-        if !self.shares_quota(quota, cluster_queue) {
+        if !self.shares_quota(quota, cluster_queue, booking) {
             return false;
         }
         scratch.copy_from(&self.book_at);
-        for (flavor, u) in usage {
-            scratch.add(cluster_queue, flavor, u);
+        match booking {
+            Some(booking) => scratch.add_booking(booking),
+            None => {
+                for (flavor, u) in usage {
+                    scratch.add(cluster_queue, flavor, u);
+                }
+            }
+        }
+        #[cfg(debug_assertions)]
+        {
+            let mut by_names = self.book_at.clone();
+            for (flavor, u) in usage {
+                by_names.add(cluster_queue, flavor, u);
+            }
+            debug_assert!(scratch.same_usage(&by_names), "a try booked as by names");
         }
         self.need
             .iter()
@@ -68,19 +94,25 @@ impl Reservation {
     }
 
     /// A job was admitted later in the cycle: if it still runs when the reservation starts,
-    /// its quota counts then.
+    /// its quota (`usage` per flavor, or `booking` as [`Reservation::would_delay`] takes
+    /// it) counts then.
     pub(crate) fn admitted(
         &mut self,
         quota: &QuotaBook,
-        cluster_queue: &str,
-        usage: &BTreeMap<String, Resources>,
+        (cluster_queue, usage): (&str, &BTreeMap<String, Resources>),
+        booking: Option<&Booking>,
         ends: Option<i64>,
     ) {
-        if self.ends_before(ends) || !self.shares_quota(quota, cluster_queue) {
+        if self.ends_before(ends) || !self.shares_quota(quota, cluster_queue, booking) {
             return;
         }
-        for (flavor, u) in usage {
-            self.book_at.add(cluster_queue, flavor, u);
+        match booking {
+            Some(booking) => self.book_at.add_booking(booking),
+            None => {
+                for (flavor, u) in usage {
+                    self.book_at.add(cluster_queue, flavor, u);
+                }
+            }
         }
     }
 }

@@ -44,9 +44,10 @@ impl Scheduler {
         let filled = fill.done;
         let result = result.and_then(|a| {
             let (scratch, quota) = (&mut self.scratch_quota, &self.quota);
+            let booking = a.booking.as_deref();
             match binding
                 .iter()
-                .find(|r| r.would_delay(scratch, quota, cq, &a.usage))
+                .find(|r| r.would_delay(scratch, quota, (cq, &a.usage), booking))
             {
                 Some(r) => Err(Blocked::Reserved {
                     for_job: r.job.clone(),
@@ -139,10 +140,13 @@ impl Scheduler {
             }
             pod_sets.push(placement);
         }
+        let flavors = pod_sets.iter().map(|p| p.flavor.as_str());
+        let booking = shape.and_then(|shape| self.booking_for(shape, cq, flavors));
         Ok(Assignment {
             pod_sets,
             borrowing,
             usage: usage_by_flavor,
+            booking,
         })
     }
 

@@ -7,6 +7,11 @@ use std::sync::Arc;
 
 use super::{Holding, JobState, Scheduler, ShapeUsage, SharedId, lists};
 use crate::job::{Job, quota_usage};
+use crate::quota::Booking;
+
+/// Per job shape: (ClusterQueue, the flavor of each pod set, what a job of the shape so
+/// placed books), as [`Scheduler::booking_for`] made them.
+pub(super) type Bookings = Vec<Vec<(String, Vec<String>, Arc<Booking>)>>;
 
 impl Scheduler {
     /// Files a holder under its state's index (provisioning, evicting, expected end).
@@ -123,7 +128,12 @@ impl Scheduler {
         );
         self.unfile(&shared, &job, &old);
         self.file(&shared, &job, &state);
-        let booking = super::booking_of(&self.quota, &state, &entry_usage);
+        let booking = self.booking_in(shape, &state);
+        debug_assert_eq!(
+            booking,
+            super::booking_of(&self.quota, &state, &entry_usage),
+            "the booking kept for {id}'s shape is the one made by names"
+        );
         if let Some(entry) = self.jobs.get_mut(id) {
             entry.state = state;
             entry.booking = booking;
@@ -140,6 +150,48 @@ impl Scheduler {
                 self.lists.remove(&job);
             }
         }
+    }
+
+    /// What a job of `shape` books while in `state` (nothing while it holds nothing): the
+    /// booking of [`Scheduler::booking_for`].
+    pub(super) fn booking_in(&mut self, shape: usize, state: &JobState) -> Option<Arc<Booking>> {
+        let (JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h)) = state
+        else {
+            return None;
+        };
+        let flavors = h.pod_sets.iter().map(|p| p.flavor.as_str());
+        self.booking_for(shape, &h.cluster_queue, flavors)
+    }
+
+    /// What a job of `shape` books in `cq` with its pod sets in `flavors`, in order
+    /// ([`crate::quota::QuotaBook::booking`]): made the first time it is asked for and kept,
+    /// so that the jobs of a shape (every admission, and every try a reservation weighs)
+    /// share one instead of each looking its names up. `None` when the book has no such
+    /// queue. Holds while the book's numbering does ([`Scheduler::with_cohorts`] drops them).
+    pub(super) fn booking_for<'f>(
+        &mut self,
+        shape: usize,
+        cq: &str,
+        flavors: impl Iterator<Item = &'f str> + Clone,
+    ) -> Option<Arc<Booking>> {
+        let kept = self.bookings.get(shape).and_then(|kept| {
+            kept.iter()
+                .find(|(q, f, _)| q == cq && f.iter().map(String::as_str).eq(flavors.clone()))
+        });
+        if let Some((_, _, booking)) = kept {
+            return Some(Arc::clone(booking));
+        }
+        let usage = self.shape_usage.get(shape)?;
+        let booking = Arc::new(self.quota.booking(cq, flavors.clone().zip(usage.iter()))?);
+        if self.bookings.len() <= shape {
+            self.bookings.resize_with(shape + 1, Vec::new);
+        }
+        self.bookings[shape].push((
+            cq.to_owned(),
+            flavors.map(str::to_owned).collect(),
+            Arc::clone(&booking),
+        ));
+        Some(booking)
     }
 
     /// The index of `job`'s shape (its LocalQueue, priority and pod sets), a new one if no job

@@ -310,8 +310,9 @@ impl Scheduler {
         };
         let blocked = match self.try_assign(cq, job, opts, &state.reservations, now) {
             Ok(assignment) => {
+                let booking = assignment.booking.as_deref();
                 for r in &mut state.reservations {
-                    r.admitted(&self.quota, cq, &assignment.usage, ends);
+                    r.admitted(&self.quota, (cq, &assignment.usage), booking, ends);
                 }
                 self.admit(cq, job, assignment, now, out);
                 return;
@@ -547,9 +548,28 @@ impl Scheduler {
         now: i64,
         out: &mut Vec<Decision>,
     ) {
-        for (flavor, usage) in &assignment.usage {
-            self.quota.add(cq, flavor, usage);
+        #[cfg(debug_assertions)]
+        let by_names = {
+            let mut book = self.quota.clone();
+            for (flavor, usage) in &assignment.usage {
+                book.add(cq, flavor, usage);
+            }
+            book
+        };
+        match &assignment.booking {
+            Some(booking) => self.quota.add_booking(booking),
+            None => {
+                for (flavor, usage) in &assignment.usage {
+                    self.quota.add(cq, flavor, usage);
+                }
+            }
         }
+        #[cfg(debug_assertions)]
+        debug_assert!(
+            self.quota.same_usage(&by_names),
+            "{} booked by number as by names",
+            job.id
+        );
         let told = if self.placements_told {
             assignment.pod_sets.clone()
         } else {

@@ -271,6 +271,10 @@ struct Assignment {
     borrowing: bool,
     /// Quota usage per flavor.
     usage: BTreeMap<String, Resources>,
+    /// The same usage as the quota book books it for the job's queue, when the job is known
+    /// as it is (see [`Scheduler::booking_for`]): an admission books it, and reservations
+    /// weigh it, in arithmetic alone.
+    booking: Option<Arc<Booking>>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -302,6 +306,9 @@ pub struct Scheduler {
     flavored: assign::Flavored,
     /// Per shape: its pod sets' quota usages, prepared for the queue and flavors tried.
     prepared: assign::PreparedUsages,
+    /// Per shape: what a job of it books with its pod sets in the flavors it was admitted
+    /// to ([`Scheduler::booking_for`]).
+    bookings: book::Bookings,
     /// Preemptors waiting for their victims to leave, with what they counted on.
     nominations: BTreeMap<JobId, nominate::Nomination>,
     /// Preemptors waiting because waiting was cheaper than evicting (see [`weigh`]), with
@@ -402,6 +409,7 @@ impl Scheduler {
             shape_usage: Vec::new(),
             flavored: assign::Flavored::default(),
             prepared: assign::PreparedUsages::default(),
+            bookings: book::Bookings::default(),
             nominations: BTreeMap::new(),
             deferred: BTreeMap::new(),
             policy: Box::new(BestFit),
@@ -485,6 +493,7 @@ impl Scheduler {
             shape_usage: self.shape_usage.clone(),
             flavored: self.flavored.clone(),
             prepared: self.prepared.clone(),
+            bookings: self.bookings.clone(),
             nominations: self.nominations.clone(),
             deferred: self.deferred.clone(),
             policy,
@@ -521,6 +530,7 @@ impl Scheduler {
         // The new book numbers queues and slots afresh: every holder's booking is made again,
         // and every prepared usage.
         self.prepared = assign::PreparedUsages::default();
+        self.bookings = book::Bookings::default();
         for id in &self.holders {
             if let Some(e) = self.jobs.get_mut(id) {
                 e.booking = booking_of(&self.quota, &e.state, &e.usage);

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use muster_api::resource_flavor::HOSTNAME_LABEL;
 use muster_api::{ResourceFlavorSpec, Resources};
 use muster_topology::{
-    Fit, KeepOff, Mark, NoFit, NodeId, NodeInfo, PodSetRequest, Policy, Topology, place,
+    Fit, KeepOff, Mark, NoFit, NodeId, NodeInfo, PlaceScratch, PodSetRequest, Policy, Topology,
+    place_reusing,
 };
 
 /// One flavor: its definition and its nodes.
@@ -24,6 +25,8 @@ struct FlavorNodes {
 #[derive(Clone, Debug, Default)]
 pub struct Cluster {
     flavors: BTreeMap<String, FlavorNodes>,
+    /// What placements work in, kept from one to the next (see [`place_reusing`]).
+    scratch: PlaceScratch,
 }
 
 /// A point every flavor's journal can roll back to.
@@ -57,7 +60,10 @@ impl Cluster {
                 (name, FlavorNodes { spec, topology })
             })
             .collect();
-        Cluster { flavors }
+        Cluster {
+            flavors,
+            scratch: PlaceScratch::default(),
+        }
     }
 
     /// Whether a placement that fails says why in words (on by default; see
@@ -218,7 +224,12 @@ impl Cluster {
         policy: &dyn Policy,
     ) -> Option<Result<Fit, NoFit>> {
         let f = self.flavors.get_mut(flavor)?;
-        let result = place(&mut f.topology, std::slice::from_ref(req), policy);
+        let result = place_reusing(
+            &mut f.topology,
+            std::slice::from_ref(req),
+            policy,
+            &mut self.scratch,
+        );
         if let Ok(fit) = &result {
             // The flavor that placed booked its own nodes; book the others that share them.
             for (name, other) in &mut self.flavors {

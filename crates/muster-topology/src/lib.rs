@@ -32,7 +32,7 @@ pub use node::{
     GKE_GPU_SHARING_STRATEGY, GKE_MAX_SHARED_CLIENTS, HAMI_NODE_LABEL, InputError, MAX_GPU_DEVICES,
     NVIDIA_GPU_COUNT, NVIDIA_GPU_REPLICAS, NodeInfo, pod_usage,
 };
-pub use place::place;
+pub use place::{PlaceScratch, place, place_reusing};
 pub use policy::{
     BestFit, FragmentationAware, POLICY_NAMES, Policy, SHARE_SEED, SharePlacement, Spread, Unit,
     by_name,

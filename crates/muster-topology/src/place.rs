@@ -19,12 +19,21 @@ pub fn place(
     gang: &[PodSetRequest],
     policy: &dyn Policy,
 ) -> Result<Fit, NoFit> {
+    place_reusing(topo, gang, policy, &mut PlaceScratch::default())
+}
+
+/// [`place`], working in `scratch`: a caller that places over and over (a scheduler's cycle
+/// tries thousands of jobs) keeps one, so that only its capacity carries over from one
+/// placement to the next instead of each growing its buffers afresh, a reallocation or more
+/// every time.
+pub fn place_reusing(
+    topo: &mut Topology,
+    gang: &[PodSetRequest],
+    policy: &dyn Policy,
+    scratch: &mut PlaceScratch,
+) -> Result<Fit, NoFit> {
     let mark = topo.mark();
     let mut pod_sets = Vec::with_capacity(gang.len());
-    // Working space kept by the topology between placements: emptied after each use, so
-    // only its capacity carries over (a placement grew it afresh, a reallocation or more
-    // each time, for every job tried).
-    let mut scratch = std::mem::take(&mut topo.place_scratch);
     for req in gang {
         let eligible = topo.eligibility(req);
         // The pod set's requests by the topology's numbers, resolved once for its capacity
@@ -34,7 +43,7 @@ pub fn place(
             Constraint::Tpu { .. } => tpu::place_slices(topo, req, &eligible),
             _ => {
                 let index = topo.capacity_index(&dense, &eligible);
-                place_in_domain(topo, req, (index, &eligible), policy, &mut scratch)
+                place_in_domain(topo, req, (index, &eligible), policy, scratch)
             }
         };
         let booked = placed.and_then(|(domain, nodes, chosen)| {
@@ -53,19 +62,17 @@ pub fn place(
             Ok(fit) => pod_sets.push(fit),
             Err(no_fit) => {
                 topo.rollback(mark);
-                topo.place_scratch = scratch;
                 return Err(no_fit);
             }
         }
     }
-    topo.place_scratch = scratch;
     Ok(Fit { pod_sets })
 }
 
-/// What a placement works in, kept by the topology between placements (see [`place`]): each
-/// buffer is empty between uses.
+/// What a placement works in ([`place_reusing`]): each buffer is empty between placements,
+/// so a copy costs nothing.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct PlaceScratch {
+pub struct PlaceScratch {
     /// The units of one level a constrained pod set chooses its domain among.
     domains: Vec<Unit>,
     /// (node, pods) runs of the pod set being placed, in pod-index order.
@@ -522,7 +529,7 @@ fn domains_at(topo: &Topology, cap: &Capacity, depth: usize, units: &mut Vec<Uni
 /// What [`distribute`] works in at every level of a domain, one buffer for all: a level's
 /// units are taken off before it descends, and its picks, pushed past its parent's, before it
 /// returns, so a placement allocates them once, not once per domain it descends into (and,
-/// kept in [`PlaceScratch`], not once per placement either).
+/// kept in a [`PlaceScratch`], not once per placement either).
 #[derive(Clone, Debug, Default)]
 struct Scratch {
     units: Vec<Unit>,

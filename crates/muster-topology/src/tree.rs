@@ -141,8 +141,6 @@ pub struct Topology {
     ///
     /// [`NoFit::message`]: crate::NoFit::message
     words_failures: bool,
-    /// A placement's working space between placements ([`crate::place::place`]).
-    pub(crate) place_scratch: crate::place::PlaceScratch,
 }
 
 /// How many distinct eligibility vectors a topology keeps before it starts over (each costs one
@@ -224,7 +222,6 @@ impl Topology {
             share: None,
             gpu: None,
             words_failures: true,
-            place_scratch: crate::place::PlaceScratch::default(),
         };
         topo.devices = (0..most_devices)
             .filter_map(|d| topo.resource_index(&names::gpu_device(d)))

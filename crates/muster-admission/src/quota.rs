@@ -492,14 +492,10 @@ impl QuotaBook {
         self.layout.slot(flavor, resource)
     }
 
-    fn queue(&self, name: &str) -> Option<usize> {
-        self.layout.queues.get(name).copied()
-    }
-
     /// The queue's number in this book, for what is asked of it by number; `None` for a queue
     /// the book does not hold.
-    pub(crate) fn queue_number(&self, name: &str) -> Option<usize> {
-        self.queue(name)
+    pub(crate) fn queue(&self, name: &str) -> Option<usize> {
+        self.layout.queues.get(name).copied()
     }
 
     /// The number of the root of the queue's cohort tree, if it is in a cohort: equal for
@@ -1088,7 +1084,7 @@ impl QuotaBook {
     }
 
     /// [`QuotaBook::standing`] of the queue numbered `q` in this book
-    /// ([`QuotaBook::queue_number`]): a cycle takes it for every key of every queue of a
+    /// ([`QuotaBook::queue`]): a cycle takes it for every key of every queue of a
     /// cohort after each admission there, and has the number at hand.
     pub(crate) fn standing_of(&self, q: usize) -> Standing {
         let mut standing = [0; STANDING_LEVELS];

@@ -109,7 +109,8 @@ impl Entry {
 }
 
 /// What a job of quota usage `usage` (per pod set) books in `quota` while in `state`: `None`
-/// while it holds nothing, or when its queue is not in the book.
+/// while it holds nothing, or when its queue is not in the book. Made by names, as debug
+/// builds check the bookings kept per shape ([`Scheduler::booking_for`]) against it.
 fn booking_of(quota: &QuotaBook, state: &JobState, usage: &[Resources]) -> Option<Arc<Booking>> {
     let (JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h)) = state else {
         return None;
@@ -531,12 +532,29 @@ impl Scheduler {
         // and every prepared usage.
         self.prepared = assign::PreparedUsages::default();
         self.bookings = book::Bookings::default();
-        for id in &self.holders {
-            if let Some(e) = self.jobs.get_mut(id) {
-                e.booking = booking_of(&self.quota, &e.state, &e.usage);
-                if let Some(booking) = &e.booking {
+        let holders: Vec<SharedId> = self.holders.iter().cloned().collect();
+        for id in holders {
+            let Some(e) = self.jobs.get(&id) else {
+                continue;
+            };
+            let (JobState::Admitted(h) | JobState::Provisioning(h) | JobState::Evicting(h)) =
+                &e.state
+            else {
+                continue;
+            };
+            let (shape, cq) = (e.shape, h.cluster_queue.clone());
+            let flavors: Vec<String> = h.pod_sets.iter().map(|p| p.flavor.clone()).collect();
+            let booking = self.booking_for(shape, &cq, flavors.iter().map(String::as_str));
+            if let Some(e) = self.jobs.get_mut(&id) {
+                debug_assert_eq!(
+                    booking,
+                    booking_of(&self.quota, &e.state, &e.usage),
+                    "the booking kept for {id}'s shape is the one made by names"
+                );
+                if let Some(booking) = &booking {
                     self.quota.add_booking(booking);
                 }
+                e.booking = booking;
             }
         }
         self.cohorts = tree;
@@ -597,7 +615,13 @@ impl Scheduler {
             self.holders.insert(Arc::clone(&shared));
         }
         let usage = Arc::clone(&self.shape_usage[shape]);
-        let booking = booking_of(&self.quota, &state, &usage);
+        let booking = self.booking_in(shape, &state);
+        debug_assert_eq!(
+            booking,
+            booking_of(&self.quota, &state, &usage),
+            "the booking kept for {}'s shape is the one made by names",
+            job.id
+        );
         self.jobs.insert(Entry {
             job,
             id: shared,

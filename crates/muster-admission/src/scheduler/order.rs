@@ -127,7 +127,7 @@ impl<'a> Walk<'a> {
                 cq: cq.as_str(),
                 stopped: stopped(cq),
                 tree: quota.tree_number(cq),
-                number: quota.queue_number(cq),
+                number: quota.queue(cq),
                 usage_epoch: 0,
                 runs: list
                     .runs

@@ -115,6 +115,24 @@ impl Cluster {
         }
     }
 
+    /// Takes the pods of one pod set off their nodes, in every flavor that has them: pod `i`
+    /// of `requests` from `nodes[i]`, on the GPU devices `devices(i)` ([`Cluster::remove_pod`]
+    /// of each, with the requests resolved once per flavor: [`Topology::remove_pods`]).
+    pub fn remove_pods<'d>(
+        &mut self,
+        nodes: &'d [String],
+        requests: &Resources,
+        devices: impl Fn(usize) -> &'d [u32],
+    ) {
+        for f in self.flavors.values_mut() {
+            let pods = nodes
+                .iter()
+                .enumerate()
+                .map(|(pod, node)| (node.as_str(), devices(pod)));
+            f.topology.remove_pods(pods, requests);
+        }
+    }
+
     /// Releases a pod's usage on `node` in every flavor that holds it.
     pub fn remove_usage(&mut self, node: &str, usage: &Resources) {
         for f in self.flavors.values_mut() {

@@ -783,6 +783,45 @@ impl Topology {
         });
     }
 
+    /// Takes pods of one pod set's `requests` off their nodes, each given by name with the GPU
+    /// devices it took ([`Topology::remove_pod`] of each; a name the topology does not hold is
+    /// passed over). A job's end takes every pod of a set off at once: the requests are
+    /// resolved by name for the first pod that took no devices one by one, and the others
+    /// copy what it journaled.
+    pub fn remove_pods<'p>(
+        &mut self,
+        pods: impl IntoIterator<Item = (&'p str, &'p [u32])>,
+        requests: &Resources,
+    ) {
+        // Where the amounts of the first pod without devices are in the journal's buffer.
+        let mut resolved: Option<(usize, usize)> = None;
+        for (name, devices) in pods {
+            let Some(node) = self.node_id(name) else {
+                continue;
+            };
+            let from = self.journal_amounts.len();
+            match resolved {
+                Some((first, past)) if devices.is_empty() => {
+                    self.journal_amounts.extend_from_within(first..past);
+                    let amounts = std::mem::take(&mut self.journal_amounts);
+                    self.change(node, &amounts[from..], false);
+                    self.journal_amounts = amounts;
+                    self.journal.push(Change {
+                        node,
+                        added: false,
+                        from,
+                    });
+                }
+                _ => {
+                    self.journal_pod(node, requests, devices, false);
+                    if devices.is_empty() {
+                        resolved = Some((from, self.journal_amounts.len()));
+                    }
+                }
+            }
+        }
+    }
+
     /// Records that a pod of `requests` on `devices` left `node`: the reverse of
     /// [`Topology::add_pod`].
     pub fn remove_pod(&mut self, node: NodeId, requests: &Resources, devices: &[u32]) {

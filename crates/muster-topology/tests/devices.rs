@@ -338,8 +338,9 @@ fn fgd_gang_puts_a_gang_in_the_block_it_fragments_least() {
 }
 
 proptest! {
-    /// Booking a pod by its requests and the devices it took (`add_pod`, `remove_pod`)
-    /// changes a topology exactly as booking what it uses by name does (`add_usage` and
+    /// Booking a pod by its requests and the devices it took (`add_pod`, `remove_pod`, and
+    /// `remove_pods` for a pod set's pods at once) changes a topology exactly as booking what
+    /// it uses by name does (`add_usage` and
     /// `remove_usage` of `on_devices`), shares, whole GPUs, devices a node lacks and pods that
     /// took none alike.
     #[test]
@@ -369,8 +370,32 @@ proptest! {
             by_name.add_usage(*node, &on_devices(&requests, devices));
             prop_assert!(same(&by_pod, &by_name));
         }
-        for (i, (node, milli, devices)) in pods.iter().enumerate() {
-            if leaving >> (i % 64) & 1 == 1 {
+        let names = ["h1", "h2"];
+        let gone: Vec<&(usize, u64, Vec<u32>)> = pods
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| leaving >> (i % 64) & 1 == 1)
+            .map(|(_, pod)| pod)
+            .collect();
+        if leaving >> 63 == 1 {
+            // As a pod set leaves: every pod of one request at once, by node name.
+            let mut sizes: Vec<u64> = gone.iter().map(|(_, milli, _)| *milli).collect();
+            sizes.sort_unstable();
+            sizes.dedup();
+            for size in sizes {
+                let requests = set(1, size).requests;
+                let of_size = gone.iter().filter(|(_, milli, _)| *milli == size);
+                by_pod.remove_pods(
+                    of_size.clone().map(|(node, _, devices)| (names[*node], devices.as_slice())),
+                    &requests,
+                );
+                for (node, _, devices) in of_size {
+                    by_name.remove_usage(*node, &on_devices(&requests, devices));
+                }
+                prop_assert!(same(&by_pod, &by_name));
+            }
+        } else {
+            for (node, milli, devices) in gone {
                 let requests = set(1, *milli).requests;
                 by_pod.remove_pod(*node, &requests, devices);
                 by_name.remove_usage(*node, &on_devices(&requests, devices));

@@ -170,7 +170,7 @@ impl Scheduler {
     ) -> Result<(PodSetPlacement, bool), Blocked> {
         let mut first_short: Option<Shortfall> = None;
         let mut first_no_fit: Option<(NoFit, String)> = None;
-        let mut chosen: Option<(String, PodSetPlacement, bool)> = None;
+        let mut chosen: Option<(PodSetPlacement, bool)> = None;
         'passes: for borrow_pass in [false, true] {
             if borrow_pass && opts.no_borrow {
                 break;
@@ -256,12 +256,12 @@ impl Scheduler {
                         devices: Vec::new(),
                     }
                 };
-                chosen = Some((flavor.name.clone(), placement, borrow_pass));
+                chosen = Some((placement, borrow_pass));
                 break 'passes;
             }
         }
         match (chosen, first_no_fit, first_short) {
-            (Some((_, placement, borrowed)), _, _) => Ok((placement, borrowed)),
+            (Some((placement, borrowed)), _, _) => Ok((placement, borrowed)),
             (None, Some((no_fit, flavor)), _) => Err(Blocked::Topology {
                 no_fit: Box::new(no_fit),
                 flavor,

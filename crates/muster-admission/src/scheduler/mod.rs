@@ -93,9 +93,9 @@ impl Entry {
             &self.state
         {
             for (set, placement) in self.job.pod_sets.iter().zip(&h.pod_sets) {
-                for (pod, node) in placement.nodes.iter().enumerate() {
-                    cluster.remove_pod(node, &set.requests, placement.devices_of(pod));
-                }
+                cluster.remove_pods(&placement.nodes, &set.requests, |pod| {
+                    placement.devices_of(pod)
+                });
             }
         }
     }

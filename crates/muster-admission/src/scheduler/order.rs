@@ -43,6 +43,10 @@ struct RunWalk<'a> {
     /// What is measured to tell (built once a cycle: it holds while the queues' quotas do,
     /// which a cycle does not change).
     plan: PlanSlot,
+    /// How many of the run's jobs are ranked at or below the rank its last job up to a head
+    /// was last looked for at: the next search gallops on from there, as the heads a cycle
+    /// takes keys up to only come later in the order.
+    upto: usize,
 }
 
 /// One queue's progress through a cycle.
@@ -69,10 +73,12 @@ struct QueueWalk<'a> {
     /// Its key, while usage stays as it is.
     key: Option<HeadKey<'a>>,
     /// Per run, its last job from the cursor up to `at` (rank, job, the run's index in
-    /// `runs`), highest rank first: which of them would borrow changes with usage, but they
-    /// change only when `at` does, so an admission elsewhere in the tree takes the key again
-    /// without a search.
-    lasts: Option<Vec<(u64, &'a Queued, usize)>>,
+    /// `runs`), highest rank first, when `lasts_found`: which of them would borrow changes
+    /// with usage, but they change only when `at` does, so an admission elsewhere in the tree
+    /// takes the key again without a search. Kept between heads, emptied and found again.
+    lasts: Vec<(u64, &'a Queued, usize)>,
+    /// Whether `lasts` are those up to `at`.
+    lasts_found: bool,
     /// Jobs served so far this cycle, preemptors served first included.
     served: u32,
 }
@@ -138,13 +144,15 @@ impl<'a> Walk<'a> {
                         scan: 0,
                         borrows: None,
                         plan: PlanSlot::Unbuilt,
+                        upto: 0,
                     })
                     .collect(),
                 cursor: 0,
                 done: false,
                 at: None,
                 key: None,
-                lasts: None,
+                lasts: Vec::new(),
+                lasts_found: false,
                 served: served.get(cq).copied().unwrap_or(0),
             })
             .collect();
@@ -178,7 +186,7 @@ impl<'a> Walk<'a> {
             q.cursor = next.rank.saturating_add(1);
             q.at = None;
             q.key = None;
-            q.lasts = None;
+            q.lasts_found = false;
             q.served += 1;
         }
     }
@@ -251,9 +259,13 @@ impl Scheduler {
             cursor,
             usage_epoch,
             lasts,
+            lasts_found,
             ..
         } = q;
-        let lasts = lasts.get_or_insert_with(|| lasts_up_to(runs, *cursor, head.rank, nominated));
+        if !*lasts_found {
+            lasts_up_to(runs, (*cursor, head.rank), nominated, lasts);
+            *lasts_found = true;
+        }
         // The last job up to `at` whose shape would borrow: the first of the lasts, highest
         // rank first, whose shape would.
         let mut last_borrower: Option<&'a Queued> = None;
@@ -290,28 +302,49 @@ impl Scheduler {
 }
 
 /// Per run of `runs`, its last job ranked from `cursor` up to `upto` (preemptors served first
-/// left out: they are not in the queue's order), with its run's index; highest rank first.
+/// left out: they are not in the queue's order), with its run's index; highest rank first,
+/// into `lasts`.
 fn lasts_up_to<'a>(
-    runs: &[RunWalk<'a>],
-    cursor: u64,
-    upto: u64,
+    runs: &mut [RunWalk<'a>],
+    (cursor, upto): (u64, u64),
     nominated: &BTreeSet<JobId>,
-) -> Vec<(u64, &'a Queued, usize)> {
-    let mut lasts: Vec<(u64, &'a Queued, usize)> = runs
-        .iter()
-        .enumerate()
-        .filter_map(|(r, walk)| {
-            let jobs = &walk.run.jobs;
-            let mut k = jobs.partition_point(|l| l.rank <= upto);
-            while !nominated.is_empty() && k > 0 && nominated.contains(&jobs[k - 1].queued.job.id) {
-                k -= 1;
-            }
-            let last = jobs.get(k.checked_sub(1)?)?;
-            (last.rank >= cursor).then_some((last.rank, &last.queued, r))
-        })
-        .collect();
+    lasts: &mut Vec<(u64, &'a Queued, usize)>,
+) {
+    lasts.clear();
+    for (r, walk) in runs.iter_mut().enumerate() {
+        let jobs = &walk.run.jobs;
+        let mut k = ranked_up_to(jobs, walk.upto, upto);
+        walk.upto = k;
+        while !nominated.is_empty() && k > 0 && nominated.contains(&jobs[k - 1].queued.job.id) {
+            k -= 1;
+        }
+        if let Some(last) = k.checked_sub(1).and_then(|k| jobs.get(k))
+            && last.rank >= cursor
+        {
+            lasts.push((last.rank, &last.queued, r));
+        }
+    }
     lasts.sort_unstable_by_key(|(rank, _, _)| std::cmp::Reverse(*rank));
-    lasts
+}
+
+/// How many of `jobs` (ranks rising along them) are ranked at or below `upto`, searched from
+/// `hint`, the count for an earlier rank: galloping on from there costs the distance moved.
+/// A hint past the answer (a rank lower than the last asked for) is bisected afresh.
+fn ranked_up_to(
+    jobs: &std::collections::VecDeque<super::lists::Listed>,
+    hint: usize,
+    upto: u64,
+) -> usize {
+    let hint = hint.min(jobs.len());
+    let k = if hint > 0 && jobs[hint - 1].rank > upto {
+        jobs.partition_point(|l| l.rank <= upto)
+    } else if jobs.get(hint).is_some_and(|l| l.rank <= upto) {
+        first_from(jobs, hint, |l| l.rank <= upto)
+    } else {
+        hint
+    };
+    debug_assert_eq!(k, jobs.partition_point(|l| l.rank <= upto));
+    k
 }
 
 /// The first index from `from` on whose job `before` is false for, in a run along which

@@ -114,14 +114,10 @@ pub struct Topology {
     /// Scratch space for a node's domains while a change updates the capacity indexes.
     ancestors: Vec<DomainId>,
     labels: LabelIndex,
-    /// Pod capacity of the request shapes placed most recently, kept current: counted again
-    /// for the nodes in `stale` before any is read.
+    /// Pod capacity of the request shapes placed most recently, kept current: each counted
+    /// again for the nodes changed since it was last read (its own stale nodes) when a
+    /// placement next reads it.
     capacities: Vec<CapacityIndex>,
-    /// Nodes changed since the capacity indexes were last brought up to date. A reservation
-    /// search books and rolls back pods on the same few nodes many times between two
-    /// placements: each node is counted again once, when a placement next reads the
-    /// indexes, instead of at every change.
-    stale: StaleNodes,
     /// Where the capacity indexes keep each node's and domain's room bit (fixed once the
     /// domains are).
     room_layout: Arc<RoomLayout>,
@@ -215,7 +211,6 @@ impl Topology {
             ancestors: Vec::new(),
             labels: LabelIndex::new(),
             capacities: Vec::new(),
-            stale: StaleNodes::default(),
             room_layout: Arc::default(),
             eligible: Vec::new(),
             devices: Vec::new(),
@@ -475,7 +470,6 @@ impl Topology {
         request: &DenseRequest,
         eligible: &Arc<[bool]>,
     ) -> usize {
-        self.refresh_capacities();
         // Capacities are not capped at the pod set's count: how much room a node or domain has
         // beyond the count is what lets best fit find the tightest one (and spread the
         // emptiest), even for one-pod sets.
@@ -486,6 +480,7 @@ impl Topology {
             .iter()
             .position(|c| Arc::ptr_eq(&c.eligible, eligible) && c.request == *request)
         {
+            self.refresh_capacity(i);
             return i;
         }
         let node: Vec<u32> = (0..self.nodes.len())
@@ -511,41 +506,48 @@ impl Topology {
         self.capacities.len() - 1
     }
 
-    /// Counts again, in every capacity index, the pods that fit on each node changed since
-    /// the last time: the indexes are then what a change-by-change update would have made
-    /// them (a count, a domain's sum and a room bit follow from the node's free resources
-    /// alone, whatever the changes in between).
-    fn refresh_capacities(&mut self) {
-        if self.stale.is_empty() {
+    /// Counts again, in capacity index `index`, the pods that fit on each node changed since
+    /// it was last read: it is then what a change-by-change update would have made it (a
+    /// count, a domain's sum and a room bit follow from the node's free resources alone,
+    /// whatever the changes in between). Each index keeps its own stale nodes: a try fills
+    /// reserved nodes and rolls them back, a reservation search books and rolls back pods on
+    /// the same nodes many times, and an index is counted again only for the nodes changed
+    /// since it was last read, once each however often they changed, and only when a
+    /// placement of its shape reads it — not every index at every placement.
+    fn refresh_capacity(&mut self, index: usize) {
+        let Some(c) = self.capacities.get_mut(index) else {
+            return;
+        };
+        if c.stale.is_empty() {
             return;
         }
-        let mut stale = std::mem::take(&mut self.stale);
+        let mut stale = std::mem::take(&mut c.stale);
         let mut ancestors = std::mem::take(&mut self.ancestors);
-        let mut capacities = std::mem::take(&mut self.capacities);
         for node in stale.drain() {
+            let c = &self.capacities[index];
+            if !c.eligible.get(node).copied().unwrap_or(false) {
+                continue;
+            }
+            let pods = self.pods_fitting(node, &c.request, u32::MAX);
             ancestors.clear();
             let mut at = Some(self.nodes[node].domain);
             while let Some(id) = at {
                 ancestors.push(id);
                 at = self.domains[id].parent;
             }
-            for c in &mut capacities {
-                if c.eligible.get(node).copied().unwrap_or(false) {
-                    let pods = self.pods_fitting(node, &c.request, u32::MAX);
-                    c.set(node, pods, &ancestors, &self.room_layout);
-                }
-            }
+            self.capacities[index].set(node, pods, &ancestors, &self.room_layout);
         }
-        self.stale = stale;
+        self.capacities[index].stale = stale;
         self.ancestors = ancestors;
-        self.capacities = capacities;
     }
 
     /// A capacity index by the number [`Topology::capacity_index`] gave, as it was made
     /// current then: only a placement reads one, between asking for it and booking its pods.
     pub(crate) fn capacity(&self, index: usize) -> (&[u32], &[u32]) {
         debug_assert!(
-            self.stale.is_empty(),
+            self.capacities
+                .get(index)
+                .is_none_or(|c| c.stale.is_empty()),
             "a capacity index read before a refresh"
         );
         self.capacities
@@ -559,7 +561,12 @@ impl Topology {
     /// full, and this never looks at them. `None` for a domain that keeps no room bits (one of
     /// few units: reading their counts costs as little).
     pub(crate) fn with_room(&self, index: usize, domain: DomainId) -> Option<WithRoom<'_>> {
-        debug_assert!(self.stale.is_empty(), "room bits read before a refresh");
+        debug_assert!(
+            self.capacities
+                .get(index)
+                .is_none_or(|c| c.stale.is_empty()),
+            "room bits read before a refresh"
+        );
         let words = self
             .room_layout
             .words(&self.capacities.get(index)?.room, domain)?;
@@ -651,7 +658,6 @@ impl Topology {
             n.info.schedulable = schedulable;
             self.eligible.clear();
             self.capacities.clear();
-            self.stale.drain().for_each(drop);
         }
     }
 
@@ -913,8 +919,9 @@ impl Topology {
             // subtraction never saturates and the update is exact.
             self.for_ancestors(node, |d| d.free[k] = d.free[k] - before + after);
         }
-        if !self.capacities.is_empty() {
-            self.stale.mark(node, self.nodes.len());
+        let count = self.nodes.len();
+        for c in &mut self.capacities {
+            c.stale.mark(node, count);
         }
     }
 
@@ -934,7 +941,7 @@ impl Topology {
 
 /// Nodes marked since they were last drained, each once, in the order first marked.
 #[derive(Clone, Debug, Default)]
-struct StaleNodes {
+pub(crate) struct StaleNodes {
     nodes: Vec<NodeId>,
     /// Per node: whether it is in `nodes` (as long as the topology's nodes, once any is
     /// marked).

@@ -2,9 +2,11 @@
 //! every usage change so that a placement does not recount the whole fleet.
 //!
 //! A scheduling cycle places many jobs of few shapes (the same per-pod request, count and
-//! selector). The first placement of a shape counts every node once; after that, each change
-//! of a node's usage updates the node and its ancestors in every kept shape: O(depth) per
-//! shape, instead of O(nodes) per placement.
+//! selector). The first placement of a shape counts every node once; after that, a node whose
+//! usage changed is counted again, with its ancestors' sums updated, when the shape is next
+//! placed: O(depth) per changed node, instead of O(nodes) per placement. Each shape keeps its
+//! own changed nodes, so a shape not placed for a while is brought up to date only when it is,
+//! once per node however often the node changed meanwhile.
 //!
 //! Beside the counts, each domain with more than [`ROOM_BITS_FROM`] units under it (its nodes
 //! in a domain of the last level, its children in any other) keeps one bit per unit telling
@@ -15,7 +17,7 @@
 
 use std::sync::Arc;
 
-use super::{Domain, DomainId, NodeId};
+use super::{Domain, DomainId, NodeId, StaleNodes};
 use crate::dense::DenseRequest;
 
 /// How many shapes a topology keeps before it drops the oldest.
@@ -124,6 +126,8 @@ pub(crate) struct CapacityIndex {
     /// Per domain, a bit per unit under it with room for a pod, laid out by the topology's
     /// [`RoomLayout`].
     pub(crate) room: Vec<u64>,
+    /// Nodes changed since the counts were last brought up to date.
+    pub(crate) stale: StaleNodes,
 }
 
 impl CapacityIndex {
@@ -142,6 +146,7 @@ impl CapacityIndex {
             node,
             domain,
             room,
+            stale: StaleNodes::default(),
         }
     }
 

@@ -295,18 +295,17 @@ impl Scheduler {
         };
         let fit = self.cluster.place(flavor, &req, self.policy.as_ref())?;
         Some(fit.map(|mut fit| {
-            let (domain, nodes, mut devices) = fit
-                .pod_sets
-                .pop()
-                .map(|p| (p.domain, p.nodes, p.devices))
-                .unwrap_or_default();
+            let (name, domain, nodes, mut devices) = fit.pod_sets.pop().map_or_else(
+                || (set.name.clone(), Vec::new(), Vec::new(), Vec::new()),
+                |p| (p.name, p.domain, p.nodes, p.devices),
+            );
             // Empty unless some pod takes devices one by one, as a holding read back from
             // pods says it: the two must compare equal for a kept scheduler.
             if devices.iter().all(Vec::is_empty) {
                 devices = Vec::new();
             }
             PodSetPlacement {
-                name: set.name.clone(),
+                name,
                 flavor: flavor.to_owned(),
                 domain,
                 devices,

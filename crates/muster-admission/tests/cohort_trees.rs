@@ -9,7 +9,7 @@ mod support;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use muster_admission::{CohortTree, Decision, QuotaBook, QuotaCheck, Scheduler};
+use muster_admission::{CohortTree, Decision, Job, QuotaBook, QuotaCheck, Scheduler};
 use muster_api::cluster_queue::{
     FlavorQuotas, PreemptionPolicy, ReclaimWithinCohort, ResourceGroup, ResourceQuota,
 };
@@ -459,6 +459,38 @@ fn jobs_admitted_before_the_tree_changes_are_booked_in_the_new_one() {
     );
     // 24 in ml, 16 used.
     assert_eq!(room(s.quota(), "nlp"), 8);
+}
+
+#[test]
+fn a_reservation_after_the_tree_changes_frees_what_its_holders_book_in_the_new_one() {
+    // vision holds 16 until 600; the tree then gains a root above ml, which numbers the
+    // book afresh. n1 (24) can start only once v1 ends, and n2 (8 until 3,610) would take
+    // the room n1 is promised then: the reservation search frees v1's quota from the book
+    // at 600 by the booking kept beside its end, which must be the one of the new book
+    // (debug builds compare the two there).
+    let queues = vec![
+        (
+            "vision",
+            cq(Some("ml"), &[("h100", &[(GPU, 8, None, None)])]),
+        ),
+        ("nlp", cq(Some("ml"), &[("h100", &[(GPU, 8, None, None)])])),
+    ];
+    let mut s = scheduler(&fleet("h100", 2, 2), vec![flavor("h100")], queues);
+    let timed = |job: Job, runtime: i64| Job {
+        expected_runtime: Some(runtime),
+        ..job
+    };
+    s.submit(timed(job("v1", "vision", 0, 0, 2, 8), 600));
+    assert_eq!(admitted(&cycle(&mut s, 0)), vec!["v1".to_owned()]);
+    let mut s = s.with_cohorts(CohortTree::new([
+        ("org".to_owned(), cohort(None, 0, None, None)),
+        ("ml".to_owned(), cohort(Some("org"), 8, None, None)),
+    ]));
+    s.submit(timed(job("n1", "nlp", 0, 1, 3, 8), 600));
+    s.submit(timed(job("n2", "nlp", 0, 2, 1, 8), 3_600));
+    assert_eq!(admitted(&cycle(&mut s, 10)), Vec::<String>::new());
+    s.finish("ns/v1");
+    assert_eq!(admitted(&cycle(&mut s, 600)), vec!["n1".to_owned()]);
 }
 
 // ---- Properties on random trees ----

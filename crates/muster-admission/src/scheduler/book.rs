@@ -14,8 +14,15 @@ use crate::quota::Booking;
 pub(super) type Bookings = Vec<Vec<(String, Vec<String>, Arc<Booking>)>>;
 
 impl Scheduler {
-    /// Files a holder under its state's index (provisioning, evicting, expected end).
-    pub(super) fn file(&mut self, id: &SharedId, job: &Job, state: &JobState) {
+    /// Files a holder under its state's index (provisioning, evicting, expected end, with
+    /// `booking`, what it books, beside its end).
+    pub(super) fn file(
+        &mut self,
+        id: &SharedId,
+        job: &Job,
+        state: &JobState,
+        booking: Option<&Arc<Booking>>,
+    ) {
         match state {
             JobState::Provisioning(_) => {
                 self.provisioning.insert(Arc::clone(id));
@@ -27,7 +34,7 @@ impl Scheduler {
             JobState::Admitted(h) => {
                 match expected_end(job, h) {
                     Some(end) => {
-                        self.ends.insert((end, Arc::clone(id)));
+                        self.ends.insert((end, Arc::clone(id)), booking.cloned());
                     }
                     None => {
                         self.unending.insert(Arc::clone(id));
@@ -127,13 +134,13 @@ impl Scheduler {
             Arc::clone(&entry.id),
         );
         self.unfile(&shared, &job, &old);
-        self.file(&shared, &job, &state);
         let booking = self.booking_in(shape, &state);
         debug_assert_eq!(
             booking,
             super::booking_of(&self.quota, &state, &entry_usage),
             "the booking kept for {id}'s shape is the one made by names"
         );
+        self.file(&shared, &job, &state, booking.as_ref());
         if let Some(entry) = self.jobs.get_mut(id) {
             entry.state = state;
             entry.booking = booking;

@@ -142,7 +142,10 @@ impl Scheduler {
             .release
             .as_mut()
             .and_then(std::rc::Rc::get_mut)
-            .is_some_and(|order| order.admitted(&a.job, end, now, add));
+            .is_some_and(|order| {
+                let booking = holding.and_then(|(e, _)| e.booking.as_ref());
+                order.admitted((&a.job, booking), end, now, add)
+            });
         if !patched {
             state.release = None;
         }
@@ -232,8 +235,8 @@ impl Scheduler {
             return now;
         }
         self.ends
-            .first()
-            .map_or(i64::MAX, |(end, _)| (*end).max(now))
+            .first_key_value()
+            .map_or(i64::MAX, |((end, _), _)| (*end).max(now))
     }
 
     /// Decides for one job, the next in the cycle's order, listed at `at`.

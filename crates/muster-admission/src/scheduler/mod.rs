@@ -325,8 +325,10 @@ pub struct Scheduler {
     provisioning: BTreeSet<SharedId>,
     /// Of those, the ones told to leave.
     evicting: BTreeSet<SharedId>,
-    /// Admitted jobs with an expected runtime: (expected end, job).
-    ends: BTreeSet<(i64, SharedId)>,
+    /// Admitted jobs with an expected runtime: (expected end, job), with what the job books
+    /// (its entry's booking), so that a reservation search takes the timeline's jobs off the
+    /// quota book without looking each one up.
+    ends: BTreeMap<(i64, SharedId), Option<Arc<Booking>>>,
     /// Admitted jobs without one.
     unending: BTreeSet<SharedId>,
     /// Admitted and evicting jobs per ClusterQueue: the jobs preemption may pick from.
@@ -418,7 +420,7 @@ impl Scheduler {
             running_in: BTreeMap::new(),
             provisioning: BTreeSet::new(),
             evicting: BTreeSet::new(),
-            ends: BTreeSet::new(),
+            ends: BTreeMap::new(),
             unending: BTreeSet::new(),
             lists: lists::Lists::default(),
             found: waiting::Found::default(),
@@ -544,7 +546,15 @@ impl Scheduler {
             };
             let (shape, cq) = (e.shape, h.cluster_queue.clone());
             let flavors: Vec<String> = h.pod_sets.iter().map(|p| p.flavor.clone()).collect();
+            // The timeline keeps the booking beside an admitted job's expected end.
+            let end = match &e.state {
+                JobState::Admitted(h) => book::expected_end(&e.job, h),
+                _ => None,
+            };
             let booking = self.booking_for(shape, &cq, flavors.iter().map(String::as_str));
+            if let Some(kept) = end.and_then(|end| self.ends.get_mut(&(end, Arc::clone(&id)))) {
+                kept.clone_from(&booking);
+            }
             if let Some(e) = self.jobs.get_mut(&id) {
                 debug_assert_eq!(
                     booking,
@@ -607,13 +617,6 @@ impl Scheduler {
         if let Some(old) = &old_job {
             self.unfile(&shared, old, &state);
         }
-        self.file(&shared, &job, &state);
-        if state == JobState::Pending {
-            self.holders.remove(job.id.as_str());
-            self.enlist(Arc::clone(&job), shape);
-        } else {
-            self.holders.insert(Arc::clone(&shared));
-        }
         let usage = Arc::clone(&self.shape_usage[shape]);
         let booking = self.booking_in(shape, &state);
         debug_assert_eq!(
@@ -622,6 +625,13 @@ impl Scheduler {
             "the booking kept for {}'s shape is the one made by names",
             job.id
         );
+        self.file(&shared, &job, &state, booking.as_ref());
+        if state == JobState::Pending {
+            self.holders.remove(job.id.as_str());
+            self.enlist(Arc::clone(&job), shape);
+        } else {
+            self.holders.insert(Arc::clone(&shared));
+        }
         self.jobs.insert(Entry {
             job,
             id: shared,
@@ -845,7 +855,7 @@ impl Scheduler {
             .ends
             .range((now, SharedId::from(""))..)
             .take(Self::RETURNING_SEARCH)
-            .find_map(|(end, id)| {
+            .find_map(|((end, id), _)| {
                 let entry = self.jobs.get(id)?;
                 let JobState::Admitted(h) = &entry.state else {
                     return None;

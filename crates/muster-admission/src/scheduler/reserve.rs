@@ -11,7 +11,7 @@ use muster_topology::{Constraint, NodeId};
 use super::{Assignment, Blocked, Holding, JobState, Options, Scheduler, SharedId};
 use crate::cluster::ClusterMark;
 use crate::job::Job;
-use crate::quota::{QuotaBook, QuotaScope};
+use crate::quota::{Booking, QuotaBook, QuotaScope};
 use crate::reservation::Reservation;
 
 /// The order in which a reservation search releases jobs, and the quota book as it will be
@@ -44,6 +44,9 @@ pub(super) struct ReleaseOrder {
 pub(super) struct Taken {
     /// The timeline's expected ends taken so far: `ends[i]` is when `order[i]` ends.
     pub(super) ends: Vec<i64>,
+    /// What each job of the timeline taken so far books: `bookings[i]` is `order[i]`'s (its
+    /// entry's booking), as long as `ends`.
+    pub(super) bookings: Vec<Option<Arc<Booking>>>,
     /// The holders taken so far: the first `ends.len()` are the timeline's, and once the
     /// whole timeline is taken, every job without a known end follows, by id.
     pub(super) order: Vec<SharedId>,
@@ -80,7 +83,7 @@ impl ReleaseOrder {
     /// the jobs due now, and the caller rebuilds.
     pub(super) fn admitted(
         &mut self,
-        id: &str,
+        (id, booking): (&str, Option<&Arc<Booking>>),
         end: Option<i64>,
         now: i64,
         add: impl Fn(&mut QuotaBook),
@@ -104,6 +107,7 @@ impl ReleaseOrder {
                 }
                 if at < taken.ends.len() || whole_timeline {
                     taken.ends.insert(at, end);
+                    taken.bookings.insert(at, booking.cloned());
                     taken.order.insert(at, id);
                 }
                 self.known += 1;
@@ -164,6 +168,7 @@ impl Taken {
     #[cfg(debug_assertions)]
     pub(super) fn starts(&self, whole: &Taken) -> bool {
         whole.ends.starts_with(&self.ends)
+            && whole.bookings.starts_with(&self.bookings)
             && whole.order.starts_with(&self.order)
             && self.due == whole.due
     }
@@ -185,11 +190,19 @@ impl Scheduler {
         self.take_timeline_until(release, t);
         let taken = release.taken.borrow();
         let start = from.map_or(0, |f| taken.ends.partition_point(|end| *end <= f));
-        for (end, id) in taken.ends[start..].iter().zip(&taken.order[start..]) {
+        for (k, end) in taken.ends.iter().enumerate().skip(start) {
             if *end > t {
                 break;
             }
-            if let Some(booking) = self.jobs.get(id).and_then(|e| e.booking.as_deref()) {
+            debug_assert_eq!(
+                taken.bookings[k],
+                self.jobs
+                    .get(&taken.order[k])
+                    .and_then(|e| e.booking.clone()),
+                "the booking kept beside {}'s end is its entry's",
+                taken.order[k]
+            );
+            if let Some(booking) = taken.bookings[k].as_deref() {
                 book.remove_booking(booking);
             }
         }
@@ -215,11 +228,26 @@ impl Scheduler {
     /// due now are taken at once; the rest as a search reaches them ([`Scheduler::take_order`]).
     pub(super) fn release_order(&self, now: i64, overdue_leave: bool) -> ReleaseOrder {
         let overdue = self.overdue(now);
-        let mut due: Vec<SharedId> = self.evicting.iter().cloned().collect();
+        // Jobs being evicted are looked up for their booking; those past their end carry it.
+        let mut due: Vec<(SharedId, Option<Arc<Booking>>)> = self
+            .evicting
+            .iter()
+            .map(|id| {
+                let booking = self.jobs.get(id).and_then(|e| e.booking.clone());
+                (Arc::clone(id), booking)
+            })
+            .collect();
         if overdue_leave {
-            due.extend(self.ends.iter().take(overdue).map(|(_, id)| id.clone()));
+            due.extend(
+                self.ends
+                    .iter()
+                    .take(overdue)
+                    .map(|((_, id), booking)| (Arc::clone(id), booking.clone())),
+            );
         }
-        due.sort();
+        // Ids are unique: an unstable sort by them is the order.
+        due.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let (due, bookings): (Vec<SharedId>, Vec<Option<Arc<Booking>>>) = due.into_iter().unzip();
         let on_timeline = self.evicting.len() + self.ends.len();
         let known = if overdue_leave {
             on_timeline
@@ -228,6 +256,7 @@ impl Scheduler {
         };
         let taken = Taken {
             ends: vec![now; due.len()],
+            bookings,
             due: due.len(),
             order: due,
         };
@@ -264,7 +293,7 @@ impl Scheduler {
                     .provisioning
                     .iter()
                     .chain(&self.unending)
-                    .chain(self.ends.iter().take(overdue).map(|(_, id)| id))
+                    .chain(self.ends.keys().take(overdue).map(|(_, id)| id))
                     .cloned()
                     .collect();
                 rest.sort();
@@ -302,8 +331,9 @@ impl Scheduler {
         } else {
             Bound::Included((release.now.saturating_add(1), SharedId::from("")))
         };
-        for (end, id) in self.ends.range((from, Bound::Unbounded)) {
+        for ((end, id), booking) in self.ends.range((from, Bound::Unbounded)) {
             taken.ends.push(*end);
+            taken.bookings.push(booking.clone());
             taken.order.push(id.clone());
             if enough(taken) {
                 break;

@@ -42,7 +42,7 @@ impl Scheduler {
             .ends
             .range((now.saturating_add(1), SharedId::from(""))..)
             .next()
-            .map(|(end, _)| *end);
+            .map(|((end, _), _)| *end);
         Some(
             next_end
                 .map_or(deadline, |end| end.min(deadline))

@@ -437,8 +437,8 @@ fn a_cycle_of_parents_is_an_error_on_each_cohort_and_their_queues_keep_their_own
     assert_eq!(admitted(&decisions), vec!["a1".to_owned()]);
 }
 
-#[test]
-fn jobs_admitted_before_the_tree_changes_are_booked_in_the_new_one() {
+/// Two queues of 8 GPUs, `vision` and `nlp`, in the flat cohort `ml`, on 4 hosts of 8 GPUs.
+fn vision_and_nlp_in_ml() -> Scheduler {
     let queues = vec![
         (
             "vision",
@@ -446,7 +446,12 @@ fn jobs_admitted_before_the_tree_changes_are_booked_in_the_new_one() {
         ),
         ("nlp", cq(Some("ml"), &[("h100", &[(GPU, 8, None, None)])])),
     ];
-    let mut s = scheduler(&fleet("h100", 2, 2), vec![flavor("h100")], queues);
+    scheduler(&fleet("h100", 2, 2), vec![flavor("h100")], queues)
+}
+
+#[test]
+fn jobs_admitted_before_the_tree_changes_are_booked_in_the_new_one() {
+    let mut s = vision_and_nlp_in_ml();
     s.submit(job("v1", "vision", 0, 0, 2, 8));
     assert_eq!(admitted(&cycle(&mut s, 0)), vec!["v1".to_owned()]);
     let s = s.with_cohorts(CohortTree::new([(
@@ -468,14 +473,7 @@ fn a_reservation_after_the_tree_changes_frees_what_its_holders_book_in_the_new_o
     // the room n1 is promised then: the reservation search frees v1's quota from the book
     // at 600 by the booking kept beside its end, which must be the one of the new book
     // (debug builds compare the two there).
-    let queues = vec![
-        (
-            "vision",
-            cq(Some("ml"), &[("h100", &[(GPU, 8, None, None)])]),
-        ),
-        ("nlp", cq(Some("ml"), &[("h100", &[(GPU, 8, None, None)])])),
-    ];
-    let mut s = scheduler(&fleet("h100", 2, 2), vec![flavor("h100")], queues);
+    let mut s = vision_and_nlp_in_ml();
     let timed = |job: Job, runtime: i64| Job {
         expected_runtime: Some(runtime),
         ..job

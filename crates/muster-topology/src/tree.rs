@@ -779,14 +779,7 @@ impl Topology {
         if let Some(amounts) = request {
             self.journal_amounts.extend_from_slice(amounts);
         }
-        let amounts = std::mem::take(&mut self.journal_amounts);
-        self.change(node, &amounts[from..], true);
-        self.journal_amounts = amounts;
-        self.journal.push(Change {
-            node,
-            added: true,
-            from,
-        });
+        self.apply_journaled(node, from, true);
     }
 
     /// Takes pods of one pod set's `requests` off their nodes, each given by name with the GPU
@@ -809,14 +802,7 @@ impl Topology {
             match resolved {
                 Some((first, past)) if devices.is_empty() => {
                     self.journal_amounts.extend_from_within(first..past);
-                    let amounts = std::mem::take(&mut self.journal_amounts);
-                    self.change(node, &amounts[from..], false);
-                    self.journal_amounts = amounts;
-                    self.journal.push(Change {
-                        node,
-                        added: false,
-                        from,
-                    });
+                    self.apply_journaled(node, from, false);
                 }
                 _ => {
                     self.journal_pod(node, requests, devices, false);
@@ -860,10 +846,7 @@ impl Topology {
                 }
             }
         }
-        let amounts = std::mem::take(&mut self.journal_amounts);
-        self.change(node, &amounts[from..], added);
-        self.journal_amounts = amounts;
-        self.journal.push(Change { node, added, from });
+        self.apply_journaled(node, from, added);
     }
 
     /// Adds (or takes off) `usage` on `node` and journals it: its known resources are
@@ -875,6 +858,12 @@ impl Topology {
                 self.journal_amounts.push((k, amount.milli()));
             }
         }
+        self.apply_journaled(node, from, added);
+    }
+
+    /// Adds (or takes off) on `node` the amounts the journal's buffer holds from `from` on,
+    /// and journals the change: every booking resolves its amounts into the buffer first.
+    fn apply_journaled(&mut self, node: NodeId, from: usize, added: bool) {
         let amounts = std::mem::take(&mut self.journal_amounts);
         self.change(node, &amounts[from..], added);
         self.journal_amounts = amounts;
